@@ -1,0 +1,272 @@
+// Package cm sets up reliable connections between queue pairs, in the
+// manner of librdmacm: a server listens on an address and accepts or
+// rejects connection requests, each carrying private data; a client dials
+// with private data and a timeout. The QP attributes both sides need are
+// exchanged, so a dialled or accepted QP is in RTS without a call to Modify.
+//
+// Addresses name the provider by their scheme:
+//
+//	loop://name          in-process (provider/loop)
+//	shm:///path/to.sock  two processes on one host (provider/shm)
+//	shm://@name          the same, on an abstract Unix socket
+//	tcp://host:port      iWARP over TCP (provider/iwarp)
+//
+// A scheme works when the provider that serves it is imported.
+//
+// Listeners and connections are safe for concurrent use.
+package cm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// Errors of connection setup; test them with errors.Is.
+var (
+	// ErrRefused: nothing listens at the address.
+	ErrRefused = driver.ErrRefused
+	// ErrRejected: the listener rejected the request; the *RejectError
+	// carries its private data.
+	ErrRejected = driver.ErrRejected
+	// ErrPrivateData: the private data is longer than the provider carries.
+	ErrPrivateData = driver.ErrPrivateData
+	// ErrScheme: no imported provider serves the address's scheme.
+	ErrScheme = errors.New("cm: no provider serves this address scheme: import the provider (loop://, shm://, tcp://)")
+)
+
+// RejectError is returned by Dial when the listener rejected the request.
+type RejectError struct {
+	PrivateData []byte
+}
+
+func (e *RejectError) Error() string {
+	return fmt.Sprintf("cm: connection rejected by the peer (%d bytes of private data)", len(e.PrivateData))
+}
+
+// Unwrap makes errors.Is(err, ErrRejected) true.
+func (e *RejectError) Unwrap() error { return ErrRejected }
+
+// Param are the parameters of a connection request or reply (struct
+// rdma_conn_param).
+type Param struct {
+	// PrivateData travels with the request, the acceptance or the
+	// rejection. Each provider carries at least 56 bytes; longer data than
+	// the provider carries is refused with ErrPrivateData, never truncated.
+	PrivateData []byte
+	// ResponderResources is how many RDMA Reads and atomics this side
+	// serves at once (IRD); InitiatorDepth how many it issues (ORD). Zero
+	// means the device maximum.
+	ResponderResources uint8
+	InitiatorDepth     uint8
+	// RetryCount is the transport retry count (0 to 7; default 7).
+	RetryCount uint8
+	// RNRRetryCount is how often a Send that meets no posted receive is
+	// retried (0 to 7, where 7 is forever; default 7).
+	RNRRetryCount uint8
+	// MinRNRTimer is how long this side asks senders to wait before such
+	// a retry (encoded; 0 stands for 655 ms, so the default is 12, 0.64 ms).
+	MinRNRTimer verbs.RNRTimer
+	// NoDefaults sends zero RetryCount, RNRRetryCount and MinRNRTimer as
+	// zeros; otherwise zeros stand for the defaults above.
+	NoDefaults bool
+}
+
+func (p *Param) driverParam(qp *verbs.QP) driver.ConnParam {
+	a := qp.PD().Context().QueryDevice()
+	dp := driver.ConnParam{
+		PrivateData:        p.PrivateData,
+		ResponderResources: p.ResponderResources,
+		InitiatorDepth:     p.InitiatorDepth,
+		RetryCount:         p.RetryCount,
+		RNRRetryCount:      p.RNRRetryCount,
+		MinRNRTimer:        p.MinRNRTimer,
+		QPNum:              qp.Num(),
+	}
+	if dp.ResponderResources == 0 {
+		dp.ResponderResources = uint8(min(a.MaxQPRdAtom, 255))
+	}
+	if dp.InitiatorDepth == 0 {
+		dp.InitiatorDepth = uint8(min(a.MaxQPInitRdAtom, 255))
+	}
+	if !p.NoDefaults {
+		if dp.RetryCount == 0 {
+			dp.RetryCount = 7
+		}
+		if dp.RNRRetryCount == 0 {
+			dp.RNRRetryCount = 7
+		}
+		if dp.MinRNRTimer == 0 {
+			dp.MinRNRTimer = 12
+		}
+	}
+	return dp
+}
+
+func fromDriver(dp driver.ConnParam) Param {
+	return Param{
+		PrivateData:        dp.PrivateData,
+		ResponderResources: dp.ResponderResources,
+		InitiatorDepth:     dp.InitiatorDepth,
+		RetryCount:         dp.RetryCount,
+		RNRRetryCount:      dp.RNRRetryCount,
+		MinRNRTimer:        dp.MinRNRTimer,
+		NoDefaults:         true,
+	}
+}
+
+// resolve finds the provider serving addr and returns it with the address
+// less its scheme.
+func resolve(addr string) (driver.ConnManager, string, error) {
+	scheme, rest, ok := strings.Cut(addr, "://")
+	if !ok {
+		return nil, "", fmt.Errorf("cm: address %q has no scheme: write it as loop://name, shm:///path.sock or tcp://host:port", addr)
+	}
+	for _, n := range verbs.Drivers() {
+		d, _ := verbs.LookupDriver(n)
+		m, ok := d.(driver.ConnManager)
+		if !ok {
+			continue
+		}
+		for _, s := range m.Schemes() {
+			if s == scheme {
+				return m, rest, nil
+			}
+		}
+	}
+	return nil, "", fmt.Errorf("%w (address %q)", ErrScheme, addr)
+}
+
+func checkPrivateData(m driver.ConnManager, pd []byte) error {
+	if max := m.MaxPrivateData(); len(pd) > max {
+		return fmt.Errorf("%w: %d bytes, this provider carries at most %d", ErrPrivateData, len(pd), max)
+	}
+	return nil
+}
+
+// Listener accepts connection requests on an address.
+type Listener struct {
+	m    driver.ConnManager
+	l    driver.Listener
+	addr string
+}
+
+// Listen starts listening on addr (rdma_listen).
+func Listen(addr string) (*Listener, error) {
+	m, rest, err := resolve(addr)
+	if err != nil {
+		return nil, err
+	}
+	l, err := m.Listen(rest)
+	if err != nil {
+		return nil, fmt.Errorf("cm: listen %s: %w", addr, err)
+	}
+	return &Listener{m: m, l: l, addr: addr}, nil
+}
+
+// Addr returns the address the listener serves, with its scheme.
+func (l *Listener) Addr() string {
+	scheme, _, _ := strings.Cut(l.addr, "://")
+	return scheme + "://" + l.l.Addr()
+}
+
+// Accept waits for the next connection request, or for ctx to end.
+func (l *Listener) Accept(ctx context.Context) (*Request, error) {
+	r, err := l.l.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &Request{m: l.m, r: r}, nil
+}
+
+// Close stops listening. Requests already accepted are not affected.
+func (l *Listener) Close() error { return l.l.Close() }
+
+// Request is a connection request waiting for Accept or Reject.
+type Request struct {
+	m driver.ConnManager
+	r driver.ConnRequest
+}
+
+// Param is what the requester sent, private data included.
+func (r *Request) Param() Param { return fromDriver(r.r.Param()) }
+
+// PrivateData is the requester's private data.
+func (r *Request) PrivateData() []byte { return r.r.Param().PrivateData }
+
+// Accept connects qp, which must be in the Reset state, to the requester,
+// replies with p, and returns the connection with qp in RTS. The
+// effective ORD and IRD are negotiated down to what each side allows.
+func (r *Request) Accept(qp *verbs.QP, p *Param) (*Conn, error) {
+	if p == nil {
+		p = &Param{}
+	}
+	if err := checkPrivateData(r.m, p.PrivateData); err != nil {
+		return nil, fmt.Errorf("cm: accept: %w", err)
+	}
+	c, err := r.r.Accept(qp.Driver(), p.driverParam(qp))
+	if err != nil {
+		return nil, fmt.Errorf("cm: accept: %w", err)
+	}
+	return &Conn{c: c, qp: qp}, nil
+}
+
+// Reject refuses the request; the requester's Dial fails with a
+// *RejectError that carries privateData.
+func (r *Request) Reject(privateData []byte) error {
+	if err := checkPrivateData(r.m, privateData); err != nil {
+		return fmt.Errorf("cm: reject: %w", err)
+	}
+	return r.r.Reject(privateData)
+}
+
+// Dial connects qp, which must be in the Reset state, to the listener at
+// addr (rdma_connect), sending p. It returns when the listener accepts,
+// rejects, or ctx ends; use context.WithTimeout for a timeout. On success
+// qp is in RTS.
+func Dial(ctx context.Context, addr string, qp *verbs.QP, p *Param) (*Conn, error) {
+	if p == nil {
+		p = &Param{}
+	}
+	m, rest, err := resolve(addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPrivateData(m, p.PrivateData); err != nil {
+		return nil, fmt.Errorf("cm: dial %s: %w", addr, err)
+	}
+	c, err := m.Dial(ctx, rest, qp.Driver(), p.driverParam(qp))
+	if err != nil {
+		return nil, fmt.Errorf("cm: dial %s: %w", addr, err)
+	}
+	return &Conn{c: c, qp: qp}, nil
+}
+
+// Conn is an established connection.
+type Conn struct {
+	c  driver.Conn
+	qp *verbs.QP
+}
+
+// QP returns the connected queue pair.
+func (c *Conn) QP() *verbs.QP { return c.qp }
+
+// RemoteParam is what the peer sent: its acceptance for a dialled
+// connection, its request for an accepted one.
+func (c *Conn) RemoteParam() Param { return fromDriver(c.c.RemoteParam()) }
+
+// PrivateData is the peer's private data.
+func (c *Conn) PrivateData() []byte { return c.c.RemoteParam().PrivateData }
+
+// Done is closed when the connection ends — closed by either side, or the
+// peer gone — and the QP has moved to the error state (RDMA_CM_EVENT_DISCONNECTED).
+func (c *Conn) Done() <-chan struct{} { return c.c.Done() }
+
+// Close disconnects (rdma_disconnect): the QP moves to the error state,
+// flushing outstanding work requests, and the peer is told. The QP itself
+// remains; destroy it when its completions are drained.
+func (c *Conn) Close() error { return c.c.Close() }

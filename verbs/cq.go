@@ -1,0 +1,81 @@
+package verbs
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// CQ is a completion queue.
+type CQ struct {
+	ctx       *Context
+	d         driver.CQ
+	users     users
+	destroyed atomic.Bool
+}
+
+// Context returns the device context the CQ belongs to.
+func (c *CQ) Context() *Context { return c.ctx }
+
+// Poll moves up to len(wc) completions into wc and returns how many
+// (ibv_poll_cq). It never blocks and never allocates. If the CQ overran,
+// Poll still returns the completions it holds and Err reports the overrun.
+func (c *CQ) Poll(wc []WorkCompletion) int { return c.d.Poll(wc) }
+
+// Err returns ErrCQOverrun once the CQ has overrun: completions were lost
+// and the QPs that lost them moved to the error state.
+func (c *CQ) Err() error { return c.d.Err() }
+
+// ReqNotify arms the completion channel (ibv_req_notify_cq): the next
+// completion — with solicitedOnly, the next solicited or unsuccessful one —
+// sends a token on Notify. Arm, then poll once more before waiting, so that
+// a completion that arrived before arming is not missed.
+func (c *CQ) ReqNotify(solicitedOnly bool) error { return c.d.ReqNotify(solicitedOnly) }
+
+// Notify is the CQ's completion channel (ibv_get_cq_event): it receives a
+// token when an armed CQ gets a completion. The channel holds one token.
+func (c *CQ) Notify() <-chan struct{} { return c.d.Notify() }
+
+// Wait blocks until at least one completion is available, then moves up to
+// len(wc) of them into wc and returns how many. It sleeps while it waits
+// (no busy polling) and returns early with ctx's error, or with
+// ErrCQOverrun if the CQ overran. Wait uses ReqNotify and Notify itself, so
+// do not mix it with your own use of them on the same CQ.
+func (c *CQ) Wait(ctx context.Context, wc []WorkCompletion) (int, error) {
+	if len(wc) == 0 {
+		return 0, fmt.Errorf("verbs: CQ wait: %w: empty completion slice", ErrInvalidArg)
+	}
+	for {
+		if n := c.d.Poll(wc); n > 0 {
+			return n, nil
+		}
+		if err := c.d.Err(); err != nil {
+			return 0, err
+		}
+		if err := c.d.ReqNotify(false); err != nil {
+			return 0, err
+		}
+		if n := c.d.Poll(wc); n > 0 {
+			return n, nil
+		}
+		select {
+		case <-c.d.Notify():
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// Destroy destroys the CQ (ibv_destroy_cq). It fails with ErrBusy while a
+// QP uses it.
+func (c *CQ) Destroy() error {
+	if err := c.users.check("CQ"); err != nil {
+		return err
+	}
+	if c.destroyed.Swap(true) {
+		return fmt.Errorf("verbs: destroy CQ: %w", ErrClosed)
+	}
+	return c.d.Destroy()
+}

@@ -1,0 +1,557 @@
+package driver
+
+import (
+	"fmt"
+	"time"
+)
+
+// AccessFlags are the rights granted on a memory region (and, for a QP, the
+// remote operations its responder accepts). They mirror enum ibv_access_flags.
+type AccessFlags uint32
+
+// Access flags. Remote write and remote atomic imply local write, exactly as
+// in ibverbs: registering with them but without AccessLocalWrite is refused.
+const (
+	AccessLocalWrite   AccessFlags = 1 << 0 // the local HCA may write the region (receives, Read results)
+	AccessRemoteWrite  AccessFlags = 1 << 1 // peers may RDMA Write into the region
+	AccessRemoteRead   AccessFlags = 1 << 2 // peers may RDMA Read from the region
+	AccessRemoteAtomic AccessFlags = 1 << 3 // peers may run atomics on the region
+	AccessMWBind       AccessFlags = 1 << 4 // memory windows may be bound to the region (reserved)
+)
+
+// RemoteAccess is the union of the remote access rights.
+const RemoteAccess = AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+
+func (a AccessFlags) String() string {
+	names := []string{"LocalWrite", "RemoteWrite", "RemoteRead", "RemoteAtomic", "MWBind"}
+	s := ""
+	for i, n := range names {
+		if a&(1<<i) != 0 {
+			if s != "" {
+				s += "|"
+			}
+			s += n
+		}
+	}
+	if rest := a &^ (1<<len(names) - 1); rest != 0 {
+		if s != "" {
+			s += "|"
+		}
+		s += fmt.Sprintf("%#x", uint32(rest))
+	}
+	if s == "" {
+		return "0"
+	}
+	return s
+}
+
+// Opcode is the operation of a send work request (enum ibv_wr_opcode).
+type Opcode uint8
+
+// Send work request opcodes. OpLocalInv, OpBindMW and OpSendWithInv are
+// reserved for memory windows; a provider that lacks them refuses them at
+// post time.
+const (
+	OpRDMAWrite Opcode = iota
+	OpRDMAWriteWithImm
+	OpSend
+	OpSendWithImm
+	OpRDMARead
+	OpAtomicCmpAndSwp
+	OpAtomicFetchAndAdd
+	OpLocalInv
+	OpBindMW
+	OpSendWithInv
+	numOpcodes
+)
+
+var opcodeNames = [...]string{
+	OpRDMAWrite:         "RDMA_WRITE",
+	OpRDMAWriteWithImm:  "RDMA_WRITE_WITH_IMM",
+	OpSend:              "SEND",
+	OpSendWithImm:       "SEND_WITH_IMM",
+	OpRDMARead:          "RDMA_READ",
+	OpAtomicCmpAndSwp:   "ATOMIC_CMP_AND_SWP",
+	OpAtomicFetchAndAdd: "ATOMIC_FETCH_AND_ADD",
+	OpLocalInv:          "LOCAL_INV",
+	OpBindMW:            "BIND_MW",
+	OpSendWithInv:       "SEND_WITH_INV",
+}
+
+func (o Opcode) String() string {
+	if o < numOpcodes {
+		return opcodeNames[o]
+	}
+	return fmt.Sprintf("Opcode(%d)", uint8(o))
+}
+
+// Valid reports whether o is a defined opcode.
+func (o Opcode) Valid() bool { return o < numOpcodes }
+
+// IsAtomic reports whether o is one of the 8-byte atomic operations.
+func (o Opcode) IsAtomic() bool { return o == OpAtomicCmpAndSwp || o == OpAtomicFetchAndAdd }
+
+// IsSend reports whether o consumes a receive at the responder with a
+// message (Send in any of its forms).
+func (o Opcode) IsSend() bool { return o == OpSend || o == OpSendWithImm || o == OpSendWithInv }
+
+// HasImm reports whether o carries immediate data.
+func (o Opcode) HasImm() bool { return o == OpSendWithImm || o == OpRDMAWriteWithImm }
+
+// ReadsLocal reports whether o reads the local scatter/gather list (as
+// opposed to writing results into it).
+func (o Opcode) ReadsLocal() bool {
+	return o == OpRDMAWrite || o == OpRDMAWriteWithImm || o.IsSend()
+}
+
+// SendFlags modify a send work request (enum ibv_send_flags).
+type SendFlags uint32
+
+// Send flags.
+const (
+	// SendFence makes the WR wait until every prior RDMA Read and atomic on
+	// the same QP has completed.
+	SendFence SendFlags = 1 << 0
+	// SendSignaled asks for a completion even when the QP was created
+	// without SigAll.
+	SendSignaled SendFlags = 1 << 1
+	// SendSolicited sets the solicited event indication on a Send or a
+	// Write with immediate.
+	SendSolicited SendFlags = 1 << 2
+	// SendInline copies the payload at post time: the buffers may be reused
+	// as soon as PostSend returns, and their lkeys are not checked.
+	SendInline SendFlags = 1 << 3
+)
+
+// SGE is one element of a scatter/gather list: Length bytes at virtual
+// address Addr inside the memory region whose local key is LKey.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	LKey   uint32
+}
+
+// SendWR is a send work request (struct ibv_send_wr). Fields that do not
+// apply to the opcode are ignored.
+type SendWR struct {
+	WRID   uint64
+	SGList []SGE
+	Opcode Opcode
+	Flags  SendFlags
+	// Imm is the immediate data of OpSendWithImm and OpRDMAWriteWithImm.
+	Imm uint32
+	// InvalidateRKey is the rkey invalidated by OpSendWithInv and
+	// OpLocalInv (memory windows; reserved).
+	InvalidateRKey uint32
+	// RemoteAddr and RKey name the remote memory of RDMA and atomic
+	// operations.
+	RemoteAddr uint64
+	RKey       uint32
+	// CompareAdd is the value compared by OpAtomicCmpAndSwp, or added by
+	// OpAtomicFetchAndAdd; Swap is the value swapped in on a match.
+	CompareAdd uint64
+	Swap       uint64
+}
+
+// RecvWR is a receive work request (struct ibv_recv_wr).
+type RecvWR struct {
+	WRID   uint64
+	SGList []SGE
+}
+
+// SGListLen returns the total length of a scatter/gather list.
+func SGListLen(sg []SGE) uint64 {
+	var n uint64
+	for i := range sg {
+		n += uint64(sg[i].Length)
+	}
+	return n
+}
+
+// WCStatus is the status of a work completion (enum ibv_wc_status); the
+// numeric values are those of ibverbs.
+type WCStatus uint8
+
+// Completion statuses, with ibverbs' meanings.
+const (
+	WCSuccess         WCStatus = iota // the operation completed successfully
+	WCLocLenErr                       // local length error: a receive buffer was too small or a message too long
+	WCLocQPOpErr                      // local QP operation error: an internal consistency error or a malformed WR
+	WCLocEECOpErr                     // local EE context operation error (unused on RC)
+	WCLocProtErr                      // local protection error: a bad lkey or an address outside the region
+	WCWRFlushErr                      // work request flushed because the QP is in the error state
+	WCMWBindErr                       // memory window bind error
+	WCBadRespErr                      // bad response from the responder
+	WCLocAccessErr                    // local access error
+	WCRemInvReqErr                    // remote invalid request: the responder found the request invalid (too long for its buffer, misaligned atomic, unsupported op)
+	WCRemAccessErr                    // remote access error: bad rkey, out of bounds, or missing rights
+	WCRemOpErr                        // remote operation error: the responder failed to complete the operation
+	WCRetryExcErr                     // transport retry counter exceeded: the peer is unreachable or gone
+	WCRNRRetryExcErr                  // RNR retry counter exceeded: the peer posted no receive in time
+	WCLocRDDViolErr                   // local RDD violation (unused on RC)
+	WCRemInvRDReqErr                  // remote invalid RD request (unused on RC)
+	WCRemAbortErr                     // remote aborted
+	WCInvEECNErr                      // invalid EE context number (unused on RC)
+	WCInvEECStateErr                  // invalid EE context state (unused on RC)
+	WCFatalErr                        // fatal error
+	WCRespTimeoutErr                  // response timeout
+	WCGeneralErr                      // general error
+	numWCStatus
+)
+
+var wcStatusNames = [...]string{
+	WCSuccess:         "success",
+	WCLocLenErr:       "local length error",
+	WCLocQPOpErr:      "local QP operation error",
+	WCLocEECOpErr:     "local EE context operation error",
+	WCLocProtErr:      "local protection error",
+	WCWRFlushErr:      "Work Request Flushed Error",
+	WCMWBindErr:       "memory management operation error",
+	WCBadRespErr:      "bad response error",
+	WCLocAccessErr:    "local access error",
+	WCRemInvReqErr:    "remote invalid request error",
+	WCRemAccessErr:    "remote access error",
+	WCRemOpErr:        "remote operation error",
+	WCRetryExcErr:     "transport retry counter exceeded",
+	WCRNRRetryExcErr:  "RNR retry counter exceeded",
+	WCLocRDDViolErr:   "local RDD violation error",
+	WCRemInvRDReqErr:  "remote invalid RD request",
+	WCRemAbortErr:     "aborted error",
+	WCInvEECNErr:      "invalid EE context number",
+	WCInvEECStateErr:  "invalid EE context state",
+	WCFatalErr:        "fatal error",
+	WCRespTimeoutErr:  "response timeout error",
+	WCGeneralErr:      "general error",
+}
+
+// String returns the status as ibv_wc_status_str(3) words it.
+func (s WCStatus) String() string {
+	if s < numWCStatus {
+		return wcStatusNames[s]
+	}
+	return fmt.Sprintf("WCStatus(%d)", uint8(s))
+}
+
+// WCOpcode is the kind of operation a completion reports (enum ibv_wc_opcode).
+type WCOpcode uint8
+
+// Completion opcodes. Receive-side opcodes have the high bit set, as in ibverbs.
+const (
+	WCSend WCOpcode = iota
+	WCRDMAWrite
+	WCRDMARead
+	WCCompSwap
+	WCFetchAdd
+	WCBindMW
+	WCLocalInv
+	WCRecv            WCOpcode = 128
+	WCRecvRDMAWithImm WCOpcode = 129
+)
+
+func (o WCOpcode) String() string {
+	switch o {
+	case WCSend:
+		return "SEND"
+	case WCRDMAWrite:
+		return "RDMA_WRITE"
+	case WCRDMARead:
+		return "RDMA_READ"
+	case WCCompSwap:
+		return "COMP_SWAP"
+	case WCFetchAdd:
+		return "FETCH_ADD"
+	case WCBindMW:
+		return "BIND_MW"
+	case WCLocalInv:
+		return "LOCAL_INV"
+	case WCRecv:
+		return "RECV"
+	case WCRecvRDMAWithImm:
+		return "RECV_RDMA_WITH_IMM"
+	}
+	return fmt.Sprintf("WCOpcode(%d)", uint8(o))
+}
+
+// CompletionOpcode returns the completion opcode a requester reports for a
+// send work request of opcode o.
+func (o Opcode) CompletionOpcode() WCOpcode {
+	switch o {
+	case OpRDMAWrite, OpRDMAWriteWithImm:
+		return WCRDMAWrite
+	case OpRDMARead:
+		return WCRDMARead
+	case OpAtomicCmpAndSwp:
+		return WCCompSwap
+	case OpAtomicFetchAndAdd:
+		return WCFetchAdd
+	case OpLocalInv:
+		return WCLocalInv
+	case OpBindMW:
+		return WCBindMW
+	}
+	return WCSend
+}
+
+// WCFlags qualify a completion (enum ibv_wc_flags).
+type WCFlags uint8
+
+// Completion flags.
+const (
+	WCWithImm    WCFlags = 1 << 1 // Imm is valid
+	WCWithInv    WCFlags = 1 << 3 // InvalidatedRKey is valid
+	WCSolicited  WCFlags = 1 << 4 // the message carried the solicited event indication
+)
+
+// WorkCompletion reports the outcome of a work request (struct ibv_wc).
+// On an error status only WRID, Status, QPNum and VendorErr are meaningful.
+type WorkCompletion struct {
+	WRID            uint64
+	Status          WCStatus
+	Opcode          WCOpcode
+	Flags           WCFlags
+	VendorErr       uint32
+	ByteLen         uint32 // bytes received (receives) or read (RDMA Read)
+	Imm             uint32 // immediate data when Flags has WCWithImm
+	InvalidatedRKey uint32 // when Flags has WCWithInv
+	QPNum           uint32 // the local QP the work request was posted to
+	SrcQP           uint32 // the remote QP (receives)
+}
+
+// QPType is the transport service of a queue pair. Only RC is implemented.
+type QPType uint8
+
+// QP types.
+const (
+	QPTypeRC QPType = 2 // reliable connected (IBV_QPT_RC)
+)
+
+// QPState is the state of a queue pair (enum ibv_qp_state).
+type QPState uint8
+
+// QP states.
+const (
+	QPSReset QPState = iota
+	QPSInit
+	QPSRTR
+	QPSRTS
+	QPSSQD
+	QPSSQE
+	QPSErr
+	numQPStates
+)
+
+var qpStateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
+
+func (s QPState) String() string {
+	if s < numQPStates {
+		return qpStateNames[s]
+	}
+	return fmt.Sprintf("QPState(%d)", uint8(s))
+}
+
+// MTU is a path MTU (enum ibv_mtu).
+type MTU uint8
+
+// Path MTUs.
+const (
+	MTU256  MTU = 1
+	MTU512  MTU = 2
+	MTU1024 MTU = 3
+	MTU2048 MTU = 4
+	MTU4096 MTU = 5
+)
+
+// Bytes returns the MTU in bytes (0 for an invalid value).
+func (m MTU) Bytes() int {
+	if m < MTU256 || m > MTU4096 {
+		return 0
+	}
+	return 128 << m
+}
+
+// RNRTimer is the encoded minimum RNR NAK timer of InfiniBand (5 bits):
+// how long a requester waits before retrying a Send that found no posted
+// receive. 0 means 655.36 ms; 1 through 31 run from 0.01 ms to 491.52 ms.
+type RNRTimer uint8
+
+var rnrTimerMicros = [32]uint32{
+	655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+	2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920,
+	122880, 163840, 245760, 327680, 491520,
+}
+
+// Duration returns the delay the encoded timer stands for.
+func (t RNRTimer) Duration() time.Duration {
+	return time.Duration(rnrTimerMicros[t&31]) * time.Microsecond
+}
+
+// RNRRetryInfinite as RNRRetry retries a receiver-not-ready condition forever.
+const RNRRetryInfinite = 7
+
+// QPCap are the capacities of a queue pair (struct ibv_qp_cap).
+type QPCap struct {
+	MaxSendWR     uint32
+	MaxRecvWR     uint32
+	MaxSendSGE    uint32
+	MaxRecvSGE    uint32
+	MaxInlineData uint32
+}
+
+// QPAttrMask says which fields of a QPAttr a Modify sets (enum ibv_qp_attr_mask).
+type QPAttrMask uint32
+
+// QP attribute mask bits.
+const (
+	QPAttrState QPAttrMask = 1 << iota
+	QPAttrCurState
+	QPAttrAccessFlags
+	QPAttrPort
+	QPAttrPathMTU
+	QPAttrDestQPN
+	QPAttrRQPSN
+	QPAttrSQPSN
+	QPAttrMaxQPRdAtomic
+	QPAttrMaxDestRdAtomic
+	QPAttrMinRNRTimer
+	QPAttrTimeout
+	QPAttrRetryCnt
+	QPAttrRNRRetry
+	QPAttrCap
+)
+
+// QPAttr are the modifiable attributes of a queue pair (struct ibv_qp_attr).
+type QPAttr struct {
+	State    QPState
+	CurState QPState
+	// AccessFlags are the remote operations the QP's responder accepts
+	// (AccessRemoteWrite, AccessRemoteRead, AccessRemoteAtomic).
+	AccessFlags AccessFlags
+	Port        uint8
+	PathMTU     MTU
+	// DestQPNum names the remote QP. Providers whose connections are made
+	// by cm fill it in; loop uses it to find the peer.
+	DestQPNum uint32
+	RQPSN     uint32
+	SQPSN     uint32
+	// MaxRdAtomic is the number of RDMA Reads and atomics this QP may have
+	// outstanding as a requester (ORD); MaxDestRdAtomic the number it
+	// accepts as a responder (IRD).
+	MaxRdAtomic     uint8
+	MaxDestRdAtomic uint8
+	MinRNRTimer     RNRTimer
+	// Timeout is the encoded local ACK timeout (4.096 µs × 2^Timeout).
+	Timeout  uint8
+	RetryCnt uint8
+	// RNRRetry is how many times a Send that met no posted receive is
+	// retried; RNRRetryInfinite retries forever.
+	RNRRetry uint8
+	Cap      QPCap
+}
+
+// AtomicCap says how RDMA atomics are atomic (enum ibv_atomic_cap).
+type AtomicCap uint8
+
+// Atomic capabilities.
+const (
+	AtomicNone AtomicCap = iota // no atomics
+	AtomicHCA                   // atomic with respect to other RDMA atomics on the device
+	AtomicGlob                  // atomic also with respect to CPU atomics
+)
+
+// DeviceCaps are the optional features a device supports. The conformance
+// suite tests the declared behaviour of whatever is absent.
+type DeviceCaps uint32
+
+// Device capability bits.
+const (
+	// CapRNRRetry: a Send that finds no posted receive is retried per the
+	// QP's RNR timer and retry count. Without it (iWARP) such a Send ends
+	// the connection: both QPs move to the error state.
+	CapRNRRetry DeviceCaps = 1 << iota
+	// CapSRQ: shared receive queues.
+	CapSRQ
+	// CapImmData: Send and RDMA Write with immediate data.
+	CapImmData
+	// CapAtomics: RDMA atomics (see DeviceAttr.AtomicCap).
+	CapAtomics
+	// CapMemoryWindows: memory windows, bind and invalidate.
+	CapMemoryWindows
+	// CapCrossProcess: the two ends of a connection may live in different
+	// processes.
+	CapCrossProcess
+)
+
+// DeviceAttr are a device's limits and capabilities (struct ibv_device_attr).
+type DeviceAttr struct {
+	Name            string
+	Transport       string // "loop", "shm", "iwarp", "ib"
+	FWVersion       string
+	MaxMRSize       uint64
+	MaxQP           int
+	MaxQPWR         int // per queue
+	MaxSGE          int
+	MaxCQ           int
+	MaxCQE          int
+	MaxMR           int
+	MaxPD           int
+	MaxQPRdAtom     int // outstanding Reads/atomics a QP accepts as responder (IRD)
+	MaxQPInitRdAtom int // outstanding Reads/atomics a QP may initiate (ORD)
+	MaxSRQ          int
+	MaxSRQWR        int
+	MaxSRQSGE       int
+	MaxInlineData   int
+	MaxMsgSize      uint64
+	MaxPrivateData  int // connection private data cm carries
+	AtomicCap       AtomicCap
+	Caps            DeviceCaps
+}
+
+// Has reports whether the device declares every capability in c.
+func (a DeviceAttr) Has(c DeviceCaps) bool { return a.Caps&c == c }
+
+// EventType is the kind of an asynchronous event (enum ibv_event_type).
+type EventType uint8
+
+// Asynchronous event types.
+const (
+	EventCQErr             EventType = iota // a CQ overran; Element is the CQ
+	EventQPFatal                            // a QP moved to the error state on its own; Element is the QP
+	EventQPReqErr                           // invalid request on a QP
+	EventQPAccessErr                        // remote access error on a QP's responder
+	EventCommEst                            // communication established
+	EventSQDrained                          // the send queue of a QP in SQD drained
+	EventPathMig                            // path migrated (unused)
+	EventPathMigErr                         // path migration failed (unused)
+	EventDeviceFatal                        // the device failed
+	EventPortActive                         // port active
+	EventPortErr                            // port error
+	EventLIDChange                          // LID change
+	EventPKeyChange                         // P_Key change
+	EventSMChange                           // SM change
+	EventSRQErr                             // an SRQ failed; Element is the SRQ
+	EventSRQLimitReached                    // an armed SRQ fell below its limit; Element is the SRQ
+	EventQPLastWQEReached                   // a QP on an SRQ reached its last WQE; Element is the QP
+)
+
+var eventNames = [...]string{
+	"CQ error", "local work queue catastrophic error", "invalid request local work queue error",
+	"local access violation work queue error", "communication established", "send queue drained",
+	"path migrated", "path migration request error", "local catastrophic error", "port active",
+	"port error", "LID change", "P_Key change", "SM change", "SRQ catastrophic error",
+	"SRQ limit reached", "last WQE reached",
+}
+
+func (e EventType) String() string {
+	if int(e) < len(eventNames) {
+		return eventNames[e]
+	}
+	return fmt.Sprintf("EventType(%d)", uint8(e))
+}
+
+// AsyncEvent is an asynchronous event (struct ibv_async_event). Element is
+// the user context given when the object it concerns was created; the verbs
+// package sets it to the *verbs.QP, *verbs.CQ or *verbs.SRQ.
+type AsyncEvent struct {
+	Type    EventType
+	Element any
+}

@@ -1,0 +1,529 @@
+// Package verbstest is the conformance suite of goverbs: the semantics every
+// provider honours, stated as tests. A provider's own test calls Run with a
+// Harness that says how to make two connected endpoints; the suite then
+// runs every case as a named subtest.
+//
+// The two endpoints are A, always in the test's process, and B, which may
+// live in another process (Harness.Remote): every case drives B only
+// through the Endpoint interface, whose arguments and results are plain
+// data. What a device lacks is declared in its DeviceAttr (for example no
+// CapRNRRetry), and the suite then checks the declared behaviour instead.
+package verbstest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// Harness tells the suite how to build endpoints for a provider.
+type Harness struct {
+	// Device is the device both endpoints open, e.g. "loop0".
+	Device string
+	// Addr returns a fresh cm listen address for one pair, e.g.
+	// "loop://t-17". B listens there and A dials it.
+	Addr func(t testing.TB) string
+	// Remote, if set, starts B in another process and returns an
+	// Endpoint that drives it; kill must end that process abruptly (as
+	// SIGKILL does). If nil, B lives in the test's process.
+	Remote func(t testing.TB, opts PairOptions, addr string) (b Endpoint, kill func(), err error)
+}
+
+// PairOptions shape the endpoints of one pair.
+type PairOptions struct {
+	// QPs is the number of connected QP pairs (default 1); QP i of A is
+	// connected to QP i of B.
+	QPs int
+	// Cap is each QP's capacity (default: 16 WRs, 4 SGEs, 64 inline bytes).
+	Cap verbs.QPCap
+	// CQDepth is the depth of each endpoint's send and receive CQs
+	// (default 256).
+	CQDepth int
+	// SRQ gives B's QPs one shared receive queue of SRQWR entries instead
+	// of their own receive queues.
+	SRQ   bool
+	SRQWR uint32
+	// SigAll creates the QPs with every send WR signaled.
+	SigAll bool
+	// RNRRetry and MinRNRTimer are set on both sides (defaults 7 and 1).
+	RNRRetry    uint8
+	MinRNRTimer verbs.RNRTimer
+	// RNRRetrySet says that a zero RNRRetry is meant, not the default.
+	RNRRetrySet bool
+}
+
+// Defaults fills in the zero fields of o.
+func (o PairOptions) Defaults() PairOptions {
+	if o.QPs == 0 {
+		o.QPs = 1
+	}
+	if o.Cap.MaxSendWR == 0 {
+		o.Cap.MaxSendWR = 16
+	}
+	if o.Cap.MaxRecvWR == 0 {
+		o.Cap.MaxRecvWR = 16
+	}
+	if o.Cap.MaxSendSGE == 0 {
+		o.Cap.MaxSendSGE = 4
+	}
+	if o.Cap.MaxRecvSGE == 0 {
+		o.Cap.MaxRecvSGE = 4
+	}
+	if o.Cap.MaxInlineData == 0 {
+		o.Cap.MaxInlineData = 64
+	}
+	if o.CQDepth == 0 {
+		o.CQDepth = 256
+	}
+	if o.SRQ && o.SRQWR == 0 {
+		o.SRQWR = 64
+	}
+	if !o.RNRRetrySet && o.RNRRetry == 0 {
+		o.RNRRetry = 7
+	}
+	if o.MinRNRTimer == 0 {
+		o.MinRNRTimer = 1
+	}
+	return o
+}
+
+// Region is a registered memory region of an endpoint, with guard bytes
+// (canaries) on both sides of it that no operation may change.
+type Region struct {
+	ID   int
+	Addr uint64
+	Len  int
+	LKey uint32
+	RKey uint32
+}
+
+// SGE returns the SGE for n bytes at offset off of the region.
+func (r Region) SGE(off, n int) verbs.SGE {
+	return verbs.SGE{Addr: r.Addr + uint64(off), Length: uint32(n), LKey: r.LKey}
+}
+
+// CQKind selects one of an endpoint's two completion queues.
+type CQKind int
+
+// The completion queues of an endpoint.
+const (
+	SendCQ CQKind = iota
+	RecvCQ
+)
+
+// Endpoint is one side of a pair, driven by plain data so that it may live
+// in another process.
+type Endpoint interface {
+	// Attr returns the device's attributes.
+	Attr() verbs.DeviceAttr
+	// QPNum returns the number of QP i.
+	QPNum(i int) uint32
+	// NewRegion registers a region of size bytes with the access given,
+	// surrounded by canaries, its bytes zeroed.
+	NewRegion(size int, access verbs.AccessFlags) (Region, error)
+	// WriteRegion and ReadRegion access a region's bytes locally.
+	WriteRegion(id, off int, data []byte) error
+	ReadRegion(id, off, n int) ([]byte, error)
+	// CanariesIntact reports whether the guard bytes around the region
+	// are unchanged.
+	CanariesIntact(id int) (bool, error)
+	// DeregRegion deregisters the region; its memory stays readable.
+	DeregRegion(id int) error
+	// PostSend and PostRecv post to QP i; PostSRQRecv to the SRQ.
+	PostSend(i int, wrs []verbs.SendWR) (int, error)
+	PostRecv(i int, wrs []verbs.RecvWR) (int, error)
+	PostSRQRecv(wrs []verbs.RecvWR) (int, error)
+	// Completions collects completions from the CQ until it has n or
+	// timeout passes, waiting without busy polling; n == 0 only polls.
+	Completions(cq CQKind, n int, timeout time.Duration) ([]verbs.WorkCompletion, error)
+	// QPState returns the state of QP i.
+	QPState(i int) (verbs.QPState, error)
+	// ArmSRQLimit arms the SRQ's limit event; SRQLimitEvent waits up to
+	// timeout for the next limit event and reports whether one came.
+	ArmSRQLimit(limit uint32) error
+	SRQLimitEvent(timeout time.Duration) (bool, error)
+	// Close tears the endpoint down in order.
+	Close() error
+}
+
+// Pair is two connected endpoints.
+type Pair struct {
+	Opts PairOptions
+	A    *Local
+	B    Endpoint
+	// KillB ends B abruptly: its process is killed, or, in process, its
+	// device context is closed without any disconnect.
+	KillB func()
+	conns []*cm.Conn
+}
+
+// timeout bounds every wait in the suite so that a broken provider fails
+// instead of hanging.
+const timeout = 10 * time.Second
+
+// NewPair makes a connected pair with the options given; t.Cleanup tears it
+// down.
+func (h Harness) NewPair(t testing.TB, opts PairOptions) *Pair {
+	t.Helper()
+	opts = opts.Defaults()
+	addr := h.Addr(t)
+	p := &Pair{Opts: opts}
+	var err error
+	var acceptErr chan error
+	if h.Remote != nil {
+		p.B, p.KillB, err = h.Remote(t, opts, addr)
+		if err != nil {
+			t.Fatalf("start remote endpoint: %v", err)
+		}
+	} else {
+		b, err := NewLocal(h.Device, opts, true)
+		if err != nil {
+			t.Fatalf("create endpoint B: %v", err)
+		}
+		p.B = b
+		p.KillB = func() { b.Ctx.Close() }
+		l, err := cm.Listen(addr)
+		if err != nil {
+			t.Fatalf("listen %s: %v", addr, err)
+		}
+		acceptErr = make(chan error, 1)
+		go func() {
+			defer l.Close()
+			acceptErr <- b.Accept(l, opts)
+		}()
+	}
+	a, err := NewLocal(h.Device, opts, false)
+	if err != nil {
+		t.Fatalf("create endpoint A: %v", err)
+	}
+	p.A = a
+	t.Cleanup(func() {
+		a.Close()
+		p.B.Close()
+	})
+	if err := a.Dial(addr, opts); err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	if acceptErr != nil {
+		if err := <-acceptErr; err != nil {
+			t.Fatalf("accept: %v", err)
+		}
+	}
+	return p
+}
+
+// Local is an endpoint in this process, with its verbs objects exposed.
+type Local struct {
+	Ctx    *verbs.Context
+	PD     *verbs.PD
+	SendCQ *verbs.CQ
+	RecvCQ *verbs.CQ
+	SRQ    *verbs.SRQ
+	QPs    []*verbs.QP
+	Conns  []*cm.Conn
+
+	mu        sync.Mutex
+	regions   map[int]*region
+	nextID    int
+	srqEvents chan struct{}
+	events    sync.WaitGroup
+	done      chan struct{}
+	closed    bool
+}
+
+type region struct {
+	outer *verbs.MR // the whole allocation, local access only
+	inner *verbs.MR // the region under test
+	guard int
+}
+
+const guardLen = 64
+
+// NewLocal creates an endpoint on device with opts (already defaulted);
+// withSRQ gives it the SRQ when opts.SRQ is set (B's side).
+func NewLocal(device string, opts PairOptions, withSRQ bool) (*Local, error) {
+	ctx, err := verbs.Open(device)
+	if err != nil {
+		return nil, err
+	}
+	e := &Local{Ctx: ctx, regions: map[int]*region{}, srqEvents: make(chan struct{}, 64), done: make(chan struct{})}
+	fail := func(err error) (*Local, error) {
+		ctx.Close()
+		return nil, err
+	}
+	if e.PD, err = ctx.AllocPD(); err != nil {
+		return fail(err)
+	}
+	if e.SendCQ, err = ctx.CreateCQ(opts.CQDepth); err != nil {
+		return fail(err)
+	}
+	if e.RecvCQ, err = ctx.CreateCQ(opts.CQDepth); err != nil {
+		return fail(err)
+	}
+	if opts.SRQ && withSRQ {
+		if e.SRQ, err = e.PD.CreateSRQ(verbs.SRQInitAttr{MaxWR: opts.SRQWR, MaxSGE: opts.Cap.MaxRecvSGE}); err != nil {
+			return fail(err)
+		}
+	}
+	for range opts.QPs {
+		qp, err := e.PD.CreateQP(verbs.QPInitAttr{SendCQ: e.SendCQ, RecvCQ: e.RecvCQ, SRQ: e.SRQ, Cap: opts.Cap, SigAll: opts.SigAll})
+		if err != nil {
+			return fail(err)
+		}
+		e.QPs = append(e.QPs, qp)
+	}
+	e.events.Add(1)
+	go e.watchEvents()
+	return e, nil
+}
+
+// watchEvents counts SRQ limit events until the context closes.
+func (e *Local) watchEvents() {
+	defer e.events.Done()
+	for {
+		select {
+		case ev := <-e.Ctx.Events():
+			if ev.Type == verbs.EventSRQLimitReached {
+				select {
+				case e.srqEvents <- struct{}{}:
+				default:
+				}
+			}
+		case <-e.done:
+			return
+		}
+	}
+}
+
+func (o PairOptions) param() *cm.Param {
+	return &cm.Param{RNRRetryCount: o.RNRRetry, MinRNRTimer: o.MinRNRTimer, RetryCount: 7, NoDefaults: true}
+}
+
+// Accept accepts opts.QPs connections on l, one for each QP, in order.
+func (e *Local) Accept(l *cm.Listener, opts PairOptions) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for _, qp := range e.QPs {
+		req, err := l.Accept(ctx)
+		if err != nil {
+			return err
+		}
+		c, err := req.Accept(qp, opts.param())
+		if err != nil {
+			return err
+		}
+		e.Conns = append(e.Conns, c)
+	}
+	return nil
+}
+
+// Dial connects each QP to addr, in order.
+func (e *Local) Dial(addr string, opts PairOptions) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for _, qp := range e.QPs {
+		c, err := cm.Dial(ctx, addr, qp, opts.param())
+		if err != nil {
+			return err
+		}
+		e.Conns = append(e.Conns, c)
+	}
+	return nil
+}
+
+// Attr implements Endpoint.
+func (e *Local) Attr() verbs.DeviceAttr { return e.Ctx.QueryDevice() }
+
+// QPNum implements Endpoint.
+func (e *Local) QPNum(i int) uint32 { return e.QPs[i].Num() }
+
+// NewRegion implements Endpoint: it allocates size plus two guards of
+// provider memory with local access only, fills the guards with a pattern,
+// and registers the middle with the access under test.
+func (e *Local) NewRegion(size int, access verbs.AccessFlags) (Region, error) {
+	outer, err := e.PD.AllocMR(size+2*guardLen, verbs.AccessLocalWrite)
+	if err != nil {
+		return Region{}, err
+	}
+	b := outer.Bytes()
+	for i := range b {
+		b[i] = canary(i)
+	}
+	clear(b[guardLen : guardLen+size])
+	inner, err := e.PD.RegMR(b[guardLen:guardLen+size], access)
+	if err != nil {
+		outer.Dereg()
+		return Region{}, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.nextID++
+	e.regions[e.nextID] = &region{outer: outer, inner: inner, guard: guardLen}
+	return Region{ID: e.nextID, Addr: inner.Addr(), Len: size, LKey: inner.LKey(), RKey: inner.RKey()}, nil
+}
+
+func canary(i int) byte { return byte(0xA5 ^ i*7) }
+
+func (e *Local) region(id int) (*region, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r, ok := e.regions[id]
+	if !ok {
+		return nil, fmt.Errorf("no region %d", id)
+	}
+	return r, nil
+}
+
+// Region returns the MR of a region, for cases that use it directly.
+func (e *Local) Region(id int) *verbs.MR {
+	r, err := e.region(id)
+	if err != nil {
+		return nil
+	}
+	return r.inner
+}
+
+// WriteRegion implements Endpoint.
+func (e *Local) WriteRegion(id, off int, data []byte) error {
+	r, err := e.region(id)
+	if err != nil {
+		return err
+	}
+	b := r.outer.Bytes()[r.guard : len(r.outer.Bytes())-r.guard]
+	if off < 0 || off+len(data) > len(b) {
+		return fmt.Errorf("write of %d bytes at %d outside region of %d", len(data), off, len(b))
+	}
+	copy(b[off:], data)
+	return nil
+}
+
+// ReadRegion implements Endpoint.
+func (e *Local) ReadRegion(id, off, n int) ([]byte, error) {
+	r, err := e.region(id)
+	if err != nil {
+		return nil, err
+	}
+	b := r.outer.Bytes()[r.guard : len(r.outer.Bytes())-r.guard]
+	if off < 0 || n < 0 || off+n > len(b) {
+		return nil, fmt.Errorf("read of %d bytes at %d outside region of %d", n, off, len(b))
+	}
+	return append([]byte(nil), b[off:off+n]...), nil
+}
+
+// CanariesIntact implements Endpoint.
+func (e *Local) CanariesIntact(id int) (bool, error) {
+	r, err := e.region(id)
+	if err != nil {
+		return false, err
+	}
+	b := r.outer.Bytes()
+	for i := range b {
+		if i >= r.guard && i < len(b)-r.guard {
+			continue
+		}
+		if b[i] != canary(i) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// DeregRegion implements Endpoint.
+func (e *Local) DeregRegion(id int) error {
+	r, err := e.region(id)
+	if err != nil {
+		return err
+	}
+	return r.inner.Dereg()
+}
+
+// PostSend implements Endpoint.
+func (e *Local) PostSend(i int, wrs []verbs.SendWR) (int, error) { return e.QPs[i].PostSend(wrs) }
+
+// PostRecv implements Endpoint.
+func (e *Local) PostRecv(i int, wrs []verbs.RecvWR) (int, error) { return e.QPs[i].PostRecv(wrs) }
+
+// PostSRQRecv implements Endpoint.
+func (e *Local) PostSRQRecv(wrs []verbs.RecvWR) (int, error) {
+	if e.SRQ == nil {
+		return 0, errors.New("endpoint has no SRQ")
+	}
+	return e.SRQ.PostRecv(wrs)
+}
+
+// Completions implements Endpoint.
+func (e *Local) Completions(kind CQKind, n int, timeout time.Duration) ([]verbs.WorkCompletion, error) {
+	cq := e.SendCQ
+	if kind == RecvCQ {
+		cq = e.RecvCQ
+	}
+	buf := make([]verbs.WorkCompletion, max(n, 64))
+	var out []verbs.WorkCompletion
+	if n == 0 {
+		k := cq.Poll(buf)
+		return append(out, buf[:k]...), cq.Err()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for len(out) < n {
+		k, err := cq.Wait(ctx, buf[:n-len(out)])
+		out = append(out, buf[:k]...)
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return out, nil
+			}
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// QPState implements Endpoint.
+func (e *Local) QPState(i int) (verbs.QPState, error) {
+	a, err := e.QPs[i].Query()
+	return a.State, err
+}
+
+// ArmSRQLimit implements Endpoint.
+func (e *Local) ArmSRQLimit(limit uint32) error {
+	if e.SRQ == nil {
+		return errors.New("endpoint has no SRQ")
+	}
+	return e.SRQ.Modify(verbs.SRQAttr{Limit: limit}, verbs.SRQAttrLimit)
+}
+
+// SRQLimitEvent implements Endpoint.
+func (e *Local) SRQLimitEvent(timeout time.Duration) (bool, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-e.srqEvents:
+		return true, nil
+	case <-t.C:
+		return false, nil
+	}
+}
+
+// Close implements Endpoint: it disconnects and destroys everything in
+// order, and closes the device.
+func (e *Local) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	close(e.done)
+	e.mu.Unlock()
+	e.events.Wait()
+	for _, c := range e.Conns {
+		c.Close()
+	}
+	return e.Ctx.Close()
+}
