@@ -39,17 +39,10 @@ var (
 	ErrScheme = errors.New("cm: no provider serves this address scheme: import the provider (loop://, shm://, tcp://)")
 )
 
-// RejectError is returned by Dial when the listener rejected the request.
-type RejectError struct {
-	PrivateData []byte
-}
-
-func (e *RejectError) Error() string {
-	return fmt.Sprintf("cm: connection rejected by the peer (%d bytes of private data)", len(e.PrivateData))
-}
-
-// Unwrap makes errors.Is(err, ErrRejected) true.
-func (e *RejectError) Unwrap() error { return ErrRejected }
+// RejectError is returned by Dial when the listener rejected the request;
+// it carries the rejection's private data. errors.Is(err, ErrRejected)
+// holds for it.
+type RejectError = driver.RejectError
 
 // Param are the parameters of a connection request or reply (struct
 // rdma_conn_param).

@@ -15,6 +15,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // Sentinel errors shared by every provider.
@@ -229,3 +230,16 @@ type Conn interface {
 	// peer is told.
 	Close() error
 }
+
+// RejectError is returned by a Dial that the listener rejected; it carries
+// the rejection's private data.
+type RejectError struct {
+	PrivateData []byte
+}
+
+func (e *RejectError) Error() string {
+	return fmt.Sprintf("connection rejected by the peer (%d bytes of private data)", len(e.PrivateData))
+}
+
+// Unwrap makes errors.Is(err, ErrRejected) true.
+func (e *RejectError) Unwrap() error { return ErrRejected }

@@ -1,0 +1,312 @@
+// Package loop is the in-process provider of goverbs, device "loop0": the
+// reference implementation of the semantics every provider honours. Both
+// ends of a connection live in the same process; the requester executes
+// each work request itself, copying directly between the two registered
+// buffers, as a NIC's DMA engine would.
+//
+// Simple and obviously correct beats fast here: one mutex serialises the
+// whole in-process fabric, so every operation is atomic with respect to
+// every other, and the engine is split, as Linux's rxe is, into a requester
+// (requester.go), a responder (responder.go) and completion handling
+// (cq.go).
+//
+// Import it for its side effect:
+//
+//	import _ "github.com/goverbs/goverbs/provider/loop"
+//
+// Connections are made with cm at loop://name, or by hand with QP.Modify
+// and QPAttr.DestQPNum naming the peer QP.
+//
+// Deviation from ibverbs, for memory safety: an inline SGE must still lie
+// inside a region registered on the QP's protection domain (its lkey is
+// used to find it), because Go code cannot read arbitrary addresses.
+package loop
+
+import (
+	"crypto/rand"
+	"fmt"
+	"slices"
+	"sync"
+	"unsafe"
+
+	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// DeviceName is the name of the loop device.
+const DeviceName = "loop0"
+
+// maxSGE bounds scatter/gather lists, so that resolved lists fit in arrays
+// on the stack.
+const maxSGE = 32
+
+func init() {
+	verbs.Register("loop", &provider{})
+}
+
+// fabric is the in-process network: every loop QP, listener and key table,
+// behind one mutex.
+type fabric struct {
+	mu        sync.Mutex
+	qps       map[uint32]*qp
+	nextQPN   uint32
+	listeners map[string]*listener
+}
+
+var fab = &fabric{qps: map[uint32]*qp{}, nextQPN: 0x11, listeners: map[string]*listener{}}
+
+var deviceAttr = driver.DeviceAttr{
+	Name:            DeviceName,
+	Transport:       "loop",
+	FWVersion:       "goverbs-loop 1",
+	MaxMRSize:       1 << 34,
+	MaxQP:           1 << 14,
+	MaxQPWR:         1 << 14,
+	MaxSGE:          maxSGE,
+	MaxCQ:           1 << 14,
+	MaxCQE:          1 << 20,
+	MaxMR:           1 << 20,
+	MaxPD:           1 << 14,
+	MaxQPRdAtom:     16,
+	MaxQPInitRdAtom: 16,
+	MaxSRQ:          1 << 14,
+	MaxSRQWR:        1 << 14,
+	MaxSRQSGE:       maxSGE,
+	MaxInlineData:   1024,
+	MaxMsgSize:      1 << 31,
+	MaxPrivateData:  196,
+	AtomicCap:       driver.AtomicGlob,
+	Caps:            driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics,
+}
+
+type provider struct{}
+
+func (*provider) Devices() []driver.DeviceInfo {
+	return []driver.DeviceInfo{{Name: DeviceName, Provider: "loop", Transport: "loop", GUID: 0x676f766572620001}}
+}
+
+func (*provider) Open(name string) (driver.Context, error) {
+	if name != DeviceName {
+		return nil, driver.ErrNoDevice
+	}
+	return &devCtx{events: make(chan driver.AsyncEvent, 64), mrs: map[uint32]*mr{}, nextMR: 1}, nil
+}
+
+// devCtx is an open loop device. Its fields are guarded by fab.mu.
+type devCtx struct {
+	events chan driver.AsyncEvent
+	mrs    map[uint32]*mr // by key index (key >> 8)
+	nextMR uint32
+	pds    int
+	cqs    []*cq
+	qps    []*qp
+	srqs   int
+	closed bool
+}
+
+func (c *devCtx) QueryDevice() driver.DeviceAttr { return deviceAttr }
+
+func (c *devCtx) Events() <-chan driver.AsyncEvent { return c.events }
+
+// event delivers an asynchronous event, dropping it if nobody reads them.
+func (c *devCtx) event(t driver.EventType, element any) {
+	select {
+	case c.events <- driver.AsyncEvent{Type: t, Element: element}:
+	default:
+	}
+}
+
+func (c *devCtx) AllocPD() (driver.PD, error) {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	if c.closed {
+		return nil, driver.ErrClosed
+	}
+	if c.pds >= deviceAttr.MaxPD {
+		return nil, driver.ErrNoResources
+	}
+	c.pds++
+	return &pd{ctx: c}, nil
+}
+
+// Close destroys every QP (breaking their connections), invalidates every
+// key and stops every CQ.
+func (c *devCtx) Close() error {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	for _, q := range slices.Clone(c.qps) {
+		q.destroy()
+	}
+	for _, m := range c.mrs {
+		m.valid = false
+	}
+	clear(c.mrs)
+	for _, cq := range c.cqs {
+		cq.destroyed = true
+	}
+	return nil
+}
+
+type pd struct {
+	ctx      *devCtx
+	released bool
+}
+
+func (p *pd) Dealloc() error {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	if p.released {
+		return driver.ErrClosed
+	}
+	p.released = true
+	p.ctx.pds--
+	return nil
+}
+
+// mr is a registered region. Its key serves as both lkey and rkey: the
+// key's index in the context's table in the high 24 bits, a random tag in
+// the low 8, so that stale and guessed keys miss.
+type mr struct {
+	ctx    *devCtx
+	pd     *pd
+	key    uint32
+	buf    []byte
+	addr   uint64
+	access driver.AccessFlags
+	valid  bool
+}
+
+func (p *pd) AllocMR(size int, access driver.AccessFlags) (driver.MR, error) {
+	// Back the region with uint64s so that it is 8-byte aligned for atomics.
+	words := make([]uint64, (size+7)/8)
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), size)
+	return p.register(buf, access)
+}
+
+func (p *pd) RegMR(buf []byte, access driver.AccessFlags) (driver.MR, error) {
+	return p.register(buf, access)
+}
+
+func (p *pd) register(buf []byte, access driver.AccessFlags) (driver.MR, error) {
+	var tag [1]byte
+	rand.Read(tag[:])
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	c := p.ctx
+	if c.closed || p.released {
+		return nil, driver.ErrClosed
+	}
+	if len(c.mrs) >= deviceAttr.MaxMR {
+		return nil, driver.ErrNoResources
+	}
+	idx := c.nextMR
+	for c.mrs[idx] != nil || idx == 0 {
+		idx = (idx + 1) & 0xffffff
+	}
+	c.nextMR = (idx + 1) & 0xffffff
+	m := &mr{ctx: c, pd: p, key: idx<<8 | uint32(tag[0]), buf: buf,
+		addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access, valid: true}
+	c.mrs[idx] = m
+	return m, nil
+}
+
+func (m *mr) LKey() uint32               { return m.key }
+func (m *mr) RKey() uint32               { return m.key }
+func (m *mr) Addr() uint64               { return m.addr }
+func (m *mr) Bytes() []byte              { return m.buf }
+func (m *mr) Access() driver.AccessFlags { return m.access }
+
+func (m *mr) Dereg() error {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	if !m.valid {
+		return driver.ErrClosed
+	}
+	m.valid = false
+	delete(m.ctx.mrs, m.key>>8)
+	return nil
+}
+
+// lookup finds the valid region of key on c, or nil.
+func (c *devCtx) lookup(key uint32) *mr {
+	m := c.mrs[key>>8]
+	if m == nil || m.key != key || !m.valid {
+		return nil
+	}
+	return m
+}
+
+// span returns the bytes [addr, addr+n) of the region of key, if that
+// region exists on c, belongs to pd, grants need and contains the range.
+func (c *devCtx) span(key uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, bool) {
+	m := c.lookup(key)
+	if m == nil || m.pd != p || m.access&need != need || addr < m.addr {
+		return nil, false
+	}
+	off := addr - m.addr
+	if off > uint64(len(m.buf)) || n > uint64(len(m.buf))-off {
+		return nil, false
+	}
+	return m.buf[off : off+n], true
+}
+
+// sgList is a scatter/gather list resolved to memory.
+type sgList struct {
+	seg [maxSGE][]byte
+	n   int
+}
+
+// resolve maps a local SG list of QP q to memory, requiring need on each
+// region; it reports false on a bad key, PD, right or range.
+func (l *sgList) resolve(q *qp, sg []driver.SGE, need driver.AccessFlags) bool {
+	l.n = 0
+	for i := range sg {
+		b, ok := q.ctx.span(sg[i].LKey, q.pd, sg[i].Addr, uint64(sg[i].Length), need)
+		if !ok {
+			return false
+		}
+		l.seg[l.n] = b
+		l.n++
+	}
+	return true
+}
+
+// one makes the list the single segment b.
+func (l *sgList) one(b []byte) {
+	l.seg[0] = b
+	l.n = 1
+}
+
+// copySG copies from src into dst segment by segment, without staging,
+// and returns the number of bytes copied.
+func copySG(dst, src *sgList) int {
+	total := 0
+	di, doff := 0, 0
+	for si := 0; si < src.n; si++ {
+		s := src.seg[si]
+		for len(s) > 0 && di < dst.n {
+			n := copy(dst.seg[di][doff:], s)
+			s = s[n:]
+			doff += n
+			total += n
+			if doff == len(dst.seg[di]) {
+				di, doff = di+1, 0
+			}
+		}
+	}
+	return total
+}
+
+func (l *sgList) len() uint64 {
+	var n uint64
+	for i := 0; i < l.n; i++ {
+		n += uint64(len(l.seg[i]))
+	}
+	return n
+}
+
+func errClosed(what string) error { return fmt.Errorf("%s: %w", what, driver.ErrClosed) }

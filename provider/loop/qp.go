@@ -1,0 +1,348 @@
+package loop
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// swqe is a send queue slot: a copy of the posted WR whose SG list points
+// into the slot's own array, and the inline payload copied at post time.
+type swqe struct {
+	wr       driver.SendWR
+	sge      []driver.SGE
+	inline   []byte
+	isInline bool
+	signaled bool
+}
+
+// rwqe is a receive queue slot.
+type rwqe struct {
+	wrid uint64
+	sge  []driver.SGE
+}
+
+// qp is a loop queue pair. Its fields are guarded by fab.mu.
+//
+// The send queue is a ring indexed by three monotonically increasing
+// counters: sqHead is the oldest slot not yet retired (its completion, or
+// a later one, has not been polled), sqNext the next WR to execute, and
+// sqTail the next free slot.
+type qp struct {
+	ctx     *devCtx
+	pd      *pd
+	num     uint32
+	userCtx any
+	sendCQ  *cq
+	recvCQ  *cq
+	srq     *srq
+	sigAll  bool
+	cap     driver.QPCap
+	attr    driver.QPAttr
+
+	sq                     []swqe
+	sqHead, sqNext, sqTail uint64
+
+	rq             []rwqe
+	rqHead, rqTail uint64
+
+	peer *qp   // the connected QP, set on the move to RTR
+	link *link // the cm connection, if any
+
+	rnrRetries int
+	rnrTimer   *time.Timer
+	rnrGen     uint64
+	inProgress bool
+	destroyed  bool
+}
+
+func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
+	if a.Type != driver.QPTypeRC {
+		return nil, fmt.Errorf("%w: loop supports only RC QPs", driver.ErrUnsupported)
+	}
+	scq, ok1 := a.SendCQ.(*cq)
+	rcq, ok2 := a.RecvCQ.(*cq)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("%w: CQs of another provider", driver.ErrInvalidArg)
+	}
+	var s *srq
+	if a.SRQ != nil {
+		if s, ok1 = a.SRQ.(*srq); !ok1 {
+			return nil, fmt.Errorf("%w: SRQ of another provider", driver.ErrInvalidArg)
+		}
+	}
+	c := a.Cap
+	if c.MaxSendSGE > maxSGE || c.MaxRecvSGE > maxSGE || c.MaxInlineData > uint32(deviceAttr.MaxInlineData) {
+		return nil, driver.ErrInvalidArg
+	}
+	q := &qp{ctx: p.ctx, pd: p, userCtx: a.UserCtx, sendCQ: scq, recvCQ: rcq, srq: s, sigAll: a.SigAll, cap: c}
+	q.sq = make([]swqe, c.MaxSendWR)
+	for i := range q.sq {
+		q.sq[i].sge = make([]driver.SGE, 0, c.MaxSendSGE)
+		q.sq[i].inline = make([]byte, 0, c.MaxInlineData)
+	}
+	if s == nil {
+		q.rq = make([]rwqe, c.MaxRecvWR)
+		for i := range q.rq {
+			q.rq[i].sge = make([]driver.SGE, 0, c.MaxRecvSGE)
+		}
+	}
+	q.attr.Cap = c
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	if p.ctx.closed || p.released {
+		return nil, driver.ErrClosed
+	}
+	if len(fab.qps) >= deviceAttr.MaxQP {
+		return nil, driver.ErrNoResources
+	}
+	for fab.qps[fab.nextQPN] != nil || fab.nextQPN < 0x11 {
+		fab.nextQPN = (fab.nextQPN + 1) & 0xffffff
+	}
+	q.num = fab.nextQPN
+	fab.nextQPN = (fab.nextQPN + 1) & 0xffffff
+	fab.qps[q.num] = q
+	p.ctx.qps = append(p.ctx.qps, q)
+	return q, nil
+}
+
+func (q *qp) Num() uint32 { return q.num }
+
+func (q *qp) Query() (driver.QPAttr, error) {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	if q.destroyed {
+		return driver.QPAttr{}, driver.ErrClosed
+	}
+	a := q.attr
+	a.CurState = a.State
+	return a, nil
+}
+
+func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	if q.destroyed {
+		return driver.ErrClosed
+	}
+	next, err := driver.CheckModify(q.attr.State, attr, mask)
+	if err != nil {
+		return err
+	}
+	var peer *qp
+	if next == driver.QPSRTR && q.attr.State == driver.QPSInit {
+		if peer = fab.qps[attr.DestQPNum]; peer == nil || peer == q {
+			return fmt.Errorf("%w: no loop QP %d to connect to", driver.ErrInvalidArg, attr.DestQPNum)
+		}
+	}
+	driver.ApplyAttr(&q.attr, attr, mask)
+	prev := q.attr.State
+	q.attr.State = next
+	switch next {
+	case driver.QPSReset:
+		q.reset()
+	case driver.QPSRTR:
+		if peer != nil {
+			q.peer = peer
+		}
+	case driver.QPSRTS:
+		q.progress()
+	case driver.QPSSQD:
+		if prev == driver.QPSRTS {
+			// Execution is synchronous: nothing is in flight, the SQ is drained.
+			q.ctx.event(driver.EventSQDrained, q.userCtx)
+		}
+	case driver.QPSErr:
+		q.attr.State = prev
+		q.toErr()
+	}
+	return nil
+}
+
+// reset empties both queues without completions, as the move to Reset does.
+func (q *qp) reset() {
+	q.stopRNR()
+	q.sqHead, q.sqNext, q.sqTail = 0, 0, 0
+	q.rqHead, q.rqTail = 0, 0
+	q.peer = nil
+	q.rnrRetries = 0
+	q.attr = driver.QPAttr{Cap: q.cap}
+}
+
+// toErr moves the QP to the error state and flushes every outstanding
+// send and receive with WCWRFlushErr.
+func (q *qp) toErr() {
+	if q.attr.State == driver.QPSErr {
+		return
+	}
+	q.attr.State = driver.QPSErr
+	q.stopRNR()
+	for q.rqHead != q.rqTail {
+		r := &q.rq[q.rqHead%uint64(len(q.rq))]
+		q.rqHead++
+		q.completeRecv(driver.WorkCompletion{WRID: r.wrid, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
+	}
+	q.progress()
+}
+
+func (q *qp) stopRNR() {
+	if q.rnrTimer != nil {
+		q.rnrTimer.Stop()
+		q.rnrTimer = nil
+	}
+	q.rnrGen++
+}
+
+// retireSQ frees the send queue slots up to and including slot seq.
+func (q *qp) retireSQ(seq uint64) {
+	if seq+1 > q.sqHead && seq < q.sqTail {
+		q.sqHead = seq + 1
+	}
+}
+
+func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	for i := range wrs {
+		if err := q.postSend(&wrs[i]); err != nil {
+			q.progress()
+			return i, err
+		}
+	}
+	q.progress()
+	return len(wrs), nil
+}
+
+// postSend validates one WR and queues it.
+func (q *qp) postSend(wr *driver.SendWR) error {
+	if q.destroyed {
+		return driver.ErrClosed
+	}
+	switch q.attr.State {
+	case driver.QPSReset, driver.QPSInit, driver.QPSRTR:
+		return driver.ErrInvalidState
+	}
+	switch {
+	case !wr.Opcode.Valid():
+		return driver.ErrInvalidArg
+	case wr.Opcode == driver.OpLocalInv || wr.Opcode == driver.OpBindMW || wr.Opcode == driver.OpSendWithInv:
+		return driver.ErrUnsupported
+	case len(wr.SGList) > int(q.cap.MaxSendSGE):
+		return driver.ErrInvalidArg
+	case wr.Opcode.IsAtomic() && driver.SGListLen(wr.SGList) != 8:
+		return driver.ErrInvalidArg
+	}
+	inline := wr.Flags&driver.SendInline != 0
+	if inline && (!wr.Opcode.ReadsLocal() || driver.SGListLen(wr.SGList) > uint64(q.cap.MaxInlineData)) {
+		return driver.ErrInvalidArg
+	}
+	if q.sqTail-q.sqHead == uint64(len(q.sq)) {
+		return driver.ErrQueueFull
+	}
+	s := &q.sq[q.sqTail%uint64(len(q.sq))]
+	s.wr = *wr
+	s.sge = append(s.sge[:0], wr.SGList...)
+	s.wr.SGList = s.sge
+	s.signaled = q.sigAll || wr.Flags&driver.SendSignaled != 0
+	s.isInline = inline
+	s.inline = s.inline[:0]
+	if inline {
+		for i := range wr.SGList {
+			g := &wr.SGList[i]
+			b, ok := q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), 0)
+			if !ok {
+				return fmt.Errorf("%w: inline SGE %d is not inside a region registered on this PD", driver.ErrInvalidArg, i)
+			}
+			s.inline = append(s.inline, b...)
+		}
+	}
+	q.sqTail++
+	return nil
+}
+
+func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	for i := range wrs {
+		if err := q.postRecv(&wrs[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(wrs), nil
+}
+
+func (q *qp) postRecv(wr *driver.RecvWR) error {
+	switch {
+	case q.destroyed:
+		return driver.ErrClosed
+	case q.srq != nil:
+		return fmt.Errorf("%w: the QP takes its receives from an SRQ", driver.ErrInvalidArg)
+	case q.attr.State == driver.QPSReset:
+		return driver.ErrInvalidState
+	case len(wr.SGList) > int(q.cap.MaxRecvSGE):
+		return driver.ErrInvalidArg
+	case q.rqTail-q.rqHead == uint64(len(q.rq)):
+		return driver.ErrQueueFull
+	}
+	if q.attr.State == driver.QPSErr {
+		q.completeRecv(driver.WorkCompletion{WRID: wr.WRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
+		return nil
+	}
+	r := &q.rq[q.rqTail%uint64(len(q.rq))]
+	r.wrid = wr.WRID
+	r.sge = append(r.sge[:0], wr.SGList...)
+	q.rqTail++
+	return nil
+}
+
+// completeRecv reports a receive completion; a lost one (CQ overrun)
+// moves the QP to the error state.
+func (q *qp) completeRecv(wc driver.WorkCompletion) {
+	wc.QPNum = q.num
+	if !q.recvCQ.push(cqe{wc: wc, solicited: wc.Flags&driver.WCSolicited != 0}) {
+		q.fatal()
+	}
+}
+
+// completeSend reports the completion of the send slot seq.
+func (q *qp) completeSend(seq uint64, wc driver.WorkCompletion) {
+	wc.QPNum = q.num
+	if !q.sendCQ.push(cqe{wc: wc, q: q, retire: seq}) {
+		q.fatal()
+	}
+}
+
+// fatal moves the QP to the error state on its own, with EventQPFatal.
+func (q *qp) fatal() {
+	if q.attr.State != driver.QPSErr {
+		q.ctx.event(driver.EventQPFatal, q.userCtx)
+		q.toErr()
+	}
+}
+
+func (q *qp) Destroy() error {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	if q.destroyed {
+		return driver.ErrClosed
+	}
+	q.destroy()
+	return nil
+}
+
+// destroy removes the QP from the fabric and breaks its cm connection.
+func (q *qp) destroy() {
+	q.stopRNR()
+	q.destroyed = true
+	delete(fab.qps, q.num)
+	if q.link != nil {
+		q.link.breakLocked()
+	}
+	for i, x := range q.ctx.qps {
+		if x == q {
+			q.ctx.qps = append(q.ctx.qps[:i], q.ctx.qps[i+1:]...)
+			break
+		}
+	}
+}

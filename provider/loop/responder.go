@@ -1,0 +1,169 @@
+package loop
+
+import (
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// The responder side of a QP: what happens when a peer's request arrives.
+// Each function returns the status the requester completes with.
+
+// accepts reports whether the QP's responder takes requests (RTR onwards,
+// short of the error state).
+func (p *qp) accepts() bool {
+	switch p.attr.State {
+	case driver.QPSRTR, driver.QPSRTS, driver.QPSSQD, driver.QPSSQE:
+		return true
+	}
+	return false
+}
+
+// nextRecv returns the receive the next incoming message consumes, or nil.
+func (p *qp) nextRecv() *rwqe {
+	if p.srq != nil {
+		return p.srq.peek()
+	}
+	if p.rqHead == p.rqTail {
+		return nil
+	}
+	return &p.rq[p.rqHead%uint64(len(p.rq))]
+}
+
+// consumeRecv removes the receive nextRecv returned.
+func (p *qp) consumeRecv() {
+	if p.srq != nil {
+		p.srq.consume()
+		return
+	}
+	p.rqHead++
+}
+
+// responderErr moves the responder to the error state after a request it
+// could not serve, raising ev.
+func (p *qp) responderErr(ev driver.EventType) {
+	p.ctx.event(ev, p.userCtx)
+	p.toErr()
+}
+
+// remote returns the bytes a request names by rkey, if the QP accepts
+// the access and the region grants it.
+func (p *qp) remote(rkey uint32, addr, n uint64, need driver.AccessFlags) ([]byte, bool) {
+	if p.attr.AccessFlags&need != need {
+		return nil, false
+	}
+	return p.ctx.span(rkey, p.pd, addr, n, need)
+}
+
+// recvCompletion starts the completion of a message from requester q.
+func recvCompletion(q *qp, wr *driver.SendWR, wrid uint64, op driver.WCOpcode) driver.WorkCompletion {
+	wc := driver.WorkCompletion{WRID: wrid, Opcode: op, SrcQP: q.num}
+	if wr.Opcode.HasImm() {
+		wc.Flags |= driver.WCWithImm
+		wc.Imm = wr.Imm
+	}
+	if wr.Flags&driver.SendSolicited != 0 {
+		wc.Flags |= driver.WCSolicited
+	}
+	return wc
+}
+
+// receive places a Send into the next posted receive.
+func (p *qp) receive(q *qp, wr *driver.SendWR, src *sgList) driver.WCStatus {
+	r := p.nextRecv()
+	if r == nil {
+		return rnrWait
+	}
+	wc := recvCompletion(q, wr, r.wrid, driver.WCRecv)
+	var dst sgList
+	ok := dst.resolve(p, r.sge, driver.AccessLocalWrite)
+	p.consumeRecv()
+	switch {
+	case !ok:
+		wc.Status = driver.WCLocProtErr
+		p.completeRecv(wc)
+		p.responderErr(driver.EventQPAccessErr)
+		return driver.WCRemOpErr
+	case src.len() > dst.len():
+		wc.Status = driver.WCLocLenErr
+		p.completeRecv(wc)
+		p.responderErr(driver.EventQPReqErr)
+		return driver.WCRemInvReqErr
+	}
+	wc.ByteLen = uint32(copySG(&dst, src))
+	p.completeRecv(wc)
+	return driver.WCSuccess
+}
+
+// write places an RDMA Write, and for Write with immediate consumes a
+// receive once the data is in place. A zero-length Write checks no rkey.
+func (p *qp) write(q *qp, wr *driver.SendWR, src *sgList) driver.WCStatus {
+	withImm := wr.Opcode == driver.OpRDMAWriteWithImm
+	if withImm && p.nextRecv() == nil {
+		return rnrWait
+	}
+	n := src.len()
+	if n > 0 {
+		b, ok := p.remote(wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteWrite)
+		if !ok {
+			p.responderErr(driver.EventQPAccessErr)
+			return driver.WCRemAccessErr
+		}
+		var dst sgList
+		dst.one(b)
+		copySG(&dst, src)
+	}
+	if withImm {
+		wc := recvCompletion(q, wr, p.nextRecv().wrid, driver.WCRecvRDMAWithImm)
+		wc.ByteLen = uint32(n)
+		p.consumeRecv()
+		p.completeRecv(wc)
+	}
+	return driver.WCSuccess
+}
+
+// read serves an RDMA Read into the requester's list dst.
+func (p *qp) read(wr *driver.SendWR, dst *sgList) driver.WCStatus {
+	if p.attr.MaxDestRdAtomic == 0 {
+		p.responderErr(driver.EventQPReqErr)
+		return driver.WCRemInvReqErr
+	}
+	n := dst.len()
+	if n == 0 {
+		return driver.WCSuccess
+	}
+	b, ok := p.remote(wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteRead)
+	if !ok {
+		p.responderErr(driver.EventQPAccessErr)
+		return driver.WCRemAccessErr
+	}
+	var src sgList
+	src.one(b)
+	copySG(dst, &src)
+	return driver.WCSuccess
+}
+
+// atomic runs an 8-byte atomic with a CPU atomic instruction on the
+// target word and returns the word's previous value.
+func (p *qp) atomic(wr *driver.SendWR) (uint64, driver.WCStatus) {
+	if p.attr.MaxDestRdAtomic == 0 || wr.RemoteAddr%8 != 0 {
+		p.responderErr(driver.EventQPReqErr)
+		return 0, driver.WCRemInvReqErr
+	}
+	b, ok := p.remote(wr.RKey, wr.RemoteAddr, 8, driver.AccessRemoteAtomic)
+	if !ok {
+		p.responderErr(driver.EventQPAccessErr)
+		return 0, driver.WCRemAccessErr
+	}
+	word := (*uint64)(unsafe.Pointer(&b[0]))
+	if wr.Opcode == driver.OpAtomicFetchAndAdd {
+		return atomic.AddUint64(word, wr.CompareAdd) - wr.CompareAdd, driver.WCSuccess
+	}
+	for {
+		old := atomic.LoadUint64(word)
+		if old != wr.CompareAdd || atomic.CompareAndSwapUint64(word, old, wr.Swap) {
+			return old, driver.WCSuccess
+		}
+	}
+}

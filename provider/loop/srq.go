@@ -1,0 +1,115 @@
+package loop
+
+import (
+	"fmt"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// srq is a shared receive queue: a ring of receives several QPs consume.
+// Fields are guarded by fab.mu.
+type srq struct {
+	ctx        *devCtx
+	userCtx    any
+	ring       []rwqe
+	head, tail uint64
+	maxSGE     uint32
+	limit      uint32
+	destroyed  bool
+}
+
+func (p *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
+	if a.MaxSGE > maxSGE {
+		return nil, driver.ErrInvalidArg
+	}
+	s := &srq{ctx: p.ctx, userCtx: a.UserCtx, ring: make([]rwqe, a.MaxWR), maxSGE: a.MaxSGE, limit: a.Limit}
+	for i := range s.ring {
+		s.ring[i].sge = make([]driver.SGE, 0, a.MaxSGE)
+	}
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	if p.ctx.closed || p.released {
+		return nil, driver.ErrClosed
+	}
+	if p.ctx.srqs >= deviceAttr.MaxSRQ {
+		return nil, driver.ErrNoResources
+	}
+	p.ctx.srqs++
+	return s, nil
+}
+
+func (s *srq) PostRecv(wrs []driver.RecvWR) (int, error) {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	for i := range wrs {
+		wr := &wrs[i]
+		switch {
+		case s.destroyed:
+			return i, driver.ErrClosed
+		case len(wr.SGList) > int(s.maxSGE):
+			return i, driver.ErrInvalidArg
+		case s.tail-s.head == uint64(len(s.ring)):
+			return i, driver.ErrQueueFull
+		}
+		r := &s.ring[s.tail%uint64(len(s.ring))]
+		r.wrid = wr.WRID
+		r.sge = append(r.sge[:0], wr.SGList...)
+		s.tail++
+	}
+	return len(wrs), nil
+}
+
+func (s *srq) peek() *rwqe {
+	if s.head == s.tail || s.destroyed {
+		return nil
+	}
+	return &s.ring[s.head%uint64(len(s.ring))]
+}
+
+// consume takes the receive peek returned and raises the limit event when
+// fewer than the armed limit remain.
+func (s *srq) consume() {
+	s.head++
+	if s.limit > 0 && s.tail-s.head < uint64(s.limit) {
+		s.limit = 0
+		s.ctx.event(driver.EventSRQLimitReached, s.userCtx)
+	}
+}
+
+func (s *srq) Modify(a driver.SRQAttr, mask driver.SRQAttrMask) error {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	if s.destroyed {
+		return driver.ErrClosed
+	}
+	if mask&driver.SRQAttrMaxWR != 0 {
+		return fmt.Errorf("%w: loop SRQs cannot be resized", driver.ErrUnsupported)
+	}
+	if mask&driver.SRQAttrLimit != 0 {
+		if a.Limit > uint32(len(s.ring)) {
+			return fmt.Errorf("%w: limit %d above the SRQ's %d entries", driver.ErrInvalidArg, a.Limit, len(s.ring))
+		}
+		s.limit = a.Limit
+	}
+	return nil
+}
+
+func (s *srq) Query() (driver.SRQAttr, error) {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	if s.destroyed {
+		return driver.SRQAttr{}, driver.ErrClosed
+	}
+	return driver.SRQAttr{MaxWR: uint32(len(s.ring)), MaxSGE: s.maxSGE, Limit: s.limit}, nil
+}
+
+func (s *srq) Destroy() error {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	if s.destroyed {
+		return driver.ErrClosed
+	}
+	s.destroyed = true
+	s.ctx.srqs--
+	return nil
+}
