@@ -174,54 +174,54 @@ type WCStatus uint8
 
 // Completion statuses, with ibverbs' meanings.
 const (
-	WCSuccess         WCStatus = iota // the operation completed successfully
-	WCLocLenErr                       // local length error: a receive buffer was too small or a message too long
-	WCLocQPOpErr                      // local QP operation error: an internal consistency error or a malformed WR
-	WCLocEECOpErr                     // local EE context operation error (unused on RC)
-	WCLocProtErr                      // local protection error: a bad lkey or an address outside the region
-	WCWRFlushErr                      // work request flushed because the QP is in the error state
-	WCMWBindErr                       // memory window bind error
-	WCBadRespErr                      // bad response from the responder
-	WCLocAccessErr                    // local access error
-	WCRemInvReqErr                    // remote invalid request: the responder found the request invalid (too long for its buffer, misaligned atomic, unsupported op)
-	WCRemAccessErr                    // remote access error: bad rkey, out of bounds, or missing rights
-	WCRemOpErr                        // remote operation error: the responder failed to complete the operation
-	WCRetryExcErr                     // transport retry counter exceeded: the peer is unreachable or gone
-	WCRNRRetryExcErr                  // RNR retry counter exceeded: the peer posted no receive in time
-	WCLocRDDViolErr                   // local RDD violation (unused on RC)
-	WCRemInvRDReqErr                  // remote invalid RD request (unused on RC)
-	WCRemAbortErr                     // remote aborted
-	WCInvEECNErr                      // invalid EE context number (unused on RC)
-	WCInvEECStateErr                  // invalid EE context state (unused on RC)
-	WCFatalErr                        // fatal error
-	WCRespTimeoutErr                  // response timeout
-	WCGeneralErr                      // general error
+	WCSuccess        WCStatus = iota // the operation completed successfully
+	WCLocLenErr                      // local length error: a receive buffer was too small or a message too long
+	WCLocQPOpErr                     // local QP operation error: an internal consistency error or a malformed WR
+	WCLocEECOpErr                    // local EE context operation error (unused on RC)
+	WCLocProtErr                     // local protection error: a bad lkey or an address outside the region
+	WCWRFlushErr                     // work request flushed because the QP is in the error state
+	WCMWBindErr                      // memory window bind error
+	WCBadRespErr                     // bad response from the responder
+	WCLocAccessErr                   // local access error
+	WCRemInvReqErr                   // remote invalid request: the responder found the request invalid (too long for its buffer, misaligned atomic, unsupported op)
+	WCRemAccessErr                   // remote access error: bad rkey, out of bounds, or missing rights
+	WCRemOpErr                       // remote operation error: the responder failed to complete the operation
+	WCRetryExcErr                    // transport retry counter exceeded: the peer is unreachable or gone
+	WCRNRRetryExcErr                 // RNR retry counter exceeded: the peer posted no receive in time
+	WCLocRDDViolErr                  // local RDD violation (unused on RC)
+	WCRemInvRDReqErr                 // remote invalid RD request (unused on RC)
+	WCRemAbortErr                    // remote aborted
+	WCInvEECNErr                     // invalid EE context number (unused on RC)
+	WCInvEECStateErr                 // invalid EE context state (unused on RC)
+	WCFatalErr                       // fatal error
+	WCRespTimeoutErr                 // response timeout
+	WCGeneralErr                     // general error
 	numWCStatus
 )
 
 var wcStatusNames = [...]string{
-	WCSuccess:         "success",
-	WCLocLenErr:       "local length error",
-	WCLocQPOpErr:      "local QP operation error",
-	WCLocEECOpErr:     "local EE context operation error",
-	WCLocProtErr:      "local protection error",
-	WCWRFlushErr:      "Work Request Flushed Error",
-	WCMWBindErr:       "memory management operation error",
-	WCBadRespErr:      "bad response error",
-	WCLocAccessErr:    "local access error",
-	WCRemInvReqErr:    "remote invalid request error",
-	WCRemAccessErr:    "remote access error",
-	WCRemOpErr:        "remote operation error",
-	WCRetryExcErr:     "transport retry counter exceeded",
-	WCRNRRetryExcErr:  "RNR retry counter exceeded",
-	WCLocRDDViolErr:   "local RDD violation error",
-	WCRemInvRDReqErr:  "remote invalid RD request",
-	WCRemAbortErr:     "aborted error",
-	WCInvEECNErr:      "invalid EE context number",
-	WCInvEECStateErr:  "invalid EE context state",
-	WCFatalErr:        "fatal error",
-	WCRespTimeoutErr:  "response timeout error",
-	WCGeneralErr:      "general error",
+	WCSuccess:        "success",
+	WCLocLenErr:      "local length error",
+	WCLocQPOpErr:     "local QP operation error",
+	WCLocEECOpErr:    "local EE context operation error",
+	WCLocProtErr:     "local protection error",
+	WCWRFlushErr:     "Work Request Flushed Error",
+	WCMWBindErr:      "memory management operation error",
+	WCBadRespErr:     "bad response error",
+	WCLocAccessErr:   "local access error",
+	WCRemInvReqErr:   "remote invalid request error",
+	WCRemAccessErr:   "remote access error",
+	WCRemOpErr:       "remote operation error",
+	WCRetryExcErr:    "transport retry counter exceeded",
+	WCRNRRetryExcErr: "RNR retry counter exceeded",
+	WCLocRDDViolErr:  "local RDD violation error",
+	WCRemInvRDReqErr: "remote invalid RD request",
+	WCRemAbortErr:    "aborted error",
+	WCInvEECNErr:     "invalid EE context number",
+	WCInvEECStateErr: "invalid EE context state",
+	WCFatalErr:       "fatal error",
+	WCRespTimeoutErr: "response timeout error",
+	WCGeneralErr:     "general error",
 }
 
 // String returns the status as ibv_wc_status_str(3) words it.
@@ -297,9 +297,9 @@ type WCFlags uint8
 
 // Completion flags.
 const (
-	WCWithImm    WCFlags = 1 << 1 // Imm is valid
-	WCWithInv    WCFlags = 1 << 3 // InvalidatedRKey is valid
-	WCSolicited  WCFlags = 1 << 4 // the message carried the solicited event indication
+	WCWithImm   WCFlags = 1 << 1 // Imm is valid
+	WCWithInv   WCFlags = 1 << 3 // InvalidatedRKey is valid
+	WCSolicited WCFlags = 1 << 4 // the message carried the solicited event indication
 )
 
 // WorkCompletion reports the outcome of a work request (struct ibv_wc).
@@ -514,23 +514,23 @@ type EventType uint8
 
 // Asynchronous event types.
 const (
-	EventCQErr             EventType = iota // a CQ overran; Element is the CQ
-	EventQPFatal                            // a QP moved to the error state on its own; Element is the QP
-	EventQPReqErr                           // invalid request on a QP
-	EventQPAccessErr                        // remote access error on a QP's responder
-	EventCommEst                            // communication established
-	EventSQDrained                          // the send queue of a QP in SQD drained
-	EventPathMig                            // path migrated (unused)
-	EventPathMigErr                         // path migration failed (unused)
-	EventDeviceFatal                        // the device failed
-	EventPortActive                         // port active
-	EventPortErr                            // port error
-	EventLIDChange                          // LID change
-	EventPKeyChange                         // P_Key change
-	EventSMChange                           // SM change
-	EventSRQErr                             // an SRQ failed; Element is the SRQ
-	EventSRQLimitReached                    // an armed SRQ fell below its limit; Element is the SRQ
-	EventQPLastWQEReached                   // a QP on an SRQ reached its last WQE; Element is the QP
+	EventCQErr            EventType = iota // a CQ overran; Element is the CQ
+	EventQPFatal                           // a QP moved to the error state on its own; Element is the QP
+	EventQPReqErr                          // invalid request on a QP
+	EventQPAccessErr                       // remote access error on a QP's responder
+	EventCommEst                           // communication established
+	EventSQDrained                         // the send queue of a QP in SQD drained
+	EventPathMig                           // path migrated (unused)
+	EventPathMigErr                        // path migration failed (unused)
+	EventDeviceFatal                       // the device failed
+	EventPortActive                        // port active
+	EventPortErr                           // port error
+	EventLIDChange                         // LID change
+	EventPKeyChange                        // P_Key change
+	EventSMChange                          // SM change
+	EventSRQErr                            // an SRQ failed; Element is the SRQ
+	EventSRQLimitReached                   // an armed SRQ fell below its limit; Element is the SRQ
+	EventQPLastWQEReached                  // a QP on an SRQ reached its last WQE; Element is the QP
 )
 
 var eventNames = [...]string{

@@ -215,6 +215,11 @@ func (h Harness) NewPair(t testing.TB, opts PairOptions) *Pair {
 			t.Fatalf("accept: %v", err)
 		}
 	}
+	if r, ok := p.B.(*remote); ok {
+		if err := r.WaitAccepted(); err != nil {
+			t.Fatalf("remote accept: %v", err)
+		}
+	}
 	return p
 }
 
@@ -232,6 +237,7 @@ type Local struct {
 	regions   map[int]*region
 	nextID    int
 	srqEvents chan struct{}
+	asyncEvs  chan verbs.AsyncEvent
 	events    sync.WaitGroup
 	done      chan struct{}
 	closed    bool
@@ -252,7 +258,8 @@ func NewLocal(device string, opts PairOptions, withSRQ bool) (*Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Local{Ctx: ctx, regions: map[int]*region{}, srqEvents: make(chan struct{}, 64), done: make(chan struct{})}
+	e := &Local{Ctx: ctx, regions: map[int]*region{}, srqEvents: make(chan struct{}, 64),
+		asyncEvs: make(chan verbs.AsyncEvent, 64), done: make(chan struct{})}
 	fail := func(err error) (*Local, error) {
 		ctx.Close()
 		return nil, err
@@ -283,7 +290,8 @@ func NewLocal(device string, opts PairOptions, withSRQ bool) (*Local, error) {
 	return e, nil
 }
 
-// watchEvents counts SRQ limit events until the context closes.
+// watchEvents counts SRQ limit events and keeps every asynchronous event
+// for WaitEvent until the context closes.
 func (e *Local) watchEvents() {
 	defer e.events.Done()
 	for {
@@ -294,6 +302,10 @@ func (e *Local) watchEvents() {
 				case e.srqEvents <- struct{}{}:
 				default:
 				}
+			}
+			select {
+			case e.asyncEvs <- ev:
+			default:
 			}
 		case <-e.done:
 			return
@@ -507,6 +519,25 @@ func (e *Local) SRQLimitEvent(timeout time.Duration) (bool, error) {
 		return true, nil
 	case <-t.C:
 		return false, nil
+	}
+}
+
+// WaitEvent waits up to timeout for an asynchronous event of type typ on
+// the endpoint's device, discarding events of other types, and reports
+// whether one came. The endpoint reads Ctx.Events itself, so cases that
+// expect an asynchronous event use WaitEvent instead of that channel.
+func (e *Local) WaitEvent(typ verbs.EventType, timeout time.Duration) (verbs.AsyncEvent, bool) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case ev := <-e.asyncEvs:
+			if ev.Type == typ {
+				return ev, true
+			}
+		case <-t.C:
+			return verbs.AsyncEvent{}, false
+		}
 	}
 }
 
