@@ -1,5 +1,8 @@
 module github.com/goverbs/goverbs
 
-go 1.26
+go 1.26.0
 
-require go.uber.org/goleak v1.3.0 // indirect
+require (
+	go.uber.org/goleak v1.3.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+)

@@ -191,7 +191,8 @@ func (r *Request) Param() Param { return fromDriver(r.r.Param()) }
 // PrivateData is the requester's private data.
 func (r *Request) PrivateData() []byte { return r.r.Param().PrivateData }
 
-// Accept connects qp, which must be in the Reset state, to the requester,
+// Accept connects qp, which must be in Reset or Init (receives posted in
+// Init are kept), to the requester,
 // replies with p, and returns the connection with qp in RTS. The
 // effective ORD and IRD are negotiated down to what each side allows.
 func (r *Request) Accept(qp *verbs.QP, p *Param) (*Conn, error) {
@@ -217,7 +218,8 @@ func (r *Request) Reject(privateData []byte) error {
 	return r.r.Reject(privateData)
 }
 
-// Dial connects qp, which must be in the Reset state, to the listener at
+// Dial connects qp, which must be in Reset or Init (receives posted in Init
+// are kept), to the listener at
 // addr (rdma_connect), sending p. It returns when the listener accepts,
 // rejects, or ctx ends; use context.WithTimeout for a timeout. On success
 // qp is in RTS.

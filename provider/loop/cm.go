@@ -152,8 +152,8 @@ func (*provider) Dial(ctx context.Context, name string, dq driver.QP, p driver.C
 	if l == nil {
 		return nil, fmt.Errorf("%w: nothing listens at loop://%s", driver.ErrRefused, name)
 	}
-	if state != driver.QPSReset {
-		return nil, fmt.Errorf("%w: dial needs a QP in the Reset state, this one is %v", driver.ErrInvalidState, state)
+	if state != driver.QPSReset && state != driver.QPSInit {
+		return nil, fmt.Errorf("%w: dial needs a QP in Reset or Init, this one is %v", driver.ErrInvalidState, state)
 	}
 	p.PrivateData = clone(p.PrivateData)
 	p.QPNum = q.num

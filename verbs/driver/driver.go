@@ -194,7 +194,7 @@ type ConnManager interface {
 	// MaxPrivateData is the longest private data a request or reply carries.
 	MaxPrivateData() int
 	Listen(addr string) (Listener, error)
-	// Dial connects qp (in the Reset state) to a listener. On success the
+	// Dial connects qp (in Reset or Init) to a listener. On success the
 	// QP is in RTS.
 	Dial(ctx context.Context, addr string, qp QP, p ConnParam) (Conn, error)
 }
@@ -211,7 +211,7 @@ type Listener interface {
 type ConnRequest interface {
 	// Param is what the dialling side asked for, private data included.
 	Param() ConnParam
-	// Accept connects qp (in the Reset state) to the requester and moves
+	// Accept connects qp (in Reset or Init) to the requester and moves
 	// it to RTS.
 	Accept(qp QP, p ConnParam) (Conn, error)
 	// Reject refuses the request, sending privateData to the requester.

@@ -126,12 +126,20 @@ func ApplyAttr(dst *QPAttr, attr *QPAttr, mask QPAttrMask) {
 	}
 }
 
-// ConnectRC moves qp from Reset to RTS, connected to the remote QP described
-// by remote, with the local parameters local. Connection managers of
-// providers whose QPs are connected by attributes (loop, shm) use it; the
-// effective ORD is the smaller of the local initiator depth and the remote
-// responder resources.
+// ConnectRC moves qp from Reset or Init to RTS, connected to the remote QP
+// described by remote, with the local parameters local. A QP already in Init
+// keeps the receives posted to it. Connection managers of providers whose
+// QPs are connected by attributes (loop, shm) use it; the effective ORD is
+// the smaller of the local initiator depth and the remote responder
+// resources.
 func ConnectRC(qp QP, local, remote ConnParam) error {
+	cur, err := qp.Query()
+	if err != nil {
+		return err
+	}
+	if cur.State != QPSReset && cur.State != QPSInit {
+		return fmt.Errorf("%w: connecting needs a QP in Reset or Init, this one is %v", ErrInvalidState, cur.State)
+	}
 	attr := QPAttr{State: QPSInit, Port: 1, AccessFlags: RemoteAccess | AccessLocalWrite}
 	if err := qp.Modify(&attr, QPAttrState|QPAttrPort|QPAttrAccessFlags); err != nil {
 		return err

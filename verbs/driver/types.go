@@ -555,3 +555,33 @@ type AsyncEvent struct {
 	Type    EventType
 	Element any
 }
+
+func (a AtomicCap) String() string {
+	switch a {
+	case AtomicNone:
+		return "none"
+	case AtomicHCA:
+		return "HCA"
+	case AtomicGlob:
+		return "global"
+	}
+	return fmt.Sprintf("AtomicCap(%d)", uint8(a))
+}
+
+var capNames = []string{"RNRRetry", "SRQ", "ImmData", "Atomics", "MemoryWindows", "CrossProcess"}
+
+func (c DeviceCaps) String() string {
+	s := ""
+	for i, n := range capNames {
+		if c&(1<<i) != 0 {
+			if s != "" {
+				s += "|"
+			}
+			s += n
+		}
+	}
+	if s == "" {
+		return "none"
+	}
+	return s
+}

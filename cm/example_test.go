@@ -1,0 +1,143 @@
+package cm_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/verbs"
+
+	_ "github.com/goverbs/goverbs/provider/loop" // device loop0, addresses loop://name
+)
+
+// check ends the example on an error.
+func check(err error) {
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// A server registers a value peers may read and accepts a connection,
+// telling the client in its private data where the value is; the client
+// reads the value with one RDMA Read and polls for the completion. The
+// server's CPU does nothing for the read.
+func Example_rdmaRead() {
+	// Server: a value in a region peers may read, and a QP to serve it.
+	srv, err := verbs.Open("loop0")
+	check(err)
+	defer srv.Close()
+	spd, err := srv.AllocPD()
+	check(err)
+	value, err := spd.AllocMR(64, verbs.AccessRemoteRead)
+	check(err)
+	n := copy(value.Bytes(), "Hello, RDMA!")
+	scq, err := srv.CreateCQ(16)
+	check(err)
+	qpCap := verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	sqp, err := spd.CreateQP(verbs.QPInitAttr{SendCQ: scq, RecvCQ: scq, Cap: qpCap})
+	check(err)
+	l, err := cm.Listen("loop://example")
+	check(err)
+	defer l.Close()
+	accepted := make(chan *cm.Conn)
+	go func() {
+		req, err := l.Accept(context.Background())
+		check(err)
+		// Tell the client where the value is: address, rkey, length.
+		var where [16]byte
+		binary.BigEndian.PutUint64(where[0:], value.Addr())
+		binary.BigEndian.PutUint32(where[8:], value.RKey())
+		binary.BigEndian.PutUint32(where[12:], uint32(n))
+		conn, err := req.Accept(sqp, &cm.Param{PrivateData: where[:]})
+		check(err)
+		accepted <- conn
+	}()
+
+	// Client: a local buffer the value lands in, and a QP dialled to the server.
+	cli, err := verbs.Open("loop0")
+	check(err)
+	defer cli.Close()
+	pd, err := cli.AllocPD()
+	check(err)
+	buf := make([]byte, 64)
+	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite)
+	check(err)
+	cq, err := cli.CreateCQ(16)
+	check(err)
+	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: qpCap})
+	check(err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := cm.Dial(ctx, "loop://example", qp, nil)
+	check(err)
+	defer conn.Close()
+	sconn := <-accepted
+	defer sconn.Close()
+	where := conn.PrivateData()
+	addr := binary.BigEndian.Uint64(where[0:])
+	rkey := binary.BigEndian.Uint32(where[8:])
+	length := binary.BigEndian.Uint32(where[12:])
+
+	// The read: one work request naming the remote address and rkey.
+	_, err = qp.PostSend([]verbs.SendWR{{
+		WRID:       1,
+		Opcode:     verbs.OpRDMARead,
+		Flags:      verbs.SendSignaled,
+		SGList:     []verbs.SGE{mr.SGE(0, int(length))},
+		RemoteAddr: addr,
+		RKey:       rkey,
+	}})
+	check(err)
+	wc := make([]verbs.WorkCompletion, 1)
+	for cq.Poll(wc) == 0 {
+	}
+	fmt.Println(wc[0].Opcode, wc[0].Status, wc[0].ByteLen, "bytes")
+	fmt.Printf("%s\n", buf[:wc[0].ByteLen])
+	// Output:
+	// RDMA_READ success 12 bytes
+	// Hello, RDMA!
+}
+
+// TestREADMEExample keeps the example in the README at the root of the
+// repository the same as Example_rdmaRead: the README's first Go code
+// block after the marker below must be the example's body.
+func TestREADMEExample(t *testing.T) {
+	const marker = "<!-- example: cm/example_test.go Example_rdmaRead -->"
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatalf("read the README: %v", err)
+	}
+	_, after, ok := strings.Cut(string(readme), marker)
+	if !ok {
+		t.Fatalf("README.md has no line %q before the example", marker)
+	}
+	_, block, ok := strings.Cut(after, "```go\n")
+	if !ok {
+		t.Fatal("README.md has no ```go block after the example marker")
+	}
+	block, _, _ = strings.Cut(block, "```")
+
+	src, err := os.ReadFile("example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body, ok := strings.Cut(string(src), "func Example_rdmaRead() {\n")
+	if !ok {
+		t.Fatal("example_test.go has no Example_rdmaRead")
+	}
+	body, _, _ = strings.Cut(body, "\t// Output:")
+	var want bytes.Buffer
+	for _, line := range strings.SplitAfter(body, "\n") {
+		want.WriteString(strings.TrimPrefix(line, "\t"))
+	}
+	if got := strings.TrimSpace(block); got != strings.TrimSpace(want.String()) {
+		t.Errorf("the README's example differs from Example_rdmaRead in cm/example_test.go; copy the example's body (dedented by one tab, up to // Output:) into the README.\nREADME:\n%s\nexample:\n%s", got, want.String())
+	}
+}

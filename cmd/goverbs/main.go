@@ -1,0 +1,161 @@
+// Command goverbs is the goverbs tool: it lists RDMA devices and shows the
+// verbs at work.
+//
+// Usage:
+//
+//	goverbs <command> [flags]
+//
+// The commands are:
+//
+//	devices   list RDMA devices and their attributes (like ibv_devices and ibv_devinfo)
+//	demo      walk through one RDMA Read, step by step, with timings
+//	help      show help for a command
+//
+// Run "goverbs help <command>" or "goverbs <command> -h" for a command's flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+)
+
+// defaultDevice is the device the commands use when -d is not given: the
+// default local provider. It becomes "shm0" once the shm provider lands.
+const defaultDevice = "loop0"
+
+// command is one subcommand of goverbs. Adding a command (ping, bench, kv,
+// log, ...) means writing a file with its run function and adding a row to
+// commands.
+type command struct {
+	name    string // as typed on the command line
+	summary string // one line for the command list
+	// run parses args (everything after the command name) with its own
+	// FlagSet and does the work. It returns errUsage (wrapped) for bad
+	// flags or arguments, flag.ErrHelp when help was asked for, and any
+	// other error for a failure.
+	run func(ctx context.Context, env *env, args []string) error
+}
+
+// env is what a command may touch: its output streams.
+type env struct {
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// commands is the table of subcommands, in the order help lists them.
+var commands []*command
+
+func init() {
+	commands = []*command{
+		{name: "devices", summary: "list RDMA devices and their attributes (like ibv_devices and ibv_devinfo)", run: runDevices},
+		{name: "demo", summary: "walk through one RDMA Read, step by step, with timings (seed document, section 4.4)", run: runDemo},
+		{name: "help", summary: "show help for a command", run: runHelp},
+	}
+}
+
+// errUsage marks errors in how the command was invoked; they exit with
+// status 2, as flag parsing errors do.
+var errUsage = errors.New("usage error")
+
+// usageError returns an error that says what was wrong with the invocation.
+func usageError(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
+}
+
+func lookup(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintf(w, "goverbs is RDMA verbs for Go: it lists devices and shows the verbs at work.\n\n")
+	fmt.Fprintf(w, "Usage:\n\n\tgoverbs <command> [flags]\n\nThe commands are:\n\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "\t%-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "\nRun \"goverbs help <command>\" or \"goverbs <command> -h\" for a command's flags.\n")
+}
+
+// run runs goverbs with args (without the program name) and returns the
+// exit status: 0 on success, 1 on failure, 2 on a usage error.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	e := &env{stdout: stdout, stderr: stderr}
+	if len(args) == 0 {
+		printUsage(stderr)
+		return 2
+	}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help":
+		printUsage(stdout)
+		return 0
+	}
+	c := lookup(name)
+	if c == nil {
+		fmt.Fprintf(stderr, "goverbs: unknown command %q; run \"goverbs help\" to list the commands\n", name)
+		return 2
+	}
+	err := c.run(ctx, e, args[1:])
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		msg := strings.TrimPrefix(err.Error(), errUsage.Error()+": ")
+		fmt.Fprintf(stderr, "goverbs %s: %s\nrun \"goverbs %s -h\" for usage\n", c.name, msg, c.name)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "goverbs %s: %s\n", c.name, oneLine(err.Error()))
+		return 1
+	}
+}
+
+// oneLine keeps an error message on one line, so that a failure is
+// reported as exactly one line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+func runHelp(_ context.Context, e *env, args []string) error {
+	fs := newFlagSet("help", "[command]", "Help shows the flags of a command, or lists the commands.", e)
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	switch fs.NArg() {
+	case 0:
+		printUsage(e.stdout)
+		return nil
+	case 1:
+		c := lookup(fs.Arg(0))
+		if c == nil {
+			return usageError("unknown command %q", fs.Arg(0))
+		}
+		if c.name == "help" {
+			fs.printUsage(e.stdout)
+			return nil
+		}
+		// Every command prints its usage for -h and returns flag.ErrHelp.
+		ce := &env{stdout: e.stdout, stderr: e.stdout}
+		return c.run(context.Background(), ce, []string{"-h"})
+	default:
+		return usageError("help takes at most one command, got %d arguments", fs.NArg())
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

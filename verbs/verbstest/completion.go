@@ -1,0 +1,222 @@
+package verbstest
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// writes returns n 8-byte Writes from src into consecutive words of dst,
+// with WRIDs first, first+1, ..., signaled only where signaled says so.
+func writes(n int, first uint64, src, dst Region, signaled func(i int) bool) []verbs.SendWR {
+	var wrs []verbs.SendWR
+	for i := range n {
+		wr := writeWR(first+uint64(i), dst, 8*i, src.SGE(8*i, 8))
+		if !signaled(i) {
+			wr.Flags &^= verbs.SendSignaled
+		}
+		wrs = append(wrs, wr)
+	}
+	return wrs
+}
+
+// writePair makes a pair with opts and n words of source data at A and
+// a zeroed target at B.
+func writePair(t *testing.T, h Harness, opts PairOptions, n int) (p *Pair, src, dst Region, data []byte) {
+	p = h.NewPair(t, opts)
+	src = newRegion(t, p.A, 8*n, localRW)
+	data = pattern(50, 8*n)
+	fill(t, p.A, src, 0, data)
+	dst = newRegion(t, p.B, 8*n, remoteAll)
+	return p, src, dst, data
+}
+
+// testUnsignaled: unsignaled WRs produce no completion; the signaled one
+// after them does.
+func testUnsignaled(t *testing.T, h Harness) {
+	p, src, dst, data := writePair(t, h, PairOptions{}, 4)
+	postSend(t, p.A, 0, writes(4, 1, src, dst, func(i int) bool { return i == 3 })...)
+	expectSendWC(t, waitOne(t, p.A, SendCQ), 4, verbs.WCRDMAWrite, p.A.QPNum(0))
+	expectEmpty(t, p.A, SendCQ)
+	expectBytes(t, p.B, dst, 0, data, "data of the unsignaled and signaled Writes")
+}
+
+// testRetirement: polling a signaled WR's completion frees the send queue
+// slots of the unsignaled WRs before it, so a queue of 4 takes 3
+// unsignaled and 1 signaled WR round after round.
+func testRetirement(t *testing.T, h Harness) {
+	const rounds = 64
+	p, src, dst, data := writePair(t, h, PairOptions{Cap: verbs.QPCap{MaxSendWR: 4}}, 4)
+	for r := range rounds {
+		first := uint64(4 * r)
+		postSend(t, p.A, 0, writes(4, first, src, dst, func(i int) bool { return i == 3 })...)
+		expectSendWC(t, waitOne(t, p.A, SendCQ), first+3, verbs.WCRDMAWrite, p.A.QPNum(0))
+	}
+	expectEmpty(t, p.A, SendCQ)
+	expectBytes(t, p.B, dst, 0, data, "data of the Writes")
+}
+
+// testSigAll: on a QP created with SigAll every WR completes, signaled or
+// not.
+func testSigAll(t *testing.T, h Harness) {
+	p, src, dst, data := writePair(t, h, PairOptions{SigAll: true}, 4)
+	postSend(t, p.A, 0, writes(4, 1, src, dst, func(int) bool { return false })...)
+	expectStatuses(t, wait(t, p.A, SendCQ, 4), verbs.WCSuccess, 1, 2, 3, 4)
+	expectEmpty(t, p.A, SendCQ)
+	expectBytes(t, p.B, dst, 0, data, "data of the Writes")
+}
+
+// testBusyPoll: polling in a loop, without waiting, finds the completion.
+func testBusyPoll(t *testing.T, h Harness) {
+	p, src, dst, data := writePair(t, h, PairOptions{}, 1)
+	postSend(t, p.A, 0, writeWR(1, dst, 0, src.SGE(0, 8)))
+	wc := make([]verbs.WorkCompletion, 4)
+	deadline := time.Now().Add(timeout)
+	n := 0
+	for n == 0 && time.Now().Before(deadline) {
+		n = p.A.SendCQ.Poll(wc)
+		runtime.Gosched()
+	}
+	if n != 1 {
+		t.Fatalf("busy polling for %v found %d completions: %s", timeout, n, fmtWCs(wc[:n]))
+	}
+	expectSendWC(t, wc[0], 1, verbs.WCRDMAWrite, p.A.QPNum(0))
+	expectBytes(t, p.B, dst, 0, data, "written data")
+}
+
+// waitResult is what a CQ.Wait in another goroutine returned.
+type waitResult struct {
+	n   int
+	err error
+	wc  verbs.WorkCompletion
+}
+
+// waitInBackground calls A's RecvCQ.Wait in a goroutine and delivers its
+// result on the channel; cancelling ctx ends it.
+func waitInBackground(ctx context.Context, p *Pair) <-chan waitResult {
+	res := make(chan waitResult, 1)
+	go func() {
+		wc := make([]verbs.WorkCompletion, 4)
+		n, err := p.A.RecvCQ.Wait(ctx, wc)
+		res <- waitResult{n, err, wc[0]}
+	}()
+	return res
+}
+
+// expectWaitResult waits for a background Wait to return the receive of
+// wrid.
+func expectWaitResult(t testing.TB, p *Pair, res <-chan waitResult, wrid uint64, n int) {
+	t.Helper()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case r := <-res:
+		if r.err != nil || r.n != 1 {
+			t.Fatalf("CQ.Wait returned %d completions, error %v; want 1", r.n, r.err)
+		}
+		expectRecvWC(t, r.wc, wrid, verbs.WCRecv, n, p.A.QPNum(0), p.B.QPNum(0))
+	case <-timer.C:
+		t.Fatalf("CQ.Wait did not return within %v of the Send", timeout)
+	}
+}
+
+// sendPair makes a pair whose B has a 64-byte source region with a pattern
+// and whose A has a 64-byte receive region with one receive posted.
+func sendPair(t *testing.T, h Harness) (p *Pair, src, dst Region) {
+	p = h.NewPair(t, PairOptions{})
+	src = newRegion(t, p.B, 64, localRW)
+	fill(t, p.B, src, 0, pattern(51, 64))
+	dst = newRegion(t, p.A, 64, localRW)
+	postRecv(t, p.A, 0, recvWR(9, dst.SGE(0, 64)))
+	return p, src, dst
+}
+
+// testWait: CQ.Wait blocks until the peer's Send arrives and returns it.
+func testWait(t *testing.T, h Harness) {
+	p, src, dst := sendPair(t, h)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	res := waitInBackground(ctx, p)
+	postSend(t, p.B, 0, sendWR(1, src.SGE(0, 48)))
+	expectWaitResult(t, p, res, 9, 48)
+	expectBytes(t, p.A, dst, 0, pattern(51, 64)[:48], "message received through Wait")
+	expectSendWC(t, waitOne(t, p.B, SendCQ), 1, verbs.WCSend, p.B.QPNum(0))
+}
+
+// idleWindow is how long testWaitIdleCPU measures a blocked waiter.
+const idleWindow = 200 * time.Millisecond
+
+// testWaitIdleCPU: a goroutine blocked in CQ.Wait uses no CPU: over a
+// window in which nothing arrives the process uses well under half a
+// CPU (busy polling would use a whole one).
+func testWaitIdleCPU(t *testing.T, h Harness) {
+	if _, ok := processCPU(); !ok {
+		t.Skip("process CPU time is not measurable on this system")
+	}
+	p, src, _ := sendPair(t, h)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	res := waitInBackground(ctx, p)
+	cpu0, _ := processCPU()
+	start := time.Now()
+	window := time.NewTimer(idleWindow)
+	<-window.C
+	cpu1, _ := processCPU()
+	wall, cpu := time.Since(start), cpu1-cpu0
+	select {
+	case r := <-res:
+		t.Fatalf("CQ.Wait returned before anything arrived: %d completions, error %v", r.n, r.err)
+	default:
+	}
+	postSend(t, p.B, 0, sendWR(1, src.SGE(0, 8)))
+	expectWaitResult(t, p, res, 9, 8)
+	if cpu > wall/2 {
+		t.Fatalf("while a goroutine waited in CQ.Wait for %v the process used %v of CPU: the wait is not idle", wall, cpu)
+	}
+	t.Logf("CPU while waiting: %v in %v", cpu, wall)
+}
+
+// testEventDriven: the completion channel drives reception: arm with
+// ReqNotify(false), the peer sends, the token arrives, Poll finds the
+// message, N times in a row.
+func testEventDriven(t *testing.T, h Harness) {
+	const msgs = 8
+	p := h.NewPair(t, PairOptions{})
+	src := newRegion(t, p.B, 8*msgs, localRW)
+	data := pattern(52, 8*msgs)
+	fill(t, p.B, src, 0, data)
+	dst := newRegion(t, p.A, 8*msgs, localRW)
+	var recvs []verbs.RecvWR
+	for i := range msgs {
+		recvs = append(recvs, recvWR(uint64(100+i), dst.SGE(8*i, 8)))
+	}
+	postRecv(t, p.A, 0, recvs...)
+	cq := p.A.RecvCQ
+	wc := make([]verbs.WorkCompletion, 4)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for i := range msgs {
+		if n := cq.Poll(wc); n != 0 {
+			t.Fatalf("receive CQ holds %s before message %d was sent", fmtWCs(wc[:n]), i)
+		}
+		if err := cq.ReqNotify(false); err != nil {
+			t.Fatalf("ReqNotify: %v", err)
+		}
+		postSend(t, p.B, 0, sendWR(uint64(1+i), src.SGE(8*i, 8)))
+		select {
+		case <-cq.Notify():
+		case <-timer.C:
+			t.Fatalf("no notification for message %d within %v", i, timeout)
+		}
+		n := cq.Poll(wc)
+		if n != 1 {
+			t.Fatalf("after the notification for message %d Poll returned %d completions: %s", i, n, fmtWCs(wc[:n]))
+		}
+		expectRecvWC(t, wc[0], uint64(100+i), verbs.WCRecv, 8, p.A.QPNum(0), p.B.QPNum(0))
+	}
+	expectBytes(t, p.A, dst, 0, data, "messages received by events")
+	expectStatuses(t, wait(t, p.B, SendCQ, msgs), verbs.WCSuccess, 1, 2, 3, 4, 5, 6, 7, 8)
+}

@@ -1,0 +1,412 @@
+package verbstest
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// freshCap is the capacity of the QPs the lifecycle cases create.
+var freshCap = verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+
+// freshQPs creates n unconnected QPs in the Reset state on A's PD, sharing
+// one new CQ. The test's cleanup destroys whatever the case left of them.
+func freshQPs(t testing.TB, p *Pair, n int) ([]*verbs.QP, *verbs.CQ) {
+	t.Helper()
+	cq, err := p.A.Ctx.CreateCQ(64)
+	if err != nil {
+		t.Fatalf("create CQ: %v", err)
+	}
+	var qps []*verbs.QP
+	t.Cleanup(func() {
+		for _, q := range qps {
+			q.Destroy() // ErrClosed if the case destroyed it
+		}
+		cq.Destroy()
+	})
+	for range n {
+		q, err := p.A.PD.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: freshCap})
+		if err != nil {
+			t.Fatalf("create QP: %v", err)
+		}
+		if s := q.State(); s != verbs.QPSReset {
+			t.Fatalf("a new QP is in state %v, want RESET", s)
+		}
+		qps = append(qps, q)
+	}
+	return qps, cq
+}
+
+// qpStep is a Modify: the attributes and the mask.
+type qpStep struct {
+	attr verbs.QPAttr
+	mask verbs.QPAttrMask
+}
+
+// stepTo is the Modify that moves a QP to state along Reset→Init→RTR→RTS
+// with exactly the attributes the transition requires (the move to Reset
+// or Err takes the state alone); dest is the remote QP number for RTR.
+func stepTo(state verbs.QPState, dest uint32) qpStep {
+	switch state {
+	case verbs.QPSInit:
+		return qpStep{verbs.QPAttr{State: state, Port: 1, AccessFlags: verbs.RemoteAccess | verbs.AccessLocalWrite},
+			verbs.QPAttrState | verbs.QPAttrPort | verbs.QPAttrAccessFlags}
+	case verbs.QPSRTR:
+		return qpStep{verbs.QPAttr{State: state, PathMTU: verbs.MTU1024, DestQPNum: dest, MaxDestRdAtomic: 1, MinRNRTimer: 1},
+			verbs.QPAttrState | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
+				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer}
+	case verbs.QPSRTS:
+		return qpStep{verbs.QPAttr{State: state, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt |
+				verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic}
+	}
+	return qpStep{verbs.QPAttr{State: state}, verbs.QPAttrState}
+}
+
+// without returns the step with the attributes of m left out of its mask.
+func (s qpStep) without(m verbs.QPAttrMask) qpStep {
+	s.mask &^= m
+	return s
+}
+
+// expectQPState checks the state of a local QP.
+func expectQPState(t testing.TB, q *verbs.QP, want verbs.QPState) {
+	t.Helper()
+	a, err := q.Query()
+	if err != nil {
+		t.Fatalf("query QP %d: %v", q.Num(), err)
+	}
+	if a.State != want {
+		t.Fatalf("QP %d is in state %v, want %v", q.Num(), a.State, want)
+	}
+}
+
+// modifyTo moves q to state with stepTo, which must succeed.
+func modifyTo(t testing.TB, q *verbs.QP, state verbs.QPState, dest uint32) {
+	t.Helper()
+	s := stepTo(state, dest)
+	if err := q.Modify(&s.attr, s.mask); err != nil {
+		t.Fatalf("modify QP %d to %v: %v", q.Num(), state, err)
+	}
+	expectQPState(t, q, state)
+}
+
+// bringTo moves q from Reset to state along Init, RTR and RTS.
+func bringTo(t testing.TB, q *verbs.QP, state verbs.QPState, dest uint32) {
+	t.Helper()
+	for _, s := range []verbs.QPState{verbs.QPSInit, verbs.QPSRTR, verbs.QPSRTS} {
+		if s > state {
+			return
+		}
+		modifyTo(t, q, s, dest)
+	}
+}
+
+// expectModifyRefused checks that Modify with s fails with an error
+// wrapping target and leaves q in its state.
+func expectModifyRefused(t testing.TB, q *verbs.QP, s qpStep, target error, what string) {
+	t.Helper()
+	before := q.State()
+	err := q.Modify(&s.attr, s.mask)
+	if !errors.Is(err, target) {
+		t.Fatalf("%s: Modify from %v returned %v, want an error wrapping %q", what, before, err, target)
+	}
+	expectQPState(t, q, before)
+}
+
+// waitCQ collects exactly n completions from a local CQ within timeout.
+func waitCQ(t testing.TB, cq *verbs.CQ, n int) []verbs.WorkCompletion {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out []verbs.WorkCompletion
+	buf := make([]verbs.WorkCompletion, n)
+	for len(out) < n {
+		k, err := cq.Wait(ctx, buf[:n-len(out)])
+		out = append(out, buf[:k]...)
+		if err != nil {
+			t.Fatalf("waiting for %d completions: %v (got %s)", n, err, fmtWCs(out))
+		}
+	}
+	return out
+}
+
+// testStateMachine: a QP goes Reset→Init→RTR→RTS with the attributes each
+// transition requires, then to Err and back to Reset, and is usable again.
+func testStateMachine(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	qs, _ := freshQPs(t, p, 2)
+	q, peer := qs[0], qs[1]
+	bringTo(t, q, verbs.QPSRTS, peer.Num())
+	a, err := q.Query()
+	if err != nil {
+		t.Fatalf("query: %v", err)
+	}
+	if a.DestQPNum != peer.Num() || a.PathMTU != verbs.MTU1024 || a.RNRRetry != 7 || a.RetryCnt != 7 {
+		t.Fatalf("attributes after the move to RTS: %+v; want DestQPNum %d, PathMTU %v, RNRRetry 7, RetryCnt 7",
+			a, peer.Num(), verbs.MTU1024)
+	}
+	modifyTo(t, q, verbs.QPSErr, 0)
+	modifyTo(t, q, verbs.QPSReset, 0)
+	bringTo(t, q, verbs.QPSRTS, peer.Num())
+}
+
+// testIllegalTransitions: transitions outside the state table are refused
+// with ErrInvalidState and leave the QP as it was.
+func testIllegalTransitions(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	qs, _ := freshQPs(t, p, 2)
+	q, dest := qs[0], qs[1].Num()
+	expectModifyRefused(t, q, stepTo(verbs.QPSRTR, dest), verbs.ErrInvalidState, "Reset to RTR")
+	expectModifyRefused(t, q, stepTo(verbs.QPSRTS, dest), verbs.ErrInvalidState, "Reset to RTS")
+	modifyTo(t, q, verbs.QPSInit, dest)
+	expectModifyRefused(t, q, stepTo(verbs.QPSRTS, dest), verbs.ErrInvalidState, "Init to RTS")
+	modifyTo(t, q, verbs.QPSRTR, dest)
+	expectModifyRefused(t, q, stepTo(verbs.QPSRTR, dest), verbs.ErrInvalidState, "RTR to RTR")
+	modifyTo(t, q, verbs.QPSRTS, dest)
+}
+
+// testMissingAttributes: a transition without an attribute it requires,
+// or with one it does not take, is refused with ErrInvalidArg and leaves
+// the QP as it was.
+func testMissingAttributes(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	qs, _ := freshQPs(t, p, 2)
+	q, dest := qs[0], qs[1].Num()
+	toInit, rtr, rts := stepTo(verbs.QPSInit, dest), stepTo(verbs.QPSRTR, dest), stepTo(verbs.QPSRTS, dest)
+	expectModifyRefused(t, q, toInit.without(verbs.QPAttrPort), verbs.ErrInvalidArg, "Reset to Init without Port")
+	expectModifyRefused(t, q, toInit.without(verbs.QPAttrAccessFlags), verbs.ErrInvalidArg, "Reset to Init without AccessFlags")
+	extra := toInit
+	extra.mask |= verbs.QPAttrPathMTU
+	extra.attr.PathMTU = verbs.MTU1024
+	expectModifyRefused(t, q, extra, verbs.ErrInvalidArg, "Reset to Init with PathMTU")
+	modifyTo(t, q, verbs.QPSInit, dest)
+	expectModifyRefused(t, q, rtr.without(verbs.QPAttrDestQPN), verbs.ErrInvalidArg, "Init to RTR without DestQPN")
+	expectModifyRefused(t, q, rtr.without(verbs.QPAttrPathMTU), verbs.ErrInvalidArg, "Init to RTR without PathMTU")
+	expectModifyRefused(t, q, rtr.without(verbs.QPAttrMinRNRTimer), verbs.ErrInvalidArg, "Init to RTR without MinRNRTimer")
+	modifyTo(t, q, verbs.QPSRTR, dest)
+	expectModifyRefused(t, q, rts.without(verbs.QPAttrRNRRetry), verbs.ErrInvalidArg, "RTR to RTS without RNRRetry")
+	expectModifyRefused(t, q, rts.without(verbs.QPAttrSQPSN), verbs.ErrInvalidArg, "RTR to RTS without SQPSN")
+	modifyTo(t, q, verbs.QPSRTS, dest)
+}
+
+// testErrAndReset: every state may move to Err, and Err to Reset.
+func testErrAndReset(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	qs, _ := freshQPs(t, p, 2)
+	q, dest := qs[0], qs[1].Num()
+	for _, s := range []verbs.QPState{verbs.QPSReset, verbs.QPSInit, verbs.QPSRTR, verbs.QPSRTS} {
+		bringTo(t, q, s, dest)
+		modifyTo(t, q, verbs.QPSErr, 0)
+		modifyTo(t, q, verbs.QPSReset, 0)
+	}
+}
+
+// testPostInWrongState: a QP in Reset takes no WRs and one in Init no
+// sends (ErrInvalidState); Init takes receives, which flush on the move
+// to Err.
+func testPostInWrongState(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	qs, cq := freshQPs(t, p, 2)
+	q, dest := qs[0], qs[1].Num()
+	r := newRegion(t, p.A, 64, localRW)
+	send := []verbs.SendWR{writeWR(1, r, 0, r.SGE(0, 8))}
+	recv := []verbs.RecvWR{recvWR(2, r.SGE(0, 64))}
+	n, err := q.PostSend(send)
+	expectRefused(t, "PostSend on a QP in Reset", n, err, verbs.ErrInvalidState)
+	n, err = q.PostRecv(recv)
+	expectRefused(t, "PostRecv on a QP in Reset", n, err, verbs.ErrInvalidState)
+	modifyTo(t, q, verbs.QPSInit, dest)
+	n, err = q.PostSend(send)
+	expectRefused(t, "PostSend on a QP in Init", n, err, verbs.ErrInvalidState)
+	if n, err := q.PostRecv(recv); n != 1 || err != nil {
+		t.Fatalf("PostRecv on a QP in Init: posted %d: %v", n, err)
+	}
+	modifyTo(t, q, verbs.QPSErr, 0)
+	expectStatus(t, waitCQ(t, cq, 1)[0], 2, verbs.WCWRFlushErr)
+}
+
+// testSendQueueFull: posting beyond MaxSendWR outstanding WRs is refused
+// with ErrQueueFull, without losing the WRs already posted, and works
+// again once their completions are polled.
+func testSendQueueFull(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	depth := int(p.Opts.Cap.MaxSendWR)
+	src := newRegion(t, p.A, 8*(depth+1), localRW)
+	data := pattern(40, 8*(depth+1))
+	fill(t, p.A, src, 0, data)
+	dst := newRegion(t, p.B, 8*(depth+1), remoteAll)
+	wr := func(i int) verbs.SendWR { return writeWR(uint64(1+i), dst, 8*i, src.SGE(8*i, 8)) }
+	var wrids []uint64
+	for i := range depth - 1 {
+		postSend(t, p.A, 0, wr(i))
+		wrids = append(wrids, uint64(1+i))
+	}
+	n, err := p.A.PostSend(0, []verbs.SendWR{wr(depth - 1), wr(depth)})
+	expectRefusedAt(t, "a batch of two WRs into one free slot", 1, n, err, verbs.ErrQueueFull)
+	wrids = append(wrids, uint64(depth))
+	n, err = p.A.PostSend(0, []verbs.SendWR{wr(depth)})
+	expectRefused(t, "PostSend on a full send queue", n, err, verbs.ErrQueueFull)
+
+	expectStatuses(t, wait(t, p.A, SendCQ, depth), verbs.WCSuccess, wrids...)
+	expectEmpty(t, p.A, SendCQ)
+	expectBytes(t, p.B, dst, 0, data[:8*depth], "data of the posted Writes")
+	expectZero(t, p.B, dst, 8*depth, 8, "target of the refused Write")
+	expectSendWC(t, do(t, p, wr(depth)), uint64(1+depth), verbs.WCRDMAWrite, p.A.QPNum(0))
+	expectBytes(t, p.B, dst, 0, data, "data of every Write")
+}
+
+// testRecvQueueFull: posting beyond MaxRecvWR receives is refused with
+// ErrQueueFull, without losing the receives already posted, and works
+// again once they are consumed and polled.
+func testRecvQueueFull(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	depth := int(p.Opts.Cap.MaxRecvWR)
+	dst := newRegion(t, p.A, 8*(depth+1), localRW)
+	src := newRegion(t, p.B, 8*(depth+1), localRW)
+	data := pattern(41, 8*(depth+1))
+	fill(t, p.B, src, 0, data)
+	var recvs []verbs.RecvWR
+	var sends []verbs.SendWR
+	var wrids []uint64
+	for i := range depth {
+		recvs = append(recvs, recvWR(uint64(100+i), dst.SGE(8*i, 8)))
+		sends = append(sends, sendWR(uint64(1+i), src.SGE(8*i, 8)))
+		wrids = append(wrids, uint64(100+i))
+	}
+	postRecv(t, p.A, 0, recvs...)
+	n, err := p.A.PostRecv(0, []verbs.RecvWR{recvWR(200, dst.SGE(8*depth, 8))})
+	expectRefused(t, "PostRecv on a full receive queue", n, err, verbs.ErrQueueFull)
+
+	postSend(t, p.B, 0, sends...)
+	wait(t, p.B, SendCQ, depth)
+	expectStatuses(t, wait(t, p.A, RecvCQ, depth), verbs.WCSuccess, wrids...)
+	expectBytes(t, p.A, dst, 0, data[:8*depth], "messages in the posted receives")
+
+	postRecv(t, p.A, 0, recvWR(200, dst.SGE(8*depth, 8)))
+	postSend(t, p.B, 0, sendWR(99, src.SGE(8*depth, 8)))
+	expectSendWC(t, waitOne(t, p.B, SendCQ), 99, verbs.WCSend, p.B.QPNum(0))
+	expectRecvWC(t, waitOne(t, p.A, RecvCQ), 200, verbs.WCRecv, 8, p.A.QPNum(0), p.B.QPNum(0))
+	expectBytes(t, p.A, dst, 0, data, "every message")
+}
+
+// testDeregMR: after the responder deregisters a region, Writes and Reads
+// naming it fail with WCRemAccessErr and its memory is not touched.
+func testDeregMR(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{QPs: 2})
+	target := newRegion(t, p.B, 64, remoteAll)
+	fill(t, p.B, target, 0, pattern(42, 64))
+	before := snap(t, p.B, target, "deregistered region")
+	local := newRegion(t, p.A, 64, localRW)
+	fill(t, p.A, local, 0, pattern(43, 64))
+	if err := p.B.DeregRegion(target.ID); err != nil {
+		t.Fatalf("deregister: %v", err)
+	}
+	expectFault(t, p, 0, writeWR(0, target, 0, local.SGE(0, 16)), verbs.WCRemAccessErr, true)
+	expectFault(t, p, 1, readWR(0, target, 0, local.SGE(16, 16)), verbs.WCRemAccessErr, true)
+	before.unchanged(t)
+	expectBytes(t, p.A, local, 0, pattern(43, 64), "local buffer of the refused Read")
+}
+
+// testDestroyOrder: objects in use cannot be destroyed (ErrBusy): a CQ
+// used by a QP, a PD with a live region, an SRQ used by a QP; once their
+// users are gone they can.
+func testDestroyOrder(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	qs, cq := freshQPs(t, p, 1)
+	if err := cq.Destroy(); !errors.Is(err, verbs.ErrBusy) {
+		t.Fatalf("destroying a CQ a QP uses returned %v, want an error wrapping ErrBusy", err)
+	}
+
+	pd, err := p.A.Ctx.AllocPD()
+	if err != nil {
+		t.Fatalf("alloc PD: %v", err)
+	}
+	mr, err := pd.AllocMR(64, localRW)
+	if err != nil {
+		t.Fatalf("alloc MR: %v", err)
+	}
+	if err := pd.Dealloc(); !errors.Is(err, verbs.ErrBusy) {
+		t.Fatalf("deallocating a PD with a live region returned %v, want an error wrapping ErrBusy", err)
+	}
+	if err := mr.Dereg(); err != nil {
+		t.Fatalf("dereg: %v", err)
+	}
+	if err := pd.Dealloc(); err != nil {
+		t.Fatalf("deallocating an unused PD: %v", err)
+	}
+
+	if p.A.Attr().Has(verbs.CapSRQ) {
+		srq, err := p.A.PD.CreateSRQ(verbs.SRQInitAttr{MaxWR: 4, MaxSGE: 1})
+		if err != nil {
+			t.Fatalf("create SRQ: %v", err)
+		}
+		q, err := p.A.PD.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, SRQ: srq, Cap: verbs.QPCap{MaxSendWR: 1}})
+		if err != nil {
+			srq.Destroy()
+			t.Fatalf("create QP on an SRQ: %v", err)
+		}
+		if err := srq.Destroy(); !errors.Is(err, verbs.ErrBusy) {
+			q.Destroy()
+			t.Fatalf("destroying an SRQ a QP uses returned %v, want an error wrapping ErrBusy", err)
+		}
+		if err := q.Destroy(); err != nil {
+			t.Fatalf("destroy QP: %v", err)
+		}
+		if err := srq.Destroy(); err != nil {
+			t.Fatalf("destroying an unused SRQ: %v", err)
+		}
+	}
+
+	if err := qs[0].Destroy(); err != nil {
+		t.Fatalf("destroy QP: %v", err)
+	}
+	if err := cq.Destroy(); err != nil {
+		t.Fatalf("destroying a CQ no QP uses: %v", err)
+	}
+}
+
+// testCQOverrun: more completions than a CQ holds are an overrun that is
+// reported, not silent: CQ.Err wraps ErrCQOverrun, EventCQErr arrives,
+// Poll returns what the CQ holds, and the QP that lost completions moves
+// to the error state.
+func testCQOverrun(t *testing.T, h Harness) {
+	const depth = 4
+	p := h.NewPair(t, PairOptions{CQDepth: depth})
+	n := int(p.Opts.Cap.MaxSendWR)
+	if n < 2*depth {
+		t.Fatalf("the default MaxSendWR %d is too small to overrun a CQ of %d", n, depth)
+	}
+	src := newRegion(t, p.A, 8, localRW)
+	dst := newRegion(t, p.B, 8*n, remoteAll)
+	var wrs []verbs.SendWR
+	for i := range n {
+		wrs = append(wrs, writeWR(uint64(1+i), dst, 8*i, src.SGE(0, 8)))
+	}
+	postSend(t, p.A, 0, wrs...)
+	ev, ok := p.A.WaitEvent(verbs.EventCQErr, timeout)
+	if !ok {
+		t.Fatalf("no EventCQErr within %v of %d completions on a CQ of %d", timeout, n, depth)
+	}
+	if ev.Element != any(p.A.SendCQ) {
+		t.Fatalf("EventCQErr names %v, want the send CQ %p", ev.Element, p.A.SendCQ)
+	}
+	if err := p.A.SendCQ.Err(); !errors.Is(err, verbs.ErrCQOverrun) {
+		t.Fatalf("CQ.Err after an overrun returned %v, want an error wrapping ErrCQOverrun", err)
+	}
+	buf := make([]verbs.WorkCompletion, 2*n)
+	k := p.A.SendCQ.Poll(buf)
+	if k > depth {
+		t.Fatalf("Poll on an overrun CQ of %d returned %d completions: %s", depth, k, fmtWCs(buf[:k]))
+	}
+	seen := map[uint64]bool{}
+	for _, wc := range buf[:k] {
+		if wc.WRID < 1 || wc.WRID > uint64(n) || seen[wc.WRID] {
+			t.Fatalf("Poll on an overrun CQ returned %s", fmtWCs(buf[:k]))
+		}
+		seen[wc.WRID] = true
+	}
+	expectState(t, p.A, 0, verbs.QPSErr)
+}

@@ -1,0 +1,186 @@
+package verbstest
+
+import (
+	"testing"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// WRIDs of expectFault.
+const (
+	faultBadID  = 0xbad
+	faultNextID = 0xbad + 1
+	faultRecvID = 0xbad + 2
+)
+
+// expectFault posts bad on A's QP qp, with a receive posted before it and
+// a harmless Write into a spare region of B posted right after it, and
+// checks the error semantics: bad completes with status; the Write and
+// the receive flush and the Write does not land; A's QP is in the error
+// state (and B's too when peerErr); WRs posted later flush as well.
+func expectFault(t testing.TB, p *Pair, qp int, bad verbs.SendWR, status verbs.WCStatus, peerErr bool) {
+	t.Helper()
+	src := newRegion(t, p.A, 16, localRW)
+	fill(t, p.A, src, 0, pattern(30, 16))
+	spare := newRegion(t, p.B, 16, remoteAll)
+	postRecv(t, p.A, qp, recvWR(faultRecvID))
+	bad.WRID = faultBadID
+	bad.Flags |= verbs.SendSignaled
+	postSend(t, p.A, qp, bad, writeWR(faultNextID, spare, 0, src.SGE(0, 16)))
+	wcs := wait(t, p.A, SendCQ, 2)
+	expectStatus(t, wcs[0], faultBadID, status)
+	expectStatus(t, wcs[1], faultNextID, verbs.WCWRFlushErr)
+	for _, wc := range wcs {
+		if wc.QPNum != p.A.QPNum(qp) {
+			t.Fatalf("completion %s: want QP %d", fmtWC(wc), p.A.QPNum(qp))
+		}
+	}
+	expectStatus(t, waitOne(t, p.A, RecvCQ), faultRecvID, verbs.WCWRFlushErr)
+	expectState(t, p.A, qp, verbs.QPSErr)
+	if peerErr {
+		expectState(t, p.B, qp, verbs.QPSErr)
+	}
+	expectZero(t, p.B, spare, 0, 16, "target of a Write posted after the failing WR")
+	expectCanaries(t, p.B, spare)
+	expectFlushAfterError(t, p.A, qp)
+}
+
+// testWrongLKey: a local SGE with a key that names no region fails with
+// WCLocProtErr.
+func testWrongLKey(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	dst := newRegion(t, p.B, 64, remoteAll)
+	before := snap(t, p.B, dst, "target of a Write with a bad lkey")
+	src := newRegion(t, p.A, 64, localRW)
+	fill(t, p.A, src, 0, pattern(33, 64))
+	sge := src.SGE(0, 16)
+	sge.LKey = badKey(sge.LKey)
+	expectFault(t, p, 0, writeWR(0, dst, 0, sge), verbs.WCLocProtErr, false)
+	before.unchanged(t)
+}
+
+// testLocalOutOfBounds: a local SGE reaching past either end of its
+// region fails with WCLocProtErr, for a Write (gathering) and a Read
+// (scattering), and nothing outside the region is touched.
+func testLocalOutOfBounds(t *testing.T, h Harness) {
+	edges := []struct {
+		name string
+		sge  func(r Region) verbs.SGE
+	}{
+		{"PastEnd", func(r Region) verbs.SGE { return r.SGE(r.Len-8, 16) }},
+		{"BelowStart", func(r Region) verbs.SGE { return verbs.SGE{Addr: r.Addr - 8, Length: 16, LKey: r.LKey} }},
+	}
+	for _, edge := range edges {
+		sge := edge.sge
+		for _, op := range []verbs.Opcode{verbs.OpRDMAWrite, verbs.OpRDMARead} {
+			t.Run(op.String()+"/"+edge.name, func(t *testing.T) {
+				p := h.NewPair(t, PairOptions{})
+				remote := newRegion(t, p.B, 64, remoteAll)
+				fill(t, p.B, remote, 0, pattern(34, 64))
+				local := newRegion(t, p.A, 64, localRW)
+				fill(t, p.A, local, 0, pattern(35, 64))
+				rb := snap(t, p.B, remote, "remote region")
+				lb := snap(t, p.A, local, "local region")
+				wr := writeWR(0, remote, 0, sge(local))
+				if op == verbs.OpRDMARead {
+					wr = readWR(0, remote, 0, sge(local))
+				}
+				expectFault(t, p, 0, wr, verbs.WCLocProtErr, false)
+				rb.unchanged(t)
+				lb.unchanged(t)
+			})
+		}
+	}
+}
+
+// remoteOps are the operations the remote protection cases try.
+var remoteOps = []verbs.Opcode{verbs.OpRDMAWrite, verbs.OpRDMARead, verbs.OpAtomicFetchAndAdd}
+
+// remoteFault runs op against a 64-byte region of B registered with
+// access, after spoil has made the WR bad, and checks that it fails with
+// WCRemAccessErr, that both QPs reach the error state, and that neither
+// side's memory changed.
+func remoteFault(t *testing.T, h Harness, op verbs.Opcode, access verbs.AccessFlags, spoil func(wr *verbs.SendWR, target Region)) {
+	if op.IsAtomic() {
+		requireCap(t, h, verbs.CapAtomics, "CapAtomics")
+	}
+	p := h.NewPair(t, PairOptions{})
+	target := newRegion(t, p.B, 64, access)
+	fill(t, p.B, target, 0, pattern(36, 64))
+	local := newRegion(t, p.A, 64, localRW)
+	fill(t, p.A, local, 0, pattern(37, 64))
+	tb := snap(t, p.B, target, "remote region of a refused "+op.String())
+	lb := snap(t, p.A, local, "local buffer of a refused "+op.String())
+	var wr verbs.SendWR
+	switch op {
+	case verbs.OpRDMAWrite:
+		wr = writeWR(0, target, 16, local.SGE(0, 16))
+	case verbs.OpRDMARead:
+		wr = readWR(0, target, 16, local.SGE(0, 16))
+	default:
+		wr = atomicWR(0, op, target, alignedOff(target, 16), local.SGE(0, 8), 1, 2)
+	}
+	if spoil != nil {
+		spoil(&wr, target)
+	}
+	expectFault(t, p, 0, wr, verbs.WCRemAccessErr, true)
+	tb.unchanged(t)
+	lb.unchanged(t)
+}
+
+// eachRemoteOp runs remoteFault for every remote operation as a subtest.
+func eachRemoteOp(t *testing.T, h Harness, spoil func(wr *verbs.SendWR, target Region)) {
+	for _, op := range remoteOps {
+		t.Run(op.String(), func(t *testing.T) { remoteFault(t, h, op, remoteAll, spoil) })
+	}
+}
+
+// testWrongRKey: a remote key that names no region fails with
+// WCRemAccessErr.
+func testWrongRKey(t *testing.T, h Harness) {
+	eachRemoteOp(t, h, func(wr *verbs.SendWR, _ Region) { wr.RKey = badKey(wr.RKey) })
+}
+
+// testRemotePastEnd: a remote range reaching past the region's end fails
+// with WCRemAccessErr. Writes and Reads straddle the end; the atomic
+// (which must stay aligned) lies just past it.
+func testRemotePastEnd(t *testing.T, h Harness) {
+	eachRemoteOp(t, h, func(wr *verbs.SendWR, r Region) {
+		end := r.Addr + uint64(r.Len)
+		if wr.Opcode.IsAtomic() {
+			wr.RemoteAddr = end + (8-end%8)%8
+		} else {
+			wr.RemoteAddr = end - 8
+		}
+	})
+}
+
+// testRemoteBelowStart: a remote range starting below the region's start
+// fails with WCRemAccessErr.
+func testRemoteBelowStart(t *testing.T, h Harness) {
+	eachRemoteOp(t, h, func(wr *verbs.SendWR, r Region) {
+		if wr.Opcode.IsAtomic() {
+			wr.RemoteAddr = (r.Addr - 8) &^ 7
+		} else {
+			wr.RemoteAddr = r.Addr - 8
+		}
+	})
+}
+
+// testNoRemoteWrite: a Write into a region without AccessRemoteWrite
+// fails with WCRemAccessErr.
+func testNoRemoteWrite(t *testing.T, h Harness) {
+	remoteFault(t, h, verbs.OpRDMAWrite, remoteAll&^verbs.AccessRemoteWrite, nil)
+}
+
+// testNoRemoteRead: a Read from a region without AccessRemoteRead fails
+// with WCRemAccessErr.
+func testNoRemoteRead(t *testing.T, h Harness) {
+	remoteFault(t, h, verbs.OpRDMARead, remoteAll&^verbs.AccessRemoteRead, nil)
+}
+
+// testNoRemoteAtomic: an atomic on a region without AccessRemoteAtomic
+// fails with WCRemAccessErr.
+func testNoRemoteAtomic(t *testing.T, h Harness) {
+	remoteFault(t, h, verbs.OpAtomicFetchAndAdd, remoteAll&^verbs.AccessRemoteAtomic, nil)
+}

@@ -1,0 +1,204 @@
+package verbstest
+
+import (
+	"testing"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// testWrite: an RDMA Write places the bytes at the remote address and
+// nowhere else, and consumes no receive.
+func testWrite(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	src := newRegion(t, p.A, 256, localRW)
+	fill(t, p.A, src, 0, pattern(10, 256))
+	dst := newRegion(t, p.B, 256, remoteAll)
+	postRecv(t, p.B, 0, recvWR(9, dst.SGE(0, 8)))
+	expectSendWC(t, do(t, p, writeWR(1, dst, 20, src.SGE(10, 100))), 1, verbs.WCRDMAWrite, p.A.QPNum(0))
+	expectZero(t, p.B, dst, 0, 20, "bytes before the Write's range")
+	expectBytes(t, p.B, dst, 20, pattern(10, 256)[10:110], "written bytes")
+	expectZero(t, p.B, dst, 120, 136, "bytes after the Write's range")
+	expectCanaries(t, p.B, dst)
+	expectEmpty(t, p.B, RecvCQ)
+}
+
+// testWriteZeroLength: a Write without SGEs completes successfully and
+// changes nothing.
+func testWriteZeroLength(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	dst := newRegion(t, p.B, 64, remoteAll)
+	fill(t, p.B, dst, 0, pattern(11, 64))
+	before := snap(t, p.B, dst, "target of a zero-length Write")
+	expectSendWC(t, do(t, p, writeWR(1, dst, 0)), 1, verbs.WCRDMAWrite, p.A.QPNum(0))
+	before.unchanged(t)
+}
+
+// testWriteMultiSGE: a Write gathers its SGEs, from two regions, in order.
+func testWriteMultiSGE(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	a1 := newRegion(t, p.A, 64, localRW)
+	a2 := newRegion(t, p.A, 64, localRW)
+	fill(t, p.A, a1, 0, pattern(12, 64))
+	fill(t, p.A, a2, 0, pattern(13, 64))
+	dst := newRegion(t, p.B, 128, remoteAll)
+	var want []byte
+	want = append(want, pattern(13, 64)[3:19]...)
+	want = append(want, pattern(12, 64)[0:30]...)
+	want = append(want, pattern(13, 64)[50:64]...)
+	wc := do(t, p, writeWR(1, dst, 8, a2.SGE(3, 16), a1.SGE(0, 30), a2.SGE(50, 14)))
+	expectSendWC(t, wc, 1, verbs.WCRDMAWrite, p.A.QPNum(0))
+	expectZero(t, p.B, dst, 0, 8, "bytes before the Write's range")
+	expectBytes(t, p.B, dst, 8, want, "gathered bytes")
+	expectZero(t, p.B, dst, 8+len(want), 128-8-len(want), "bytes after the Write's range")
+	expectCanaries(t, p.B, dst)
+}
+
+// testWriteWithImm: a Write with immediate consumes a receive at the
+// responder, whose completion reports the immediate and the length, and
+// the data is in place when that completion is seen. With RNR retry the
+// receive is posted only after the Write: the Write waits for it.
+func testWriteWithImm(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapImmData, "CapImmData")
+	p := h.NewPair(t, PairOptions{})
+	src := newRegion(t, p.A, 40, localRW)
+	fill(t, p.A, src, 0, pattern(14, 40))
+	dst := newRegion(t, p.B, 64, remoteAll)
+	late := p.A.Attr().Has(verbs.CapRNRRetry)
+	if !late {
+		postRecv(t, p.B, 0, recvWR(9))
+	}
+	wr := writeWR(1, dst, 12, src.SGE(0, 40))
+	wr.Opcode, wr.Imm = verbs.OpRDMAWriteWithImm, 0x12345678
+	postSend(t, p.A, 0, wr)
+	if late {
+		expectEmpty(t, p.A, SendCQ)
+		postRecv(t, p.B, 0, recvWR(9))
+	}
+	wc := waitOne(t, p.B, RecvCQ)
+	expectBytes(t, p.B, dst, 12, pattern(14, 40), "data of a Write with immediate when its receive completion is seen")
+	expectRecvWC(t, wc, 9, verbs.WCRecvRDMAWithImm, 40, p.B.QPNum(0), p.A.QPNum(0))
+	if wc.Flags&verbs.WCWithImm == 0 || wc.Imm != 0x12345678 {
+		t.Fatalf("receive completion %s: want WCWithImm and immediate 0x12345678", fmtWC(wc))
+	}
+	expectSendWC(t, waitOne(t, p.A, SendCQ), 1, verbs.WCRDMAWrite, p.A.QPNum(0))
+	expectCanaries(t, p.B, dst)
+}
+
+// testRead: an RDMA Read copies the remote bytes into the local buffer
+// and nowhere else.
+func testRead(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	src := newRegion(t, p.B, 256, remoteAll)
+	fill(t, p.B, src, 0, pattern(15, 256))
+	dst := newRegion(t, p.A, 128, localRW)
+	wc := do(t, p, readWR(1, src, 30, dst.SGE(5, 100)))
+	expectSendWC(t, wc, 1, verbs.WCRDMARead, p.A.QPNum(0))
+	if wc.ByteLen != 100 {
+		t.Fatalf("Read completion %s: want ByteLen 100", fmtWC(wc))
+	}
+	expectZero(t, p.A, dst, 0, 5, "bytes before the Read's local range")
+	expectBytes(t, p.A, dst, 5, pattern(15, 256)[30:130], "read bytes")
+	expectZero(t, p.A, dst, 105, 23, "bytes after the Read's local range")
+	expectCanaries(t, p.A, dst)
+}
+
+// testReadZeroLength: a Read without SGEs completes successfully.
+func testReadZeroLength(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	src := newRegion(t, p.B, 64, remoteAll)
+	expectSendWC(t, do(t, p, readWR(1, src, 0)), 1, verbs.WCRDMARead, p.A.QPNum(0))
+}
+
+// testReadMultiSGE: a Read scatters the remote bytes over its SGEs, in
+// two regions, in order.
+func testReadMultiSGE(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	src := newRegion(t, p.B, 128, remoteAll)
+	fill(t, p.B, src, 0, pattern(16, 128))
+	a1 := newRegion(t, p.A, 64, localRW)
+	a2 := newRegion(t, p.A, 64, localRW)
+	wc := do(t, p, readWR(1, src, 4, a1.SGE(0, 10), a2.SGE(20, 30), a1.SGE(32, 20)))
+	expectSendWC(t, wc, 1, verbs.WCRDMARead, p.A.QPNum(0))
+	want := pattern(16, 128)[4:64]
+	expectBytes(t, p.A, a1, 0, want[:10], "first read SGE")
+	expectBytes(t, p.A, a2, 20, want[10:40], "second read SGE")
+	expectBytes(t, p.A, a1, 32, want[40:60], "third read SGE")
+	expectZero(t, p.A, a1, 10, 22, "bytes between the first and third SGE")
+	expectZero(t, p.A, a2, 0, 20, "bytes before the second SGE")
+	expectCanaries(t, p.A, a1)
+	expectCanaries(t, p.A, a2)
+}
+
+// testReadLarge: a 1 MiB Read, larger than any MTU or segment, arrives
+// byte-exact.
+func testReadLarge(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	size := 1 << 20
+	if m := p.A.Attr().MaxMsgSize; uint64(size) > m {
+		size = int(m)
+	}
+	src := newRegion(t, p.B, size, remoteAll)
+	data := pattern(17, size)
+	fill(t, p.B, src, 0, data)
+	dst := newRegion(t, p.A, size, localRW)
+	wc := do(t, p, readWR(1, src, 0, dst.SGE(0, size)))
+	expectSendWC(t, wc, 1, verbs.WCRDMARead, p.A.QPNum(0))
+	expectBytes(t, p.A, dst, 0, data, "1 MiB read")
+	expectCanaries(t, p.A, dst)
+}
+
+// testReadNoLocalWrite: a Read into a local region registered without
+// AccessLocalWrite fails with WCLocProtErr and leaves the region alone.
+func testReadNoLocalWrite(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	src := newRegion(t, p.B, 64, remoteAll)
+	fill(t, p.B, src, 0, pattern(18, 64))
+	dst := newRegion(t, p.A, 64, 0)
+	before := snap(t, p.A, dst, "read-only local region")
+	expectStatus(t, do(t, p, readWR(1, src, 0, dst.SGE(0, 64))), 1, verbs.WCLocProtErr)
+	before.unchanged(t)
+	expectState(t, p.A, 0, verbs.QPSErr)
+}
+
+// testSendAfterWrites: a Send posted after Writes on the same QP is
+// delivered only once the Writes' data is visible at the responder.
+func testSendAfterWrites(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	const chunk, writes = 1024, 4
+	src := newRegion(t, p.A, chunk*writes, localRW)
+	data := pattern(19, chunk*writes)
+	fill(t, p.A, src, 0, data)
+	dst := newRegion(t, p.B, chunk*writes, remoteAll)
+	msg := newRegion(t, p.B, 8, localRW)
+	postRecv(t, p.B, 0, recvWR(9, msg.SGE(0, 8)))
+	var wrs []verbs.SendWR
+	for i := range writes {
+		wr := writeWR(uint64(1+i), dst, i*chunk, src.SGE(i*chunk, chunk))
+		wr.Flags &^= verbs.SendSignaled
+		wrs = append(wrs, wr)
+	}
+	wrs = append(wrs, sendWR(100, src.SGE(0, 8)))
+	postSend(t, p.A, 0, wrs...)
+	expectRecvWC(t, waitOne(t, p.B, RecvCQ), 9, verbs.WCRecv, 8, p.B.QPNum(0), p.A.QPNum(0))
+	expectBytes(t, p.B, dst, 0, data, "data of the Writes when the Send after them is received")
+	expectSendWC(t, waitOne(t, p.A, SendCQ), 100, verbs.WCSend, p.A.QPNum(0))
+}
+
+// testFence: a fenced Write waits for the Read before it, so the Read
+// returns the value from before the Write.
+func testFence(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	x := newRegion(t, p.B, 8, remoteAll)
+	was, now := pattern(20, 8), pattern(21, 8)
+	fill(t, p.B, x, 0, was)
+	local := newRegion(t, p.A, 16, localRW)
+	fill(t, p.A, local, 8, now)
+	write := writeWR(2, x, 0, local.SGE(8, 8))
+	write.Flags |= verbs.SendFence
+	postSend(t, p.A, 0, readWR(1, x, 0, local.SGE(0, 8)), write)
+	wcs := wait(t, p.A, SendCQ, 2)
+	expectSendWC(t, wcs[0], 1, verbs.WCRDMARead, p.A.QPNum(0))
+	expectSendWC(t, wcs[1], 2, verbs.WCRDMAWrite, p.A.QPNum(0))
+	expectBytes(t, p.A, local, 0, was, "value read before the fenced Write")
+	expectBytes(t, p.B, x, 0, now, "value after the fenced Write")
+}

@@ -1,0 +1,275 @@
+package verbstest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// testPostOrder: receives are consumed in the order they were posted, and
+// both sides' completions report what the verbs say they report.
+func testPostOrder(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	sizes := []int{1, 17, 64, 33}
+	const slot = 64
+	src := newRegion(t, p.A, slot*len(sizes), localRW)
+	dst := newRegion(t, p.B, slot*len(sizes), localRW)
+	var recvs []verbs.RecvWR
+	var sends []verbs.SendWR
+	for i, n := range sizes {
+		fill(t, p.A, src, i*slot, pattern(i, n))
+		recvs = append(recvs, recvWR(uint64(100+i), dst.SGE(i*slot, slot)))
+		sends = append(sends, sendWR(uint64(1+i), src.SGE(i*slot, n)))
+	}
+	postRecv(t, p.B, 0, recvs...)
+	postSend(t, p.A, 0, sends...)
+	swc := wait(t, p.A, SendCQ, len(sizes))
+	rwc := wait(t, p.B, RecvCQ, len(sizes))
+	for i, n := range sizes {
+		expectSendWC(t, swc[i], uint64(1+i), verbs.WCSend, p.A.QPNum(0))
+		expectRecvWC(t, rwc[i], uint64(100+i), verbs.WCRecv, n, p.B.QPNum(0), p.A.QPNum(0))
+		expectBytes(t, p.B, dst, i*slot, pattern(i, n), "message in its receive buffer")
+		expectZero(t, p.B, dst, i*slot+n, slot-n, "receive buffer past the message")
+	}
+	expectCanaries(t, p.B, dst)
+}
+
+// testScatterGather: a Send gathers three SGEs from two regions and the
+// receive scatters the message over two SGEs in two regions, in order.
+func testScatterGather(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	a1 := newRegion(t, p.A, 64, localRW)
+	a2 := newRegion(t, p.A, 64, localRW)
+	fill(t, p.A, a1, 0, pattern(1, 64))
+	fill(t, p.A, a2, 0, pattern(2, 64))
+	b1 := newRegion(t, p.B, 64, localRW)
+	b2 := newRegion(t, p.B, 64, localRW)
+
+	var msg []byte
+	msg = append(msg, pattern(1, 64)[0:10]...)
+	msg = append(msg, pattern(2, 64)[5:25]...)
+	msg = append(msg, pattern(1, 64)[40:52]...)
+	postRecv(t, p.B, 0, recvWR(7, b1.SGE(8, 20), b2.SGE(0, 32)))
+	wc := do(t, p, sendWR(1, a1.SGE(0, 10), a2.SGE(5, 20), a1.SGE(40, 12)))
+	expectSendWC(t, wc, 1, verbs.WCSend, p.A.QPNum(0))
+	expectRecvWC(t, waitOne(t, p.B, RecvCQ), 7, verbs.WCRecv, len(msg), p.B.QPNum(0), p.A.QPNum(0))
+
+	expectZero(t, p.B, b1, 0, 8, "first receive region before its SGE")
+	expectBytes(t, p.B, b1, 8, msg[:20], "first receive SGE")
+	expectZero(t, p.B, b1, 28, 36, "first receive region after its SGE")
+	expectBytes(t, p.B, b2, 0, msg[20:], "second receive SGE")
+	expectZero(t, p.B, b2, len(msg)-20, 64-(len(msg)-20), "second receive SGE past the message")
+	expectCanaries(t, p.B, b1)
+	expectCanaries(t, p.B, b2)
+}
+
+// testInline: an inline Send's payload is copied at post time, so the
+// source may be overwritten as soon as PostSend returns. With RNR retry
+// the receive is posted only after the overwrite, so the message cannot
+// have been delivered before it.
+func testInline(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	n := int(p.Opts.Cap.MaxInlineData)
+	src := newRegion(t, p.A, n, localRW)
+	dst := newRegion(t, p.B, n, localRW)
+	orig := pattern(1, n)
+	fill(t, p.A, src, 0, orig)
+	late := p.A.Attr().Has(verbs.CapRNRRetry)
+	if !late {
+		postRecv(t, p.B, 0, recvWR(9, dst.SGE(0, n)))
+	}
+	wr := sendWR(1, src.SGE(0, n))
+	wr.Flags |= verbs.SendInline
+	postSend(t, p.A, 0, wr)
+	fill(t, p.A, src, 0, pattern(2, n))
+	if late {
+		postRecv(t, p.B, 0, recvWR(9, dst.SGE(0, n)))
+	}
+	expectSendWC(t, waitOne(t, p.A, SendCQ), 1, verbs.WCSend, p.A.QPNum(0))
+	expectRecvWC(t, waitOne(t, p.B, RecvCQ), 9, verbs.WCRecv, n, p.B.QPNum(0), p.A.QPNum(0))
+	expectBytes(t, p.B, dst, 0, orig, "inline payload as it was at post time")
+}
+
+// testInlineUnregistered: an inline SGE must lie inside a region
+// registered on the QP's PD (goverbs' deviation from ibverbs, for memory
+// safety): one that does not is refused at post time with ErrInvalidArg,
+// and nothing is sent.
+func testInlineUnregistered(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	src := newRegion(t, p.A, 64, localRW)
+	dst := newRegion(t, p.B, 64, localRW)
+	postRecv(t, p.B, 0, recvWR(9, dst.SGE(0, 64)))
+	// Address 0x1000 is never memory a Go program may read.
+	wr := sendWR(1, verbs.SGE{Addr: 0x1000, Length: 16, LKey: src.LKey})
+	wr.Flags |= verbs.SendInline
+	n, err := p.A.PostSend(0, []verbs.SendWR{wr})
+	expectRefused(t, "inline Send from unregistered memory", n, err, verbs.ErrInvalidArg)
+	expectEmpty(t, p.A, SendCQ)
+	expectEmpty(t, p.B, RecvCQ)
+	expectZero(t, p.B, dst, 0, 64, "receive buffer")
+}
+
+// testInlineTooLarge: an inline payload larger than MaxInlineData is
+// refused at post time; exactly MaxInlineData is taken.
+func testInlineTooLarge(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	limit := int(p.Opts.Cap.MaxInlineData)
+	src := newRegion(t, p.A, limit+1, localRW)
+	fill(t, p.A, src, 0, pattern(3, limit+1))
+	dst := newRegion(t, p.B, limit+1, localRW)
+	postRecv(t, p.B, 0, recvWR(9, dst.SGE(0, limit+1)))
+
+	big := sendWR(1, src.SGE(0, limit+1))
+	big.Flags |= verbs.SendInline
+	n, err := p.A.PostSend(0, []verbs.SendWR{big})
+	expectRefused(t, "inline Send of MaxInlineData+1 bytes", n, err, verbs.ErrInvalidArg)
+	expectEmpty(t, p.A, SendCQ)
+	expectState(t, p.A, 0, verbs.QPSRTS)
+
+	ok := sendWR(2, src.SGE(0, limit))
+	ok.Flags |= verbs.SendInline
+	expectSendWC(t, do(t, p, ok), 2, verbs.WCSend, p.A.QPNum(0))
+	expectRecvWC(t, waitOne(t, p.B, RecvCQ), 9, verbs.WCRecv, limit, p.B.QPNum(0), p.A.QPNum(0))
+	expectBytes(t, p.B, dst, 0, pattern(3, limit+1)[:limit], "inline payload of MaxInlineData bytes")
+}
+
+// testTooManySGEs: a WR with more SGEs than the QP's capacity is refused
+// at post time with ErrInvalidArg; the WRs before it in the same post are
+// posted and the ones after it are not.
+func testTooManySGEs(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	src := newRegion(t, p.A, 256, localRW)
+	dst := newRegion(t, p.B, 256, remoteAll)
+	sges := func(k int) []verbs.SGE {
+		var sg []verbs.SGE
+		for i := range k {
+			sg = append(sg, src.SGE(4*i, 4))
+		}
+		return sg
+	}
+	fill(t, p.A, src, 0, pattern(4, 256))
+	wrs := []verbs.SendWR{
+		writeWR(1, dst, 0, sges(int(p.Opts.Cap.MaxSendSGE))...),
+		writeWR(2, dst, 64, sges(int(p.Opts.Cap.MaxSendSGE)+1)...),
+		writeWR(3, dst, 128, src.SGE(0, 8)),
+	}
+	n, err := p.A.PostSend(0, wrs)
+	expectRefusedAt(t, "Write with MaxSendSGE+1 SGEs", 1, n, err, verbs.ErrInvalidArg)
+	expectSendWC(t, waitOne(t, p.A, SendCQ), 1, verbs.WCRDMAWrite, p.A.QPNum(0))
+	expectEmpty(t, p.A, SendCQ)
+	k := 4 * int(p.Opts.Cap.MaxSendSGE)
+	expectBytes(t, p.B, dst, 0, pattern(4, 256)[:k], "the Write posted before the refused one")
+	expectZero(t, p.B, dst, k, 256-k, "the targets of the refused Write and the one after it")
+
+	recv := newRegion(t, p.A, 256, localRW)
+	var rsg []verbs.SGE
+	for i := range int(p.Opts.Cap.MaxRecvSGE) + 1 {
+		rsg = append(rsg, recv.SGE(4*i, 4))
+	}
+	n, err = p.A.PostRecv(0, []verbs.RecvWR{recvWR(4, rsg...)})
+	expectRefused(t, "receive with MaxRecvSGE+1 SGEs", n, err, verbs.ErrInvalidArg)
+	expectState(t, p.A, 0, verbs.QPSRTS)
+}
+
+// testSendWithImm: Send with immediate delivers the immediate value with
+// WCWithImm in the receive completion.
+func testSendWithImm(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapImmData, "CapImmData")
+	p := h.NewPair(t, PairOptions{})
+	src := newRegion(t, p.A, 16, localRW)
+	fill(t, p.A, src, 0, pattern(5, 16))
+	dst := newRegion(t, p.B, 16, localRW)
+	postRecv(t, p.B, 0, recvWR(9, dst.SGE(0, 16)))
+	wr := sendWR(1, src.SGE(0, 16))
+	wr.Opcode, wr.Imm = verbs.OpSendWithImm, 0xdeadbeef
+	expectSendWC(t, do(t, p, wr), 1, verbs.WCSend, p.A.QPNum(0))
+	wc := waitOne(t, p.B, RecvCQ)
+	expectRecvWC(t, wc, 9, verbs.WCRecv, 16, p.B.QPNum(0), p.A.QPNum(0))
+	if wc.Flags&verbs.WCWithImm == 0 || wc.Imm != 0xdeadbeef {
+		t.Fatalf("receive completion %s: want WCWithImm and immediate 0xdeadbeef", fmtWC(wc))
+	}
+	expectBytes(t, p.B, dst, 0, pattern(5, 16), "payload of the Send with immediate")
+}
+
+// testZeroLengthSend: a Send without SGEs consumes a receive and completes
+// with zero bytes on both sides.
+func testZeroLengthSend(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	dst := newRegion(t, p.B, 16, localRW)
+	postRecv(t, p.B, 0, recvWR(9, dst.SGE(0, 16)), recvWR(10))
+	expectSendWC(t, do(t, p, sendWR(1)), 1, verbs.WCSend, p.A.QPNum(0))
+	expectSendWC(t, do(t, p, sendWR(2)), 2, verbs.WCSend, p.A.QPNum(0))
+	wcs := wait(t, p.B, RecvCQ, 2)
+	expectRecvWC(t, wcs[0], 9, verbs.WCRecv, 0, p.B.QPNum(0), p.A.QPNum(0))
+	expectRecvWC(t, wcs[1], 10, verbs.WCRecv, 0, p.B.QPNum(0), p.A.QPNum(0))
+	expectZero(t, p.B, dst, 0, 16, "receive buffer of a zero-length Send")
+}
+
+// testRecvTooSmall: a message longer than the receive buffer completes
+// the receive with WCLocLenErr and the Send with WCRemInvReqErr, writes
+// nothing past the buffer, and moves both QPs to the error state, where
+// further WRs flush.
+func testRecvTooSmall(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	src := newRegion(t, p.A, 32, localRW)
+	fill(t, p.A, src, 0, pattern(6, 32))
+	dst := newRegion(t, p.B, 8, localRW)
+	postRecv(t, p.B, 0, recvWR(9, dst.SGE(0, 8)))
+	expectStatus(t, do(t, p, sendWR(1, src.SGE(0, 32))), 1, verbs.WCRemInvReqErr)
+	wc := waitOne(t, p.B, RecvCQ)
+	expectStatus(t, wc, 9, verbs.WCLocLenErr)
+	if wc.QPNum != p.B.QPNum(0) {
+		t.Fatalf("receive completion %s: want QP %d", fmtWC(wc), p.B.QPNum(0))
+	}
+	expectCanaries(t, p.B, dst)
+	expectState(t, p.A, 0, verbs.QPSErr)
+	expectState(t, p.B, 0, verbs.QPSErr)
+	expectFlushAfterError(t, p.A, 0)
+	expectFlushAfterError(t, p.B, 0)
+}
+
+// testSolicited: a CQ armed for solicited completions only stays quiet for
+// an ordinary Send and wakes for one with SendSolicited, whose receive
+// completion carries WCSolicited.
+func testSolicited(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	src := newRegion(t, p.B, 32, localRW)
+	fill(t, p.B, src, 0, pattern(7, 32))
+	dst := newRegion(t, p.A, 32, localRW)
+	postRecv(t, p.A, 0, recvWR(1, dst.SGE(0, 16)), recvWR(2, dst.SGE(16, 16)))
+	if err := p.A.RecvCQ.ReqNotify(true); err != nil {
+		t.Fatalf("ReqNotify(solicited only): %v", err)
+	}
+
+	postSend(t, p.B, 0, sendWR(11, src.SGE(0, 16)))
+	expectSendWC(t, waitOne(t, p.B, SendCQ), 11, verbs.WCSend, p.B.QPNum(0))
+	select {
+	case <-p.A.RecvCQ.Notify():
+		t.Fatal("a CQ armed for solicited events only was notified of an unsolicited Send")
+	default:
+	}
+
+	wr := sendWR(12, src.SGE(16, 16))
+	wr.Flags |= verbs.SendSolicited
+	postSend(t, p.B, 0, wr)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-p.A.RecvCQ.Notify():
+	case <-timer.C:
+		t.Fatalf("no notification within %v of a solicited Send", timeout)
+	}
+	expectSendWC(t, waitOne(t, p.B, SendCQ), 12, verbs.WCSend, p.B.QPNum(0))
+
+	wcs := make([]verbs.WorkCompletion, 4)
+	if n := p.A.RecvCQ.Poll(wcs); n != 2 {
+		t.Fatalf("polled %d receive completions, want 2: %s", n, fmtWCs(wcs[:n]))
+	}
+	expectRecvWC(t, wcs[0], 1, verbs.WCRecv, 16, p.A.QPNum(0), p.B.QPNum(0))
+	expectRecvWC(t, wcs[1], 2, verbs.WCRecv, 16, p.A.QPNum(0), p.B.QPNum(0))
+	if wcs[0].Flags&verbs.WCSolicited != 0 || wcs[1].Flags&verbs.WCSolicited == 0 {
+		t.Fatalf("WCSolicited on %s and %s: want it on the second only", fmtWC(wcs[0]), fmtWC(wcs[1]))
+	}
+	expectBytes(t, p.A, dst, 0, pattern(7, 32), "both messages")
+}

@@ -1,0 +1,119 @@
+package verbstest
+
+import (
+	"testing"
+
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// srqPair makes a pair of qps QPs whose B side draws its receives from
+// one SRQ, skipping the case if the device has no SRQs.
+func srqPair(t *testing.T, h Harness, qps int) *Pair {
+	t.Helper()
+	requireCap(t, h, verbs.CapSRQ, "CapSRQ")
+	return h.NewPair(t, PairOptions{QPs: qps, SRQ: true})
+}
+
+// postSRQ posts k receives of 8 bytes each to B's SRQ, into consecutive
+// slots of r from slot first, with WRIDs 100+slot.
+func postSRQ(t testing.TB, p *Pair, r Region, first, k int) {
+	t.Helper()
+	var wrs []verbs.RecvWR
+	for i := first; i < first+k; i++ {
+		wrs = append(wrs, recvWR(uint64(100+i), r.SGE(8*i, 8)))
+	}
+	if n, err := p.B.PostSRQRecv(wrs); n != k || err != nil {
+		t.Fatalf("PostSRQRecv of %d receives: posted %d: %v", k, n, err)
+	}
+}
+
+// testSRQShared: three QPs draw their receives from one SRQ; each
+// receive completion names the QP the message arrived on and its sender.
+func testSRQShared(t *testing.T, h Harness) {
+	const qps = 3
+	p := srqPair(t, h, qps)
+	size := func(i int) int { return 8 + 8*i }
+	dst := newRegion(t, p.B, qps*64, localRW)
+	var recvs []verbs.RecvWR
+	for j := range qps {
+		recvs = append(recvs, recvWR(uint64(100+j), dst.SGE(64*j, 64)))
+	}
+	if n, err := p.B.PostSRQRecv(recvs); n != qps || err != nil {
+		t.Fatalf("PostSRQRecv: posted %d: %v", n, err)
+	}
+	src := newRegion(t, p.A, qps*64, localRW)
+	for i := range qps {
+		fill(t, p.A, src, 64*i, pattern(60+i, size(i)))
+		postSend(t, p.A, i, sendWR(uint64(1+i), src.SGE(64*i, size(i))))
+	}
+	for _, wc := range wait(t, p.A, SendCQ, qps) {
+		if wc.Status != verbs.WCSuccess {
+			t.Fatalf("send completion %s", fmtWC(wc))
+		}
+	}
+	byQP := map[uint32]int{}
+	for i := range qps {
+		byQP[p.B.QPNum(i)] = i
+	}
+	slots := map[uint64]bool{}
+	for _, wc := range wait(t, p.B, RecvCQ, qps) {
+		i, ok := byQP[wc.QPNum]
+		if !ok {
+			t.Fatalf("receive completion %s names no QP of B, or one twice", fmtWC(wc))
+		}
+		delete(byQP, wc.QPNum)
+		if slots[wc.WRID] || wc.WRID < 100 || wc.WRID >= 100+qps {
+			t.Fatalf("receive completion %s: WRID of no posted receive, or one consumed twice", fmtWC(wc))
+		}
+		slots[wc.WRID] = true
+		expectRecvWC(t, wc, wc.WRID, verbs.WCRecv, size(i), p.B.QPNum(i), p.A.QPNum(i))
+		expectBytes(t, p.B, dst, 64*int(wc.WRID-100), pattern(60+i, size(i)), "message in the SRQ receive it consumed")
+	}
+}
+
+// testSRQLimit: an armed SRQ raises its limit event once, when fewer than
+// the limit receives remain posted, and disarms.
+func testSRQLimit(t *testing.T, h Harness) {
+	p := srqPair(t, h, 1)
+	dst := newRegion(t, p.B, 16*8, localRW)
+	src := newRegion(t, p.A, 8, localRW)
+	send := func(k int) {
+		t.Helper()
+		for i := range k {
+			postSend(t, p.A, 0, sendWR(uint64(1+i), src.SGE(0, 8)))
+		}
+		wait(t, p.A, SendCQ, k)
+		for _, wc := range wait(t, p.B, RecvCQ, k) {
+			if wc.Status != verbs.WCSuccess {
+				t.Fatalf("receive completion %s", fmtWC(wc))
+			}
+		}
+	}
+	expectLimitEvent := func(want bool, within string) {
+		t.Helper()
+		d := shortWait
+		if want {
+			d = timeout
+		}
+		got, err := p.B.SRQLimitEvent(d)
+		if err != nil {
+			t.Fatalf("SRQLimitEvent: %v", err)
+		}
+		if got != want {
+			t.Fatalf("SRQ limit event %s: got %v, want %v", within, got, want)
+		}
+	}
+	postSRQ(t, p, dst, 0, 8)
+	if err := p.B.ArmSRQLimit(4); err != nil {
+		t.Fatalf("ArmSRQLimit: %v", err)
+	}
+	send(3)
+	expectLimitEvent(false, "with 5 receives left and a limit of 4")
+	send(1)
+	expectLimitEvent(false, "with 4 receives left and a limit of 4")
+	send(1)
+	expectLimitEvent(true, "with 3 receives left and a limit of 4")
+	postSRQ(t, p, dst, 8, 8)
+	send(9)
+	expectLimitEvent(false, "again without re-arming")
+}
