@@ -84,7 +84,7 @@ func (c *cq) Poll(wc []driver.WorkCompletion) int {
 		e := &c.ring[c.head]
 		wc[n] = e.wc
 		if e.q != nil {
-			e.q.retireSQ(e.retire)
+			e.q.sq.Retire(e.retire)
 			e.q = nil
 		}
 		c.head = (c.head + 1) % len(c.ring)

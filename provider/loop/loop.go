@@ -24,11 +24,11 @@ package loop
 
 import (
 	"crypto/rand"
-	"fmt"
 	"slices"
 	"sync"
 	"unsafe"
 
+	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -38,7 +38,7 @@ const DeviceName = "loop0"
 
 // maxSGE bounds scatter/gather lists, so that resolved lists fit in arrays
 // on the stack.
-const maxSGE = 32
+const maxSGE = sglist.Max
 
 func init() {
 	verbs.Register("loop", &provider{})
@@ -253,60 +253,3 @@ func (c *devCtx) span(key uint32, p *pd, addr, n uint64, need driver.AccessFlags
 	}
 	return m.buf[off : off+n], true
 }
-
-// sgList is a scatter/gather list resolved to memory.
-type sgList struct {
-	seg [maxSGE][]byte
-	n   int
-}
-
-// resolve maps a local SG list of QP q to memory, requiring need on each
-// region; it reports false on a bad key, PD, right or range.
-func (l *sgList) resolve(q *qp, sg []driver.SGE, need driver.AccessFlags) bool {
-	l.n = 0
-	for i := range sg {
-		b, ok := q.ctx.span(sg[i].LKey, q.pd, sg[i].Addr, uint64(sg[i].Length), need)
-		if !ok {
-			return false
-		}
-		l.seg[l.n] = b
-		l.n++
-	}
-	return true
-}
-
-// one makes the list the single segment b.
-func (l *sgList) one(b []byte) {
-	l.seg[0] = b
-	l.n = 1
-}
-
-// copySG copies from src into dst segment by segment, without staging,
-// and returns the number of bytes copied.
-func copySG(dst, src *sgList) int {
-	total := 0
-	di, doff := 0, 0
-	for si := 0; si < src.n; si++ {
-		s := src.seg[si]
-		for len(s) > 0 && di < dst.n {
-			n := copy(dst.seg[di][doff:], s)
-			s = s[n:]
-			doff += n
-			total += n
-			if doff == len(dst.seg[di]) {
-				di, doff = di+1, 0
-			}
-		}
-	}
-	return total
-}
-
-func (l *sgList) len() uint64 {
-	var n uint64
-	for i := 0; i < l.n; i++ {
-		n += uint64(len(l.seg[i]))
-	}
-	return n
-}
-
-func errClosed(what string) error { return fmt.Errorf("%s: %w", what, driver.ErrClosed) }

@@ -4,18 +4,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
-
-// swqe is a send queue slot: a copy of the posted WR whose SG list points
-// into the slot's own array, and the inline payload copied at post time.
-type swqe struct {
-	wr       driver.SendWR
-	sge      []driver.SGE
-	inline   []byte
-	isInline bool
-	signaled bool
-}
 
 // rwqe is a receive queue slot.
 type rwqe struct {
@@ -24,11 +15,6 @@ type rwqe struct {
 }
 
 // qp is a loop queue pair. Its fields are guarded by fab.mu.
-//
-// The send queue is a ring indexed by three monotonically increasing
-// counters: sqHead is the oldest slot not yet retired (its completion, or
-// a later one, has not been polled), sqNext the next WR to execute, and
-// sqTail the next free slot.
 type qp struct {
 	ctx     *devCtx
 	pd      *pd
@@ -41,8 +27,7 @@ type qp struct {
 	cap     driver.QPCap
 	attr    driver.QPAttr
 
-	sq                     []swqe
-	sqHead, sqNext, sqTail uint64
+	sq *swq.Queue
 
 	rq             []rwqe
 	rqHead, rqTail uint64
@@ -50,11 +35,10 @@ type qp struct {
 	peer *qp   // the connected QP, set on the move to RTR
 	link *link // the cm connection, if any
 
-	rnrRetries int
-	rnrTimer   *time.Timer
-	rnrGen     uint64
-	inProgress bool
-	destroyed  bool
+	rnr       swq.RNR
+	rnrTimer  *time.Timer
+	rnrGen    uint64
+	destroyed bool
 }
 
 func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
@@ -77,11 +61,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 		return nil, driver.ErrInvalidArg
 	}
 	q := &qp{ctx: p.ctx, pd: p, userCtx: a.UserCtx, sendCQ: scq, recvCQ: rcq, srq: s, sigAll: a.SigAll, cap: c}
-	q.sq = make([]swqe, c.MaxSendWR)
-	for i := range q.sq {
-		q.sq[i].sge = make([]driver.SGE, 0, c.MaxSendSGE)
-		q.sq[i].inline = make([]byte, 0, c.MaxInlineData)
-	}
+	q.sq = swq.New(c, a.SigAll)
 	if s == nil {
 		q.rq = make([]rwqe, c.MaxRecvWR)
 		for i := range q.rq {
@@ -163,10 +143,10 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 // reset empties both queues without completions, as the move to Reset does.
 func (q *qp) reset() {
 	q.stopRNR()
-	q.sqHead, q.sqNext, q.sqTail = 0, 0, 0
+	q.sq.Reset()
 	q.rqHead, q.rqTail = 0, 0
 	q.peer = nil
-	q.rnrRetries = 0
+	q.rnr.Reset()
 	q.attr = driver.QPAttr{Cap: q.cap}
 }
 
@@ -194,13 +174,6 @@ func (q *qp) stopRNR() {
 	q.rnrGen++
 }
 
-// retireSQ frees the send queue slots up to and including slot seq.
-func (q *qp) retireSQ(seq uint64) {
-	if seq+1 > q.sqHead && seq < q.sqTail {
-		q.sqHead = seq + 1
-	}
-}
-
 func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
@@ -214,7 +187,7 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 	return len(wrs), nil
 }
 
-// postSend validates one WR and queues it.
+// postSend queues one WR.
 func (q *qp) postSend(wr *driver.SendWR) error {
 	if q.destroyed {
 		return driver.ErrClosed
@@ -223,42 +196,13 @@ func (q *qp) postSend(wr *driver.SendWR) error {
 	case driver.QPSReset, driver.QPSInit, driver.QPSRTR:
 		return driver.ErrInvalidState
 	}
-	switch {
-	case !wr.Opcode.Valid():
-		return driver.ErrInvalidArg
-	case wr.Opcode == driver.OpLocalInv || wr.Opcode == driver.OpBindMW || wr.Opcode == driver.OpSendWithInv:
-		return driver.ErrUnsupported
-	case len(wr.SGList) > int(q.cap.MaxSendSGE):
-		return driver.ErrInvalidArg
-	case wr.Opcode.IsAtomic() && driver.SGListLen(wr.SGList) != 8:
-		return driver.ErrInvalidArg
-	}
-	inline := wr.Flags&driver.SendInline != 0
-	if inline && (!wr.Opcode.ReadsLocal() || driver.SGListLen(wr.SGList) > uint64(q.cap.MaxInlineData)) {
-		return driver.ErrInvalidArg
-	}
-	if q.sqTail-q.sqHead == uint64(len(q.sq)) {
-		return driver.ErrQueueFull
-	}
-	s := &q.sq[q.sqTail%uint64(len(q.sq))]
-	s.wr = *wr
-	s.sge = append(s.sge[:0], wr.SGList...)
-	s.wr.SGList = s.sge
-	s.signaled = q.sigAll || wr.Flags&driver.SendSignaled != 0
-	s.isInline = inline
-	s.inline = s.inline[:0]
-	if inline {
-		for i := range wr.SGList {
-			g := &wr.SGList[i]
-			b, ok := q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), 0)
-			if !ok {
-				return fmt.Errorf("%w: inline SGE %d is not inside a region registered on this PD", driver.ErrInvalidArg, i)
-			}
-			s.inline = append(s.inline, b...)
-		}
-	}
-	q.sqTail++
-	return nil
+	return q.sq.Post(wr, q)
+}
+
+// InlineBytes implements swq.InlineSource: an inline SGE must lie in a
+// region of the QP's PD.
+func (q *qp) InlineBytes(g *driver.SGE) ([]byte, bool) {
+	return q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), 0)
 }
 
 func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
@@ -280,10 +224,11 @@ func (q *qp) postRecv(wr *driver.RecvWR) error {
 		return fmt.Errorf("%w: the QP takes its receives from an SRQ", driver.ErrInvalidArg)
 	case q.attr.State == driver.QPSReset:
 		return driver.ErrInvalidState
-	case len(wr.SGList) > int(q.cap.MaxRecvSGE):
-		return driver.ErrInvalidArg
 	case q.rqTail-q.rqHead == uint64(len(q.rq)):
 		return driver.ErrQueueFull
+	}
+	if err := driver.CheckRecvWR(wr, q.cap.MaxRecvSGE); err != nil {
+		return err
 	}
 	if q.attr.State == driver.QPSErr {
 		q.completeRecv(driver.WorkCompletion{WRID: wr.WRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})

@@ -4,112 +4,101 @@ import (
 	"encoding/binary"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/sglist"
+	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
-// rnrWait is the outcome of a WR that met a receiver-not-ready condition
-// and waits for its retry.
-const rnrWait driver.WCStatus = 255
+// The requester: the QP as the swq engine that executes its send queue.
 
-// progress executes the send queue in order as far as it can: every WR
-// when the QP is in RTS, flushing them when it is in the error state, and
-// stopping at a WR that waits for an RNR retry. It is re-entrant safe: a
-// call made while progress runs on the same QP (an error moving the QP to
-// Err) returns at once and the running loop carries on.
+// progress executes the send queue as far as it can.
 func (q *qp) progress() {
-	if q.inProgress || q.destroyed {
-		return
-	}
-	q.inProgress = true
-	defer func() { q.inProgress = false }()
-	for q.sqNext != q.sqTail {
-		seq := q.sqNext
-		s := &q.sq[seq%uint64(len(q.sq))]
-		if q.attr.State == driver.QPSErr {
-			q.sqNext++
-			q.completeSend(seq, driver.WorkCompletion{WRID: s.wr.WRID, Status: driver.WCWRFlushErr, Opcode: s.wr.Opcode.CompletionOpcode()})
-			continue
-		}
-		if q.attr.State != driver.QPSRTS || q.rnrTimer != nil {
-			return
-		}
-		wc := driver.WorkCompletion{WRID: s.wr.WRID, Opcode: s.wr.Opcode.CompletionOpcode()}
-		wc.Status, wc.ByteLen = q.execute(s)
-		if wc.Status == rnrWait {
-			return
-		}
-		q.sqNext++
-		if wc.Status != driver.WCSuccess {
-			q.completeSend(seq, wc)
-			q.toErr()
-			continue
-		}
-		if s.signaled {
-			q.completeSend(seq, wc)
-		}
+	if !q.destroyed {
+		q.sq.Progress(q)
 	}
 }
 
-// execute performs one WR against the peer and returns its status and,
-// for Reads, the bytes read.
-func (q *qp) execute(s *swqe) (driver.WCStatus, uint32) {
+// State implements swq.Engine.
+func (q *qp) State() driver.QPState { return q.attr.State }
+
+// Stalled implements swq.Engine: an RNR retry is pending.
+func (q *qp) Stalled() bool { return q.rnrTimer != nil }
+
+// Complete implements swq.Engine.
+func (q *qp) Complete(seq uint64, wc driver.WorkCompletion) { q.completeSend(seq, wc) }
+
+// Fail implements swq.Engine.
+func (q *qp) Fail() { q.toErr() }
+
+// Execute implements swq.Engine: it performs one WR against the peer.
+func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	p := q.peer
 	if p == nil || p.destroyed || p.ctx.closed || !p.accepts() {
 		// Nobody answers: the transport retries run out.
 		return driver.WCRetryExcErr, 0
 	}
-	wr := &s.wr
-	var local sgList
-	if s.isInline {
-		local.one(s.inline)
+	wr := &s.WR
+	var local sglist.List
+	if s.IsInline {
+		local.One(s.Inline)
 	} else {
 		need := driver.AccessFlags(0)
 		if !wr.Opcode.ReadsLocal() {
 			need = driver.AccessLocalWrite
 		}
-		if !local.resolve(q, wr.SGList, need) {
+		if !q.resolve(&local, wr.SGList, need) {
 			return driver.WCLocProtErr, 0
 		}
 	}
-	length := local.len()
+	length := local.Len()
 	if length > deviceAttr.MaxMsgSize {
 		return driver.WCLocLenErr, 0
 	}
 	switch wr.Opcode {
 	case driver.OpSend, driver.OpSendWithImm:
-		return q.rnr(p.receive(q, wr, &local)), 0
+		return q.rnrCheck(p.receive(q, wr, &local)), 0
 	case driver.OpRDMAWrite, driver.OpRDMAWriteWithImm:
-		return q.rnr(p.write(q, wr, &local)), 0
+		return q.rnrCheck(p.write(q, wr, &local)), 0
 	case driver.OpRDMARead:
-		st := p.read(wr, &local)
-		return st, uint32(length)
+		return p.read(wr, &local), uint32(length)
 	case driver.OpAtomicCmpAndSwp, driver.OpAtomicFetchAndAdd:
 		old, st := p.atomic(wr)
 		if st == driver.WCSuccess {
 			var b [8]byte
 			binary.NativeEndian.PutUint64(b[:], old)
-			var src sgList
-			src.one(b[:])
-			copySG(&local, &src)
+			var src sglist.List
+			src.One(b[:])
+			sglist.Copy(&local, &src)
 		}
 		return st, 8
 	}
 	return driver.WCLocQPOpErr, 0
 }
 
-// rnr turns the responder's answer into the requester's: a receiver not
-// ready is retried after the responder's RNR timer, up to the QP's
-// RNRRetry count (7: forever), then fails with WCRNRRetryExcErr.
-func (q *qp) rnr(st driver.WCStatus) driver.WCStatus {
-	if st != rnrWait {
-		q.rnrRetries = 0
+// resolve maps a local SG list of q to memory, requiring need on each
+// region; false on a bad key, PD, right or range.
+func (q *qp) resolve(l *sglist.List, sg []driver.SGE, need driver.AccessFlags) bool {
+	l.Reset()
+	for i := range sg {
+		b, ok := q.ctx.span(sg[i].LKey, q.pd, sg[i].Addr, uint64(sg[i].Length), need)
+		if !ok || !l.Add(b) {
+			return false
+		}
+	}
+	return true
+}
+
+// rnrCheck turns the responder's answer into the requester's: a receiver
+// not ready is retried after the responder's RNR timer, up to the QP's
+// RNRRetry count, then fails with WCRNRRetryExcErr.
+func (q *qp) rnrCheck(st driver.WCStatus) driver.WCStatus {
+	if st != swq.RNRWait {
+		q.rnr.Reset()
 		return st
 	}
-	if q.attr.RNRRetry != driver.RNRRetryInfinite && q.rnrRetries >= int(q.attr.RNRRetry) {
-		q.rnrRetries = 0
-		return driver.WCRNRRetryExcErr
+	if st = q.rnr.Next(q.attr.RNRRetry); st != swq.RNRWait {
+		return st
 	}
-	q.rnrRetries++
 	gen := q.rnrGen
 	q.rnrTimer = time.AfterFunc(q.peer.attr.MinRNRTimer.Duration(), func() {
 		fab.mu.Lock()
@@ -119,5 +108,5 @@ func (q *qp) rnr(st driver.WCStatus) driver.WCStatus {
 			q.progress()
 		}
 	})
-	return rnrWait
+	return st
 }

@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/goverbs/goverbs/internal/sglist"
+	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -70,14 +72,14 @@ func recvCompletion(q *qp, wr *driver.SendWR, wrid uint64, op driver.WCOpcode) d
 }
 
 // receive places a Send into the next posted receive.
-func (p *qp) receive(q *qp, wr *driver.SendWR, src *sgList) driver.WCStatus {
+func (p *qp) receive(q *qp, wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	r := p.nextRecv()
 	if r == nil {
-		return rnrWait
+		return swq.RNRWait
 	}
 	wc := recvCompletion(q, wr, r.wrid, driver.WCRecv)
-	var dst sgList
-	ok := dst.resolve(p, r.sge, driver.AccessLocalWrite)
+	var dst sglist.List
+	ok := p.resolve(&dst, r.sge, driver.AccessLocalWrite)
 	p.consumeRecv()
 	switch {
 	case !ok:
@@ -85,34 +87,34 @@ func (p *qp) receive(q *qp, wr *driver.SendWR, src *sgList) driver.WCStatus {
 		p.completeRecv(wc)
 		p.responderErr(driver.EventQPAccessErr)
 		return driver.WCRemOpErr
-	case src.len() > dst.len():
+	case src.Len() > dst.Len():
 		wc.Status = driver.WCLocLenErr
 		p.completeRecv(wc)
 		p.responderErr(driver.EventQPReqErr)
 		return driver.WCRemInvReqErr
 	}
-	wc.ByteLen = uint32(copySG(&dst, src))
+	wc.ByteLen = uint32(sglist.Copy(&dst, src))
 	p.completeRecv(wc)
 	return driver.WCSuccess
 }
 
 // write places an RDMA Write, and for Write with immediate consumes a
 // receive once the data is in place. A zero-length Write checks no rkey.
-func (p *qp) write(q *qp, wr *driver.SendWR, src *sgList) driver.WCStatus {
+func (p *qp) write(q *qp, wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	withImm := wr.Opcode == driver.OpRDMAWriteWithImm
 	if withImm && p.nextRecv() == nil {
-		return rnrWait
+		return swq.RNRWait
 	}
-	n := src.len()
+	n := src.Len()
 	if n > 0 {
 		b, ok := p.remote(wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteWrite)
 		if !ok {
 			p.responderErr(driver.EventQPAccessErr)
 			return driver.WCRemAccessErr
 		}
-		var dst sgList
-		dst.one(b)
-		copySG(&dst, src)
+		var dst sglist.List
+		dst.One(b)
+		sglist.Copy(&dst, src)
 	}
 	if withImm {
 		wc := recvCompletion(q, wr, p.nextRecv().wrid, driver.WCRecvRDMAWithImm)
@@ -124,12 +126,12 @@ func (p *qp) write(q *qp, wr *driver.SendWR, src *sgList) driver.WCStatus {
 }
 
 // read serves an RDMA Read into the requester's list dst.
-func (p *qp) read(wr *driver.SendWR, dst *sgList) driver.WCStatus {
+func (p *qp) read(wr *driver.SendWR, dst *sglist.List) driver.WCStatus {
 	if p.attr.MaxDestRdAtomic == 0 {
 		p.responderErr(driver.EventQPReqErr)
 		return driver.WCRemInvReqErr
 	}
-	n := dst.len()
+	n := dst.Len()
 	if n == 0 {
 		return driver.WCSuccess
 	}
@@ -138,9 +140,9 @@ func (p *qp) read(wr *driver.SendWR, dst *sgList) driver.WCStatus {
 		p.responderErr(driver.EventQPAccessErr)
 		return driver.WCRemAccessErr
 	}
-	var src sgList
-	src.one(b)
-	copySG(dst, &src)
+	var src sglist.List
+	src.One(b)
+	sglist.Copy(dst, &src)
 	return driver.WCSuccess
 }
 

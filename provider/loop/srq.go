@@ -46,10 +46,11 @@ func (s *srq) PostRecv(wrs []driver.RecvWR) (int, error) {
 		switch {
 		case s.destroyed:
 			return i, driver.ErrClosed
-		case len(wr.SGList) > int(s.maxSGE):
-			return i, driver.ErrInvalidArg
 		case s.tail-s.head == uint64(len(s.ring)):
 			return i, driver.ErrQueueFull
+		}
+		if err := driver.CheckRecvWR(wr, s.maxSGE); err != nil {
+			return i, err
 		}
 		r := &s.ring[s.tail%uint64(len(s.ring))]
 		r.wrid = wr.WRID

@@ -1,0 +1,188 @@
+// Package swq is the send queue engine the software providers share: the
+// ring of posted send work requests, their validation and inline copy at
+// post time, the in-order execution loop with its flush and RNR handling,
+// and the retirement of slots as completions are polled. A provider
+// supplies the transport through the Engine interface.
+//
+// A Queue is not safe for concurrent use, except Retire: its provider
+// serialises it.
+package swq
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// Slot is a posted send work request: a copy of the WR whose SG list
+// points into the slot's own array, and the inline payload copied at post
+// time.
+type Slot struct {
+	WR       driver.SendWR
+	Inline   []byte
+	IsInline bool
+	Signaled bool
+	sge      []driver.SGE
+}
+
+// Queue is a send queue. Its slots are indexed by three monotonically
+// increasing counters: head is the oldest slot not yet retired (its
+// completion, or a later one, has not been polled), next the next WR to
+// execute, and tail the next free slot.
+type Queue struct {
+	slots  []Slot
+	head   atomic.Uint64 // advanced by pollers
+	next   atomic.Uint64 // read by pollers
+	tail   uint64
+	cap    driver.QPCap
+	sigAll bool
+	busy   bool
+}
+
+// New makes a send queue with the capacities of cap.
+func New(cap driver.QPCap, sigAll bool) *Queue {
+	q := &Queue{slots: make([]Slot, cap.MaxSendWR), cap: cap, sigAll: sigAll}
+	for i := range q.slots {
+		q.slots[i].sge = make([]driver.SGE, 0, cap.MaxSendSGE)
+		q.slots[i].Inline = make([]byte, 0, cap.MaxInlineData)
+	}
+	return q
+}
+
+// InlineSource finds the bytes an inline SGE names: false if they are not
+// inside a region registered on the QP's protection domain.
+type InlineSource interface {
+	InlineBytes(sge *driver.SGE) ([]byte, bool)
+}
+
+// Post validates wr and queues it, copying an inline payload from src.
+func (q *Queue) Post(wr *driver.SendWR, src InlineSource) error {
+	if err := driver.CheckSendWR(wr, &q.cap, false); err != nil {
+		return err
+	}
+	if q.tail-q.head.Load() >= uint64(len(q.slots)) {
+		return driver.ErrQueueFull
+	}
+	s := &q.slots[q.tail%uint64(len(q.slots))]
+	s.WR = *wr
+	s.sge = append(s.sge[:0], wr.SGList...)
+	s.WR.SGList = s.sge
+	s.Signaled = q.sigAll || wr.Flags&driver.SendSignaled != 0
+	s.IsInline = wr.Flags&driver.SendInline != 0
+	s.Inline = s.Inline[:0]
+	if s.IsInline {
+		for i := range wr.SGList {
+			b, ok := src.InlineBytes(&wr.SGList[i])
+			if !ok {
+				return fmt.Errorf("%w: inline SGE %d is not inside a region registered on this PD", driver.ErrInvalidArg, i)
+			}
+			s.Inline = append(s.Inline, b...)
+		}
+	}
+	q.tail++
+	return nil
+}
+
+// Retire frees the slots up to and including seq, once a completion for
+// seq has been polled. Values that cannot name an executed slot are
+// ignored, so a forged completion cannot free a slot still in use.
+func (q *Queue) Retire(seq uint64) {
+	for {
+		h := q.head.Load()
+		if seq < h || seq >= q.next.Load() {
+			return
+		}
+		if q.head.CompareAndSwap(h, seq+1) {
+			return
+		}
+	}
+}
+
+// Reset empties the queue without completions.
+func (q *Queue) Reset() {
+	q.head.Store(0)
+	q.next.Store(0)
+	q.tail = 0
+}
+
+// Engine is the transport a provider plugs into Progress.
+type Engine interface {
+	// State is the QP's state.
+	State() driver.QPState
+	// Stalled reports that execution must wait (an RNR retry is pending).
+	Stalled() bool
+	// Execute performs the WR and returns its status and, for Reads and
+	// atomics, the bytes placed locally; RNRWait says the WR met a
+	// receiver-not-ready condition and stays at the head of the queue.
+	Execute(s *Slot) (driver.WCStatus, uint32)
+	// Complete reports the completion of slot seq.
+	Complete(seq uint64, wc driver.WorkCompletion)
+	// Fail moves the QP to the error state after a failed WR.
+	Fail()
+}
+
+// RNRWait is the status Execute returns for a WR that waits for an RNR
+// retry.
+const RNRWait driver.WCStatus = 255
+
+// Progress executes the queue in order as far as it can: every WR while
+// the QP is in RTS, flushing them with WCWRFlushErr once it is in the
+// error state, and stopping at a WR that waits. An error completes the WR
+// (signaled or not) and moves the QP to the error state. A nested call —
+// Fail that calls Progress again — returns at once and the running loop
+// carries on.
+func (q *Queue) Progress(e Engine) {
+	if q.busy {
+		return
+	}
+	q.busy = true
+	defer func() { q.busy = false }()
+	for q.next.Load() != q.tail {
+		seq := q.next.Load()
+		s := &q.slots[seq%uint64(len(q.slots))]
+		wc := driver.WorkCompletion{WRID: s.WR.WRID, Opcode: s.WR.Opcode.CompletionOpcode()}
+		switch st := e.State(); {
+		case st == driver.QPSErr:
+			q.next.Store(seq + 1)
+			wc.Status = driver.WCWRFlushErr
+			e.Complete(seq, wc)
+			continue
+		case st != driver.QPSRTS || e.Stalled():
+			return
+		}
+		wc.Status, wc.ByteLen = e.Execute(s)
+		if wc.Status == RNRWait {
+			return
+		}
+		q.next.Store(seq + 1)
+		if wc.Status != driver.WCSuccess {
+			e.Complete(seq, wc)
+			e.Fail()
+			continue
+		}
+		if s.Signaled {
+			e.Complete(seq, wc)
+		}
+	}
+}
+
+// RNR counts receiver-not-ready retries of the WR at the head of a queue.
+type RNR struct {
+	retries int
+}
+
+// Next returns RNRWait while the WR may be retried under the QP's
+// RNRRetry count (RNRRetryInfinite: forever), and WCRNRRetryExcErr when
+// the retries are spent.
+func (r *RNR) Next(rnrRetry uint8) driver.WCStatus {
+	if rnrRetry != driver.RNRRetryInfinite && r.retries >= int(rnrRetry) {
+		r.retries = 0
+		return driver.WCRNRRetryExcErr
+	}
+	r.retries++
+	return RNRWait
+}
+
+// Reset clears the retry count.
+func (r *RNR) Reset() { r.retries = 0 }
