@@ -127,12 +127,20 @@ func ApplyAttr(dst *QPAttr, attr *QPAttr, mask QPAttrMask) {
 }
 
 // ConnectRC moves qp from Reset or Init to RTS, connected to the remote QP
-// described by remote, with the local parameters local. A QP already in Init
-// keeps the receives posted to it. Connection managers of providers whose
-// QPs are connected by attributes (loop, shm) use it; the effective ORD is
-// the smaller of the local initiator depth and the remote responder
-// resources.
+// described by remote, with the local parameters local: ConnectRTR, then
+// ConnectRTS. A QP already in Init keeps the receives posted to it.
+// Connection managers of providers whose QPs are connected by attributes
+// (loop, shm) use these.
 func ConnectRC(qp QP, local, remote ConnParam) error {
+	if err := ConnectRTR(qp, local, remote); err != nil {
+		return err
+	}
+	return ConnectRTS(qp, local, remote)
+}
+
+// ConnectRTR moves qp from Reset or Init to RTR: it may receive from the
+// remote QP but not yet send.
+func ConnectRTR(qp QP, local, remote ConnParam) error {
 	cur, err := qp.Query()
 	if err != nil {
 		return err
@@ -148,10 +156,13 @@ func ConnectRC(qp QP, local, remote ConnParam) error {
 		State: QPSRTR, PathMTU: MTU4096, DestQPNum: remote.QPNum,
 		MaxDestRdAtomic: local.ResponderResources, MinRNRTimer: local.MinRNRTimer,
 	}
-	if err := qp.Modify(&attr, QPAttrState|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer); err != nil {
-		return err
-	}
-	attr = QPAttr{
+	return qp.Modify(&attr, QPAttrState|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer)
+}
+
+// ConnectRTS moves qp from RTR to RTS; the effective ORD is the smaller of
+// the local initiator depth and the remote responder resources.
+func ConnectRTS(qp QP, local, remote ConnParam) error {
+	attr := QPAttr{
 		State: QPSRTS, Timeout: 14, RetryCnt: local.RetryCount, RNRRetry: local.RNRRetryCount,
 		MaxRdAtomic: min(local.InitiatorDepth, remote.ResponderResources),
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,7 +207,9 @@ type remote struct {
 func SpawnPeer(device string) func(t testing.TB, opts PairOptions, addr string) (Endpoint, func(), error) {
 	return func(t testing.TB, opts PairOptions, addr string) (Endpoint, func(), error) {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), envPeer+"=1", envDevice+"="+device, envAddr+"="+addr)
+		// A race-enabled child would otherwise sleep a second at exit.
+		gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
+		cmd.Env = append(os.Environ(), envPeer+"=1", envDevice+"="+device, envAddr+"="+addr, "GORACE="+gorace)
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {

@@ -1,0 +1,426 @@
+package shm
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// Connection setup over a Unix socket: the dialler sends a request with
+// its QP's shared segments (block, receive CQ, key table, SRQ), the
+// listener answers with its own, and the dialler confirms it is in RTS
+// (ready to use) before the listener moves to RTS — so neither side ever
+// sends to a peer that cannot yet receive.
+
+func (*provider) Schemes() []string { return []string{"shm"} }
+
+func (*provider) MaxPrivateData() int { return deviceAttr.MaxPrivateData }
+
+// hello is the handshake message, a []byte view:
+//
+//	0  magic u32    4 version u16    6 type u8    7 flags u8 (1: SRQ)
+//	8  pid u32      12 qpn u32       16 rq entries u32   20 rq SGEs u32
+//	24 cq entries u32   28 srq entries u32   32 srq SGEs u32
+//	36 responder resources, initiator depth, retry count, RNR retry (u8 each)
+//	40 min RNR timer u8, 3 reserved     44 private data length u16, 2 reserved
+//	48 private data
+//
+// Its memfds travel with it: QP block, receive CQ, key table, then SRQ.
+type hello []byte
+
+const (
+	helloMagic   = 0x48535647 // "GVSH"
+	helloVersion = 1
+	helloHeader  = 48
+	helloMax     = helloHeader + 256
+)
+
+func (h hello) magic() uint32      { return binary.LittleEndian.Uint32(h[0:]) }
+func (h hello) version() uint16    { return binary.LittleEndian.Uint16(h[4:]) }
+func (h hello) typ() uint8         { return h[6] }
+func (h hello) srq() bool          { return h[7]&1 != 0 }
+func (h hello) pid() uint32        { return binary.LittleEndian.Uint32(h[8:]) }
+func (h hello) qpn() uint32        { return binary.LittleEndian.Uint32(h[12:]) }
+func (h hello) rqEntries() uint32  { return binary.LittleEndian.Uint32(h[16:]) }
+func (h hello) rqSGEs() uint32     { return binary.LittleEndian.Uint32(h[20:]) }
+func (h hello) cqEntries() uint32  { return binary.LittleEndian.Uint32(h[24:]) }
+func (h hello) srqEntries() uint32 { return binary.LittleEndian.Uint32(h[28:]) }
+func (h hello) srqSGEs() uint32    { return binary.LittleEndian.Uint32(h[32:]) }
+func (h hello) privLen() int       { return int(binary.LittleEndian.Uint16(h[44:])) }
+func (h hello) private() []byte    { return h[helloHeader : helloHeader+h.privLen()] }
+
+func (h hello) param() driver.ConnParam {
+	return driver.ConnParam{
+		PrivateData:        append([]byte(nil), h.private()...),
+		ResponderResources: h[36], InitiatorDepth: h[37], RetryCount: h[38], RNRRetryCount: h[39],
+		MinRNRTimer: driver.RNRTimer(h[40] & 31), QPNum: h.qpn(),
+	}
+}
+
+// valid checks the fixed part and the private data length against the
+// message length.
+func (h hello) valid() bool {
+	return len(h) >= helloHeader && h.magic() == helloMagic && h.version() == helloVersion &&
+		h.privLen() <= deviceAttr.MaxPrivateData && len(h) == helloHeader+h.privLen()
+}
+
+// makeHello builds a handshake message for q and returns it with the fds
+// to send.
+func makeHello(typ uint8, q *qp, p driver.ConnParam) (hello, []int) {
+	h := make(hello, helloHeader+len(p.PrivateData))
+	binary.LittleEndian.PutUint32(h[0:], helloMagic)
+	binary.LittleEndian.PutUint16(h[4:], helloVersion)
+	h[6] = typ
+	binary.LittleEndian.PutUint32(h[8:], uint32(os.Getpid()))
+	binary.LittleEndian.PutUint32(h[12:], q.num)
+	binary.LittleEndian.PutUint32(h[16:], uint32(q.rqN))
+	binary.LittleEndian.PutUint32(h[20:], q.cap.MaxRecvSGE)
+	binary.LittleEndian.PutUint32(h[24:], uint32(q.recvCQ.n))
+	h[36], h[37], h[38], h[39], h[40] = p.ResponderResources, p.InitiatorDepth, p.RetryCount, p.RNRRetryCount, uint8(p.MinRNRTimer)
+	binary.LittleEndian.PutUint16(h[44:], uint16(len(p.PrivateData)))
+	copy(h[helloHeader:], p.PrivateData)
+	fds := []int{q.block.fd, q.recvCQ.seg.fd, q.ctx.keySeg.fd}
+	if q.srq != nil {
+		h[7] |= 1
+		binary.LittleEndian.PutUint32(h[28:], uint32(q.srq.n))
+		binary.LittleEndian.PutUint32(h[32:], q.srq.maxSGE)
+		fds = append(fds, q.srq.seg.fd)
+	}
+	return h, fds
+}
+
+// readHello reads a handshake message (or a rejection) and its fds.
+func readHello(sock *net.UnixConn, deadline time.Time) (hello, []int, error) {
+	sock.SetReadDeadline(deadline)
+	defer sock.SetReadDeadline(time.Time{})
+	buf := make([]byte, helloMax+1)
+	oob := make([]byte, unix.CmsgSpace(8*4))
+	n, oobn, _, _, err := sock.ReadMsgUnix(buf, oob)
+	fds := parseFDs(oob[:oobn])
+	if err != nil {
+		closeFDs(fds)
+		return nil, nil, err
+	}
+	h := hello(buf[:n])
+	if !h.valid() {
+		closeFDs(fds)
+		return nil, nil, errHandshake
+	}
+	return h, fds, nil
+}
+
+// attach maps the peer's segments named by h and fds and makes the
+// connection object for q. The fds are consumed.
+func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
+	want := 3
+	if h.srq() {
+		want = 4
+	}
+	if len(fds) != want {
+		closeFDs(fds)
+		return nil, fmt.Errorf("%w: %d descriptors, expected %d", errHandshake, len(fds), want)
+	}
+	c := &conn{q: q, sock: sock, pid: int(h.pid()), remote: h.param(),
+		segs: map[uint32]*segment{}, segRW: map[uint32]bool{},
+		segReply: make(chan segReply, 1), events: make(chan ctrl, 16), done: make(chan struct{})}
+	fail := func(err error) (*conn, error) {
+		for _, s := range []*segment{c.peerBlock, c.cqSeg, c.keySeg, c.srqSeg} {
+			if s != nil {
+				s.close()
+			}
+		}
+		return nil, fmt.Errorf("%w: %v", errHandshake, err)
+	}
+	rqN, rqSGE := int(h.rqEntries()), int(h.rqSGEs())
+	if rqN <= 0 || rqN > deviceAttr.MaxQPWR*2 || rqSGE > maxSGE {
+		closeFDs(fds)
+		return fail(errors.New("receive queue size out of range"))
+	}
+	var err error
+	if c.peerBlock, err = mapPeerSegment(fds[0], ringSize(rqN, recvEntrySize(rqSGE)), true); err != nil {
+		closeFDs(fds[1:])
+		return fail(err)
+	}
+	rq := viewRecvRing(c.peerBlock.mem, rqN, rqSGE)
+	c.peerHdr, c.peerRecv = rq.h, rq
+	cqN := int(h.cqEntries())
+	if cqN <= 0 || cqN > deviceAttr.MaxCQE*2 {
+		closeFDs(fds[1:])
+		return fail(errors.New("CQ size out of range"))
+	}
+	if c.cqSeg, err = mapPeerSegment(fds[1], ringSize(cqN, cqSlotSize), true); err != nil {
+		closeFDs(fds[2:])
+		return fail(err)
+	}
+	if c.peerCQ = viewCQRing(c.cqSeg.mem, cqN); c.peerCQ == nil {
+		closeFDs(fds[2:])
+		return fail(errors.New("CQ size is not a power of two"))
+	}
+	if c.keySeg, err = mapPeerSegment(fds[2], maxKeys*keySlotSize, false); err != nil {
+		closeFDs(fds[3:])
+		return fail(err)
+	}
+	c.keys = viewKeyTable(c.keySeg.mem, maxKeys)
+	if h.srq() {
+		srqN, srqSGE := int(h.srqEntries()), int(h.srqSGEs())
+		if srqN <= 0 || srqN > deviceAttr.MaxSRQWR*2 || srqSGE > maxSGE {
+			closeFDs(fds[3:])
+			return fail(errors.New("SRQ size out of range"))
+		}
+		if c.srqSeg, err = mapPeerSegment(fds[3], ringSize(srqN, recvEntrySize(srqSGE)), true); err != nil {
+			return fail(err)
+		}
+		if c.peerRecv = viewRecvRing(c.srqSeg.mem, srqN, srqSGE); c.peerRecv == nil {
+			return fail(errors.New("SRQ size is not a power of two"))
+		}
+		c.peerSRQ = true
+	}
+	if c.peerRecv == nil {
+		return fail(errors.New("receive queue size is not a power of two"))
+	}
+	return c, nil
+}
+
+// sockAddr turns the address after shm:// into a Unix socket address:
+// "/path" or "@abstract".
+func sockAddr(addr string) (*net.UnixAddr, error) {
+	if addr == "" || (!strings.HasPrefix(addr, "/") && !strings.HasPrefix(addr, "@")) {
+		return nil, fmt.Errorf("%w: shm address %q: use shm:///path/to.sock or shm://@name", driver.ErrInvalidArg, addr)
+	}
+	return &net.UnixAddr{Name: addr, Net: "unixpacket"}, nil
+}
+
+type listener struct {
+	l    *net.UnixListener
+	addr string
+}
+
+func (*provider) Listen(addr string) (driver.Listener, error) {
+	ua, err := sockAddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	l, err := net.ListenUnix("unixpacket", ua)
+	if err != nil && strings.HasPrefix(addr, "/") && errors.Is(err, unix.EADDRINUSE) {
+		// A socket file a dead listener left behind: take it over if
+		// nobody answers on it.
+		if c, derr := net.DialUnix("unixpacket", nil, ua); derr == nil {
+			c.Close()
+		} else {
+			os.Remove(addr)
+			l, err = net.ListenUnix("unixpacket", ua)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return &listener{l: l, addr: addr}, nil
+}
+
+func (l *listener) Addr() string { return l.addr }
+func (l *listener) Close() error { return l.l.Close() }
+
+func (l *listener) Accept(ctx context.Context) (driver.ConnRequest, error) {
+	stop := context.AfterFunc(ctx, func() { l.l.SetDeadline(time.Now()) })
+	defer stop()
+	for {
+		sock, err := l.l.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+		h, fds, err := readHello(sock, time.Now().Add(5*time.Second))
+		if err != nil || h.typ() != msgReq {
+			closeFDs(fds)
+			sock.Close()
+			continue // not a goverbs peer, or a broken one: wait for the next
+		}
+		return &request{sock: sock, hello: h, fds: fds}, nil
+	}
+}
+
+type request struct {
+	sock     *net.UnixConn
+	hello    hello
+	fds      []int
+	answered sync.Once
+}
+
+func (r *request) Param() driver.ConnParam { return r.hello.param() }
+
+func (r *request) Reject(privateData []byte) error {
+	err := driver.ErrClosed
+	r.answered.Do(func() {
+		closeFDs(r.fds)
+		h := make(hello, helloHeader+len(privateData))
+		binary.LittleEndian.PutUint32(h[0:], helloMagic)
+		binary.LittleEndian.PutUint16(h[4:], helloVersion)
+		h[6] = msgRej
+		binary.LittleEndian.PutUint16(h[44:], uint16(len(privateData)))
+		copy(h[helloHeader:], privateData)
+		_, err = r.sock.Write(h)
+		r.sock.Close()
+	})
+	return err
+}
+
+func (r *request) Accept(dq driver.QP, p driver.ConnParam) (driver.Conn, error) {
+	q, ok := dq.(*qp)
+	if !ok {
+		return nil, fmt.Errorf("%w: QP of another provider", driver.ErrInvalidArg)
+	}
+	var out driver.Conn
+	err := driver.ErrClosed
+	r.answered.Do(func() { out, err = r.accept(q, p) })
+	return out, err
+}
+
+func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
+	c, err := attach(q, r.sock, r.hello, r.fds)
+	if err != nil {
+		r.sock.Close()
+		return nil, err
+	}
+	p.QPNum = q.num
+	remote := r.hello.param()
+	fail := func(err error) (driver.Conn, error) {
+		c.q.mu.Lock()
+		if q.pending == c {
+			q.pending = nil
+		}
+		if q.conn == c {
+			q.conn = nil
+			q.toErr()
+		}
+		c.q.mu.Unlock()
+		r.sock.Close()
+		c.close()
+		return nil, err
+	}
+	if err := q.setPending(c); err != nil {
+		return fail(err)
+	}
+	if err := driver.ConnectRTR(q, p, remote); err != nil {
+		return fail(err)
+	}
+	h, fds := makeHello(msgRep, q, p)
+	if _, _, err := r.sock.WriteMsgUnix(h, unix.UnixRights(fds...), nil); err != nil {
+		return fail(err)
+	}
+	rtu, extra, err := readHello(r.sock, time.Now().Add(10*time.Second))
+	closeFDs(extra)
+	if err != nil || rtu.typ() != msgRTU {
+		return fail(fmt.Errorf("%w: the dialler did not confirm", driver.ErrDisconnected))
+	}
+	if err := driver.ConnectRTS(q, p, remote); err != nil {
+		return fail(err)
+	}
+	c.start()
+	return c, nil
+}
+
+// setPending readies q to be connected by c.
+func (q *qp) setPending(c *conn) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return driver.ErrClosed
+	}
+	if q.attr.State != driver.QPSReset && q.attr.State != driver.QPSInit {
+		return fmt.Errorf("%w: connecting needs a QP in Reset or Init, this one is %v", driver.ErrInvalidState, q.attr.State)
+	}
+	q.pending = c
+	return nil
+}
+
+func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.ConnParam) (driver.Conn, error) {
+	q, ok := dq.(*qp)
+	if !ok {
+		return nil, fmt.Errorf("%w: QP of another provider", driver.ErrInvalidArg)
+	}
+	ua, err := sockAddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unixpacket", ua.String())
+	if err != nil {
+		if errors.Is(err, unix.ECONNREFUSED) || errors.Is(err, unix.ENOENT) {
+			return nil, fmt.Errorf("%w: nothing listens at shm://%s", driver.ErrRefused, addr)
+		}
+		return nil, err
+	}
+	sock := nc.(*net.UnixConn)
+	stop := context.AfterFunc(ctx, func() { sock.SetDeadline(time.Now()) })
+	defer stop()
+	p.QPNum = q.num
+	h, fds := makeHello(msgReq, q, p)
+	if _, _, err := sock.WriteMsgUnix(h, unix.UnixRights(fds...), nil); err != nil {
+		sock.Close()
+		return nil, err
+	}
+	deadline, _ := ctx.Deadline()
+	rep, rfds, err := readHello(sock, deadline)
+	if err != nil {
+		sock.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	if rep.typ() == msgRej {
+		closeFDs(rfds)
+		sock.Close()
+		return nil, &driver.RejectError{PrivateData: append([]byte(nil), rep.private()...)}
+	}
+	if rep.typ() != msgRep {
+		closeFDs(rfds)
+		sock.Close()
+		return nil, errHandshake
+	}
+	c, err := attach(q, sock, rep, rfds)
+	if err != nil {
+		sock.Close()
+		return nil, err
+	}
+	fail := func(err error) (driver.Conn, error) {
+		q.mu.Lock()
+		if q.pending == c {
+			q.pending = nil
+		}
+		if q.conn == c {
+			q.conn = nil
+			q.toErr()
+		}
+		q.mu.Unlock()
+		c.close()
+		return nil, err
+	}
+	if err := q.setPending(c); err != nil {
+		return fail(err)
+	}
+	if err := driver.ConnectRC(q, p, rep.param()); err != nil {
+		return fail(err)
+	}
+	rtu := make(hello, helloHeader)
+	binary.LittleEndian.PutUint32(rtu[0:], helloMagic)
+	binary.LittleEndian.PutUint16(rtu[4:], helloVersion)
+	rtu[6] = msgRTU
+	if _, err := sock.Write(rtu); err != nil {
+		return fail(err)
+	}
+	c.start()
+	return c, nil
+}

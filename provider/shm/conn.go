@@ -1,0 +1,361 @@
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// A connection's control plane: one SOCK_SEQPACKET Unix socket, carrying
+// the handshake with the shared segments' memfds, and afterwards the rare
+// messages the data path needs. Its end is how each side learns that the
+// other is gone: the kernel closes the socket of a dead process.
+
+// Control message types.
+const (
+	msgReq      = 1 // connection request (handshake)
+	msgRep      = 2 // acceptance (handshake)
+	msgRej      = 3 // rejection, with private data
+	msgRTU      = 4 // ready to use: the dialler is in RTS
+	msgGetSeg   = 5 // a: segment id, b: 1 to map it writable
+	msgSeg      = 6 // a: segment id, b: 1 if writable; one fd, or none if refused
+	msgErr      = 7 // a: the event to raise; the receiver's QP must move to the error state
+	msgDisc     = 8 // disconnect
+	msgSRQLimit = 9 // the receiver's SRQ fell below its limit
+	msgOverrun  = 10
+)
+
+// ctrl is a runtime control message: type, a, b.
+type ctrl [12]byte
+
+func (m *ctrl) set(t uint8, a, b uint32) {
+	*m = ctrl{}
+	m[0] = t
+	binary.LittleEndian.PutUint32(m[4:], a)
+	binary.LittleEndian.PutUint32(m[8:], b)
+}
+func (m *ctrl) typ() uint8 { return m[0] }
+func (m *ctrl) a() uint32  { return binary.LittleEndian.Uint32(m[4:]) }
+func (m *ctrl) b() uint32  { return binary.LittleEndian.Uint32(m[8:]) }
+
+// conn is one QP's connection to its peer: the peer's shared structures
+// mapped here, and the control socket.
+type conn struct {
+	q      *qp
+	sock   *net.UnixConn
+	pid    int
+	remote driver.ConnParam
+
+	peerBlock *segment
+	peerHdr   *ringHeader // the peer QP's header: state, access, attributes
+	peerRecv  *recvRing   // the peer's receive queue, or its SRQ
+	peerSRQ   bool
+	srqSeg    *segment
+	cqSeg     *segment
+	peerCQ    *cqRing
+	keySeg    *segment
+	keys      *keyTable
+
+	// Peer segments mapped for the requester; guarded by q.mu.
+	segs  map[uint32]*segment
+	segRW map[uint32]bool
+
+	wmu      sync.Mutex // serialises socket writes
+	segReply chan segReply
+	events   chan ctrl
+	done     chan struct{}
+	doneOnce sync.Once
+	wg       sync.WaitGroup
+	closing  sync.Once
+}
+
+type segReply struct {
+	id       uint32
+	fd       int
+	writable bool
+}
+
+// sendCtrl sends a control message; errors mean the peer is gone, which
+// the reader notices.
+func (c *conn) sendCtrl(t uint8, a, b uint32) {
+	var m ctrl
+	m.set(t, a, b)
+	c.wmu.Lock()
+	c.sock.Write(m[:])
+	c.wmu.Unlock()
+}
+
+// peerError tells the peer its QP must move to the error state (a
+// responder error this side detected on its behalf).
+func (c *conn) peerError(ev driver.EventType) { c.sendCtrl(msgErr, uint32(ev), 0) }
+
+// peerBroke handles a peer whose shared memory made no sense: the
+// connection is ended.
+func (c *conn) peerBroke() {
+	c.sendCtrl(msgErr, uint32(driver.EventQPFatal), 0)
+	c.sock.CloseRead()
+}
+
+// start runs the connection's reader and event goroutines.
+func (c *conn) start() {
+	c.wg.Add(2)
+	go c.reader()
+	go c.handleEvents()
+}
+
+// reader reads control messages until the socket ends. It answers segment
+// requests itself and hands everything that changes QP state to
+// handleEvents, so that it never waits for q.mu (a requester holding q.mu
+// may be waiting for a reply this goroutine must deliver).
+func (c *conn) reader() {
+	defer c.wg.Done()
+	defer close(c.events)
+	buf := make([]byte, 64)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	for {
+		n, oobn, _, _, err := c.sock.ReadMsgUnix(buf, oob)
+		fds := parseFDs(oob[:oobn])
+		if err != nil || n == 0 {
+			closeFDs(fds)
+			return
+		}
+		var m ctrl
+		if n != len(m) {
+			closeFDs(fds)
+			continue // not a runtime message: ignore it
+		}
+		copy(m[:], buf)
+		switch m.typ() {
+		case msgGetSeg:
+			closeFDs(fds)
+			c.serveSegment(m.a(), m.b() == 1)
+		case msgSeg:
+			r := segReply{id: m.a(), fd: -1, writable: m.b() == 1}
+			if len(fds) == 1 {
+				r.fd = fds[0]
+			} else {
+				closeFDs(fds)
+			}
+			select {
+			case c.segReply <- r:
+			default:
+				if r.fd >= 0 {
+					unix.Close(r.fd)
+				}
+			}
+		default:
+			closeFDs(fds)
+			c.events <- m
+		}
+	}
+}
+
+// handleEvents applies the peer's control messages, and the socket's end,
+// to the QP.
+func (c *conn) handleEvents() {
+	defer c.wg.Done()
+	for m := range c.events {
+		switch m.typ() {
+		case msgErr:
+			ev := driver.EventType(m.a())
+			if ev != driver.EventQPAccessErr && ev != driver.EventQPReqErr {
+				ev = driver.EventQPFatal
+			}
+			c.withQP(func(q *qp) { q.fail(ev) })
+		case msgDisc:
+			c.withQP(func(q *qp) { q.toErr() })
+			c.finish()
+		case msgSRQLimit:
+			if s := c.q.srq; s != nil {
+				s.limitReached()
+			}
+		case msgOverrun:
+			c.q.recvCQ.markOverrun()
+			c.withQP(func(q *qp) { q.fail(driver.EventQPFatal) })
+		}
+	}
+	// The socket ended: the peer disconnected, died, or we closed it.
+	c.withQP(func(q *qp) { q.toErr() })
+	c.finish()
+}
+
+// withQP runs f with q.mu held if the QP still uses this connection.
+func (c *conn) withQP(f func(q *qp)) {
+	q := c.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if (q.conn == c || q.pending == c) && !q.destroyed {
+		f(q)
+	}
+}
+
+// finish marks the connection ended.
+func (c *conn) finish() { c.doneOnce.Do(func() { close(c.done) }) }
+
+// serveSegment answers a peer's request for one of this process's
+// segments: writable only if a region on it may be written by the peer
+// (remote write or atomics, or receives placed by Sends).
+func (c *conn) serveSegment(id uint32, write bool) {
+	ctx := c.q.ctx
+	ctx.segMu.Lock()
+	si := ctx.segs[id]
+	var fd int = -1
+	writable := false
+	if si != nil {
+		if write && si.access&(driver.AccessRemoteWrite|driver.AccessRemoteAtomic|driver.AccessLocalWrite) != 0 {
+			fd, writable = si.seg.fd, true
+		} else if ro, err := si.seg.readOnlyFD(); err == nil {
+			fd = ro
+			defer unix.Close(ro)
+		}
+	}
+	var m ctrl
+	b := uint32(0)
+	if writable {
+		b = 1
+	}
+	m.set(msgSeg, id, b)
+	c.wmu.Lock()
+	if fd >= 0 {
+		c.sock.WriteMsgUnix(m[:], unix.UnixRights(fd), nil)
+	} else {
+		c.sock.Write(m[:])
+	}
+	c.wmu.Unlock()
+	ctx.segMu.Unlock()
+}
+
+// segment returns the peer's segment id mapped here, writable if asked,
+// fetching it from the peer the first time. q.mu is held.
+func (c *conn) segment(id uint32, write bool) (*segment, bool) {
+	if s := c.segs[id]; s != nil && (!write || c.segRW[id]) {
+		return s, true
+	}
+	b := uint32(0)
+	if write {
+		b = 1
+	}
+	c.sendCtrl(msgGetSeg, id, b)
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case r := <-c.segReply:
+			if r.id != id {
+				if r.fd >= 0 {
+					unix.Close(r.fd)
+				}
+				continue
+			}
+			if r.fd < 0 || (write && !r.writable) {
+				if r.fd >= 0 {
+					unix.Close(r.fd)
+				}
+				return nil, false
+			}
+			s, err := mapPeerSegment(r.fd, 1, r.writable)
+			if err != nil {
+				return nil, false
+			}
+			if old := c.segs[id]; old != nil {
+				old.close()
+			}
+			c.segs[id], c.segRW[id] = s, r.writable
+			return s, true
+		case <-c.done:
+			return nil, false
+		case <-t.C:
+			return nil, false
+		}
+	}
+}
+
+// procCopy copies between local memory b and the peer's process memory
+// at addr: out writes the peer, else reads it.
+func (c *conn) procCopy(b []byte, addr uint64, out bool) bool {
+	if len(b) == 0 {
+		return true
+	}
+	local := [1]unix.Iovec{{Base: &b[0]}}
+	local[0].SetLen(len(b))
+	rem := [1]unix.RemoteIovec{{Base: uintptr(addr), Len: len(b)}}
+	var n int
+	var err error
+	if out {
+		n, err = unix.ProcessVMWritev(c.pid, local[:], rem[:], 0)
+	} else {
+		n, err = unix.ProcessVMReadv(c.pid, local[:], rem[:], 0)
+	}
+	return err == nil && n == len(b)
+}
+
+// close ends the connection from this side: the peer is told, the socket
+// closed, the goroutines waited for, and the peer's segments unmapped.
+// q.mu must not be held.
+func (c *conn) close() {
+	c.closing.Do(func() {
+		c.sendCtrl(msgDisc, 0, 0)
+		c.sock.Close()
+		c.wg.Wait()
+		c.finish()
+		c.q.mu.Lock()
+		for id, s := range c.segs {
+			s.close()
+			delete(c.segs, id)
+		}
+		c.q.mu.Unlock()
+		for _, s := range []*segment{c.peerBlock, c.srqSeg, c.cqSeg, c.keySeg} {
+			if s != nil {
+				s.close()
+			}
+		}
+	})
+}
+
+// RemoteParam implements driver.Conn.
+func (c *conn) RemoteParam() driver.ConnParam { return c.remote }
+
+// Done implements driver.Conn.
+func (c *conn) Done() <-chan struct{} { return c.done }
+
+// Close implements driver.Conn: the QP moves to the error state and the
+// peer is told.
+func (c *conn) Close() error {
+	c.withQP(func(q *qp) { q.toErr() })
+	c.close()
+	return nil
+}
+
+func parseFDs(oob []byte) []int {
+	if len(oob) == 0 {
+		return nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for _, m := range msgs {
+		if f, err := unix.ParseUnixRights(&m); err == nil {
+			fds = append(fds, f...)
+		}
+	}
+	return fds
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+var errHandshake = errors.New("shm: malformed connection handshake")
+
+var _ = unsafe.Pointer(nil)

@@ -1,0 +1,162 @@
+package shm
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// cq is a completion queue whose ring lives in shared memory, so that the
+// peers of this process's QPs can write receive completions into it.
+type cq struct {
+	ctx     *devCtx
+	userCtx any
+	seg     *segment
+	ring    *cqRing
+	n       int
+
+	mu      sync.Mutex // serialises consumers
+	overrun atomic.Bool
+
+	notifyOnce sync.Once
+	notify     chan struct{}
+	stop       atomic.Bool
+	waiter     sync.WaitGroup
+	destroyed  atomic.Bool
+}
+
+func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
+	n = pow2(n)
+	seg, err := newSegment("cq", ringSize(n, cqSlotSize))
+	if err != nil {
+		return nil, err
+	}
+	q := &cq{ctx: c, userCtx: userCtx, seg: seg, ring: initCQRing(seg.mem, n), n: n, notify: make(chan struct{}, 1)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		seg.close()
+		return nil, driver.ErrClosed
+	}
+	if len(c.cqs) >= deviceAttr.MaxCQ {
+		seg.close()
+		return nil, driver.ErrNoResources
+	}
+	if c.cqs == nil {
+		c.cqs = map[*cq]bool{}
+	}
+	c.cqs[q] = true
+	return q, nil
+}
+
+// push adds a completion produced in this process. A full ring loses it:
+// the overrun is recorded and raised, and push reports false so that the
+// QP moves to the error state.
+func (c *cq) push(wc *driver.WorkCompletion, retire uint64) bool {
+	if c.destroyed.Load() {
+		return false
+	}
+	if !c.ring.produce(wc, true, retire) {
+		c.markOverrun()
+		return false
+	}
+	c.ring.notify(wc.Flags&driver.WCSolicited != 0, wc.Status != driver.WCSuccess)
+	return true
+}
+
+func (c *cq) markOverrun() {
+	if !c.overrun.Swap(true) {
+		c.ctx.event(driver.EventCQErr, c.userCtx)
+	}
+}
+
+func (c *cq) Poll(wc []driver.WorkCompletion) int {
+	c.mu.Lock()
+	n := 0
+	for n < len(wc) && !c.destroyed.Load() {
+		local, retire, ok := c.ring.consume(&wc[n])
+		if !ok {
+			break
+		}
+		if local {
+			c.ctx.retire(wc[n].QPNum, retire)
+		}
+		n++
+	}
+	c.mu.Unlock()
+	return n
+}
+
+func (c *cq) ReqNotify(solicitedOnly bool) error {
+	if c.destroyed.Load() {
+		return driver.ErrClosed
+	}
+	c.startWaiter()
+	if solicitedOnly {
+		c.ring.h.armed.CompareAndSwap(unarmed, armedSolicited)
+	} else {
+		c.ring.h.armed.Store(armedAny)
+	}
+	return nil
+}
+
+func (c *cq) Notify() <-chan struct{} {
+	c.startWaiter()
+	return c.notify
+}
+
+// startWaiter starts the goroutine that sleeps on the CQ's futex and turns
+// each wake-up into a token on the notify channel.
+func (c *cq) startWaiter() {
+	c.notifyOnce.Do(func() {
+		h := c.ring.h
+		// Read the futex word before the CQ can be armed, so that the
+		// first notification is seen even if it comes before the
+		// goroutine runs.
+		seen := h.wake.Load()
+		c.waiter.Add(1)
+		go func() {
+			defer c.waiter.Done()
+			for !c.stop.Load() {
+				w := h.wake.Load()
+				if w == seen {
+					futexWait(&h.wake, w)
+					continue
+				}
+				seen = w
+				if c.stop.Load() {
+					return
+				}
+				select {
+				case c.notify <- struct{}{}:
+				default:
+				}
+			}
+		}()
+	})
+}
+
+func (c *cq) Err() error {
+	if c.overrun.Load() {
+		return driver.ErrCQOverrun
+	}
+	return nil
+}
+
+func (c *cq) Destroy() error {
+	if c.destroyed.Swap(true) {
+		return driver.ErrClosed
+	}
+	c.stop.Store(true)
+	c.ring.h.wake.Add(1)
+	futexWake(&c.ring.h.wake)
+	c.waiter.Wait()
+	c.ctx.mu.Lock()
+	delete(c.ctx.cqs, c)
+	c.ctx.mu.Unlock()
+	c.mu.Lock()
+	c.seg.close()
+	c.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,386 @@
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// Shared-memory layouts. Every ring starts with a ringHeader whose hot
+// words sit on cache lines of their own; the entries follow. A process
+// never trusts a size or index it reads from memory a peer can write:
+// sizes come from its own records (checked against the mapping when the
+// segment arrived), indices are masked, counts are bounded.
+
+const (
+	headerSize = 256
+	ringMagic  = 0x676f7672 // "govr"
+)
+
+type ringHeader struct {
+	magic     uint32
+	entries   uint32
+	entrySize uint32
+	_         [13]uint32
+	tail      atomic.Uint64 // producers
+	_         [7]uint64
+	head      atomic.Uint64 // consumers
+	_         [7]uint64
+	armed     atomic.Uint32 // CQ: notification arming
+	wake      atomic.Uint32 // CQ: futex word, bumped by each notification
+	state     atomic.Uint32 // QP block: the QP's state; SRQ: limit
+	access    atomic.Uint32 // QP block: the responder's access flags
+	attrs     atomic.Uint32 // QP block: MinRNRTimer | MaxDestRdAtomic<<8
+	pd        atomic.Uint32 // QP block: the QP's protection domain
+	_         [10]uint32
+}
+
+var errGarbage = errors.New("shm: inconsistent shared memory from the peer")
+
+func header(mem []byte) *ringHeader { return (*ringHeader)(unsafe.Pointer(&mem[0])) }
+
+// ringSize is the segment size of a ring of n entries of size bytes.
+func ringSize(n, size int) int { return headerSize + n*size }
+
+// pow2 rounds n up to a power of two.
+func pow2(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
+}
+
+// ---- completion queue ring ----
+
+// cqSlot is one completion. seq implements a bounded multi-producer queue
+// (D. Vyukov's): a producer owns slot pos when seq == pos, publishes it by
+// storing pos+1; the consumer frees it by storing pos+entries.
+type cqSlot struct {
+	seq     atomic.Uint64
+	wrid    uint64
+	status  uint8
+	opcode  uint8
+	flags   uint8
+	local   uint8 // 1: produced by the owner, retire is meaningful
+	byteLen uint32
+	imm     uint32
+	invRKey uint32
+	qpNum   uint32
+	srcQP   uint32
+	retire  uint64
+	_       [16]byte
+}
+
+const cqSlotSize = int(unsafe.Sizeof(cqSlot{}))
+
+// cqRing is a view of a CQ segment. Any number of producers, in this
+// process and in peers, add completions; the owner alone consumes.
+type cqRing struct {
+	h     *ringHeader
+	slots []cqSlot
+	mask  uint64
+	head  uint64 // consumer position, private to the owner
+}
+
+// initCQRing lays out a fresh CQ of n (a power of two) entries in mem.
+func initCQRing(mem []byte, n int) *cqRing {
+	h := header(mem)
+	h.magic, h.entries, h.entrySize = ringMagic, uint32(n), uint32(cqSlotSize)
+	r := viewCQRing(mem, n)
+	for i := range r.slots {
+		r.slots[i].seq.Store(uint64(i))
+	}
+	return r
+}
+
+// viewCQRing views a CQ of n entries, n known from the owner's handshake.
+func viewCQRing(mem []byte, n int) *cqRing {
+	if n <= 0 || n&(n-1) != 0 || len(mem) < ringSize(n, cqSlotSize) {
+		return nil
+	}
+	slots := unsafe.Slice((*cqSlot)(unsafe.Pointer(&mem[headerSize])), n)
+	return &cqRing{h: header(mem), slots: slots, mask: uint64(n - 1)}
+}
+
+// maxProduceTries bounds a producer's retries, so that a peer scribbling
+// on the ring makes completions fail (an overrun) instead of a hang.
+const maxProduceTries = 1 << 12
+
+// produce adds a completion; false if the ring is full (or corrupt).
+func (r *cqRing) produce(wc *driver.WorkCompletion, local bool, retire uint64) bool {
+	for range maxProduceTries {
+		pos := r.h.tail.Load()
+		s := &r.slots[pos&r.mask]
+		seq := s.seq.Load()
+		switch d := int64(seq - pos); {
+		case d == 0:
+			if !r.h.tail.CompareAndSwap(pos, pos+1) {
+				continue
+			}
+			s.wrid, s.status, s.opcode, s.flags = wc.WRID, uint8(wc.Status), uint8(wc.Opcode), uint8(wc.Flags)
+			s.byteLen, s.imm, s.invRKey, s.qpNum, s.srcQP = wc.ByteLen, wc.Imm, wc.InvalidatedRKey, wc.QPNum, wc.SrcQP
+			s.local, s.retire = 0, retire
+			if local {
+				s.local = 1
+			}
+			s.seq.Store(pos + 1)
+			return true
+		case d < 0:
+			return false
+		}
+	}
+	return false
+}
+
+// consume takes the oldest completion; false if there is none.
+func (r *cqRing) consume(wc *driver.WorkCompletion) (local bool, retire uint64, ok bool) {
+	s := &r.slots[r.head&r.mask]
+	if s.seq.Load() != r.head+1 {
+		return false, 0, false
+	}
+	*wc = driver.WorkCompletion{WRID: s.wrid, Status: driver.WCStatus(s.status), Opcode: driver.WCOpcode(s.opcode),
+		Flags: driver.WCFlags(s.flags), ByteLen: s.byteLen, Imm: s.imm, InvalidatedRKey: s.invRKey, QPNum: s.qpNum, SrcQP: s.srcQP}
+	if wc.Status > driver.WCGeneralErr {
+		wc.Status = driver.WCGeneralErr
+	}
+	local, retire = s.local == 1, s.retire
+	s.seq.Store(r.head + r.mask + 1)
+	r.head++
+	return local, retire, true
+}
+
+// Notification arming values of ringHeader.armed.
+const (
+	unarmed = iota
+	armedAny
+	armedSolicited
+)
+
+// notify wakes the owner's waiter if the CQ is armed for this completion.
+// It makes a system call only when a waiter asked for one.
+func (r *cqRing) notify(solicited, failed bool) {
+	a := r.h.armed.Load()
+	if a == armedAny || (a == armedSolicited && (solicited || failed)) {
+		if r.h.armed.CompareAndSwap(a, unarmed) {
+			r.h.wake.Add(1)
+			futexWake(&r.h.wake)
+		}
+	}
+}
+
+// ---- receive rings (QP receive queues and SRQs) ----
+
+// A receive entry: wrid (8), SGE count (4), padding (4), then SGEs of
+// address (8), length (4) and lkey (4).
+const (
+	recvEntryHeader = 16
+	sgeSize         = 16
+)
+
+func recvEntrySize(maxSGE int) int { return recvEntryHeader + sgeSize*max(maxSGE, 1) }
+
+// recvEntry is a receive read out of a ring.
+type recvEntry struct {
+	wrid uint64
+	n    int
+	sge  [maxSGE]driver.SGE
+}
+
+// recvRing is a view of a receive queue: the owner produces; consumers —
+// the peers whose Sends land in it, and the owner when it flushes — claim
+// entries with a CAS on head.
+type recvRing struct {
+	h         *ringHeader
+	mem       []byte
+	mask      uint64
+	entrySize int
+	maxSGE    int
+}
+
+func initRecvRing(mem []byte, n, maxSGE int) *recvRing {
+	h := header(mem)
+	h.magic, h.entries, h.entrySize = ringMagic, uint32(n), uint32(recvEntrySize(maxSGE))
+	return viewRecvRing(mem, n, maxSGE)
+}
+
+func viewRecvRing(mem []byte, n, maxSGE int) *recvRing {
+	if n <= 0 || n&(n-1) != 0 || maxSGE < 0 || maxSGE > maxSGE || len(mem) < ringSize(n, recvEntrySize(maxSGE)) {
+		return nil
+	}
+	return &recvRing{h: header(mem), mem: mem, mask: uint64(n - 1), entrySize: recvEntrySize(maxSGE), maxSGE: maxSGE}
+}
+
+func (r *recvRing) entry(pos uint64) []byte {
+	off := headerSize + int(pos&r.mask)*r.entrySize
+	return r.mem[off : off+r.entrySize]
+}
+
+// count is the number of posted receives not yet consumed, as far as the
+// shared indices can be believed.
+func (r *recvRing) count() uint64 {
+	n := r.h.tail.Load() - r.h.head.Load()
+	if n > r.mask+1 {
+		return 0
+	}
+	return n
+}
+
+// produce posts a receive; the caller (the owner) serialises producers.
+func (r *recvRing) produce(wr *driver.RecvWR) bool {
+	t := r.h.tail.Load()
+	if t-r.h.head.Load() > r.mask { // full, or a corrupt head
+		return false
+	}
+	e := r.entry(t)
+	binary.LittleEndian.PutUint64(e[0:], wr.WRID)
+	binary.LittleEndian.PutUint32(e[8:], uint32(len(wr.SGList)))
+	for i, g := range wr.SGList {
+		s := e[recvEntryHeader+i*sgeSize:]
+		binary.LittleEndian.PutUint64(s[0:], g.Addr)
+		binary.LittleEndian.PutUint32(s[8:], g.Length)
+		binary.LittleEndian.PutUint32(s[12:], g.LKey)
+	}
+	r.h.tail.Store(t + 1)
+	return true
+}
+
+// consume claims the oldest receive into out. It reports ok false when
+// the queue is empty, and errGarbage when the indices or the entry cannot
+// be right.
+func (r *recvRing) consume(out *recvEntry) (bool, error) {
+	for range maxProduceTries {
+		h, t := r.h.head.Load(), r.h.tail.Load()
+		if h == t {
+			return false, nil
+		}
+		if t-h > r.mask+1 {
+			return false, errGarbage
+		}
+		e := r.entry(h)
+		out.wrid = binary.LittleEndian.Uint64(e[0:])
+		n := binary.LittleEndian.Uint32(e[8:])
+		if n > uint32(r.maxSGE) {
+			return false, errGarbage
+		}
+		out.n = int(n)
+		for i := range out.n {
+			s := e[recvEntryHeader+i*sgeSize:]
+			out.sge[i] = driver.SGE{Addr: binary.LittleEndian.Uint64(s[0:]), Length: binary.LittleEndian.Uint32(s[8:]), LKey: binary.LittleEndian.Uint32(s[12:])}
+		}
+		if r.h.head.CompareAndSwap(h, h+1) {
+			return true, nil
+		}
+	}
+	return false, errGarbage
+}
+
+// ---- key table ----
+
+// keySlot describes one registered region to peers. ver is a sequence
+// lock: odd while the owner changes the slot.
+type keySlot struct {
+	ver    atomic.Uint32
+	key    atomic.Uint32
+	access atomic.Uint32
+	kind   atomic.Uint32
+	segID  atomic.Uint32
+	pd     atomic.Uint32
+	segOff atomic.Uint64
+	addr   atomic.Uint64
+	length atomic.Uint64
+	_      [2]uint64
+}
+
+const keySlotSize = int(unsafe.Sizeof(keySlot{}))
+
+// Region kinds.
+const (
+	kindNone    = 0
+	kindSegment = 1 // inside a memfd segment the peer can map
+	kindProcess = 2 // ordinary process memory: process_vm_readv/writev
+)
+
+// keyInfo is a consistent copy of a key slot.
+type keyInfo struct {
+	ver    uint32
+	key    uint32
+	access driver.AccessFlags
+	kind   uint32
+	segID  uint32
+	pd     uint32
+	segOff uint64
+	addr   uint64
+	length uint64
+}
+
+type keyTable struct {
+	slots []keySlot
+}
+
+func viewKeyTable(mem []byte, n int) *keyTable {
+	if len(mem) < n*keySlotSize {
+		return nil
+	}
+	return &keyTable{slots: unsafe.Slice((*keySlot)(unsafe.Pointer(&mem[0])), n)}
+}
+
+// publish writes slot idx (owner only, serialised by the owner).
+func (t *keyTable) publish(idx uint32, k keyInfo) {
+	s := &t.slots[idx]
+	s.ver.Add(1)
+	s.key.Store(k.key)
+	s.access.Store(uint32(k.access))
+	s.kind.Store(k.kind)
+	s.segID.Store(k.segID)
+	s.pd.Store(k.pd)
+	s.segOff.Store(k.segOff)
+	s.addr.Store(k.addr)
+	s.length.Store(k.length)
+	s.ver.Add(1)
+}
+
+// revoke invalidates slot idx.
+func (t *keyTable) revoke(idx uint32) { t.publish(idx, keyInfo{}) }
+
+// lookup reads the slot of key consistently; false if the key is not
+// registered there (or the slot keeps changing under the reader).
+func (t *keyTable) lookup(key uint32) (keyInfo, bool) {
+	idx := key >> 8
+	if int(idx) >= len(t.slots) {
+		return keyInfo{}, false
+	}
+	s := &t.slots[idx]
+	for range 64 {
+		v := s.ver.Load()
+		if v&1 != 0 {
+			continue
+		}
+		k := keyInfo{ver: v, key: s.key.Load(), access: driver.AccessFlags(s.access.Load()), kind: s.kind.Load(),
+			segID: s.segID.Load(), pd: s.pd.Load(), segOff: s.segOff.Load(), addr: s.addr.Load(), length: s.length.Load()}
+		if s.ver.Load() != v {
+			continue
+		}
+		if k.key != key || k.kind == kindNone {
+			return keyInfo{}, false
+		}
+		return k, true
+	}
+	return keyInfo{}, false
+}
+
+// span checks that [addr, addr+n) lies in the region and returns its
+// offset from the region's start.
+func (k *keyInfo) span(addr, n uint64) (uint64, bool) {
+	if addr < k.addr {
+		return 0, false
+	}
+	off := addr - k.addr
+	if off > k.length || n > k.length-off {
+		return 0, false
+	}
+	return off, true
+}

@@ -1,0 +1,96 @@
+package shm
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// segment is a memfd mapped into this process. Segments this process
+// creates are sealed against shrinking and growing before anyone else sees
+// them, so that a peer's mapping can never be cut short under it (which
+// would turn an access into SIGBUS); segments received from a peer are
+// mapped only if the peer sealed them the same way.
+type segment struct {
+	fd  int
+	mem []byte
+}
+
+const sealsRequired = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+
+var pageSize = os.Getpagesize()
+
+func roundPage(n int) int { return (n + pageSize - 1) &^ (pageSize - 1) }
+
+// newSegment creates a sealed memfd of at least size bytes and maps it
+// read-write.
+func newSegment(name string, size int) (*segment, error) {
+	size = roundPage(max(size, 1))
+	fd, err := unix.MemfdCreate("goverbs-"+name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("ftruncate memfd to %d bytes: %w", size, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, sealsRequired); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("seal memfd: %w", err)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("mmap memfd: %w", err)
+	}
+	return &segment{fd: fd, mem: mem}, nil
+}
+
+// mapPeerSegment maps a memfd received from a peer, after checking that it
+// is sealed and at least minSize bytes long. writable maps it read-write,
+// else read-only. The fd is closed; the mapping keeps the memory.
+func mapPeerSegment(fd int, minSize int, writable bool) (*segment, error) {
+	defer unix.Close(fd)
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return nil, fmt.Errorf("peer segment is not a memfd: %w", err)
+	}
+	if seals&sealsRequired != sealsRequired {
+		return nil, fmt.Errorf("peer segment is not sealed (seals %#x)", seals)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("fstat peer segment: %w", err)
+	}
+	if st.Size < int64(minSize) || st.Size <= 0 || st.Size > 1<<40 {
+		return nil, fmt.Errorf("peer segment has %d bytes, expected at least %d", st.Size, minSize)
+	}
+	prot := unix.PROT_READ
+	if writable {
+		prot |= unix.PROT_WRITE
+	}
+	mem, err := unix.Mmap(fd, 0, int(st.Size), prot, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap peer segment: %w", err)
+	}
+	return &segment{fd: -1, mem: mem}, nil
+}
+
+// readOnlyFD returns a new descriptor of the segment's memfd opened
+// read-only: a peer given it cannot map the memory writable.
+func (s *segment) readOnlyFD() (int, error) {
+	return unix.Open(fmt.Sprintf("/proc/self/fd/%d", s.fd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+}
+
+// close unmaps the segment and closes its memfd.
+func (s *segment) close() {
+	if s.mem != nil {
+		unix.Munmap(s.mem)
+		s.mem = nil
+	}
+	if s.fd >= 0 {
+		unix.Close(s.fd)
+		s.fd = -1
+	}
+}

@@ -1,0 +1,336 @@
+package shm
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goverbs/goverbs/internal/swq"
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+var nextQPN atomic.Uint32
+
+func init() { nextQPN.Store(0x100) }
+
+// qp is a shm queue pair. Its send queue is private memory: this process
+// executes its own WRs. Its block — state, responder attributes and, when
+// it has no SRQ, the receive ring — is shared with the peer, whose Sends
+// consume the receives.
+type qp struct {
+	ctx     *devCtx
+	pd      *pd
+	num     uint32
+	userCtx any
+	sendCQ  *cq
+	recvCQ  *cq
+	srq     *srq
+	cap     driver.QPCap
+	block   *segment
+	hdr     *ringHeader
+	rq      *recvRing // nil with an SRQ
+	rqN     int
+
+	mu        sync.Mutex // guards what follows
+	attr      driver.QPAttr
+	sq        *swq.Queue
+	conn      *conn // the connection, set on the move to RTR
+	pending   *conn // a connection cm is setting up
+	rnr       swq.RNR
+	rnrTimer  *time.Timer
+	rnrGen    uint64
+	destroyed bool
+
+	rqMu sync.Mutex // serialises receive producers
+}
+
+func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
+	if a.Type != driver.QPTypeRC {
+		return nil, fmt.Errorf("%w: shm supports only RC QPs", driver.ErrUnsupported)
+	}
+	scq, ok1 := a.SendCQ.(*cq)
+	rcq, ok2 := a.RecvCQ.(*cq)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("%w: CQs of another provider", driver.ErrInvalidArg)
+	}
+	var s *srq
+	if a.SRQ != nil {
+		if s, ok1 = a.SRQ.(*srq); !ok1 {
+			return nil, fmt.Errorf("%w: SRQ of another provider", driver.ErrInvalidArg)
+		}
+	}
+	c := a.Cap
+	if c.MaxSendSGE > maxSGE || c.MaxRecvSGE > maxSGE || c.MaxInlineData > uint32(deviceAttr.MaxInlineData) {
+		return nil, driver.ErrInvalidArg
+	}
+	q := &qp{ctx: p.ctx, pd: p, userCtx: a.UserCtx, sendCQ: scq, recvCQ: rcq, srq: s, cap: c,
+		num: nextQPN.Add(1) & 0xffffff, sq: swq.New(c, a.SigAll)}
+	q.rqN = 1
+	if s == nil {
+		q.rqN = pow2(int(c.MaxRecvWR))
+	}
+	seg, err := newSegment("qp", ringSize(q.rqN, recvEntrySize(int(c.MaxRecvSGE))))
+	if err != nil {
+		return nil, err
+	}
+	q.block = seg
+	rq := initRecvRing(seg.mem, q.rqN, int(c.MaxRecvSGE))
+	q.hdr = rq.h
+	if s == nil {
+		q.rq = rq
+	}
+	q.attr.Cap = c
+	q.publish()
+	p.ctx.mu.Lock()
+	defer p.ctx.mu.Unlock()
+	if p.ctx.closed || p.released {
+		seg.close()
+		return nil, driver.ErrClosed
+	}
+	if len(p.ctx.qps) >= deviceAttr.MaxQP {
+		seg.close()
+		return nil, driver.ErrNoResources
+	}
+	if p.ctx.qps == nil {
+		p.ctx.qps = map[*qp]bool{}
+		p.ctx.qpByNum = map[uint32]*qp{}
+	}
+	p.ctx.qps[q] = true
+	p.ctx.qpByNum[q.num] = q
+	return q, nil
+}
+
+// publish writes the responder's view of the QP into its shared block.
+func (q *qp) publish() {
+	q.hdr.access.Store(uint32(q.attr.AccessFlags))
+	q.hdr.attrs.Store(uint32(q.attr.MinRNRTimer) | uint32(q.attr.MaxDestRdAtomic)<<8)
+	q.hdr.pd.Store(q.pd.id)
+	q.hdr.state.Store(uint32(q.attr.State))
+}
+
+func (q *qp) Num() uint32 { return q.num }
+
+func (q *qp) Query() (driver.QPAttr, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return driver.QPAttr{}, driver.ErrClosed
+	}
+	a := q.attr
+	a.CurState = a.State
+	return a, nil
+}
+
+func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return driver.ErrClosed
+	}
+	next, err := driver.CheckModify(q.attr.State, attr, mask)
+	if err != nil {
+		return err
+	}
+	driver.ApplyAttr(&q.attr, attr, mask)
+	prev := q.attr.State
+	q.attr.State = next
+	switch next {
+	case driver.QPSReset:
+		q.reset()
+	case driver.QPSRTR:
+		if q.pending != nil {
+			q.conn, q.pending = q.pending, nil
+		}
+	case driver.QPSRTS:
+		q.sq.Progress(q)
+	case driver.QPSSQD:
+		if prev == driver.QPSRTS {
+			q.ctx.event(driver.EventSQDrained, q.userCtx)
+		}
+	case driver.QPSErr:
+		q.attr.State = prev
+		q.toErr()
+	}
+	q.publish()
+	return nil
+}
+
+// reset empties both queues without completions.
+func (q *qp) reset() {
+	q.stopRNR()
+	q.sq.Reset()
+	if q.rq != nil {
+		q.rq.h.head.Store(0)
+		q.rq.h.tail.Store(0)
+	}
+	if c := q.conn; c != nil {
+		// close waits for the connection's goroutines, which may wait
+		// for q.mu: close it without holding it up.
+		q.conn = nil
+		go c.close()
+	}
+	q.rnr.Reset()
+	q.attr = driver.QPAttr{Cap: q.cap}
+}
+
+// toErr moves the QP to the error state and flushes every outstanding
+// send and receive with WCWRFlushErr. q.mu is held.
+func (q *qp) toErr() {
+	if q.attr.State == driver.QPSErr {
+		return
+	}
+	q.attr.State = driver.QPSErr
+	q.publish()
+	q.stopRNR()
+	q.flushRecv()
+	q.sq.Progress(q)
+}
+
+// flushRecv completes every posted receive with WCWRFlushErr, claiming
+// each from the ring as a peer would, so that none completes twice.
+func (q *qp) flushRecv() {
+	if q.rq == nil {
+		return
+	}
+	var e recvEntry
+	for {
+		ok, err := q.rq.consume(&e)
+		if !ok || err != nil {
+			return
+		}
+		q.completeRecv(driver.WorkCompletion{WRID: e.wrid, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
+	}
+}
+
+func (q *qp) stopRNR() {
+	if q.rnrTimer != nil {
+		q.rnrTimer.Stop()
+		q.rnrTimer = nil
+	}
+	q.rnrGen++
+}
+
+// fail moves the QP to the error state on its own, raising ev. q.mu is held.
+func (q *qp) fail(ev driver.EventType) {
+	if q.attr.State != driver.QPSErr {
+		q.ctx.event(ev, q.userCtx)
+		q.toErr()
+	}
+}
+
+func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range wrs {
+		if err := q.postSend(&wrs[i]); err != nil {
+			q.sq.Progress(q)
+			return i, err
+		}
+	}
+	q.sq.Progress(q)
+	return len(wrs), nil
+}
+
+func (q *qp) postSend(wr *driver.SendWR) error {
+	if q.destroyed {
+		return driver.ErrClosed
+	}
+	switch q.attr.State {
+	case driver.QPSReset, driver.QPSInit, driver.QPSRTR:
+		return driver.ErrInvalidState
+	}
+	return q.sq.Post(wr, q)
+}
+
+// InlineBytes implements swq.InlineSource: an inline SGE must lie in a
+// region of the QP's PD.
+func (q *qp) InlineBytes(g *driver.SGE) ([]byte, bool) {
+	q.ctx.mu.RLock()
+	defer q.ctx.mu.RUnlock()
+	return q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), 0)
+}
+
+func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
+	q.mu.Lock()
+	state, destroyed := q.attr.State, q.destroyed
+	q.mu.Unlock()
+	switch {
+	case destroyed:
+		return 0, driver.ErrClosed
+	case q.srq != nil:
+		return 0, fmt.Errorf("%w: the QP takes its receives from an SRQ", driver.ErrInvalidArg)
+	case state == driver.QPSReset:
+		return 0, driver.ErrInvalidState
+	}
+	q.rqMu.Lock()
+	defer q.rqMu.Unlock()
+	for i := range wrs {
+		wr := &wrs[i]
+		if err := driver.CheckRecvWR(wr, q.cap.MaxRecvSGE); err != nil {
+			return i, err
+		}
+		if q.rq.count() >= uint64(q.cap.MaxRecvWR) || !q.rq.produce(wr) {
+			return i, driver.ErrQueueFull
+		}
+	}
+	if state == driver.QPSErr {
+		// A QP in the error state flushes what is posted to it.
+		q.mu.Lock()
+		q.flushRecv()
+		q.mu.Unlock()
+	}
+	return len(wrs), nil
+}
+
+// completeRecv reports a receive completion produced in this process; a
+// lost one (CQ overrun) moves the QP to the error state.
+func (q *qp) completeRecv(wc driver.WorkCompletion) {
+	wc.QPNum = q.num
+	if !q.recvCQ.push(&wc, 0) {
+		q.fail(driver.EventQPFatal)
+	}
+}
+
+// Complete implements swq.Engine: it reports the completion of send slot seq.
+func (q *qp) Complete(seq uint64, wc driver.WorkCompletion) {
+	wc.QPNum = q.num
+	if !q.sendCQ.push(&wc, seq) {
+		q.fail(driver.EventQPFatal)
+	}
+}
+
+// retire frees send slots once the completion of slot seq of QP num is
+// polled.
+func (c *devCtx) retire(num uint32, seq uint64) {
+	c.mu.RLock()
+	q := c.qpByNum[num]
+	c.mu.RUnlock()
+	if q != nil {
+		q.sq.Retire(seq)
+	}
+}
+
+func (q *qp) Destroy() error {
+	q.mu.Lock()
+	if q.destroyed {
+		q.mu.Unlock()
+		return driver.ErrClosed
+	}
+	q.destroyed = true
+	q.stopRNR()
+	c := q.conn
+	q.conn = nil
+	q.attr.State = driver.QPSErr
+	q.publish()
+	q.mu.Unlock()
+	if c != nil {
+		c.close()
+	}
+	q.ctx.mu.Lock()
+	delete(q.ctx.qps, q)
+	delete(q.ctx.qpByNum, q.num)
+	q.ctx.mu.Unlock()
+	q.block.close()
+	return nil
+}

@@ -1,0 +1,380 @@
+package shm
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/goverbs/goverbs/internal/sglist"
+	"github.com/goverbs/goverbs/internal/swq"
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// The requester: this process executes its QP's send queue itself,
+// reaching into the peer's memory through the segments it mapped. Every
+// value read from the peer's shared memory is checked before use.
+
+// State implements swq.Engine.
+func (q *qp) State() driver.QPState { return q.attr.State }
+
+// Stalled implements swq.Engine: an RNR retry is pending.
+func (q *qp) Stalled() bool { return q.rnrTimer != nil }
+
+// Fail implements swq.Engine.
+func (q *qp) Fail() { q.toErr() }
+
+// accepts reports whether a responder in state s takes requests.
+func accepts(s driver.QPState) bool {
+	return s == driver.QPSRTR || s == driver.QPSRTS || s == driver.QPSSQD || s == driver.QPSSQE
+}
+
+// Execute implements swq.Engine: it performs one WR against the peer.
+func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
+	c := q.conn
+	if c == nil {
+		// A QP moved to RTR by hand: shm QPs are connected with cm, so
+		// nobody answers and the transport retries run out.
+		return driver.WCRetryExcErr, 0
+	}
+	if c.isBroken() || !accepts(driver.QPState(c.peerHdr.state.Load())) {
+		// The connection is gone (the peer's QP failed, or the peer
+		// died): the QP moves to the error state, flushing this WR too.
+		q.toErr()
+		return driver.WCWRFlushErr, 0
+	}
+	wr := &s.WR
+	q.ctx.mu.RLock()
+	defer q.ctx.mu.RUnlock()
+	var local sglist.List
+	if s.IsInline {
+		local.One(s.Inline)
+	} else {
+		need := driver.AccessFlags(0)
+		if !wr.Opcode.ReadsLocal() {
+			need = driver.AccessLocalWrite
+		}
+		if !q.resolve(&local, wr.SGList, need) {
+			return driver.WCLocProtErr, 0
+		}
+	}
+	length := local.Len()
+	if length > deviceAttr.MaxMsgSize {
+		return driver.WCLocLenErr, 0
+	}
+	switch wr.Opcode {
+	case driver.OpSend, driver.OpSendWithImm:
+		return q.rnrCheck(c.send(wr, &local)), 0
+	case driver.OpRDMAWrite, driver.OpRDMAWriteWithImm:
+		return q.rnrCheck(c.write(wr, &local)), 0
+	case driver.OpRDMARead:
+		return c.read(wr, &local), uint32(length)
+	case driver.OpAtomicCmpAndSwp, driver.OpAtomicFetchAndAdd:
+		old, st := c.atomic(wr)
+		if st == driver.WCSuccess {
+			var b [8]byte
+			binary.NativeEndian.PutUint64(b[:], old)
+			var src sglist.List
+			src.One(b[:])
+			sglist.Copy(&local, &src)
+		}
+		return st, 8
+	}
+	return driver.WCLocQPOpErr, 0
+}
+
+// resolve maps a local SG list to memory; q.ctx.mu is held for reading.
+func (q *qp) resolve(l *sglist.List, sg []driver.SGE, need driver.AccessFlags) bool {
+	l.Reset()
+	for i := range sg {
+		b, ok := q.ctx.span(sg[i].LKey, q.pd, sg[i].Addr, uint64(sg[i].Length), need)
+		if !ok || !l.Add(b) {
+			return false
+		}
+	}
+	return true
+}
+
+// rnrCheck retries a receiver-not-ready condition after the responder's
+// RNR timer, up to the QP's RNRRetry count.
+func (q *qp) rnrCheck(st driver.WCStatus) driver.WCStatus {
+	if st != swq.RNRWait {
+		q.rnr.Reset()
+		return st
+	}
+	if st = q.rnr.Next(q.attr.RNRRetry); st != swq.RNRWait {
+		return st
+	}
+	gen := q.rnrGen
+	d := driver.RNRTimer(q.conn.peerHdr.attrs.Load() & 31).Duration()
+	q.rnrTimer = time.AfterFunc(d, func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.rnrGen == gen && !q.destroyed {
+			q.rnrTimer = nil
+			q.sq.Progress(q)
+		}
+	})
+	return st
+}
+
+// remote is peer memory a request names: a mapped slice, or a range of
+// the peer's process memory.
+type remote struct {
+	b    []byte
+	addr uint64 // process memory: the peer's address
+	n    uint64
+	proc bool
+}
+
+// target resolves key, addr and n in the peer's key table, requiring need
+// of the region (and of the peer QP, for remote access), and maps it.
+func (c *conn) target(key uint32, addr, n uint64, need driver.AccessFlags, write bool) (remote, bool) {
+	k, ok := c.keys.lookup(key)
+	if !ok || k.access&need != need || k.pd != c.peerHdr.pd.Load() {
+		return remote{}, false
+	}
+	if need&driver.RemoteAccess != 0 && driver.AccessFlags(c.peerHdr.access.Load())&need != need {
+		return remote{}, false
+	}
+	off, ok := k.span(addr, n)
+	if !ok {
+		return remote{}, false
+	}
+	switch k.kind {
+	case kindSegment:
+		seg, ok := c.segment(k.segID, write)
+		if !ok {
+			return remote{}, false
+		}
+		start := k.segOff + off
+		if start < k.segOff || start > uint64(len(seg.mem)) || n > uint64(len(seg.mem))-start {
+			return remote{}, false
+		}
+		return remote{b: seg.mem[start : start+n], n: n}, true
+	case kindProcess:
+		return remote{addr: addr, n: n, proc: true}, true
+	}
+	return remote{}, false
+}
+
+// send places a Send into the peer's next posted receive and writes the
+// receive's completion into the peer's CQ.
+func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
+	var r recvEntry
+	ok, err := c.peerRecv.consume(&r)
+	if err != nil {
+		c.peerBroke()
+		return driver.WCRemOpErr
+	}
+	if !ok {
+		return swq.RNRWait
+	}
+	if c.peerSRQ {
+		c.checkSRQLimit()
+	}
+	wc := c.recvCompletion(wr, r.wrid, driver.WCRecv)
+	var dst [maxSGE]remote
+	var room uint64
+	for i := range r.n {
+		g := &r.sge[i]
+		t, ok := c.target(g.LKey, g.Addr, uint64(g.Length), driver.AccessLocalWrite, true)
+		if !ok {
+			wc.Status = driver.WCLocProtErr
+			c.peerComplete(&wc)
+			c.peerError(driver.EventQPAccessErr)
+			return driver.WCRemOpErr
+		}
+		dst[i] = t
+		room += t.n
+	}
+	if src.Len() > room {
+		wc.Status = driver.WCLocLenErr
+		c.peerComplete(&wc)
+		c.peerError(driver.EventQPReqErr)
+		return driver.WCRemInvReqErr
+	}
+	n, ok := c.copyOut(dst[:r.n], src)
+	if !ok {
+		wc.Status = driver.WCLocProtErr
+		c.peerComplete(&wc)
+		c.peerError(driver.EventQPAccessErr)
+		return driver.WCRemOpErr
+	}
+	wc.ByteLen = uint32(n)
+	c.peerComplete(&wc)
+	return driver.WCSuccess
+}
+
+// write places an RDMA Write; Write with immediate then consumes a
+// receive. A zero-length Write checks no rkey.
+func (c *conn) write(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
+	n := src.Len()
+	var dst [1]remote
+	if n > 0 {
+		t, ok := c.target(wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteWrite, true)
+		if !ok {
+			c.peerError(driver.EventQPAccessErr)
+			return driver.WCRemAccessErr
+		}
+		dst[0] = t
+	}
+	var r recvEntry
+	if wr.Opcode == driver.OpRDMAWriteWithImm {
+		ok, err := c.peerRecv.consume(&r)
+		if err != nil {
+			c.peerBroke()
+			return driver.WCRemOpErr
+		}
+		if !ok {
+			return swq.RNRWait
+		}
+		if c.peerSRQ {
+			c.checkSRQLimit()
+		}
+	}
+	if n > 0 {
+		if _, ok := c.copyOut(dst[:], src); !ok {
+			c.peerError(driver.EventQPAccessErr)
+			return driver.WCRemAccessErr
+		}
+	}
+	if wr.Opcode == driver.OpRDMAWriteWithImm {
+		wc := c.recvCompletion(wr, r.wrid, driver.WCRecvRDMAWithImm)
+		wc.ByteLen = uint32(n)
+		c.peerComplete(&wc)
+	}
+	return driver.WCSuccess
+}
+
+// read serves an RDMA Read into the local list dst.
+func (c *conn) read(wr *driver.SendWR, dst *sglist.List) driver.WCStatus {
+	if c.peerHdr.attrs.Load()>>8&0xff == 0 {
+		c.peerError(driver.EventQPReqErr)
+		return driver.WCRemInvReqErr
+	}
+	n := dst.Len()
+	if n == 0 {
+		return driver.WCSuccess
+	}
+	t, ok := c.target(wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteRead, false)
+	if !ok || !c.copyIn(dst, t) {
+		c.peerError(driver.EventQPAccessErr)
+		return driver.WCRemAccessErr
+	}
+	return driver.WCSuccess
+}
+
+// atomic runs an 8-byte atomic with a CPU atomic instruction on the
+// shared word and returns its previous value.
+func (c *conn) atomic(wr *driver.SendWR) (uint64, driver.WCStatus) {
+	if c.peerHdr.attrs.Load()>>8&0xff == 0 || wr.RemoteAddr%8 != 0 {
+		c.peerError(driver.EventQPReqErr)
+		return 0, driver.WCRemInvReqErr
+	}
+	t, ok := c.target(wr.RKey, wr.RemoteAddr, 8, driver.AccessRemoteAtomic, true)
+	if !ok || t.proc || uintptr(unsafe.Pointer(&t.b[0]))%8 != 0 {
+		c.peerError(driver.EventQPAccessErr)
+		return 0, driver.WCRemAccessErr
+	}
+	word := (*uint64)(unsafe.Pointer(&t.b[0]))
+	if wr.Opcode == driver.OpAtomicFetchAndAdd {
+		return atomic.AddUint64(word, wr.CompareAdd) - wr.CompareAdd, driver.WCSuccess
+	}
+	for {
+		old := atomic.LoadUint64(word)
+		if old != wr.CompareAdd || atomic.CompareAndSwapUint64(word, old, wr.Swap) {
+			return old, driver.WCSuccess
+		}
+	}
+}
+
+// recvCompletion starts the peer's completion of a message.
+func (c *conn) recvCompletion(wr *driver.SendWR, wrid uint64, op driver.WCOpcode) driver.WorkCompletion {
+	wc := driver.WorkCompletion{WRID: wrid, Opcode: op, SrcQP: c.q.num, QPNum: c.remote.QPNum}
+	if wr.Opcode.HasImm() {
+		wc.Flags |= driver.WCWithImm
+		wc.Imm = wr.Imm
+	}
+	if wr.Flags&driver.SendSolicited != 0 {
+		wc.Flags |= driver.WCSolicited
+	}
+	return wc
+}
+
+// peerComplete writes a receive completion into the peer's CQ and wakes
+// the peer if it waits for one. A full CQ is the peer's overrun: it is
+// told, and its QP fails.
+func (c *conn) peerComplete(wc *driver.WorkCompletion) {
+	if !c.peerCQ.produce(wc, false, 0) {
+		c.sendCtrl(msgOverrun, 0, 0)
+		return
+	}
+	c.peerCQ.notify(wc.Flags&driver.WCSolicited != 0, wc.Status != driver.WCSuccess)
+}
+
+// copyOut copies src into the peer memory dst, in order.
+func (c *conn) copyOut(dst []remote, src *sglist.List) (uint64, bool) {
+	var total uint64
+	si, soff := 0, 0
+	for _, d := range dst {
+		var doff uint64
+		for doff < d.n && si < src.N() {
+			s := src.Seg(si)[soff:]
+			k := min(uint64(len(s)), d.n-doff)
+			if d.proc {
+				if !c.procCopy(s[:k], d.addr+doff, true) {
+					return total, false
+				}
+			} else {
+				copy(d.b[doff:doff+k], s[:k])
+			}
+			doff += k
+			soff += int(k)
+			total += k
+			if soff == len(src.Seg(si)) {
+				si, soff = si+1, 0
+			}
+		}
+	}
+	return total, true
+}
+
+// copyIn copies the peer memory src into the local list dst.
+func (c *conn) copyIn(dst *sglist.List, src remote) bool {
+	if !src.proc {
+		var s sglist.List
+		s.One(src.b)
+		sglist.Copy(dst, &s)
+		return true
+	}
+	off := uint64(0)
+	for i := range dst.N() {
+		b := dst.Seg(i)
+		if !c.procCopy(b, src.addr+off, false) {
+			return false
+		}
+		off += uint64(len(b))
+	}
+	return true
+}
+
+// isBroken reports whether the connection has ended.
+func (c *conn) isBroken() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// checkSRQLimit raises the peer SRQ's limit event when a Send left fewer
+// receives than its armed limit.
+func (c *conn) checkSRQLimit() {
+	h := c.peerRecv.h
+	lim := h.state.Load()
+	if lim > 0 && c.peerRecv.count() < uint64(lim) && h.state.CompareAndSwap(lim, 0) {
+		c.sendCtrl(msgSRQLimit, 0, 0)
+	}
+}

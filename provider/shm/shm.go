@@ -1,0 +1,363 @@
+// Package shm is the cross-process provider of goverbs, device "shm0":
+// two processes on one host, with the data path entirely in user space.
+//
+// Remotely accessible memory lives in shared memory. Each AllocMR is its
+// own memfd, sealed against resizing; a peer maps it when it first
+// touches the region, read-only unless a region on it grants remote write
+// or atomic access or the peer must place a Send in it, so that the MMU,
+// not only a check in code, enforces the right. Regions without remote
+// access are never handed to a peer, except that a receive buffer's
+// memory is handed to the peer whose Send fills it. RegMR of a sub-range
+// of AllocMR memory shares that memfd; RegMR of ordinary Go memory is
+// reached by peers with process_vm_readv/writev (one copy, one system call
+// per access) and does not support remote atomics.
+//
+// The data plane is rings in shared memory. The initiator does the "DMA"
+// itself: an RDMA Read is one copy from the mapped remote region into the
+// local buffer, a Write the reverse, an atomic a CPU atomic instruction on
+// the shared word, a Send one copy into the buffer the receiver posted,
+// whose completion the sender writes into the receiver's CQ ring. The
+// remote CPU does nothing for one-sided operations.
+//
+// The control plane is a Unix socket per connection (cm addresses
+// shm:///path/to.sock and shm://@abstract-name): it carries the
+// connection handshake and the memfds (SCM_RIGHTS), the rare requests a
+// requester makes (map a segment; the peer's QP must move to the error
+// state), and it is how each side sees the other die.
+//
+// Blocking waits sleep on a futex in the CQ's shared header; a producer
+// makes the wake-up system call only when the CQ is armed.
+package shm
+
+import (
+	"crypto/rand"
+	"fmt"
+	"os"
+	"sync"
+	"unsafe"
+
+	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// DeviceName is the name of the shm device.
+const DeviceName = "shm0"
+
+// maxSGE bounds scatter/gather lists.
+const maxSGE = 16
+
+// maxKeys is the capacity of a context's key table.
+const maxKeys = 1 << 16
+
+func init() {
+	verbs.Register("shm", &provider{})
+}
+
+var deviceAttr = driver.DeviceAttr{
+	Name:            DeviceName,
+	Transport:       "shm",
+	FWVersion:       "goverbs-shm 1",
+	MaxMRSize:       1 << 36,
+	MaxQP:           1 << 12,
+	MaxQPWR:         1 << 14,
+	MaxSGE:          maxSGE,
+	MaxCQ:           1 << 12,
+	MaxCQE:          1 << 20,
+	MaxMR:           maxKeys - 1,
+	MaxPD:           1 << 12,
+	MaxQPRdAtom:     16,
+	MaxQPInitRdAtom: 16,
+	MaxSRQ:          1 << 10,
+	MaxSRQWR:        1 << 14,
+	MaxSRQSGE:       maxSGE,
+	MaxInlineData:   1024,
+	MaxMsgSize:      1 << 31,
+	MaxPrivateData:  256,
+	AtomicCap:       driver.AtomicGlob,
+	Caps:            driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess,
+}
+
+type provider struct{}
+
+func (*provider) Devices() []driver.DeviceInfo {
+	return []driver.DeviceInfo{{Name: DeviceName, Provider: "shm", Transport: "shm", GUID: 0x676f766572620002}}
+}
+
+func (*provider) Open(name string) (driver.Context, error) {
+	if name != DeviceName {
+		return nil, driver.ErrNoDevice
+	}
+	keys, err := newSegment("keys", maxKeys*keySlotSize)
+	if err != nil {
+		return nil, err
+	}
+	c := &devCtx{
+		events:  make(chan driver.AsyncEvent, 64),
+		keySeg:  keys,
+		keys:    viewKeyTable(keys.mem, maxKeys),
+		mrs:     make([]*mr, maxKeys),
+		segs:    map[uint32]*segInfo{},
+		nextKey: 1,
+		pid:     os.Getpid(),
+	}
+	return c, nil
+}
+
+// devCtx is an open shm device.
+type devCtx struct {
+	pid    int
+	events chan driver.AsyncEvent
+
+	mu      sync.RWMutex // guards what follows; readers: key lookups on the data path
+	keySeg  *segment
+	keys    *keyTable
+	mrs     []*mr // by key index
+	nextKey uint32
+	nmr     int
+	pds     int
+	nextPD  uint32
+	cqs     map[*cq]bool
+	qps     map[*qp]bool
+	qpByNum map[uint32]*qp
+	srqs    map[*srq]bool
+	closed  bool
+
+	// segMu guards the AllocMR segments, which peers ask for by id; it is
+	// taken alone, or after mu.
+	segMu   sync.Mutex
+	segs    map[uint32]*segInfo
+	nextSeg uint32
+}
+
+// segInfo is an AllocMR segment and the union of the access rights of the
+// regions registered on it, which decides how a peer may map it.
+type segInfo struct {
+	seg    *segment
+	access driver.AccessFlags
+}
+
+func (c *devCtx) QueryDevice() driver.DeviceAttr { return deviceAttr }
+
+func (c *devCtx) Events() <-chan driver.AsyncEvent { return c.events }
+
+func (c *devCtx) event(t driver.EventType, element any) {
+	select {
+	case c.events <- driver.AsyncEvent{Type: t, Element: element}:
+	default:
+	}
+}
+
+func (c *devCtx) AllocPD() (driver.PD, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, driver.ErrClosed
+	}
+	if c.pds >= deviceAttr.MaxPD {
+		return nil, driver.ErrNoResources
+	}
+	c.pds++
+	c.nextPD++
+	return &pd{ctx: c, id: c.nextPD}, nil
+}
+
+// Close destroys every QP, CQ and SRQ, deregisters every region and
+// releases the shared memory.
+func (c *devCtx) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	qps := make([]*qp, 0, len(c.qps))
+	for q := range c.qps {
+		qps = append(qps, q)
+	}
+	cqs := make([]*cq, 0, len(c.cqs))
+	for q := range c.cqs {
+		cqs = append(cqs, q)
+	}
+	srqs := make([]*srq, 0, len(c.srqs))
+	for s := range c.srqs {
+		srqs = append(srqs, s)
+	}
+	c.mu.Unlock()
+	for _, q := range qps {
+		q.Destroy()
+	}
+	for _, s := range srqs {
+		s.Destroy()
+	}
+	for _, q := range cqs {
+		q.Destroy()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, m := range c.mrs {
+		if m != nil {
+			c.keys.revoke(uint32(i))
+			c.mrs[i] = nil
+		}
+	}
+	c.segMu.Lock()
+	for id, s := range c.segs {
+		s.seg.close()
+		delete(c.segs, id)
+	}
+	c.segMu.Unlock()
+	c.keySeg.close()
+	return nil
+}
+
+type pd struct {
+	ctx      *devCtx
+	id       uint32
+	released bool
+}
+
+func (p *pd) Dealloc() error {
+	p.ctx.mu.Lock()
+	defer p.ctx.mu.Unlock()
+	if p.released {
+		return driver.ErrClosed
+	}
+	p.released = true
+	p.ctx.pds--
+	return nil
+}
+
+// mr is a registered region; its key is both lkey and rkey: the index in
+// the key table in the high 24 bits, a random tag in the low 8.
+type mr struct {
+	ctx    *devCtx
+	pd     *pd
+	key    uint32
+	buf    []byte
+	addr   uint64
+	access driver.AccessFlags
+	seg    *segment // the AllocMR segment this region owns, or nil
+	segID  uint32
+}
+
+func (p *pd) AllocMR(size int, access driver.AccessFlags) (driver.MR, error) {
+	seg, err := newSegment("mr", size)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", driver.ErrNoResources, err)
+	}
+	p.ctx.mu.Lock()
+	defer p.ctx.mu.Unlock()
+	if p.ctx.closed || p.released {
+		seg.close()
+		return nil, driver.ErrClosed
+	}
+	p.ctx.segMu.Lock()
+	p.ctx.nextSeg++
+	id := p.ctx.nextSeg
+	p.ctx.segs[id] = &segInfo{seg: seg}
+	p.ctx.segMu.Unlock()
+	m, err := p.registerLocked(seg.mem[:size], access, kindSegment, id, 0)
+	if err != nil {
+		p.ctx.segMu.Lock()
+		delete(p.ctx.segs, id)
+		p.ctx.segMu.Unlock()
+		seg.close()
+		return nil, err
+	}
+	m.seg, m.segID = seg, id
+	return m, nil
+}
+
+func (p *pd) RegMR(buf []byte, access driver.AccessFlags) (driver.MR, error) {
+	p.ctx.mu.Lock()
+	defer p.ctx.mu.Unlock()
+	if p.ctx.closed || p.released {
+		return nil, driver.ErrClosed
+	}
+	start := uint64(uintptr(unsafe.Pointer(&buf[0])))
+	p.ctx.segMu.Lock()
+	for id, s := range p.ctx.segs {
+		base := uint64(uintptr(unsafe.Pointer(&s.seg.mem[0])))
+		if start >= base && start-base+uint64(len(buf)) <= uint64(len(s.seg.mem)) {
+			p.ctx.segMu.Unlock()
+			return p.registerLocked(buf, access, kindSegment, id, start-base)
+		}
+	}
+	p.ctx.segMu.Unlock()
+	if access&driver.AccessRemoteAtomic != 0 {
+		return nil, fmt.Errorf("%w: remote atomics need shared memory: register memory from AllocMR", driver.ErrUnsupported)
+	}
+	return p.registerLocked(buf, access, kindProcess, 0, 0)
+}
+
+func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID uint32, segOff uint64) (*mr, error) {
+	c := p.ctx
+	if c.nmr >= deviceAttr.MaxMR {
+		return nil, driver.ErrNoResources
+	}
+	idx := c.nextKey
+	for c.mrs[idx] != nil || idx == 0 {
+		idx = (idx + 1) % maxKeys
+	}
+	c.nextKey = (idx + 1) % maxKeys
+	var tag [1]byte
+	rand.Read(tag[:])
+	m := &mr{ctx: c, pd: p, key: idx<<8 | uint32(tag[0]), buf: buf,
+		addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access}
+	c.mrs[idx] = m
+	c.nmr++
+	if kind == kindSegment {
+		c.segMu.Lock()
+		if si := c.segs[segID]; si != nil {
+			si.access |= access
+		}
+		c.segMu.Unlock()
+	}
+	c.keys.publish(idx, keyInfo{key: m.key, access: access, kind: kind, segID: segID, segOff: segOff, addr: m.addr, length: uint64(len(buf)), pd: p.id})
+	return m, nil
+}
+
+func (m *mr) LKey() uint32               { return m.key }
+func (m *mr) RKey() uint32               { return m.key }
+func (m *mr) Addr() uint64               { return m.addr }
+func (m *mr) Bytes() []byte              { return m.buf }
+func (m *mr) Access() driver.AccessFlags { return m.access }
+
+// Dereg revokes the key in the shared table first, so that peers stop
+// using it, then releases the region's own segment. A peer that mapped
+// the segment keeps its mapping until it next looks the key up; the
+// memory it maps is no longer this process's.
+func (m *mr) Dereg() error {
+	c := m.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	idx := m.key >> 8
+	if c.mrs[idx] != m {
+		return driver.ErrClosed
+	}
+	c.keys.revoke(idx)
+	c.mrs[idx] = nil
+	c.nmr--
+	if m.seg != nil {
+		c.segMu.Lock()
+		delete(c.segs, m.segID)
+		c.segMu.Unlock()
+		m.seg.close()
+	}
+	return nil
+}
+
+// span returns the local bytes [addr, addr+n) of the region of key, if it
+// belongs to p, grants need and contains the range. Callers hold c.mu
+// for reading.
+func (c *devCtx) span(key uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, bool) {
+	m := c.mrs[(key>>8)%maxKeys]
+	if m == nil || m.key != key || m.pd != p || m.access&need != need || addr < m.addr {
+		return nil, false
+	}
+	off := addr - m.addr
+	if off > uint64(len(m.buf)) || n > uint64(len(m.buf))-off {
+		return nil, false
+	}
+	return m.buf[off : off+n], true
+}

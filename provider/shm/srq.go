@@ -1,0 +1,112 @@
+package shm
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// srq is a shared receive queue in shared memory: the peers of every QP
+// that uses it consume its receives with a CAS on its head.
+type srq struct {
+	ctx     *devCtx
+	userCtx any
+	seg     *segment
+	ring    *recvRing
+	n       int
+	maxWR   uint32
+	maxSGE  uint32
+
+	mu        sync.Mutex // serialises producers and Modify
+	destroyed bool
+}
+
+func (p *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
+	if a.MaxSGE > maxSGE {
+		return nil, driver.ErrInvalidArg
+	}
+	n := pow2(int(a.MaxWR))
+	seg, err := newSegment("srq", ringSize(n, recvEntrySize(int(a.MaxSGE))))
+	if err != nil {
+		return nil, err
+	}
+	s := &srq{ctx: p.ctx, userCtx: a.UserCtx, seg: seg, ring: initRecvRing(seg.mem, n, int(a.MaxSGE)), n: n, maxWR: a.MaxWR, maxSGE: a.MaxSGE}
+	s.ring.h.state.Store(a.Limit)
+	p.ctx.mu.Lock()
+	defer p.ctx.mu.Unlock()
+	if p.ctx.closed || p.released {
+		seg.close()
+		return nil, driver.ErrClosed
+	}
+	if len(p.ctx.srqs) >= deviceAttr.MaxSRQ {
+		seg.close()
+		return nil, driver.ErrNoResources
+	}
+	if p.ctx.srqs == nil {
+		p.ctx.srqs = map[*srq]bool{}
+	}
+	p.ctx.srqs[s] = true
+	return s, nil
+}
+
+func (s *srq) PostRecv(wrs []driver.RecvWR) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range wrs {
+		if s.destroyed {
+			return i, driver.ErrClosed
+		}
+		if err := driver.CheckRecvWR(&wrs[i], s.maxSGE); err != nil {
+			return i, err
+		}
+		if s.ring.count() >= uint64(s.maxWR) || !s.ring.produce(&wrs[i]) {
+			return i, driver.ErrQueueFull
+		}
+	}
+	return len(wrs), nil
+}
+
+// limitReached raises the limit event a peer reported.
+func (s *srq) limitReached() { s.ctx.event(driver.EventSRQLimitReached, s.userCtx) }
+
+func (s *srq) Modify(a driver.SRQAttr, mask driver.SRQAttrMask) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return driver.ErrClosed
+	}
+	if mask&driver.SRQAttrMaxWR != 0 {
+		return fmt.Errorf("%w: shm SRQs cannot be resized", driver.ErrUnsupported)
+	}
+	if mask&driver.SRQAttrLimit != 0 {
+		if a.Limit > s.maxWR {
+			return fmt.Errorf("%w: limit %d above the SRQ's %d entries", driver.ErrInvalidArg, a.Limit, s.maxWR)
+		}
+		s.ring.h.state.Store(a.Limit)
+	}
+	return nil
+}
+
+func (s *srq) Query() (driver.SRQAttr, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return driver.SRQAttr{}, driver.ErrClosed
+	}
+	return driver.SRQAttr{MaxWR: s.maxWR, MaxSGE: s.maxSGE, Limit: s.ring.h.state.Load()}, nil
+}
+
+func (s *srq) Destroy() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return driver.ErrClosed
+	}
+	s.destroyed = true
+	s.ctx.mu.Lock()
+	delete(s.ctx.srqs, s)
+	s.ctx.mu.Unlock()
+	s.seg.close()
+	return nil
+}
