@@ -128,32 +128,3 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(got)
 	}
 }
-
-// TestDataPathAllocs holds the data path to zero allocations: PostSend,
-// PostRecv and Poll for a Write, a Read and a Send.
-func TestDataPathAllocs(t *testing.T) {
-	p := newPair(t, t.Name())
-	sge := []verbs.SGE{p.mrA.SGE(0, 64)}
-	swr := []verbs.SendWR{
-		{Opcode: verbs.OpRDMAWrite, SGList: sge, RemoteAddr: p.mrB.Addr(), RKey: p.mrB.RKey()},
-		{Opcode: verbs.OpRDMARead, SGList: sge, RemoteAddr: p.mrB.Addr(), RKey: p.mrB.RKey()},
-		{Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: sge},
-	}
-	rwr := []verbs.RecvWR{{SGList: []verbs.SGE{p.mrB.SGE(0, 64)}}}
-	wc := make([]verbs.WorkCompletion, 4)
-	allocs := testing.AllocsPerRun(1000, func() {
-		if _, err := p.qpB.PostRecv(rwr); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := p.qpA.PostSend(swr); err != nil {
-			t.Fatal(err)
-		}
-		for p.cqA.Poll(wc) == 0 {
-		}
-		for p.cqB.Poll(wc) == 0 {
-		}
-	})
-	if allocs != 0 {
-		t.Fatalf("data path allocates %v times per operation, want 0", allocs)
-	}
-}

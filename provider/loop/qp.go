@@ -36,6 +36,7 @@ type qp struct {
 	link *link // the cm connection, if any
 
 	rnr       swq.RNR
+	result    [8]byte // an atomic's result on its way to the local buffer
 	rnrTimer  *time.Timer
 	rnrGen    uint64
 	destroyed bool

@@ -64,10 +64,9 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	case driver.OpAtomicCmpAndSwp, driver.OpAtomicFetchAndAdd:
 		old, st := p.atomic(wr)
 		if st == driver.WCSuccess {
-			var b [8]byte
-			binary.NativeEndian.PutUint64(b[:], old)
+			binary.NativeEndian.PutUint64(q.result[:], old)
 			var src sglist.List
-			src.One(b[:])
+			src.One(q.result[:])
 			sglist.Copy(&local, &src)
 		}
 		return st, 8

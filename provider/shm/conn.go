@@ -200,20 +200,22 @@ func (c *conn) withQP(f func(q *qp)) {
 func (c *conn) finish() { c.doneOnce.Do(func() { close(c.done) }) }
 
 // serveSegment answers a peer's request for one of this process's
-// segments: writable only if a region on it may be written by the peer
-// (remote write or atomics, or receives placed by Sends).
+// segments. Only a segment with remote rights or receive buffers is
+// handed out, writable only when a region on it may be written by the
+// peer; otherwise the answer carries no descriptor.
 func (c *conn) serveSegment(id uint32, write bool) {
 	ctx := c.q.ctx
 	ctx.segMu.Lock()
-	si := ctx.segs[id]
-	var fd int = -1
-	writable := false
-	if si != nil {
-		if write && si.access&(driver.AccessRemoteWrite|driver.AccessRemoteAtomic|driver.AccessLocalWrite) != 0 {
+	defer ctx.segMu.Unlock()
+	fd, writable := -1, false
+	if si := ctx.segs[id]; si != nil {
+		if ok, w := si.shareable(write); ok && w {
 			fd, writable = si.seg.fd, true
-		} else if ro, err := si.seg.readOnlyFD(); err == nil {
-			fd = ro
-			defer unix.Close(ro)
+		} else if ok {
+			if ro, err := si.seg.readOnlyFD(); err == nil {
+				fd = ro
+				defer unix.Close(ro)
+			}
 		}
 	}
 	var m ctrl
@@ -223,13 +225,12 @@ func (c *conn) serveSegment(id uint32, write bool) {
 	}
 	m.set(msgSeg, id, b)
 	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	if fd >= 0 {
 		c.sock.WriteMsgUnix(m[:], unix.UnixRights(fd), nil)
 	} else {
 		c.sock.Write(m[:])
 	}
-	c.wmu.Unlock()
-	ctx.segMu.Unlock()
 }
 
 // segment returns the peer's segment id mapped here, writable if asked,

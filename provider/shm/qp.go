@@ -38,6 +38,7 @@ type qp struct {
 	conn      *conn // the connection, set on the move to RTR
 	pending   *conn // a connection cm is setting up
 	rnr       swq.RNR
+	result    [8]byte // an atomic's result on its way to the local buffer
 	rnrTimer  *time.Timer
 	rnrGen    uint64
 	destroyed bool
@@ -270,6 +271,7 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 		if err := driver.CheckRecvWR(wr, q.cap.MaxRecvSGE); err != nil {
 			return i, err
 		}
+		q.ctx.exposeForRecv(wr.SGList)
 		if q.rq.count() >= uint64(q.cap.MaxRecvWR) || !q.rq.produce(wr) {
 			return i, driver.ErrQueueFull
 		}

@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/goverbs/goverbs/verbs"
@@ -129,11 +130,26 @@ type devCtx struct {
 	nextSeg uint32
 }
 
-// segInfo is an AllocMR segment and the union of the access rights of the
-// regions registered on it, which decides how a peer may map it.
+// segInfo is an AllocMR segment with what decides whether, and how, a
+// peer may map it: the union of the remote rights of the regions
+// registered on it, and whether a receive was ever posted into it (a
+// peer's Send must then write it).
 type segInfo struct {
 	seg    *segment
-	access driver.AccessFlags
+	access driver.AccessFlags // guarded by devCtx.segMu
+	recv   atomic.Bool
+}
+
+// shareable says whether a peer may map the segment, and whether
+// writable: only segments with remote rights or receive buffers are ever
+// handed out, and writable only for remote write, atomics or receives.
+func (si *segInfo) shareable(write bool) (ok, writable bool) {
+	recv := si.recv.Load()
+	if write {
+		w := recv || si.access&(driver.AccessRemoteWrite|driver.AccessRemoteAtomic) != 0
+		return w, w
+	}
+	return recv || si.access&driver.RemoteAccess != 0, false
 }
 
 func (c *devCtx) QueryDevice() driver.DeviceAttr { return deviceAttr }
@@ -238,6 +254,7 @@ type mr struct {
 	access driver.AccessFlags
 	seg    *segment // the AllocMR segment this region owns, or nil
 	segID  uint32
+	si     *segInfo // the segment the region lies in, or nil (process memory)
 }
 
 func (p *pd) AllocMR(size int, access driver.AccessFlags) (driver.MR, error) {
@@ -309,7 +326,8 @@ func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID u
 	if kind == kindSegment {
 		c.segMu.Lock()
 		if si := c.segs[segID]; si != nil {
-			si.access |= access
+			si.access |= access & driver.RemoteAccess
+			m.si = si
 		}
 		c.segMu.Unlock()
 	}
@@ -345,6 +363,18 @@ func (m *mr) Dereg() error {
 		m.seg.close()
 	}
 	return nil
+}
+
+// exposeForRecv marks the segments of a receive's buffers as shareable
+// with the peer whose Send will fill them.
+func (c *devCtx) exposeForRecv(sg []driver.SGE) {
+	c.mu.RLock()
+	for i := range sg {
+		if m := c.mrs[(sg[i].LKey>>8)%maxKeys]; m != nil && m.key == sg[i].LKey && m.si != nil {
+			m.si.recv.Store(true)
+		}
+	}
+	c.mu.RUnlock()
 }
 
 // span returns the local bytes [addr, addr+n) of the region of key, if it

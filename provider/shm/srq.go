@@ -60,6 +60,7 @@ func (s *srq) PostRecv(wrs []driver.RecvWR) (int, error) {
 		if err := driver.CheckRecvWR(&wrs[i], s.maxSGE); err != nil {
 			return i, err
 		}
+		s.ctx.exposeForRecv(wrs[i].SGList)
 		if s.ring.count() >= uint64(s.maxWR) || !s.ring.produce(&wrs[i]) {
 			return i, driver.ErrQueueFull
 		}

@@ -78,6 +78,8 @@ var suite = []testCase{
 	{"SRQ/SharedByQPs", testSRQShared},
 	{"SRQ/LimitEvent", testSRQLimit},
 
+	{"DataPath/ZeroAlloc", testZeroAlloc},
+
 	{"PeerFailure/Kill", testPeerKilled},
 	{"PeerFailure/Disconnect", testPeerDisconnect},
 }
