@@ -112,6 +112,21 @@ func fromDriver(dp driver.ConnParam) Param {
 	}
 }
 
+// lookupScheme finds the imported provider that serves scheme.
+func lookupScheme(scheme string) (driver.Driver, driver.ConnManager, bool) {
+	for _, n := range verbs.Drivers() {
+		d, _ := verbs.LookupDriver(n)
+		if m, ok := d.(driver.ConnManager); ok {
+			for _, s := range m.Schemes() {
+				if s == scheme {
+					return d, m, true
+				}
+			}
+		}
+	}
+	return nil, nil, false
+}
+
 // resolve finds the provider serving addr and returns it with the address
 // less its scheme.
 func resolve(addr string) (driver.ConnManager, string, error) {
@@ -119,19 +134,23 @@ func resolve(addr string) (driver.ConnManager, string, error) {
 	if !ok {
 		return nil, "", fmt.Errorf("cm: address %q has no scheme: write it as loop://name, shm:///path.sock or tcp://host:port", addr)
 	}
-	for _, n := range verbs.Drivers() {
-		d, _ := verbs.LookupDriver(n)
-		m, ok := d.(driver.ConnManager)
-		if !ok {
-			continue
-		}
-		for _, s := range m.Schemes() {
-			if s == scheme {
-				return m, rest, nil
-			}
-		}
+	if _, m, ok := lookupScheme(scheme); ok {
+		return m, rest, nil
 	}
 	return nil, "", fmt.Errorf("%w (address %q)", ErrScheme, addr)
+}
+
+// Device returns the name of the device that serves addr's scheme — the
+// device to open for a QP that will connect to or listen on addr: loop0
+// for loop://, shm0 for shm://, tcp0 for tcp://.
+func Device(addr string) (string, error) {
+	scheme, _, _ := strings.Cut(addr, "://")
+	if d, _, ok := lookupScheme(scheme); ok {
+		if devs := d.Devices(); len(devs) > 0 {
+			return devs[0].Name, nil
+		}
+	}
+	return "", fmt.Errorf("%w (address %q)", ErrScheme, addr)
 }
 
 func checkPrivateData(m driver.ConnManager, pd []byte) error {

@@ -24,8 +24,10 @@ package loop
 
 import (
 	"crypto/rand"
+	"fmt"
 	"slices"
 	"sync"
+	"syscall"
 	"unsafe"
 
 	"github.com/goverbs/goverbs/internal/sglist"
@@ -143,6 +145,7 @@ func (c *devCtx) Close() error {
 	}
 	for _, m := range c.mrs {
 		m.valid = false
+		m.release()
 	}
 	clear(c.mrs)
 	for _, cq := range c.cqs {
@@ -171,27 +174,69 @@ func (p *pd) Dealloc() error {
 // key's index in the context's table in the high 24 bits, a random tag in
 // the low 8, so that stale and guessed keys miss.
 type mr struct {
-	ctx    *devCtx
-	pd     *pd
-	key    uint32
-	buf    []byte
-	addr   uint64
-	access driver.AccessFlags
-	valid  bool
+	ctx     *devCtx
+	pd      *pd
+	key     uint32
+	buf     []byte
+	addr    uint64
+	access  driver.AccessFlags
+	valid   bool
+	mapping *mapping // the AllocMR memory the region lies in, or nil
+}
+
+// mapping is memory AllocMR took from the kernel, outside the Go heap, as
+// a NIC's driver would: page-aligned (so atomics are aligned), and — as
+// for DMA — not watched by the race detector, which would otherwise report
+// every one-sided access that races a local write, the very thing
+// one-sided protocols detect and retry. It is unmapped when the last
+// region registered in it is deregistered.
+type mapping struct {
+	mem  []byte
+	refs int
 }
 
 func (p *pd) AllocMR(size int, access driver.AccessFlags) (driver.MR, error) {
-	// Back the region with uint64s so that it is 8-byte aligned for atomics.
-	words := make([]uint64, (size+7)/8)
-	buf := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), size)
-	return p.register(buf, access)
+	mem, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", driver.ErrNoResources, err)
+	}
+	mp := &mapping{mem: mem}
+	m, err := p.register(mem[:size], access, mp)
+	if err != nil {
+		syscall.Munmap(mem)
+	}
+	return m, err
 }
 
 func (p *pd) RegMR(buf []byte, access driver.AccessFlags) (driver.MR, error) {
-	return p.register(buf, access)
+	return p.register(buf, access, nil)
 }
 
-func (p *pd) register(buf []byte, access driver.AccessFlags) (driver.MR, error) {
+// release drops a region's hold on its mapping; fab.mu is held.
+func (m *mr) release() {
+	if mp := m.mapping; mp != nil {
+		m.mapping = nil
+		if mp.refs--; mp.refs == 0 {
+			syscall.Munmap(mp.mem)
+		}
+	}
+}
+
+// mappingOf finds the AllocMR mapping of c that contains buf; fab.mu is held.
+func (c *devCtx) mappingOf(buf []byte) *mapping {
+	start := uintptr(unsafe.Pointer(&buf[0]))
+	for _, m := range c.mrs {
+		if mp := m.mapping; mp != nil {
+			base := uintptr(unsafe.Pointer(&mp.mem[0]))
+			if start >= base && start-base+uintptr(len(buf)) <= uintptr(len(mp.mem)) {
+				return mp
+			}
+		}
+	}
+	return nil
+}
+
+func (p *pd) register(buf []byte, access driver.AccessFlags, mp *mapping) (driver.MR, error) {
 	var tag [1]byte
 	rand.Read(tag[:])
 	fab.mu.Lock()
@@ -208,8 +253,15 @@ func (p *pd) register(buf []byte, access driver.AccessFlags) (driver.MR, error) 
 		idx = (idx + 1) & 0xffffff
 	}
 	c.nextMR = (idx + 1) & 0xffffff
+	if mp == nil {
+		// A region inside AllocMR memory keeps that memory mapped.
+		mp = c.mappingOf(buf)
+	}
+	if mp != nil {
+		mp.refs++
+	}
 	m := &mr{ctx: c, pd: p, key: idx<<8 | uint32(tag[0]), buf: buf,
-		addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access, valid: true}
+		addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access, valid: true, mapping: mp}
 	c.mrs[idx] = m
 	return m, nil
 }
@@ -228,6 +280,7 @@ func (m *mr) Dereg() error {
 	}
 	m.valid = false
 	delete(m.ctx.mrs, m.key>>8)
+	m.release()
 	return nil
 }
 

@@ -1,0 +1,359 @@
+package kv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// Errors of the store; test them with errors.Is.
+var (
+	ErrNotFound      = errors.New("kv: key not found")
+	ErrKeyTooLarge   = fmt.Errorf("kv: key longer than %d bytes", MaxKey)
+	ErrValueTooLarge = errors.New("kv: value larger than the server's MaxValue")
+	ErrTableFull     = errors.New("kv: the key's bucket or the value heap is full: give the server more Buckets, SlotsPerBucket or HeapBytes")
+	ErrServerGone    = errors.New("kv: the server is unreachable")
+	ErrBadRequest    = errors.New("kv: the server refused a malformed request")
+)
+
+// maxTornReads bounds the one-sided attempts of a GET before it falls back
+// to an RPC.
+const maxTornReads = 8
+
+// opTimeout bounds one operation's wait for the network.
+const opTimeout = 5 * time.Second
+
+// Client is a connection to a Server. Its methods are safe for concurrent
+// use; they run one at a time.
+type Client struct {
+	addr string
+
+	mu     sync.Mutex
+	ctx    *verbs.Context
+	pd     *verbs.PD
+	cq     *verbs.CQ
+	qp     *verbs.QP
+	conn   *cm.Conn
+	info   indexInfo
+	bucket *verbs.MR // a bucket read lands here
+	rec    *verbs.MR // a record read lands here
+	sendB  *verbs.MR
+	recvB  *verbs.MR
+	nextID uint64
+	wr     [1]verbs.SendWR
+	rwr    [1]verbs.RecvWR
+	wc     [4]verbs.WorkCompletion
+
+	// TornReads counts one-sided reads that failed their checks and were
+	// retried; FallbackGets the GETs that ended as RPCs; Reconnects the
+	// times the client dialled the server again.
+	TornReads, FallbackGets, Reconnects atomic.Int64
+}
+
+// Dial connects to the server at addr (shm://@kv, tcp://host:port, ...).
+func Dial(ctx context.Context, addr string) (*Client, error) {
+	c := &Client{addr: addr}
+	if err := c.connect(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// connect opens the device and connects; c.mu is held or c is new.
+func (c *Client) connect(ctx context.Context) error {
+	dev, err := cm.Device(c.addr)
+	if err != nil {
+		return err
+	}
+	if c.ctx, err = verbs.Open(dev); err != nil {
+		return err
+	}
+	if err := c.setup(ctx); err != nil {
+		c.ctx.Close()
+		c.ctx = nil
+		return err
+	}
+	return nil
+}
+
+func (c *Client) setup(ctx context.Context) error {
+	var err error
+	if c.pd, err = c.ctx.AllocPD(); err != nil {
+		return err
+	}
+	if c.cq, err = c.ctx.CreateCQ(16); err != nil {
+		return err
+	}
+	if c.qp, err = c.pd.CreateQP(verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return err
+	}
+	if c.conn, err = cm.Dial(ctx, c.addr, c.qp, nil); err != nil {
+		return fmt.Errorf("%w: %w", ErrServerGone, err)
+	}
+	if c.info, err = decodeInfo(c.conn.PrivateData()); err != nil {
+		return err
+	}
+	local := verbs.AccessLocalWrite
+	if c.bucket, err = c.pd.AllocMR(c.info.slotsPerBucket*SlotSize, local); err != nil {
+		return err
+	}
+	if c.rec, err = c.pd.AllocMR(c.info.maxMsg+recordHeader, local); err != nil {
+		return err
+	}
+	if c.sendB, err = c.pd.AllocMR(c.info.maxMsg, local); err != nil {
+		return err
+	}
+	c.recvB, err = c.pd.AllocMR(c.info.maxMsg, local)
+	return err
+}
+
+// teardown releases the connection and the device; c.mu is held.
+func (c *Client) teardown() {
+	if c.conn != nil {
+		c.conn.Close()
+		c.conn = nil
+	}
+	if c.ctx != nil {
+		c.ctx.Close()
+		c.ctx = nil
+	}
+}
+
+// Close disconnects.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.teardown()
+	return nil
+}
+
+// alive reports whether the connection still stands; if not, it dials
+// again (the server may have restarted). c.mu is held.
+func (c *Client) alive() error {
+	if c.conn != nil {
+		select {
+		case <-c.conn.Done():
+		default:
+			return nil
+		}
+	}
+	c.teardown()
+	c.Reconnects.Add(1)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := c.connect(ctx); err != nil {
+		return fmt.Errorf("%w: %w", ErrServerGone, err)
+	}
+	return nil
+}
+
+// await waits for the completion of wrid on the client's CQ, busy polling
+// first (the usual case is a few microseconds away) and then sleeping.
+// Completions of other work requests (earlier Sends) are passed over.
+func (c *Client) await(wrid uint64) (verbs.WorkCompletion, error) {
+	var deadline time.Time
+	for spins := 0; ; spins++ {
+		var n int
+		var err error
+		if spins < 1<<14 {
+			n = c.cq.Poll(c.wc[:])
+		} else {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(opTimeout)
+			}
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			n, err = c.cq.Wait(ctx, c.wc[:])
+			cancel()
+		}
+		for _, wc := range c.wc[:n] {
+			if wc.Status != verbs.WCSuccess {
+				c.conn.Close() // the connection is broken: reconnect next time
+				return wc, fmt.Errorf("%w: %s", ErrServerGone, wc.Status)
+			}
+			if wc.WRID == wrid {
+				return wc, nil
+			}
+		}
+		if err != nil {
+			c.conn.Close()
+			return verbs.WorkCompletion{}, fmt.Errorf("%w: %w", ErrServerGone, err)
+		}
+	}
+}
+
+// read performs one RDMA Read of n bytes at raddr/rkey into mr.
+func (c *Client) read(mr *verbs.MR, n int, raddr uint64, rkey uint32) error {
+	c.nextID++
+	c.wr[0] = verbs.SendWR{WRID: c.nextID, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{mr.SGE(0, n)}, RemoteAddr: raddr, RKey: rkey}
+	if _, err := c.qp.PostSend(c.wr[:]); err != nil {
+		c.conn.Close()
+		return fmt.Errorf("%w: %w", ErrServerGone, err)
+	}
+	_, err := c.await(c.nextID)
+	return err
+}
+
+// Get returns a copy of the value of key. It reads the server's index and
+// value with one-sided RDMA Reads (one Read when the value is inline) and
+// never involves the server's CPU, unless reads keep coming back torn.
+func (c *Client) Get(key []byte) ([]byte, error) {
+	var out []byte
+	err := c.get(key, func(v []byte) { out = append([]byte(nil), v...) })
+	return out, err
+}
+
+// GetInto copies the value of key into dst and returns its length; if
+// dst is too short it returns the length and io.ErrShortBuffer. It
+// allocates nothing.
+func (c *Client) GetInto(key, dst []byte) (int, error) {
+	n := 0
+	short := false
+	err := c.get(key, func(v []byte) { n = copy(dst, v); short = n < len(v); n = len(v) })
+	if err == nil && short {
+		return n, io.ErrShortBuffer
+	}
+	return n, err
+}
+
+func (c *Client) get(key []byte, found func([]byte)) error {
+	if len(key) > MaxKey {
+		return ErrKeyTooLarge
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.alive(); err != nil {
+		return err
+	}
+	h := hashKey(key)
+	bsize := c.info.slotsPerBucket * SlotSize
+	baddr := c.info.addr + (h%uint64(c.info.buckets))*uint64(bsize)
+	for range maxTornReads {
+		if err := c.read(c.bucket, bsize, baddr, c.info.rkey); err != nil {
+			return err
+		}
+		torn, err := c.scan(key, h, found)
+		if !torn {
+			return err
+		}
+		c.TornReads.Add(1)
+	}
+	c.FallbackGets.Add(1)
+	r, err := c.rpc(opGet, key, nil)
+	if err != nil {
+		return err
+	}
+	found(r.val())
+	return nil
+}
+
+// scan looks for key in the bucket just read. torn says the read (or a
+// record read) was inconsistent and must be repeated.
+func (c *Client) scan(key []byte, h uint64, found func([]byte)) (torn bool, err error) {
+	b := c.bucket.Bytes()
+	for i := 0; i < len(b); i += SlotSize {
+		s := slot(b[i : i+SlotSize])
+		if !s.valid() {
+			return true, nil
+		}
+		if s.kind() == kindEmpty || s.hash() != h {
+			continue
+		}
+		if s.kind() == kindInline {
+			if k, v := s.inline(); bytes.Equal(k, key) {
+				found(v)
+				return false, nil
+			}
+			continue
+		}
+		n := s.recLen()
+		if n < recordHeader || n > len(c.rec.Bytes()) {
+			return true, nil
+		}
+		if err := c.read(c.rec, n, s.addr(), s.rkey()); err != nil {
+			return false, err
+		}
+		r := record(c.rec.Bytes()[:n])
+		if !r.valid(s) {
+			return true, nil
+		}
+		if bytes.Equal(r.key(), key) {
+			found(r.val())
+			return false, nil
+		}
+	}
+	return false, ErrNotFound
+}
+
+// Put stores value under key (an RPC; the server writes out of place).
+func (c *Client) Put(key, value []byte) error {
+	_, err := c.lockedRPC(opPut, key, value)
+	return err
+}
+
+// Delete removes key; ErrNotFound if it was absent.
+func (c *Client) Delete(key []byte) error {
+	_, err := c.lockedRPC(opDel, key, nil)
+	return err
+}
+
+func (c *Client) lockedRPC(op uint8, key, val []byte) (reply, error) {
+	if len(key) > MaxKey {
+		return nil, ErrKeyTooLarge
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.alive(); err != nil {
+		return nil, err
+	}
+	return c.rpc(op, key, val)
+}
+
+// rpc sends a request and waits for its reply; c.mu is held.
+func (c *Client) rpc(op uint8, key, val []byte) (reply, error) {
+	if requestHeader+len(key)+len(val) > c.info.maxMsg {
+		return nil, ErrValueTooLarge
+	}
+	c.nextID++
+	id := c.nextID
+	c.rwr[0] = verbs.RecvWR{WRID: id, SGList: []verbs.SGE{c.recvB.SGE(0, c.info.maxMsg)}}
+	if _, err := c.qp.PostRecv(c.rwr[:]); err != nil {
+		c.conn.Close()
+		return nil, fmt.Errorf("%w: %w", ErrServerGone, err)
+	}
+	n := putRequest(c.sendB.Bytes(), op, id, key, val)
+	c.wr[0] = verbs.SendWR{WRID: id | 1<<63, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{c.sendB.SGE(0, n)}}
+	if _, err := c.qp.PostSend(c.wr[:]); err != nil {
+		c.conn.Close()
+		return nil, fmt.Errorf("%w: %w", ErrServerGone, err)
+	}
+	wc, err := c.await(id)
+	if err != nil {
+		return nil, err
+	}
+	r := reply(c.recvB.Bytes()[:wc.ByteLen])
+	if !r.valid() || r.id() != id {
+		c.conn.Close()
+		return nil, fmt.Errorf("%w: malformed reply", ErrServerGone)
+	}
+	switch r.status() {
+	case statusOK:
+		return r, nil
+	case statusNotFound:
+		return nil, ErrNotFound
+	case statusFull:
+		return nil, ErrTableFull
+	case statusTooLarge:
+		return nil, ErrValueTooLarge
+	}
+	return nil, ErrBadRequest
+}

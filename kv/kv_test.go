@@ -1,0 +1,346 @@
+package kv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"go.uber.org/goleak"
+
+	_ "github.com/goverbs/goverbs/provider/loop"
+	_ "github.com/goverbs/goverbs/provider/shm"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var serial atomic.Int64
+
+// addrs are the providers the store is tested on.
+func addrs() map[string]func() string {
+	return map[string]func() string{
+		"loop": func() string { return fmt.Sprintf("loop://kv-%d", serial.Add(1)) },
+		"shm":  func() string { return fmt.Sprintf("shm://@goverbs-kv-%d-%d", os.Getpid(), serial.Add(1)) },
+	}
+}
+
+func small() Config {
+	return Config{Buckets: 64, SlotsPerBucket: 4, MaxValue: 8192, HeapBytes: 1 << 20, RecvDepth: 4}
+}
+
+func startServer(t testing.TB, addr string, cfg Config) *Server {
+	t.Helper()
+	s, err := Listen(addr, cfg)
+	if err != nil {
+		t.Fatalf("listen %s: %v", addr, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func dial(t testing.TB, addr string) *Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, addr)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func forEachProvider(t *testing.T, f func(t *testing.T, addr func() string)) {
+	for name, addr := range addrs() {
+		t.Run(name, func(t *testing.T) { f(t, addr) })
+	}
+}
+
+func TestPutGetDelete(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, addr func() string) {
+		a := addr()
+		s := startServer(t, a, small())
+		c := dial(t, a)
+		values := map[string][]byte{
+			"inline":     []byte("a short value"),
+			"heap":       bytes.Repeat([]byte("0123456789"), 100),
+			"empty":      {},
+			"exactly-80": bytes.Repeat([]byte{7}, InlineCap-len("exactly-80")),
+		}
+		for k, v := range values {
+			if err := c.Put([]byte(k), v); err != nil {
+				t.Fatalf("put %s: %v", k, err)
+			}
+		}
+		for k, v := range values {
+			got, err := c.Get([]byte(k))
+			if err != nil || !bytes.Equal(got, v) {
+				t.Fatalf("get %s = %q, %v; want %q", k, got, err, v)
+			}
+		}
+		// Overwrite, inline to heap and back.
+		if err := c.Put([]byte("inline"), values["heap"]); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := c.Get([]byte("inline")); !bytes.Equal(got, values["heap"]) {
+			t.Fatalf("after overwrite got %d bytes", len(got))
+		}
+		if err := c.Put([]byte("heap"), []byte("now inline")); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := c.Get([]byte("heap")); string(got) != "now inline" {
+			t.Fatalf("after overwrite got %q", got)
+		}
+		if err := c.Delete([]byte("heap")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Get([]byte("heap")); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("get after delete: %v, want ErrNotFound", err)
+		}
+		if err := c.Delete([]byte("heap")); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("second delete: %v, want ErrNotFound", err)
+		}
+		if _, err := c.Get([]byte("never")); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("get of a missing key: %v, want ErrNotFound", err)
+		}
+		// GETs were one-sided: the server served no GET RPC.
+		if n := s.Gets.Load(); n != 0 {
+			t.Fatalf("the server served %d GETs; GET must be one-sided", n)
+		}
+		buf := make([]byte, 4)
+		if n, err := c.GetInto([]byte("inline"), buf); n != len(values["heap"]) || err == nil {
+			t.Fatalf("GetInto a short buffer: %d, %v; want the full length and an error", n, err)
+		}
+	})
+}
+
+func TestBadInput(t *testing.T) {
+	a := addrs()["loop"]()
+	startServer(t, a, Config{Buckets: 1, SlotsPerBucket: 2, MaxValue: 1024, HeapBytes: 1 << 16, RecvDepth: 2})
+	c := dial(t, a)
+	if err := c.Put(bytes.Repeat([]byte("k"), MaxKey+1), nil); !errors.Is(err, ErrKeyTooLarge) {
+		t.Fatalf("oversize key: %v", err)
+	}
+	if err := c.Put([]byte("k"), make([]byte, 4096)); !errors.Is(err, ErrValueTooLarge) {
+		t.Fatalf("oversize value: %v", err)
+	}
+	for _, k := range []string{"a", "b"} {
+		if err := c.Put([]byte(k), []byte(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Put([]byte("c"), []byte("c")); !errors.Is(err, ErrTableFull) {
+		t.Fatalf("third key in a 2-slot table: %v, want ErrTableFull", err)
+	}
+	if got, err := c.Get([]byte("a")); err != nil || string(got) != "a" {
+		t.Fatalf("after a refused PUT: %q, %v", got, err)
+	}
+}
+
+// TestReconnect: a client whose server restarts at the same address
+// reconnects by itself; while the server is gone it gets ErrServerGone.
+func TestReconnect(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, addr func() string) {
+		a := addr()
+		s, err := Listen(a, small())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := dial(t, a)
+		if err := c.Put([]byte("k"), []byte("v1")); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		if _, err := c.Get([]byte("k")); !errors.Is(err, ErrServerGone) {
+			t.Fatalf("get with the server gone: %v, want ErrServerGone", err)
+		}
+		startServer(t, a, small())
+		if err := c.Put([]byte("k"), []byte("v2")); err != nil {
+			t.Fatalf("put after the restart: %v", err)
+		}
+		if got, err := c.Get([]byte("k")); err != nil || string(got) != "v2" {
+			t.Fatalf("get after the restart: %q, %v", got, err)
+		}
+		if c.Reconnects.Load() == 0 {
+			t.Fatal("no reconnect was counted")
+		}
+	})
+}
+
+// kvInput and kvOutput are porcupine's view of one operation.
+type kvInput struct {
+	op    uint8 // opPut, opDel, opGet
+	key   string
+	value string
+}
+
+type kvOutput struct {
+	value string
+	found bool
+}
+
+// kvModel is a map of keys to values, partitioned by key.
+var kvModel = porcupine.Model{
+	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		byKey := map[string][]porcupine.Operation{}
+		for _, op := range history {
+			k := op.Input.(kvInput).key
+			byKey[k] = append(byKey[k], op)
+		}
+		var out [][]porcupine.Operation
+		for _, ops := range byKey {
+			out = append(out, ops)
+		}
+		return out
+	},
+	Init: func() any { return kvOutput{} },
+	Step: func(state, input, output any) (bool, any) {
+		st, in, out := state.(kvOutput), input.(kvInput), output.(kvOutput)
+		switch in.op {
+		case opPut:
+			return true, kvOutput{value: in.value, found: true}
+		case opDel:
+			return out.found == st.found, kvOutput{}
+		default:
+			return out == st, st
+		}
+	},
+	Equal: func(a, b any) bool { return a == b },
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(kvInput), output.(kvOutput)
+		return fmt.Sprintf("op%d(%s,%q) -> %q %v", in.op, in.key, in.value, out.value, out.found)
+	},
+}
+
+// runHistory has clients issue random GET, PUT and DELETE on a few keys
+// concurrently and records the history.
+func runHistory(t *testing.T, addr string, clients, opsEach int, valueSize func(i int) int) []porcupine.Operation {
+	var mu sync.Mutex
+	var history []porcupine.Operation
+	start := time.Now()
+	var wg sync.WaitGroup
+	for id := range clients {
+		c := dial(t, addr)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range opsEach {
+				key := fmt.Sprintf("key%d", (id*7+i*3)%3)
+				in := kvInput{key: key}
+				var out kvOutput
+				call := time.Since(start).Nanoseconds()
+				switch (id + i) % 4 {
+				case 0, 1:
+					in.op = opGet
+					v, err := c.Get([]byte(key))
+					switch {
+					case err == nil:
+						out = kvOutput{value: string(v), found: true}
+					case !errors.Is(err, ErrNotFound):
+						t.Errorf("get: %v", err)
+						return
+					}
+				case 2:
+					in.op = opPut
+					tag := fmt.Sprintf("%d.%d,", id, i)
+					in.value = strings.Repeat(tag, valueSize(i)/len(tag)+1)[:valueSize(i)]
+					if err := c.Put([]byte(key), []byte(in.value)); err != nil {
+						t.Errorf("put: %v", err)
+						return
+					}
+					out = kvOutput{value: in.value, found: true}
+				case 3:
+					in.op = opDel
+					err := c.Delete([]byte(key))
+					if err != nil && !errors.Is(err, ErrNotFound) {
+						t.Errorf("delete: %v", err)
+						return
+					}
+					out.found = err == nil
+				}
+				ret := time.Since(start).Nanoseconds()
+				mu.Lock()
+				history = append(history, porcupine.Operation{ClientId: id, Input: in, Output: out, Call: call, Return: ret})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return history
+}
+
+// TestLinearizable checks with porcupine that concurrent GET (one-sided),
+// PUT and DELETE are linearizable, with inline and heap values.
+func TestLinearizable(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, addr func() string) {
+		a := addr()
+		startServer(t, a, small())
+		hist := runHistory(t, a, 4, 300, func(i int) int { return []int{8, 64, 700, 3000}[i%4] })
+		res := porcupine.CheckOperationsTimeout(kvModel, hist, 30*time.Second)
+		if res == porcupine.Illegal {
+			t.Fatalf("history of %d operations is not linearizable", len(hist))
+		}
+		t.Logf("%d operations: %v", len(hist), res)
+	})
+}
+
+// TestTornReads races GETs with a server that writes slots and records a
+// few bytes at a time and reuses freed records at once: GETs must see
+// torn reads, retry, and still return only values that were PUT.
+func TestTornReads(t *testing.T) {
+	a := addrs()["shm"]()
+	cfg := small()
+	cfg.slowWrites = true
+	cfg.Grace = -1 // reuse record space immediately
+	startServer(t, a, cfg)
+	w, r := dial(t, a), dial(t, a)
+	valid := map[string]bool{}
+	var vals []string
+	for i := range 8 {
+		v := strings.Repeat(fmt.Sprintf("<%d>", i), 60+i*13) // heap records
+		if i%2 == 1 {
+			v = v[:40] // inline
+		}
+		vals = append(vals, v)
+		valid[v] = true
+	}
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		for i := 0; err == nil; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			err = w.Put([]byte("k"), []byte(vals[i%len(vals)]))
+		}
+		done <- err
+	}()
+	for i := 0; i < 3000 || r.TornReads.Load() == 0 && i < 200000; i++ {
+		v, err := r.Get([]byte("k"))
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			t.Fatalf("get: %v", err)
+		}
+		if err == nil && !valid[string(v)] {
+			t.Fatalf("get returned a value that was never put: %q", v)
+		}
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if r.TornReads.Load() == 0 {
+		t.Fatal("no torn read was detected: the race never happened")
+	}
+	t.Logf("torn reads detected and retried: %d, fallback GETs: %d", r.TornReads.Load(), r.FallbackGets.Load())
+}

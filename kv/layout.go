@@ -1,0 +1,197 @@
+// Package kv is a key-value store whose GET is one-sided: the client reads
+// the server's hash table and value records with RDMA Reads, and the
+// server's CPU does nothing for it. PUT and DELETE are RPCs over
+// send/recv. It is section 4.4 of the seed document made real, on the
+// pre-registered pool of section 4.2 (package mempool).
+//
+// # Layout
+//
+// The index is an array of buckets of SlotsPerBucket slots, 128 bytes
+// each, in one registered region. A key hashes (FNV-1a, 64 bits) to one
+// bucket. A slot holds the key's hash, a version, and either the key and
+// value themselves (inline, when they fit in 80 bytes) or the address,
+// length and rkey of a record in the value heap, a pool of registered
+// buffers. Each slot carries a CRC32-C over its contents, and each record
+// its version, the key and a CRC32-C over them; so a GET that races a PUT
+// sees a slot or record that fails its check (a torn read), and reads
+// again. After a bounded number of torn reads it asks the server by RPC.
+//
+// Updates are out of place: a PUT writes the new record into free heap
+// space, then rewrites the slot (new version, new CRC). A replaced record
+// returns to the heap only after a grace period, so that readers still
+// holding its address usually finish first; one that does not fails the
+// version check and retries.
+package kv
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+)
+
+// Layout constants shared by server and client.
+const (
+	// SlotSize is the size of an index slot.
+	SlotSize = 128
+	// InlineCap is how many bytes of key plus value a slot holds inline.
+	InlineCap = SlotSize - inlineOff
+	// MaxKey is the longest key.
+	MaxKey = 250
+	// recordHeader is the size of a heap record's header.
+	recordHeader = 24
+
+	inlineOff = 48
+)
+
+// Slot kinds.
+const (
+	kindEmpty  = 0
+	kindInline = 1
+	kindHeap   = 2
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// hashKey is 64-bit FNV-1a, written out so that it allocates nothing.
+func hashKey(key []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, b := range key {
+		h ^= uint64(b)
+		h *= 1099511628211
+	}
+	return h
+}
+
+// slot is a view of one index slot:
+//
+//	0  version u64     8 key hash u64     16 kind u8, reserved u8
+//	18 key length u16  20 value length u32  24 record rkey u32
+//	28 CRC32-C u32 over the slot with this field zero, up to the end of
+//	   the inline bytes in use
+//	32 record address u64   40 record length u32   44 reserved u32
+//	48 inline key, then value
+type slot []byte
+
+func (s slot) version() uint64 { return binary.LittleEndian.Uint64(s[0:]) }
+func (s slot) hash() uint64    { return binary.LittleEndian.Uint64(s[8:]) }
+func (s slot) kind() uint8     { return s[16] }
+func (s slot) keyLen() int     { return int(binary.LittleEndian.Uint16(s[18:])) }
+func (s slot) valLen() int     { return int(binary.LittleEndian.Uint32(s[20:])) }
+func (s slot) rkey() uint32    { return binary.LittleEndian.Uint32(s[24:]) }
+func (s slot) crc() uint32     { return binary.LittleEndian.Uint32(s[28:]) }
+func (s slot) addr() uint64    { return binary.LittleEndian.Uint64(s[32:]) }
+func (s slot) recLen() int     { return int(binary.LittleEndian.Uint32(s[40:])) }
+
+// inlineLen is how many inline bytes the CRC covers.
+func (s slot) inlineLen() int {
+	if s.kind() != kindInline {
+		return 0
+	}
+	return min(s.keyLen()+s.valLen(), InlineCap)
+}
+
+// sum computes the slot's CRC.
+func (s slot) sum() uint32 {
+	c := crc32.Update(0, castagnoli, s[0:28])
+	c = crc32.Update(c, castagnoli, s[32:inlineOff+s.inlineLen()])
+	return c
+}
+
+// valid reports whether the slot is self-consistent: a read of it was
+// not torn.
+func (s slot) valid() bool {
+	switch s.kind() {
+	case kindEmpty, kindHeap:
+	case kindInline:
+		if s.keyLen()+s.valLen() > InlineCap {
+			return false
+		}
+	default:
+		return false
+	}
+	return s.crc() == s.sum()
+}
+
+// inline returns the inline key and value.
+func (s slot) inline() (key, val []byte) {
+	k := s.keyLen()
+	return s[inlineOff : inlineOff+k], s[inlineOff+k : inlineOff+k+s.valLen()]
+}
+
+// setInline fills the slot with an inline key and value (server side).
+func (s slot) setInline(ver, hash uint64, key, val []byte) {
+	s.setHeader(ver, hash, kindInline, len(key), len(val))
+	copy(s[inlineOff:], key)
+	copy(s[inlineOff+len(key):], val)
+	s.seal()
+}
+
+// setHeap points the slot at a heap record (server side).
+func (s slot) setHeap(ver, hash uint64, keyLen, valLen int, addr uint64, recLen int, rkey uint32) {
+	s.setHeader(ver, hash, kindHeap, keyLen, valLen)
+	binary.LittleEndian.PutUint32(s[24:], rkey)
+	binary.LittleEndian.PutUint64(s[32:], addr)
+	binary.LittleEndian.PutUint32(s[40:], uint32(recLen))
+	s.seal()
+}
+
+// setEmpty empties the slot (server side); the version still moves on.
+func (s slot) setEmpty(ver uint64) {
+	s.setHeader(ver, 0, kindEmpty, 0, 0)
+	s.seal()
+}
+
+func (s slot) setHeader(ver, hash uint64, kind uint8, keyLen, valLen int) {
+	clear(s[:inlineOff])
+	binary.LittleEndian.PutUint64(s[0:], ver)
+	binary.LittleEndian.PutUint64(s[8:], hash)
+	s[16] = kind
+	binary.LittleEndian.PutUint16(s[18:], uint16(keyLen))
+	binary.LittleEndian.PutUint32(s[20:], uint32(valLen))
+}
+
+func (s slot) seal() { binary.LittleEndian.PutUint32(s[28:], s.sum()) }
+
+// record is a view of a heap record:
+//
+//	0 version u64   8 key length u16, reserved u16   12 value length u32
+//	16 CRC32-C u32 over the record with this field zero   20 reserved u32
+//	24 key, then value
+type record []byte
+
+func recordLen(keyLen, valLen int) int { return recordHeader + keyLen + valLen }
+
+func (r record) version() uint64 { return binary.LittleEndian.Uint64(r[0:]) }
+func (r record) keyLen() int     { return int(binary.LittleEndian.Uint16(r[8:])) }
+func (r record) valLen() int     { return int(binary.LittleEndian.Uint32(r[12:])) }
+
+func (r record) sum() uint32 {
+	c := crc32.Update(0, castagnoli, r[0:16])
+	return crc32.Update(c, castagnoli, r[20:recordLen(r.keyLen(), r.valLen())])
+}
+
+// valid checks a record read for the slot s: same version and lengths,
+// and an intact CRC.
+func (r record) valid(s slot) bool {
+	if len(r) < recordHeader || r.version() != s.version() || r.keyLen() != s.keyLen() || r.valLen() != s.valLen() ||
+		recordLen(r.keyLen(), r.valLen()) > len(r) {
+		return false
+	}
+	return binary.LittleEndian.Uint32(r[16:]) == r.sum()
+}
+
+func (r record) key() []byte { return r[recordHeader : recordHeader+r.keyLen()] }
+func (r record) val() []byte {
+	k := recordHeader + r.keyLen()
+	return r[k : k+r.valLen()]
+}
+
+// set fills a record (server side).
+func (r record) set(ver uint64, key, val []byte) {
+	clear(r[:recordHeader])
+	binary.LittleEndian.PutUint64(r[0:], ver)
+	binary.LittleEndian.PutUint16(r[8:], uint16(len(key)))
+	binary.LittleEndian.PutUint32(r[12:], uint32(len(val)))
+	copy(r[recordHeader:], key)
+	copy(r[recordHeader+len(key):], val)
+	binary.LittleEndian.PutUint32(r[16:], r.sum())
+}

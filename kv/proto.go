@@ -1,0 +1,127 @@
+package kv
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// The RPC protocol over send/recv, and the server's description of its
+// index carried in the connection's private data. Messages are []byte
+// views.
+
+// Operations.
+const (
+	opPut = 1
+	opDel = 2
+	opGet = 3 // the fallback GET, after too many torn reads
+)
+
+// Reply statuses.
+const (
+	statusOK       = 0
+	statusNotFound = 1
+	statusFull     = 2 // the key's bucket or the value heap is full
+	statusTooLarge = 3
+	statusBad      = 4 // malformed request
+)
+
+// request: op u8, reserved u8, key length u16, value length u32, id u64,
+// then key and value.
+type request []byte
+
+const requestHeader = 16
+
+func (r request) op() uint8   { return r[0] }
+func (r request) keyLen() int { return int(binary.LittleEndian.Uint16(r[2:])) }
+func (r request) valLen() int { return int(binary.LittleEndian.Uint32(r[4:])) }
+func (r request) id() uint64  { return binary.LittleEndian.Uint64(r[8:]) }
+
+// valid checks a request of n bytes received.
+func (r request) valid() bool {
+	return len(r) >= requestHeader && r.keyLen() <= MaxKey && requestHeader+r.keyLen()+r.valLen() == len(r)
+}
+func (r request) key() []byte { return r[requestHeader : requestHeader+r.keyLen()] }
+func (r request) val() []byte { return r[requestHeader+r.keyLen():] }
+
+// putRequest lays out a request in b and returns its length.
+func putRequest(b []byte, op uint8, id uint64, key, val []byte) int {
+	b[0], b[1] = op, 0
+	binary.LittleEndian.PutUint16(b[2:], uint16(len(key)))
+	binary.LittleEndian.PutUint32(b[4:], uint32(len(val)))
+	binary.LittleEndian.PutUint64(b[8:], id)
+	n := copy(b[requestHeader:], key)
+	return requestHeader + n + copy(b[requestHeader+n:], val)
+}
+
+// reply: status u8, reserved 3 bytes, value length u32, id u64, then the
+// value (fallback GET).
+type reply []byte
+
+const replyHeader = 16
+
+func (r reply) status() uint8 { return r[0] }
+func (r reply) valLen() int   { return int(binary.LittleEndian.Uint32(r[4:])) }
+func (r reply) id() uint64    { return binary.LittleEndian.Uint64(r[8:]) }
+func (r reply) valid() bool   { return len(r) >= replyHeader && replyHeader+r.valLen() == len(r) }
+func (r reply) val() []byte   { return r[replyHeader:] }
+
+func putReply(b []byte, status uint8, id uint64, val []byte) int {
+	clear(b[:replyHeader])
+	b[0] = status
+	binary.LittleEndian.PutUint32(b[4:], uint32(len(val)))
+	binary.LittleEndian.PutUint64(b[8:], id)
+	return replyHeader + copy(b[replyHeader:], val)
+}
+
+// info is the server's description of its index, sent as the private
+// data of its acceptance:
+//
+//	0 magic u32   4 version u16   6 slots per bucket u16   8 buckets u32
+//	12 max message u32   16 index address u64   24 index rkey u32
+//	28 reserved u32
+type info []byte
+
+const (
+	infoLen     = 32
+	infoMagic   = 0x6b76676f // "ogvk"
+	infoVersion = 1
+)
+
+type indexInfo struct {
+	slotsPerBucket int
+	buckets        int
+	maxMsg         int
+	addr           uint64
+	rkey           uint32
+}
+
+func (i indexInfo) encode() []byte {
+	b := make([]byte, infoLen)
+	binary.LittleEndian.PutUint32(b[0:], infoMagic)
+	binary.LittleEndian.PutUint16(b[4:], infoVersion)
+	binary.LittleEndian.PutUint16(b[6:], uint16(i.slotsPerBucket))
+	binary.LittleEndian.PutUint32(b[8:], uint32(i.buckets))
+	binary.LittleEndian.PutUint32(b[12:], uint32(i.maxMsg))
+	binary.LittleEndian.PutUint64(b[16:], i.addr)
+	binary.LittleEndian.PutUint32(b[24:], i.rkey)
+	return b
+}
+
+var errInfo = errors.New("kv: the server's connection data is not a goverbs kv index description")
+
+func decodeInfo(b []byte) (indexInfo, error) {
+	if len(b) < infoLen || binary.LittleEndian.Uint32(b[0:]) != infoMagic || binary.LittleEndian.Uint16(b[4:]) != infoVersion {
+		return indexInfo{}, errInfo
+	}
+	i := indexInfo{
+		slotsPerBucket: int(binary.LittleEndian.Uint16(b[6:])),
+		buckets:        int(binary.LittleEndian.Uint32(b[8:])),
+		maxMsg:         int(binary.LittleEndian.Uint32(b[12:])),
+		addr:           binary.LittleEndian.Uint64(b[16:]),
+		rkey:           binary.LittleEndian.Uint32(b[24:]),
+	}
+	if i.slotsPerBucket < 1 || i.slotsPerBucket > 64 || i.buckets < 1 || i.maxMsg < requestHeader+MaxKey {
+		return indexInfo{}, errInfo
+	}
+	return i, nil
+}

@@ -1,0 +1,520 @@
+package kv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/mempool"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// Config configures a Server. Zero fields take the defaults.
+type Config struct {
+	// Buckets is the number of index buckets (default 65536), and
+	// SlotsPerBucket the slots in each (default 4, at most 64): the table
+	// holds at most Buckets × SlotsPerBucket keys, and a PUT whose bucket
+	// is full fails with ErrTableFull.
+	Buckets        int
+	SlotsPerBucket int
+	// MaxValue is the largest value (default 64 KiB).
+	MaxValue int
+	// HeapBytes is the size of the value heap (default 64 MiB), split
+	// among power-of-two size classes up to the largest record.
+	HeapBytes int
+	// Grace is how long a replaced record stays untouched before its
+	// space is reused (default 100 ms).
+	Grace time.Duration
+	// RecvDepth is the receives posted per client connection (default 16).
+	RecvDepth int
+
+	// slowWrites makes the server write slots and records a few bytes at
+	// a time, yielding in between, so that tests can race GETs with
+	// PUTs.
+	slowWrites bool
+}
+
+func (c *Config) defaults() {
+	if c.Buckets <= 0 {
+		c.Buckets = 1 << 16
+	}
+	if c.SlotsPerBucket <= 0 {
+		c.SlotsPerBucket = 4
+	}
+	c.SlotsPerBucket = min(c.SlotsPerBucket, 64)
+	if c.MaxValue <= 0 {
+		c.MaxValue = 64 << 10
+	}
+	if c.HeapBytes <= 0 {
+		c.HeapBytes = 64 << 20
+	}
+	if c.Grace == 0 {
+		c.Grace = 100 * time.Millisecond
+	}
+	if c.RecvDepth <= 0 {
+		c.RecvDepth = 16
+	}
+}
+
+// maxMsg is the largest RPC message for the configured limits.
+func (c *Config) maxMsg() int { return requestHeader + MaxKey + c.MaxValue }
+
+// Server serves one kv table: its index and value heap in registered
+// memory that clients read directly, and the PUT/DELETE RPCs.
+type Server struct {
+	cfg    Config
+	ctx    *verbs.Context
+	pd     *verbs.PD
+	index  *verbs.MR
+	heap   *mempool.Pool
+	msgs   *mempool.Pool // receive and reply buffers
+	sendCQ *verbs.CQ
+	recvCQ *verbs.CQ
+	l      *cm.Listener
+
+	mu      sync.Mutex // guards what follows (the table is written under it)
+	conns   map[uint32]*serverConn
+	version uint64
+	records map[int]mempool.Buf // heap record of each slot, by slot number
+	limbo   []retired
+	closed  bool
+
+	scratch  [SlotSize]byte
+	wg       sync.WaitGroup // the serving loop and the connection watchers
+	acceptWG sync.WaitGroup
+	stop     context.CancelFunc
+
+	// Puts, Dels and Gets count the RPCs served (Gets: fallback GETs).
+	Puts, Dels, Gets atomic.Int64
+}
+
+type retired struct {
+	buf mempool.Buf
+	at  time.Time
+}
+
+type serverConn struct {
+	qp    *verbs.QP
+	conn  *cm.Conn
+	recvs []mempool.Buf // by receive WRID
+	reply []mempool.Buf // reply buffer of each receive
+}
+
+// Listen creates a server and starts serving clients at addr (for
+// example shm://@kv or tcp://:7000).
+func Listen(addr string, cfg Config) (*Server, error) {
+	cfg.defaults()
+	dev, err := cm.Device(addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, err := verbs.Open(dev)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, ctx: ctx, conns: map[uint32]*serverConn{}, records: map[int]mempool.Buf{}}
+	if err := s.setup(addr); err != nil {
+		ctx.Close()
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
+	s.wg.Add(1)
+	s.acceptWG.Add(1)
+	go s.acceptLoop(rctx)
+	go s.serveLoop(rctx)
+	return s, nil
+}
+
+func (s *Server) setup(addr string) error {
+	var err error
+	if s.pd, err = s.ctx.AllocPD(); err != nil {
+		return err
+	}
+	size := s.cfg.Buckets * s.cfg.SlotsPerBucket * SlotSize
+	if s.index, err = s.pd.AllocMR(size, verbs.AccessLocalWrite|verbs.AccessRemoteRead); err != nil {
+		return fmt.Errorf("kv: register the index (%d bytes): %w", size, err)
+	}
+	for i := 0; i < len(s.index.Bytes()); i += SlotSize {
+		slot(s.index.Bytes()[i : i+SlotSize]).setEmpty(0)
+	}
+	if s.heap, err = mempool.New(s.pd, mempool.Config{Classes: heapClasses(s.cfg), Access: verbs.AccessLocalWrite | verbs.AccessRemoteRead}); err != nil {
+		return fmt.Errorf("kv: register the value heap: %w", err)
+	}
+	msgCount := 2 * s.cfg.RecvDepth * 64 // room for 64 clients
+	if s.msgs, err = mempool.New(s.pd, mempool.Config{Classes: []mempool.Class{{Size: s.cfg.maxMsg(), Count: msgCount}}, Access: verbs.AccessLocalWrite}); err != nil {
+		return fmt.Errorf("kv: register message buffers: %w", err)
+	}
+	if s.sendCQ, err = s.ctx.CreateCQ(4096); err != nil {
+		return err
+	}
+	if s.recvCQ, err = s.ctx.CreateCQ(4096); err != nil {
+		return err
+	}
+	s.l, err = cm.Listen(addr)
+	return err
+}
+
+// heapClasses splits the heap among power-of-two classes from 64 bytes to
+// the largest record, giving each class the same number of bytes.
+func heapClasses(cfg Config) []mempool.Class {
+	var sizes []int
+	for sz := 64; ; sz *= 2 {
+		sizes = append(sizes, sz)
+		if sz >= recordLen(MaxKey, cfg.MaxValue) {
+			break
+		}
+	}
+	per := cfg.HeapBytes / len(sizes)
+	var cs []mempool.Class
+	for _, sz := range sizes {
+		cs = append(cs, mempool.Class{Size: sz, Count: max(per/sz, 4)})
+	}
+	return cs
+}
+
+// Addr is the address clients dial.
+func (s *Server) Addr() string { return s.l.Addr() }
+
+func (s *Server) info() indexInfo {
+	return indexInfo{slotsPerBucket: s.cfg.SlotsPerBucket, buckets: s.cfg.Buckets, maxMsg: s.cfg.maxMsg(),
+		addr: s.index.Addr(), rkey: s.index.RKey()}
+}
+
+// acceptLoop accepts clients: each gets a QP on the shared CQs, its
+// receives posted, and the index description in the acceptance.
+func (s *Server) acceptLoop(ctx context.Context) {
+	defer s.acceptWG.Done()
+	for {
+		req, err := s.l.Accept(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		if err := s.accept(req); err != nil {
+			req.Reject([]byte(err.Error()[:min(len(err.Error()), 56)]))
+		}
+	}
+}
+
+func (s *Server) accept(req *cm.Request) error {
+	qp, err := s.pd.CreateQP(verbs.QPInitAttr{SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
+		Cap: verbs.QPCap{MaxSendWR: uint32(s.cfg.RecvDepth), MaxRecvWR: uint32(s.cfg.RecvDepth), MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		return err
+	}
+	sc := &serverConn{qp: qp}
+	fail := func(err error) error {
+		qp.Destroy()
+		s.release(sc)
+		return err
+	}
+	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessLocalWrite}, verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		return fail(err)
+	}
+	for i := range s.cfg.RecvDepth {
+		rb, err1 := s.msgs.Get(s.cfg.maxMsg())
+		pb, err2 := s.msgs.Get(s.cfg.maxMsg())
+		if err := errors.Join(err1, err2); err != nil {
+			if rb.Valid() {
+				s.msgs.Put(rb)
+			}
+			if pb.Valid() {
+				s.msgs.Put(pb)
+			}
+			return fail(fmt.Errorf("kv: too many clients: %w", err))
+		}
+		sc.recvs, sc.reply = append(sc.recvs, rb), append(sc.reply, pb)
+		if _, err := qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{rb.SGE(rb.Len())}}}); err != nil {
+			return fail(err)
+		}
+	}
+	s.mu.Lock()
+	s.conns[qp.Num()] = sc
+	s.mu.Unlock()
+	conn, err := req.Accept(qp, &cm.Param{PrivateData: s.info().encode()})
+	if err != nil {
+		s.mu.Lock()
+		delete(s.conns, qp.Num())
+		s.mu.Unlock()
+		return fail(err)
+	}
+	s.mu.Lock()
+	sc.conn = conn
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		<-conn.Done()
+		s.drop(sc)
+	}()
+	return nil
+}
+
+// drop forgets a client whose connection ended.
+func (s *Server) drop(sc *serverConn) {
+	s.mu.Lock()
+	if s.conns[sc.qp.Num()] != sc {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.conns, sc.qp.Num())
+	s.mu.Unlock()
+	sc.qp.Destroy()
+	s.release(sc)
+}
+
+func (s *Server) release(sc *serverConn) {
+	for _, b := range append(sc.recvs, sc.reply...) {
+		s.msgs.Put(b)
+	}
+	sc.recvs, sc.reply = nil, nil
+}
+
+// serveLoop waits for requests and serves them one at a time, so that the
+// table has a single writer.
+func (s *Server) serveLoop(ctx context.Context) {
+	defer s.wg.Done()
+	wcs := make([]verbs.WorkCompletion, 32)
+	drain := make([]verbs.WorkCompletion, 64)
+	for {
+		n, err := s.recvCQ.Wait(ctx, wcs)
+		if err != nil {
+			return
+		}
+		for _, wc := range wcs[:n] {
+			s.serve(wc)
+		}
+		for s.sendCQ.Poll(drain) > 0 {
+		}
+	}
+}
+
+// serve handles one received request and replies.
+func (s *Server) serve(wc verbs.WorkCompletion) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sc := s.conns[wc.QPNum]
+	if sc == nil || wc.Status != verbs.WCSuccess || wc.WRID >= uint64(len(sc.recvs)) {
+		return // a flushed receive of a client that left
+	}
+	rb, pb := sc.recvs[wc.WRID], sc.reply[wc.WRID]
+	req := request(rb.Bytes()[:wc.ByteLen])
+	var n int
+	if !req.valid() {
+		n = putReply(pb.Bytes(), statusBad, 0, nil)
+	} else {
+		n = s.apply(req, pb.Bytes())
+	}
+	// The client sends its next request only after this reply, so the
+	// receive can be posted again before the reply is sent.
+	sc.qp.PostRecv([]verbs.RecvWR{{WRID: wc.WRID, SGList: []verbs.SGE{rb.SGE(rb.Len())}}})
+	sc.qp.PostSend([]verbs.SendWR{{WRID: wc.WRID, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{pb.SGE(n)}}})
+}
+
+// apply runs one request against the table and lays out its reply in out.
+func (s *Server) apply(req request, out []byte) int {
+	key, val := req.key(), req.val()
+	switch req.op() {
+	case opPut:
+		s.Puts.Add(1)
+		if len(val) > s.cfg.MaxValue {
+			return putReply(out, statusTooLarge, req.id(), nil)
+		}
+		return putReply(out, s.put(key, val), req.id(), nil)
+	case opDel:
+		s.Dels.Add(1)
+		return putReply(out, s.del(key), req.id(), nil)
+	case opGet:
+		s.Gets.Add(1)
+		if v, ok := s.lookup(key); ok {
+			return putReply(out, statusOK, req.id(), v)
+		}
+		return putReply(out, statusNotFound, req.id(), nil)
+	}
+	return putReply(out, statusBad, req.id(), nil)
+}
+
+// slotAt returns slot number n of the index.
+func (s *Server) slotAt(n int) slot { return s.index.Bytes()[n*SlotSize : (n+1)*SlotSize] }
+
+// find returns the number of the slot holding key, or of the first empty
+// slot of its bucket (found false), or -1 if neither exists.
+func (s *Server) find(key []byte, h uint64) (n int, found bool) {
+	empty := -1
+	first := int(h%uint64(s.cfg.Buckets)) * s.cfg.SlotsPerBucket
+	for n := first; n < first+s.cfg.SlotsPerBucket; n++ {
+		x := s.slotAt(n)
+		switch {
+		case x.kind() == kindEmpty:
+			if empty < 0 {
+				empty = n
+			}
+		case x.hash() == h && bytes.Equal(s.keyOf(n), key):
+			return n, true
+		}
+	}
+	return empty, false
+}
+
+// keyOf returns the key slot n holds (server side, from local memory).
+func (s *Server) keyOf(n int) []byte {
+	x := s.slotAt(n)
+	if x.kind() == kindInline {
+		k, _ := x.inline()
+		return k
+	}
+	if b, ok := s.records[n]; ok {
+		return record(b.Bytes()).key()
+	}
+	return nil
+}
+
+func (s *Server) lookup(key []byte) ([]byte, bool) {
+	n, found := s.find(key, hashKey(key))
+	if !found {
+		return nil, false
+	}
+	if x := s.slotAt(n); x.kind() == kindInline {
+		_, v := x.inline()
+		return v, true
+	}
+	return record(s.records[n].Bytes()).val(), true
+}
+
+// put stores key and value out of place: a new record (or the slot's
+// inline bytes, which their CRC protects), then the slot.
+func (s *Server) put(key, val []byte) uint8 {
+	h := hashKey(key)
+	n, found := s.find(key, h)
+	if n < 0 {
+		return statusFull
+	}
+	s.reclaim()
+	s.version++
+	next := slot(s.scratch[:])
+	var rec mempool.Buf
+	if len(key)+len(val) <= InlineCap {
+		next.setInline(s.version, h, key, val)
+	} else {
+		var ok bool
+		if rec, ok = s.alloc(recordLen(len(key), len(val))); !ok {
+			return statusFull
+		}
+		s.write(rec.Bytes()[:recordLen(len(key), len(val))], func(b []byte) { record(b).set(s.version, key, val) })
+		next.setHeap(s.version, h, len(key), len(val), rec.Addr(), recordLen(len(key), len(val)), rec.RKey())
+	}
+	if found {
+		s.retire(n)
+	}
+	s.writeSlot(s.slotAt(n), next)
+	if rec.Valid() {
+		s.records[n] = rec
+	}
+	return statusOK
+}
+
+func (s *Server) del(key []byte) uint8 {
+	n, found := s.find(key, hashKey(key))
+	if !found {
+		return statusNotFound
+	}
+	s.reclaim()
+	s.version++
+	next := slot(s.scratch[:])
+	next.setEmpty(s.version)
+	s.retire(n)
+	s.writeSlot(s.slotAt(n), next)
+	return statusOK
+}
+
+// retire moves the record slot n points to into limbo.
+func (s *Server) retire(n int) {
+	if b, ok := s.records[n]; ok {
+		delete(s.records, n)
+		s.limbo = append(s.limbo, retired{buf: b, at: time.Now()})
+	}
+}
+
+// reclaim returns to the heap the records retired longer than the grace
+// period ago.
+func (s *Server) reclaim() {
+	now := time.Now()
+	i := 0
+	for ; i < len(s.limbo) && now.Sub(s.limbo[i].at) >= s.cfg.Grace; i++ {
+		s.heap.Put(s.limbo[i].buf)
+	}
+	s.limbo = append(s.limbo[:0], s.limbo[i:]...)
+}
+
+// alloc takes heap space for a record of n bytes. When the heap is
+// exhausted it reuses retired records before their grace period ends,
+// oldest first: a reader still holding one fails its version check and
+// reads again.
+func (s *Server) alloc(n int) (mempool.Buf, bool) {
+	for {
+		b, err := s.heap.Get(n)
+		if err == nil {
+			return b, true
+		}
+		if errors.Is(err, mempool.ErrTooLarge) || len(s.limbo) == 0 {
+			return mempool.Buf{}, false
+		}
+		s.heap.Put(s.limbo[0].buf)
+		s.limbo = s.limbo[1:]
+	}
+}
+
+// writeSlot copies a prepared slot into the index.
+func (s *Server) writeSlot(dst, src slot) {
+	s.write(dst, func(b []byte) { copy(b, src) })
+}
+
+// write fills dst with fill: directly, or — with slowWrites — through a
+// private copy written out a few bytes at a time.
+func (s *Server) write(dst []byte, fill func([]byte)) {
+	if !s.cfg.slowWrites {
+		fill(dst)
+		return
+	}
+	tmp := make([]byte, len(dst))
+	copy(tmp, dst)
+	fill(tmp)
+	for i := 0; i < len(tmp); i += 4 {
+		copy(dst[i:min(i+4, len(tmp))], tmp[i:])
+		runtime.Gosched()
+	}
+}
+
+// Close stops serving, disconnects every client and releases the device.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.stop()
+	s.l.Close()
+	s.acceptWG.Wait()
+	s.mu.Lock()
+	var conns []*cm.Conn
+	for _, sc := range s.conns {
+		conns = append(conns, sc.conn)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+	s.wg.Wait()
+	return s.ctx.Close()
+}
