@@ -1,14 +1,18 @@
 package kv
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,7 +23,54 @@ import (
 	_ "github.com/goverbs/goverbs/provider/shm"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if addr := os.Getenv("GOVERBS_KV_TEST_SERVER"); addr != "" {
+		os.Exit(serveChild(addr))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// serveChild runs a server in this process, a child of the test, until
+// its standard input closes.
+func serveChild(addr string) int {
+	s, err := Listen(addr, small())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer s.Close()
+	fmt.Println("ready")
+	io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// startChildServer runs a server in a child process.
+func startChildServer(t *testing.T, addr string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "GOVERBS_KV_TEST_SERVER="+addr, "GORACE=atexit_sleep_ms=0")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGCONT)
+		stdin.Close()
+		cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("server child: %q, %v", line, err)
+	}
+	return cmd
+}
 
 var serial atomic.Int64
 
@@ -343,4 +394,40 @@ func TestTornReads(t *testing.T) {
 		t.Fatal("no torn read was detected: the race never happened")
 	}
 	t.Logf("torn reads detected and retried: %d, fallback GETs: %d", r.TornReads.Load(), r.FallbackGets.Load())
+}
+
+// TestGetWhileServerStopped proves GET is one-sided: with the server's
+// process stopped by SIGSTOP, GETs of inline and heap values keep
+// succeeding, and a PUT (an RPC) cannot.
+func TestGetWhileServerStopped(t *testing.T) {
+	a := addrs()["shm"]()
+	srv := startChildServer(t, a)
+	c := dial(t, a)
+	want := map[string][]byte{"inline": []byte("small"), "heap": bytes.Repeat([]byte("big!"), 500)}
+	for k, v := range want {
+		if err := c.Put([]byte(k), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srv.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Process.Signal(syscall.SIGCONT)
+	for i := range 1000 {
+		for k, v := range want {
+			got, err := c.Get([]byte(k))
+			if err != nil || !bytes.Equal(got, v) {
+				t.Fatalf("GET %d of %s with the server stopped: %d bytes, %v", i, k, len(got), err)
+			}
+		}
+	}
+	if _, err := c.Get([]byte("absent")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("GET of an absent key with the server stopped: %v", err)
+	}
+	if err := srv.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Put([]byte("after"), []byte("resumed")); err != nil {
+		t.Fatalf("PUT after SIGCONT: %v", err)
+	}
 }

@@ -131,8 +131,8 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 		return nil, fmt.Errorf("%w: %d descriptors, expected %d", errHandshake, len(fds), want)
 	}
 	c := &conn{q: q, sock: sock, pid: int(h.pid()), remote: h.param(),
-		segs: map[uint32]*segment{}, segRW: map[uint32]bool{},
-		segReply: make(chan segReply, 1), events: make(chan ctrl, 16), done: make(chan struct{})}
+		segs: map[uint32]*segment{}, segRW: map[uint32]bool{}, refused: map[uint32]bool{},
+		segNote: make(chan struct{}, 1), events: make(chan ctrl, 16), done: make(chan struct{})}
 	fail := func(err error) (*conn, error) {
 		for _, s := range []*segment{c.peerBlock, c.cqSeg, c.keySeg, c.srqSeg} {
 			if s != nil {

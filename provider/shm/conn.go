@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -30,6 +31,7 @@ const (
 	msgDisc     = 8 // disconnect
 	msgSRQLimit = 9 // the receiver's SRQ fell below its limit
 	msgOverrun  = 10
+	msgSegGone  = 11 // a: segment id; the segment was freed, unmap it
 )
 
 // ctrl is a runtime control message: type, a, b.
@@ -63,12 +65,19 @@ type conn struct {
 	keySeg    *segment
 	keys      *keyTable
 
-	// Peer segments mapped for the requester; guarded by q.mu.
-	segs  map[uint32]*segment
-	segRW map[uint32]bool
+	// Peer segments mapped for the requester; guarded by q.mu, which
+	// serialises the requester. The reader queues what the peer sends
+	// (segments it pushes or was asked for, segments it freed) in
+	// arrivals, and the requester absorbs them.
+	segs     map[uint32]*segment
+	segRW    map[uint32]bool
+	refused  map[uint32]bool
+	arriveMu sync.Mutex
+	arrivals []segReply
+	dirty    atomic.Bool
+	segNote  chan struct{}
 
 	wmu      sync.Mutex // serialises socket writes
-	segReply chan segReply
 	events   chan ctrl
 	done     chan struct{}
 	doneOnce sync.Once
@@ -76,10 +85,13 @@ type conn struct {
 	closing  sync.Once
 }
 
+// segReply is a segment the peer sent (fd >= 0), refused (fd < 0), or
+// freed (gone).
 type segReply struct {
 	id       uint32
 	fd       int
 	writable bool
+	gone     bool
 }
 
 // sendCtrl sends a control message; errors mean the peer is gone, which
@@ -103,8 +115,11 @@ func (c *conn) peerBroke() {
 	c.sock.CloseRead()
 }
 
-// start runs the connection's reader and event goroutines.
+// start runs the connection's reader and event goroutines, and hands the
+// peer the segments it may access.
 func (c *conn) start() {
+	c.q.ctx.remember(c)
+	c.pushShareable()
 	c.wg.Add(2)
 	go c.reader()
 	go c.handleEvents()
@@ -136,19 +151,20 @@ func (c *conn) reader() {
 		case msgGetSeg:
 			closeFDs(fds)
 			c.serveSegment(m.a(), m.b() == 1)
-		case msgSeg:
-			r := segReply{id: m.a(), fd: -1, writable: m.b() == 1}
-			if len(fds) == 1 {
+		case msgSeg, msgSegGone:
+			r := segReply{id: m.a(), fd: -1, writable: m.b() == 1, gone: m.typ() == msgSegGone}
+			if len(fds) == 1 && !r.gone {
 				r.fd = fds[0]
 			} else {
 				closeFDs(fds)
 			}
+			c.arriveMu.Lock()
+			c.arrivals = append(c.arrivals, r)
+			c.arriveMu.Unlock()
+			c.dirty.Store(true)
 			select {
-			case c.segReply <- r:
+			case c.segNote <- struct{}{}:
 			default:
-				if r.fd >= 0 {
-					unix.Close(r.fd)
-				}
 			}
 		default:
 			closeFDs(fds)
@@ -200,18 +216,25 @@ func (c *conn) withQP(f func(q *qp)) {
 func (c *conn) finish() { c.doneOnce.Do(func() { close(c.done) }) }
 
 // serveSegment answers a peer's request for one of this process's
-// segments. Only a segment with remote rights or receive buffers is
-// handed out, writable only when a region on it may be written by the
-// peer; otherwise the answer carries no descriptor.
+// segments, as pushSegment does.
 func (c *conn) serveSegment(id uint32, write bool) {
 	ctx := c.q.ctx
 	ctx.segMu.Lock()
 	defer ctx.segMu.Unlock()
+	c.pushSegmentLocked(id, ctx.segs[id], write)
+}
+
+// pushSegmentLocked sends segment id to the peer: only a segment with
+// remote rights or receive buffers is ever handed out, writable only when
+// a region on it may be written by the peer (or, with wantWrite false,
+// whenever it may); otherwise the message carries no descriptor. ctx.segMu
+// is held.
+func (c *conn) pushSegmentLocked(id uint32, si *segInfo, wantWrite bool) {
 	fd, writable := -1, false
-	if si := ctx.segs[id]; si != nil {
-		if ok, w := si.shareable(write); ok && w {
+	if si != nil {
+		if ok, w := si.shareable(true); ok && w {
 			fd, writable = si.seg.fd, true
-		} else if ok {
+		} else if ok, _ := si.shareable(false); ok && !wantWrite {
 			if ro, err := si.seg.readOnlyFD(); err == nil {
 				fd = ro
 				defer unix.Close(ro)
@@ -233,12 +256,56 @@ func (c *conn) serveSegment(id uint32, write bool) {
 	}
 }
 
-// segment returns the peer's segment id mapped here, writable if asked,
-// fetching it from the peer the first time. q.mu is held.
+// pushShareable sends the peer every segment it may touch, so that its
+// first access to a region needs nothing from this process.
+func (c *conn) pushShareable() {
+	ctx := c.q.ctx
+	ctx.segMu.Lock()
+	defer ctx.segMu.Unlock()
+	for id, si := range ctx.segs {
+		if ok, _ := si.shareable(false); ok {
+			c.pushSegmentLocked(id, si, false)
+		}
+	}
+}
+
+// absorb applies the segments the peer sent or freed; q.mu is held.
+func (c *conn) absorb() {
+	if !c.dirty.Swap(false) {
+		return
+	}
+	c.arriveMu.Lock()
+	arrivals := c.arrivals
+	c.arrivals = nil
+	c.arriveMu.Unlock()
+	for _, r := range arrivals {
+		if old := c.segs[r.id]; old != nil && (r.gone || r.fd >= 0) {
+			old.close()
+			delete(c.segs, r.id)
+			delete(c.segRW, r.id)
+		}
+		switch {
+		case r.gone:
+		case r.fd < 0:
+			c.refused[r.id] = true
+		default:
+			if s, err := mapPeerSegment(r.fd, 1, r.writable); err == nil {
+				c.segs[r.id], c.segRW[r.id] = s, r.writable
+				delete(c.refused, r.id)
+			}
+		}
+	}
+}
+
+// segment returns the peer's segment id mapped here, writable if asked.
+// The peer normally pushed it already; if not, it is asked for it, and the
+// answer awaited. q.mu is held.
 func (c *conn) segment(id uint32, write bool) (*segment, bool) {
+	c.absorb()
 	if s := c.segs[id]; s != nil && (!write || c.segRW[id]) {
 		return s, true
 	}
+	delete(c.refused, id)
 	b := uint32(0)
 	if write {
 		b = 1
@@ -248,28 +315,14 @@ func (c *conn) segment(id uint32, write bool) (*segment, bool) {
 	defer t.Stop()
 	for {
 		select {
-		case r := <-c.segReply:
-			if r.id != id {
-				if r.fd >= 0 {
-					unix.Close(r.fd)
-				}
-				continue
+		case <-c.segNote:
+			c.absorb()
+			if s := c.segs[id]; s != nil && (!write || c.segRW[id]) {
+				return s, true
 			}
-			if r.fd < 0 || (write && !r.writable) {
-				if r.fd >= 0 {
-					unix.Close(r.fd)
-				}
+			if c.refused[id] {
 				return nil, false
 			}
-			s, err := mapPeerSegment(r.fd, 1, r.writable)
-			if err != nil {
-				return nil, false
-			}
-			if old := c.segs[id]; old != nil {
-				old.close()
-			}
-			c.segs[id], c.segRW[id] = s, r.writable
-			return s, true
 		case <-c.done:
 			return nil, false
 		case <-t.C:
@@ -307,11 +360,13 @@ func (c *conn) close() {
 		c.wg.Wait()
 		c.finish()
 		c.q.mu.Lock()
+		c.absorb()
 		for id, s := range c.segs {
 			s.close()
 			delete(c.segs, id)
 		}
 		c.q.mu.Unlock()
+		c.q.ctx.forget(c)
 		for _, s := range []*segment{c.peerBlock, c.srqSeg, c.cqSeg, c.keySeg} {
 			if s != nil {
 				s.close()

@@ -128,6 +128,40 @@ type devCtx struct {
 	segMu   sync.Mutex
 	segs    map[uint32]*segInfo
 	nextSeg uint32
+
+	// connMu guards the live connections, to which segments are pushed
+	// as they become shareable; taken alone, or after segMu.
+	connMu sync.Mutex
+	conns  map[*conn]bool
+}
+
+func (c *devCtx) remember(cn *conn) {
+	c.connMu.Lock()
+	if c.conns == nil {
+		c.conns = map[*conn]bool{}
+	}
+	c.conns[cn] = true
+	c.connMu.Unlock()
+}
+
+func (c *devCtx) forget(cn *conn) {
+	c.connMu.Lock()
+	delete(c.conns, cn)
+	c.connMu.Unlock()
+}
+
+// publishSegment pushes segment id to every connected peer once it may be
+// shared (or shared writable); gone tells them it was freed. segMu is held.
+func (c *devCtx) publishSegment(id uint32, si *segInfo, gone bool) {
+	c.connMu.Lock()
+	defer c.connMu.Unlock()
+	for cn := range c.conns {
+		if gone {
+			cn.sendCtrl(msgSegGone, id, 0)
+		} else {
+			cn.pushSegmentLocked(id, si, false)
+		}
+	}
 }
 
 // segInfo is an AllocMR segment with what decides whether, and how, a
@@ -253,7 +287,7 @@ type mr struct {
 	addr   uint64
 	access driver.AccessFlags
 	seg    *segment // the AllocMR segment this region owns, or nil
-	segID  uint32
+	segID  uint32   // the segment the region lies in (with si)
 	si     *segInfo // the segment the region lies in, or nil (process memory)
 }
 
@@ -326,8 +360,12 @@ func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID u
 	if kind == kindSegment {
 		c.segMu.Lock()
 		if si := c.segs[segID]; si != nil {
+			before := si.access
 			si.access |= access & driver.RemoteAccess
-			m.si = si
+			m.si, m.segID = si, segID
+			if si.access != before {
+				c.publishSegment(segID, si, false)
+			}
 		}
 		c.segMu.Unlock()
 	}
@@ -359,6 +397,7 @@ func (m *mr) Dereg() error {
 	if m.seg != nil {
 		c.segMu.Lock()
 		delete(c.segs, m.segID)
+		c.publishSegment(m.segID, nil, true)
 		c.segMu.Unlock()
 		m.seg.close()
 	}
@@ -370,8 +409,12 @@ func (m *mr) Dereg() error {
 func (c *devCtx) exposeForRecv(sg []driver.SGE) {
 	c.mu.RLock()
 	for i := range sg {
-		if m := c.mrs[(sg[i].LKey>>8)%maxKeys]; m != nil && m.key == sg[i].LKey && m.si != nil {
-			m.si.recv.Store(true)
+		if m := c.mrs[(sg[i].LKey>>8)%maxKeys]; m != nil && m.key == sg[i].LKey && m.si != nil && !m.si.recv.Load() {
+			c.segMu.Lock()
+			if !m.si.recv.Swap(true) {
+				c.publishSegment(m.segID, m.si, false)
+			}
+			c.segMu.Unlock()
 		}
 	}
 	c.mu.RUnlock()
