@@ -37,6 +37,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -92,9 +94,17 @@ func (*provider) Open(name string) (driver.Context, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Peers only read the key table: they get a read-only descriptor of
+	// it, so that not even a buggy peer can map it writable.
+	keysRO, err := keys.readOnlyFD()
+	if err != nil {
+		keys.close()
+		return nil, fmt.Errorf("open the key table read-only: %w", err)
+	}
 	c := &devCtx{
 		events:  make(chan driver.AsyncEvent, 64),
 		keySeg:  keys,
+		keysRO:  keysRO,
 		keys:    viewKeyTable(keys.mem, maxKeys),
 		mrs:     make([]*mr, maxKeys),
 		segs:    map[uint32]*segInfo{},
@@ -111,6 +121,7 @@ type devCtx struct {
 
 	mu      sync.RWMutex // guards what follows; readers: key lookups on the data path
 	keySeg  *segment
+	keysRO  int // a read-only descriptor of keySeg's memfd, for peers
 	keys    *keyTable
 	mrs     []*mr // by key index
 	nextKey uint32
@@ -171,6 +182,7 @@ func (c *devCtx) publishSegment(id uint32, si *segInfo, gone bool) {
 type segInfo struct {
 	seg    *segment
 	access driver.AccessFlags // guarded by devCtx.segMu
+	refs   int                // regions registered in it; guarded by devCtx.segMu
 	recv   atomic.Bool
 }
 
@@ -257,6 +269,7 @@ func (c *devCtx) Close() error {
 	}
 	c.segMu.Unlock()
 	c.keySeg.close()
+	unix.Close(c.keysRO)
 	return nil
 }
 
@@ -286,7 +299,6 @@ type mr struct {
 	buf    []byte
 	addr   uint64
 	access driver.AccessFlags
-	seg    *segment // the AllocMR segment this region owns, or nil
 	segID  uint32   // the segment the region lies in (with si)
 	si     *segInfo // the segment the region lies in, or nil (process memory)
 }
@@ -315,7 +327,6 @@ func (p *pd) AllocMR(size int, access driver.AccessFlags) (driver.MR, error) {
 		seg.close()
 		return nil, err
 	}
-	m.seg, m.segID = seg, id
 	return m, nil
 }
 
@@ -362,6 +373,7 @@ func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID u
 		if si := c.segs[segID]; si != nil {
 			before := si.access
 			si.access |= access & driver.RemoteAccess
+			si.refs++
 			m.si, m.segID = si, segID
 			if si.access != before {
 				c.publishSegment(segID, si, false)
@@ -394,12 +406,16 @@ func (m *mr) Dereg() error {
 	c.keys.revoke(idx)
 	c.mrs[idx] = nil
 	c.nmr--
-	if m.seg != nil {
+	if si := m.si; si != nil {
+		// The segment lives while any region lies in it: AllocMR memory
+		// stays mapped for the regions registered inside it.
 		c.segMu.Lock()
-		delete(c.segs, m.segID)
-		c.publishSegment(m.segID, nil, true)
+		if si.refs--; si.refs == 0 {
+			delete(c.segs, m.segID)
+			c.publishSegment(m.segID, nil, true)
+			si.seg.close()
+		}
 		c.segMu.Unlock()
-		m.seg.close()
 	}
 	return nil
 }

@@ -135,6 +135,9 @@ type Endpoint interface {
 	CanariesIntact(id int) (bool, error)
 	// DeregRegion deregisters the region; its memory stays readable.
 	DeregRegion(id int) error
+	// DeregContainer deregisters the provider allocation the region was
+	// registered inside, leaving the region itself registered.
+	DeregContainer(id int) error
 	// PostSend and PostRecv post to QP i; PostSRQRecv to the SRQ.
 	PostSend(i int, wrs []verbs.SendWR) (int, error)
 	PostRecv(i int, wrs []verbs.RecvWR) (int, error)
@@ -453,6 +456,15 @@ func (e *Local) DeregRegion(id int) error {
 		return err
 	}
 	return r.inner.Dereg()
+}
+
+// DeregContainer implements Endpoint.
+func (e *Local) DeregContainer(id int) error {
+	r, err := e.region(id)
+	if err != nil {
+		return err
+	}
+	return r.outer.Dereg()
 }
 
 // PostSend implements Endpoint.

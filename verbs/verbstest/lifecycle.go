@@ -310,6 +310,34 @@ func testDeregMR(t *testing.T, h Harness) {
 	expectBytes(t, p.A, local, 0, pattern(43, 64), "local buffer of the refused Read")
 }
 
+// testDeregContainer: a region registered inside provider memory keeps
+// that memory alive when the allocation around it is deregistered: Writes
+// and Reads through the region, and Sends into it, still work, on both
+// sides, and nothing outside it changes.
+func testDeregContainer(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	target := newRegion(t, p.B, 64, remoteAll)
+	local := newRegion(t, p.A, 64, localRW)
+	fill(t, p.A, local, 0, pattern(44, 64))
+	for _, e := range []struct {
+		ep Endpoint
+		r  Region
+	}{{p.B, target}, {p.A, local}} {
+		if err := e.ep.DeregContainer(e.r.ID); err != nil {
+			t.Fatalf("deregister the allocation around region %d: %v", e.r.ID, err)
+		}
+	}
+	expectStatus(t, do(t, p, writeWR(1, target, 0, local.SGE(0, 32))), 1, verbs.WCSuccess)
+	expectStatus(t, do(t, p, readWR(2, target, 0, local.SGE(32, 32))), 2, verbs.WCSuccess)
+	expectBytes(t, p.B, target, 0, pattern(44, 64)[:32], "region written after its container was deregistered")
+	expectBytes(t, p.A, local, 32, pattern(44, 64)[:32], "region read into after its container was deregistered")
+	postRecv(t, p.B, 0, recvWR(3, target.SGE(32, 32)))
+	expectStatus(t, do(t, p, sendWR(4, local.SGE(0, 16))), 4, verbs.WCSuccess)
+	expectStatus(t, waitOne(t, p.B, RecvCQ), 3, verbs.WCSuccess)
+	expectBytes(t, p.B, target, 32, pattern(44, 64)[:16], "receive placed after its container was deregistered")
+	expectCanaries(t, p.B, target)
+}
+
 // testDestroyOrder: objects in use cannot be destroyed (ErrBusy): a CQ
 // used by a QP, a PD with a live region, an SRQ used by a QP; once their
 // users are gone they can.

@@ -169,6 +169,8 @@ func call(ep *Local, q *request, r *response) {
 		r.Bool, err = ep.CanariesIntact(q.ID)
 	case "dereg":
 		err = ep.DeregRegion(q.ID)
+	case "deregContainer":
+		err = ep.DeregContainer(q.ID)
 	case "postSend":
 		r.N, err = ep.PostSend(q.I, q.Send)
 	case "postRecv":
@@ -259,6 +261,16 @@ func (r *remote) do(q *request) (*response, error) {
 	return &resp, resp.err()
 }
 
+// PeerPID returns the process ID of e's process when e is an endpoint in
+// a child process started by SpawnPeer, and 0 otherwise; tests that stop
+// or signal the peer process use it.
+func PeerPID(e Endpoint) int {
+	if r, ok := e.(*remote); ok {
+		return r.cmd.Process.Pid
+	}
+	return 0
+}
+
 // kill ends the child abruptly, as SIGKILL does, and reaps it.
 func (r *remote) kill() {
 	r.cmd.Process.Kill()
@@ -308,6 +320,11 @@ func (r *remote) CanariesIntact(id int) (bool, error) {
 
 func (r *remote) DeregRegion(id int) error {
 	_, err := r.do(&request{Method: "dereg", ID: id})
+	return err
+}
+
+func (r *remote) DeregContainer(id int) error {
+	_, err := r.do(&request{Method: "deregContainer", ID: id})
 	return err
 }
 

@@ -64,6 +64,7 @@ var suite = []testCase{
 	{"Lifecycle/SendQueueFull", testSendQueueFull},
 	{"Lifecycle/RecvQueueFull", testRecvQueueFull},
 	{"Lifecycle/DeregMR", testDeregMR},
+	{"Lifecycle/DeregContainer", testDeregContainer},
 	{"Lifecycle/DestroyOrder", testDestroyOrder},
 	{"Lifecycle/CQOverrun", testCQOverrun},
 
