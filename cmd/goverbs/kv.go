@@ -1,0 +1,272 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/goverbs/goverbs/kv"
+	"github.com/goverbs/goverbs/kv/kvbench"
+)
+
+// defaultKVAddr is where `goverbs kv` serves and dials by default: the
+// default local provider, on an abstract Unix socket.
+const defaultKVAddr = "shm://@goverbs-kv"
+
+const kvDoc = `Kv runs the goverbs key-value store, whose GET is a one-sided RDMA Read
+of the server's hash table and value heap, and whose PUT and DELETE are
+send/recv RPCs (package kv).
+
+  goverbs kv serve [-l ADDR]             serve a table until interrupted
+  goverbs kv put   [-a ADDR] KEY VALUE   store a value
+  goverbs kv get   [-a ADDR] KEY         print a value
+  goverbs kv del   [-a ADDR] KEY         delete a key
+  goverbs kv bench [-a ADDR] [flags]     measure GET/PUT, beside memcached
+
+Addresses: shm://@name or shm:///path.sock (same host), tcp://host:port
+(iWARP), loop://name (in process).`
+
+func runKV(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintf(e.stdout, "Usage: goverbs kv serve|put|get|del|bench [flags] [args]\n\n%s\n", kvDoc)
+		if len(args) == 0 {
+			return usageError("kv needs a subcommand: serve, put, get, del or bench")
+		}
+		return flag.ErrHelp
+	}
+	sub, rest := args[0], args[1:]
+	switch sub {
+	case "serve":
+		return runKVServe(ctx, e, rest)
+	case "put", "get", "del":
+		return runKVOp(ctx, e, sub, rest)
+	case "bench":
+		return runKVBench(ctx, e, rest)
+	}
+	return usageError("unknown kv subcommand %q: use serve, put, get, del or bench", sub)
+}
+
+func runKVServe(ctx context.Context, e *env, args []string) error {
+	var addr string
+	var cfg kv.Config
+	fs := newFlagSet("kv serve", "", "Serve serves a key-value table at the address until interrupted.", e)
+	fs.String(&addr, "listen", "l", defaultKVAddr, "address to serve at")
+	fs.IntVar(&cfg.Buckets, "buckets", 1<<16, "index buckets (4 keys each)")
+	fs.alias("buckets", "")
+	fs.IntVar(&cfg.MaxValue, "max-value", 64<<10, "largest value in bytes")
+	fs.alias("max-value", "")
+	fs.IntVar(&cfg.HeapBytes, "heap", 64<<20, "value heap in bytes")
+	fs.alias("heap", "")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError("unexpected arguments %q", fs.Args())
+	}
+	s, err := kv.Listen(addr, cfg)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	fmt.Fprintf(e.stdout, "serving %s\n", s.Addr())
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if os.Getenv(envKVChild) != "" {
+		// Started by kv bench: serve until our input closes.
+		go func() {
+			bufio.NewReader(os.Stdin).ReadString('\n')
+			stop()
+		}()
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func runKVOp(ctx context.Context, e *env, op string, args []string) error {
+	var addr string
+	var timeout time.Duration
+	fs := newFlagSet("kv "+op, "KEY [VALUE]", "Put, get or delete one key.", e)
+	fs.String(&addr, "addr", "a", defaultKVAddr, "server address")
+	fs.Duration(&timeout, "timeout", "t", 5*time.Second, "connection timeout")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	want := 1
+	if op == "put" {
+		want = 2
+	}
+	if fs.NArg() != want {
+		return usageError("kv %s takes %d argument(s), got %d", op, want, fs.NArg())
+	}
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c, err := kv.Dial(dctx, addr)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w (is `goverbs kv serve -l %s` running?)", addr, err, addr)
+	}
+	defer c.Close()
+	key := []byte(fs.Arg(0))
+	switch op {
+	case "put":
+		return c.Put(key, []byte(fs.Arg(1)))
+	case "del":
+		return c.Delete(key)
+	}
+	v, err := c.Get(key)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "%s\n", v)
+	return nil
+}
+
+// envKVChild marks a kv server started by kv bench.
+const envKVChild = "GOVERBS_KV_BENCH_CHILD"
+
+func runKVBench(ctx context.Context, e *env, args []string) error {
+	var (
+		addr, values string
+		ops, keys    int
+		noMemcached  bool
+	)
+	fs := newFlagSet("kv bench", "", `Bench measures the store on 16-byte keys, 95% GET and 5% PUT, with uniform
+and Zipf 0.99 key choice, for each value size, with one client; and
+memcached (started on loopback, if installed) on the same workload. It
+reports GET median and p99 latency, operations per second, and the
+server's CPU seconds per million GETs. Without -a it starts its own server
+process on the default local provider.`, e)
+	fs.String(&addr, "addr", "a", "", "server to measure (default: start one on shm)")
+	fs.String(&values, "values", "", "64,512,4096", "value sizes in bytes")
+	fs.IntVar(&ops, "ops", 200000, "operations measured per run")
+	fs.alias("ops", "n")
+	fs.IntVar(&keys, "keys", 10000, "key space (preloaded)")
+	fs.alias("keys", "")
+	fs.Bool(&noMemcached, "no-memcached", "", "do not run memcached beside")
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	var sizes []int
+	for _, f := range strings.Split(values, ",") {
+		var n int
+		if _, err := fmt.Sscanf(f, "%d", &n); err != nil || n <= 0 {
+			return usageError("bad value size %q in --values", f)
+		}
+		sizes = append(sizes, n)
+	}
+	serverPID := 0
+	if addr == "" {
+		addr = fmt.Sprintf("shm://@goverbs-kvbench-%d", os.Getpid())
+		cmd, err := startKVServer(addr)
+		if err != nil {
+			return err
+		}
+		defer cmd.Wait()
+		defer cmd.Process.Signal(os.Interrupt)
+		serverPID = cmd.Process.Pid
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ours, err := kv.Dial(dctx, addr)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", addr, err)
+	}
+	defer ours.Close()
+
+	var mc *kvbench.Memcached
+	mcPID := 0
+	skip := ""
+	if noMemcached {
+		skip = "--no-memcached"
+	} else if mcAddr, cmd, err := kvbench.StartMemcached(); err != nil {
+		skip = err.Error()
+	} else {
+		defer cmd.Wait()
+		defer cmd.Process.Kill()
+		if mc, err = kvbench.DialMemcached(mcAddr); err != nil {
+			return err
+		}
+		defer mc.Close()
+		mcPID = cmd.Process.Pid
+	}
+
+	tw := tabwriter.NewWriter(e.stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "system\tvalue\tworkload\tGET p50 µs\tGET p99 µs\tkops/s\tserver CPU s/M GET\tp50 ratio\tthroughput ratio\t\n")
+	type mix struct {
+		gets, theta float64
+	}
+	for _, size := range sizes {
+		// 95/5 uniform and Zipf, then GETs alone: the server's CPU per
+		// GET, with no PUT to serve.
+		for _, m := range []mix{{0.95, 0}, {0.95, 0.99}, {1, 0}} {
+			w := kvbench.Workload{Keys: keys, ValueSize: size, GetRatio: m.gets, Zipf: m.theta, Ops: ops, Seed: uint64(size)}
+			r, err := kvbench.Run("goverbs-kv", ours, w, serverPID)
+			if err != nil {
+				return err
+			}
+			row(tw, r)
+			if mc != nil {
+				m, err := kvbench.Run("memcached", mc, w, mcPID)
+				if err != nil {
+					return err
+				}
+				row(tw, m)
+				fmt.Fprintf(tw, "goverbs/memcached\t%d\t%s\t\t\t\t\t%.3f\t%.2f\t\n", size, w.Name(),
+					float64(r.GetP50)/float64(m.GetP50), r.OpsPerSec()/m.OpsPerSec())
+			}
+		}
+	}
+	tw.Flush()
+	if skip != "" {
+		fmt.Fprintf(e.stdout, "memcached skipped: %s\n", skip)
+	}
+	return nil
+}
+
+func row(tw *tabwriter.Writer, r kvbench.Result) {
+	cpu := "n/a"
+	if c := r.CPUPerMillionGets(); c >= 0 {
+		cpu = fmt.Sprintf("%.2f", c)
+	}
+	fmt.Fprintf(tw, "%s\t%d\t%s\t%.2f\t%.2f\t%.1f\t%s\t\t\t\n", r.System, r.ValueSize, r.Workload,
+		float64(r.GetP50.Nanoseconds())/1e3, float64(r.GetP99.Nanoseconds())/1e3, r.OpsPerSec()/1e3, cpu)
+}
+
+// startKVServer starts `goverbs kv serve` as a child process and waits
+// until it serves.
+func startKVServer(addr string) (*exec.Cmd, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	// A heap large enough for every class to hold the whole key space:
+	// memfd memory is only committed where it is written.
+	cmd := exec.Command(exe, "kv", "serve", "-l", addr, "--heap", fmt.Sprint(4<<30))
+	cmd.Env = append(os.Environ(), envKVChild+"=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "serving ") {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, errors.Join(fmt.Errorf("the kv server did not start: %q", line), err)
+	}
+	return cmd, nil
+}
