@@ -50,6 +50,8 @@ type Client struct {
 	nextID uint64
 	wr     [1]verbs.SendWR
 	rwr    [1]verbs.RecvWR
+	sge    [1]verbs.SGE // the send WR's list
+	rsge   [1]verbs.SGE // the receive WR's list
 	wc     [4]verbs.WorkCompletion
 
 	// TornReads counts one-sided reads that failed their checks and were
@@ -193,8 +195,9 @@ func (c *Client) await(wrid uint64) (verbs.WorkCompletion, error) {
 // read performs one RDMA Read of n bytes at raddr/rkey into mr.
 func (c *Client) read(mr *verbs.MR, n int, raddr uint64, rkey uint32) error {
 	c.nextID++
+	c.sge[0] = mr.SGE(0, n)
 	c.wr[0] = verbs.SendWR{WRID: c.nextID, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
-		SGList: []verbs.SGE{mr.SGE(0, n)}, RemoteAddr: raddr, RKey: rkey}
+		SGList: c.sge[:], RemoteAddr: raddr, RKey: rkey}
 	if _, err := c.qp.PostSend(c.wr[:]); err != nil {
 		c.conn.Close()
 		return fmt.Errorf("%w: %w", ErrServerGone, err)
@@ -207,91 +210,95 @@ func (c *Client) read(mr *verbs.MR, n int, raddr uint64, rkey uint32) error {
 // value with one-sided RDMA Reads (one Read when the value is inline) and
 // never involves the server's CPU, unless reads keep coming back torn.
 func (c *Client) Get(key []byte) ([]byte, error) {
-	var out []byte
-	err := c.get(key, func(v []byte) { out = append([]byte(nil), v...) })
-	return out, err
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, err := c.get(key)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), v...), nil
 }
 
 // GetInto copies the value of key into dst and returns its length; if
 // dst is too short it returns the length and io.ErrShortBuffer. It
 // allocates nothing.
 func (c *Client) GetInto(key, dst []byte) (int, error) {
-	n := 0
-	short := false
-	err := c.get(key, func(v []byte) { n = copy(dst, v); short = n < len(v); n = len(v) })
-	if err == nil && short {
-		return n, io.ErrShortBuffer
-	}
-	return n, err
-}
-
-func (c *Client) get(key []byte, found func([]byte)) error {
-	if len(key) > MaxKey {
-		return ErrKeyTooLarge
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	v, err := c.get(key)
+	if err != nil {
+		return 0, err
+	}
+	if copy(dst, v) < len(v) {
+		return len(v), io.ErrShortBuffer
+	}
+	return len(v), nil
+}
+
+// get returns the value of key, in the client's read buffers (valid until
+// its next operation); c.mu is held.
+func (c *Client) get(key []byte) ([]byte, error) {
+	if len(key) > MaxKey {
+		return nil, ErrKeyTooLarge
+	}
 	if err := c.alive(); err != nil {
-		return err
+		return nil, err
 	}
 	h := hashKey(key)
 	bsize := c.info.slotsPerBucket * SlotSize
 	baddr := c.info.addr + (h%uint64(c.info.buckets))*uint64(bsize)
 	for range maxTornReads {
 		if err := c.read(c.bucket, bsize, baddr, c.info.rkey); err != nil {
-			return err
+			return nil, err
 		}
-		torn, err := c.scan(key, h, found)
+		v, torn, err := c.scan(key, h)
 		if !torn {
-			return err
+			return v, err
 		}
 		c.TornReads.Add(1)
 	}
 	c.FallbackGets.Add(1)
 	r, err := c.rpc(opGet, key, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	found(r.val())
-	return nil
+	return r.val(), nil
 }
 
 // scan looks for key in the bucket just read. torn says the read (or a
 // record read) was inconsistent and must be repeated.
-func (c *Client) scan(key []byte, h uint64, found func([]byte)) (torn bool, err error) {
+func (c *Client) scan(key []byte, h uint64) (val []byte, torn bool, err error) {
 	b := c.bucket.Bytes()
 	for i := 0; i < len(b); i += SlotSize {
 		s := slot(b[i : i+SlotSize])
 		if !s.valid() {
-			return true, nil
+			return nil, true, nil
 		}
 		if s.kind() == kindEmpty || s.hash() != h {
 			continue
 		}
 		if s.kind() == kindInline {
 			if k, v := s.inline(); bytes.Equal(k, key) {
-				found(v)
-				return false, nil
+				return v, false, nil
 			}
 			continue
 		}
 		n := s.recLen()
 		if n < recordHeader || n > len(c.rec.Bytes()) {
-			return true, nil
+			return nil, true, nil
 		}
 		if err := c.read(c.rec, n, s.addr(), s.rkey()); err != nil {
-			return false, err
+			return nil, false, err
 		}
 		r := record(c.rec.Bytes()[:n])
 		if !r.valid(s) {
-			return true, nil
+			return nil, true, nil
 		}
 		if bytes.Equal(r.key(), key) {
-			found(r.val())
-			return false, nil
+			return r.val(), false, nil
 		}
 	}
-	return false, ErrNotFound
+	return nil, false, ErrNotFound
 }
 
 // Put stores value under key (an RPC; the server writes out of place).
@@ -325,13 +332,15 @@ func (c *Client) rpc(op uint8, key, val []byte) (reply, error) {
 	}
 	c.nextID++
 	id := c.nextID
-	c.rwr[0] = verbs.RecvWR{WRID: id, SGList: []verbs.SGE{c.recvB.SGE(0, c.info.maxMsg)}}
+	c.rsge[0] = c.recvB.SGE(0, c.info.maxMsg)
+	c.rwr[0] = verbs.RecvWR{WRID: id, SGList: c.rsge[:]}
 	if _, err := c.qp.PostRecv(c.rwr[:]); err != nil {
 		c.conn.Close()
 		return nil, fmt.Errorf("%w: %w", ErrServerGone, err)
 	}
 	n := putRequest(c.sendB.Bytes(), op, id, key, val)
-	c.wr[0] = verbs.SendWR{WRID: id | 1<<63, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{c.sendB.SGE(0, n)}}
+	c.sge[0] = c.sendB.SGE(0, n)
+	c.wr[0] = verbs.SendWR{WRID: id | 1<<63, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: c.sge[:]}
 	if _, err := c.qp.PostSend(c.wr[:]); err != nil {
 		c.conn.Close()
 		return nil, fmt.Errorf("%w: %w", ErrServerGone, err)
