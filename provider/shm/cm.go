@@ -36,6 +36,8 @@ func (*provider) MaxPrivateData() int { return deviceAttr.MaxPrivateData }
 //	48 private data
 //
 // Its memfds travel with it: QP block, receive CQ, key table, then SRQ.
+// The pid field is informational: the receiver takes the sender's PID from
+// the kernel (SO_PEERCRED), which also holds across PID namespaces.
 type hello []byte
 
 const (
@@ -89,7 +91,7 @@ func makeHello(typ uint8, q *qp, p driver.ConnParam) (hello, []int) {
 	h[36], h[37], h[38], h[39], h[40] = p.ResponderResources, p.InitiatorDepth, p.RetryCount, p.RNRRetryCount, uint8(p.MinRNRTimer)
 	binary.LittleEndian.PutUint16(h[44:], uint16(len(p.PrivateData)))
 	copy(h[helloHeader:], p.PrivateData)
-	fds := []int{q.block.fd, q.recvCQ.seg.fd, q.ctx.keySeg.fd}
+	fds := []int{q.block.fd, q.recvCQ.seg.fd, q.ctx.keysRO}
 	if q.srq != nil {
 		h[7] |= 1
 		binary.LittleEndian.PutUint32(h[28:], uint32(q.srq.n))
@@ -130,8 +132,17 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 		closeFDs(fds)
 		return nil, fmt.Errorf("%w: %d descriptors, expected %d", errHandshake, len(fds), want)
 	}
-	c := &conn{q: q, sock: sock, pid: int(h.pid()), remote: h.param(),
-		segs: map[uint32]*segment{}, segRW: map[uint32]bool{}, refused: map[uint32]bool{},
+	// The PID process_vm_readv/writev aim at is the kernel's word for who
+	// is at the other end of the socket (SO_PEERCRED), never the one the
+	// hello claims: a peer that named another process — this one, say —
+	// would have this process write wherever its key table pointed.
+	pid, err := peerPID(sock)
+	if err != nil {
+		closeFDs(fds)
+		return nil, fmt.Errorf("%w: the peer's credentials: %v", errHandshake, err)
+	}
+	c := &conn{q: q, sock: sock, pid: pid, remote: h.param(),
+		segs: map[uint32]*segment{}, segRW: map[uint32]bool{},
 		segNote: make(chan struct{}, 1), events: make(chan ctrl, 16), done: make(chan struct{})}
 	fail := func(err error) (*conn, error) {
 		for _, s := range []*segment{c.peerBlock, c.cqSeg, c.keySeg, c.srqSeg} {
@@ -146,12 +157,17 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 		closeFDs(fds)
 		return fail(errors.New("receive queue size out of range"))
 	}
-	var err error
 	if c.peerBlock, err = mapPeerSegment(fds[0], ringSize(rqN, recvEntrySize(rqSGE)), true); err != nil {
 		closeFDs(fds[1:])
 		return fail(err)
 	}
+	// A size that is not a power of two gives no ring (nil), which must
+	// not be dereferenced: a peer chooses these numbers.
 	rq := viewRecvRing(c.peerBlock.mem, rqN, rqSGE)
+	if rq == nil {
+		closeFDs(fds[1:])
+		return fail(errors.New("receive queue size is not a power of two"))
+	}
 	c.peerHdr, c.peerRecv = rq.h, rq
 	cqN := int(h.cqEntries())
 	if cqN <= 0 || cqN > deviceAttr.MaxCQE*2 {
@@ -189,6 +205,26 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 		return fail(errors.New("receive queue size is not a power of two"))
 	}
 	return c, nil
+}
+
+// peerPID returns the PID of the process at the other end of sock, as
+// the kernel recorded it when the connection was made (SO_PEERCRED).
+func peerPID(sock *net.UnixConn) (int, error) {
+	raw, err := sock.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if cerr != nil {
+		return 0, cerr
+	}
+	return int(cred.Pid), nil
 }
 
 // sockAddr turns the address after shm:// into a Unix socket address:

@@ -8,11 +8,12 @@ import (
 
 	"go.uber.org/goleak"
 
-	_ "github.com/goverbs/goverbs/provider/shm"
+	"github.com/goverbs/goverbs/provider/shm"
 	"github.com/goverbs/goverbs/verbs/verbstest"
 )
 
 func TestMain(m *testing.M) {
+	shm.ChildMain()
 	verbstest.PeerMain()
 	goleak.VerifyTestMain(m)
 }

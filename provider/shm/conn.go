@@ -69,13 +69,19 @@ type conn struct {
 	// serialises the requester. The reader queues what the peer sends
 	// (segments it pushes or was asked for, segments it freed) in
 	// arrivals, and the requester absorbs them.
-	segs     map[uint32]*segment
-	segRW    map[uint32]bool
-	refused  map[uint32]bool
-	arriveMu sync.Mutex
-	arrivals []segReply
-	dirty    atomic.Bool
-	segNote  chan struct{}
+	segs  map[uint32]*segment
+	segRW map[uint32]bool
+	// The segment a requester waits for, and whether the peer refused
+	// it. Only that refusal is kept: a peer can send refusals for any
+	// number of segments.
+	awaiting     uint32
+	awaitingSet  bool
+	awaitRefused bool
+	arriveMu     sync.Mutex
+	arrivals     []segReply // at most maxArrivals
+	overflow     bool       // arrivals were dropped: drop the mappings too
+	dirty        atomic.Bool
+	segNote      chan struct{}
 
 	wmu      sync.Mutex // serialises socket writes
 	events   chan ctrl
@@ -84,6 +90,10 @@ type conn struct {
 	wg       sync.WaitGroup
 	closing  sync.Once
 }
+
+// maxArrivals bounds the segments received and not yet absorbed by the
+// requester.
+const maxArrivals = 1024
 
 // segReply is a segment the peer sent (fd >= 0), refused (fd < 0), or
 // freed (gone).
@@ -159,6 +169,20 @@ func (c *conn) reader() {
 				closeFDs(fds)
 			}
 			c.arriveMu.Lock()
+			if len(c.arrivals) >= maxArrivals {
+				// A peer that floods us with segments while the
+				// requester is idle would have this process hold
+				// every descriptor it sends. Forget what is pending
+				// and have the requester drop its mappings too: it
+				// asks again for the segments it needs.
+				for _, p := range c.arrivals {
+					if p.fd >= 0 {
+						unix.Close(p.fd)
+					}
+				}
+				c.arrivals = c.arrivals[:0]
+				c.overflow = true
+			}
 			c.arrivals = append(c.arrivals, r)
 			c.arriveMu.Unlock()
 			c.dirty.Store(true)
@@ -275,9 +299,16 @@ func (c *conn) absorb() {
 		return
 	}
 	c.arriveMu.Lock()
-	arrivals := c.arrivals
-	c.arrivals = nil
+	arrivals, overflow := c.arrivals, c.overflow
+	c.arrivals, c.overflow = nil, false
 	c.arriveMu.Unlock()
+	if overflow {
+		for id, s := range c.segs {
+			s.close()
+			delete(c.segs, id)
+			delete(c.segRW, id)
+		}
+	}
 	for _, r := range arrivals {
 		if old := c.segs[r.id]; old != nil && (r.gone || r.fd >= 0) {
 			old.close()
@@ -287,11 +318,12 @@ func (c *conn) absorb() {
 		switch {
 		case r.gone:
 		case r.fd < 0:
-			c.refused[r.id] = true
+			if c.awaitingSet && r.id == c.awaiting {
+				c.awaitRefused = true
+			}
 		default:
 			if s, err := mapPeerSegment(r.fd, 1, r.writable); err == nil {
 				c.segs[r.id], c.segRW[r.id] = s, r.writable
-				delete(c.refused, r.id)
 			}
 		}
 	}
@@ -305,7 +337,8 @@ func (c *conn) segment(id uint32, write bool) (*segment, bool) {
 	if s := c.segs[id]; s != nil && (!write || c.segRW[id]) {
 		return s, true
 	}
-	delete(c.refused, id)
+	c.awaiting, c.awaitingSet, c.awaitRefused = id, true, false
+	defer func() { c.awaitingSet = false }()
 	b := uint32(0)
 	if write {
 		b = 1
@@ -320,7 +353,7 @@ func (c *conn) segment(id uint32, write bool) (*segment, bool) {
 			if s := c.segs[id]; s != nil && (!write || c.segRW[id]) {
 				return s, true
 			}
-			if c.refused[id] {
+			if c.awaitRefused {
 				return nil, false
 			}
 		case <-c.done:

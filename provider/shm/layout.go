@@ -201,17 +201,20 @@ type recvRing struct {
 	maxSGE    int
 }
 
-func initRecvRing(mem []byte, n, maxSGE int) *recvRing {
+func initRecvRing(mem []byte, n, sges int) *recvRing {
 	h := header(mem)
-	h.magic, h.entries, h.entrySize = ringMagic, uint32(n), uint32(recvEntrySize(maxSGE))
-	return viewRecvRing(mem, n, maxSGE)
+	h.magic, h.entries, h.entrySize = ringMagic, uint32(n), uint32(recvEntrySize(sges))
+	return viewRecvRing(mem, n, sges)
 }
 
-func viewRecvRing(mem []byte, n, maxSGE int) *recvRing {
-	if n <= 0 || n&(n-1) != 0 || maxSGE < 0 || maxSGE > maxSGE || len(mem) < ringSize(n, recvEntrySize(maxSGE)) {
+// viewRecvRing views a receive ring of n entries of sges SGEs each, or
+// returns nil if those cannot describe a ring in mem (n, sges and mem may
+// come from a peer).
+func viewRecvRing(mem []byte, n, sges int) *recvRing {
+	if n <= 0 || n&(n-1) != 0 || sges < 0 || sges > maxSGE || len(mem) < ringSize(n, recvEntrySize(sges)) {
 		return nil
 	}
-	return &recvRing{h: header(mem), mem: mem, mask: uint64(n - 1), entrySize: recvEntrySize(maxSGE), maxSGE: maxSGE}
+	return &recvRing{h: header(mem), mem: mem, mask: uint64(n - 1), entrySize: recvEntrySize(sges), maxSGE: sges}
 }
 
 func (r *recvRing) entry(pos uint64) []byte {

@@ -195,7 +195,10 @@ func (q *qp) flushRecv() {
 		return
 	}
 	var e recvEntry
-	for {
+	// The ring holds at most rqN receives. A peer can write the ring's
+	// indices, and one that kept moving the tail ahead of the head would
+	// otherwise keep this loop — and q.mu — forever.
+	for range q.rqN {
 		ok, err := q.rq.consume(&e)
 		if !ok || err != nil {
 			return

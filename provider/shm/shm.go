@@ -2,10 +2,12 @@
 // two processes on one host, with the data path entirely in user space.
 //
 // Remotely accessible memory lives in shared memory. Each AllocMR is its
-// own memfd, sealed against resizing; a peer maps it when it first
-// touches the region, read-only unless a region on it grants remote write
-// or atomic access or the peer must place a Send in it, so that the MMU,
-// not only a check in code, enforces the right. Regions without remote
+// own memfd, sealed against resizing; its owner hands it to each peer when
+// it becomes shareable (or when the connection is made), so that even a
+// first access needs nothing from the target, and the peer maps it
+// read-only unless a region on it grants remote write or atomic access or
+// the peer must place a Send in it, so that the MMU, not only a check in
+// code, enforces the right. Regions without remote
 // access are never handed to a peer, except that a receive buffer's
 // memory is handed to the peer whose Send fills it. RegMR of a sub-range
 // of AllocMR memory shares that memfd; RegMR of ordinary Go memory is
@@ -27,6 +29,26 @@
 //
 // Blocking waits sleep on a futex in the CQ's shared header; a producer
 // makes the wake-up system call only when the CQ is armed.
+//
+// Nothing is left behind, however a process ends: memfds have no name in
+// any file system and are freed with the last mapping, and an abstract
+// address (shm://@name) disappears with its socket. A path address
+// (shm:///path/to.sock) is a socket file: Close of the listener removes
+// it, but a listener that dies without closing it (SIGKILL) leaves the
+// file behind — the kernel does not remove it — and the next Listen on
+// the path, finding nobody answering there, takes it over.
+//
+// A peer is not trusted. Every value read from memory a peer can write —
+// ring indices and entries, CQ slots, the key table, the peer QP's state,
+// rights and attributes — and every control message is checked before
+// use, so that a peer writing garbage there can make this process's QPs
+// fail but cannot make it panic, hang, or touch memory outside the peer's
+// segments and its own registered regions. process_vm_readv/writev aim at
+// the process the kernel reports at the other end of the socket
+// (SO_PEERCRED), not one the peer names. The read-only mappings guard
+// against a peer's mistakes; they do not stop a hostile process of the
+// same user, which could reopen a read-only memfd descriptor writable
+// through /proc/self/fd, or ptrace this process.
 package shm
 
 import (

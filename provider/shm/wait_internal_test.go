@@ -1,0 +1,144 @@
+package shm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/verbstest"
+)
+
+// Blocking waits sleep in the kernel: CQ.Wait parks its goroutine, and
+// the CQ's waiter thread sleeps in futex(2) on the wake word in the CQ's
+// shared header, until the peer process, having written a completion
+// into the CQ, wakes it.
+
+// processCPU returns the CPU time, user and system, this process has used.
+func processCPU(t testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// futexSleeper returns the thread of this process that is blocked in
+// futex(2) on addr, if one is.
+func futexSleeper(addr uintptr) (tid int, ok bool) {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return 0, false
+	}
+	want := fmt.Sprintf("%d 0x%x ", unix.SYS_FUTEX, addr)
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/syscall")
+		if err != nil || !strings.HasPrefix(string(b), want) {
+			continue
+		}
+		id, err := strconv.Atoi(task.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile("/proc/self/task/" + task.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// tid (comm) S ...: the state follows the last parenthesis.
+		s := string(st)
+		if i := strings.LastIndexByte(s, ')'); i > 0 && i+2 < len(s) && s[i+2] == 'S' {
+			return id, true
+		}
+	}
+	return 0, false
+}
+
+// idleWindow is how long the idle waiter is measured.
+const idleWindow = 500 * time.Millisecond
+
+// TestWaitSleepsInFutex: a goroutine in CQ.Wait, with nothing arriving,
+// leaves a thread asleep in futex(2) on the CQ's shared wake word; over
+// idleWindow the whole process uses under 1% of a CPU; a Send from the
+// peer process wakes the waiter, which returns the completion.
+func TestWaitSleepsInFutex(t *testing.T) {
+	p := remoteHarness().NewPair(t, verbstest.PairOptions{})
+	src := newRegion(t, p.B, 64, verbs.AccessLocalWrite)
+	fill(t, p.B, src, 0, pattern(7, 64))
+	dst := newRegion(t, p.A, 64, verbs.AccessLocalWrite)
+	postRecv(t, p.A, 0, recv(9, dst.SGE(0, 64)))
+	wake := uintptr(unsafe.Pointer(&driverQP(p.A.QPs[0]).recvCQ.ring.h.wake))
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	type result struct {
+		wc  verbs.WorkCompletion
+		n   int
+		err error
+		at  time.Time
+	}
+	res := make(chan result, 1)
+	go func() {
+		wc := make([]verbs.WorkCompletion, 4)
+		n, err := p.A.RecvCQ.Wait(ctx, wc)
+		res <- result{wc[0], n, err, time.Now()}
+	}()
+
+	// Wait, without burning the CPU, until a thread sleeps on the word.
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	tid, ok := futexSleeper(wake)
+	for !ok {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("no thread went to sleep in futex on the CQ's wake word %#x", wake)
+		}
+		tid, ok = futexSleeper(wake)
+	}
+	tick.Stop()
+
+	// Earlier tests leave the runtime housekeeping to do — a heap to
+	// sweep, memory for the background scavenger to return to the system
+	// at up to 1% of a CPU — that is not the waiter's: do it now.
+	debug.FreeOSMemory()
+	cpu0, start := processCPU(t), time.Now()
+	window := time.NewTimer(idleWindow)
+	<-window.C
+	cpu, wall := processCPU(t)-cpu0, time.Since(start)
+	if tid2, ok := futexSleeper(wake); !ok || tid2 != tid {
+		t.Fatalf("after the idle window thread %d is no longer asleep on the wake word (sleeper %d, %v)", tid, tid2, ok)
+	}
+	select {
+	case r := <-res:
+		t.Fatalf("CQ.Wait returned before anything arrived: %d completions, %v", r.n, r.err)
+	default:
+	}
+
+	sent := time.Now()
+	postSend(t, p.B, 0, send(1, src.SGE(0, 48)))
+	r := <-res
+	if r.err != nil || r.n != 1 {
+		t.Fatalf("CQ.Wait after the peer's Send: %d completions, %v", r.n, r.err)
+	}
+	expectWC(t, r.wc, 9, verbs.WCSuccess)
+	if r.wc.ByteLen != 48 {
+		t.Fatalf("received %d bytes, want 48", r.wc.ByteLen)
+	}
+	expectWC(t, waitWCs(t, p.B, verbstest.SendCQ, 1)[0], 1, verbs.WCSuccess)
+
+	share := float64(cpu) / float64(wall)
+	t.Logf("idle waiter: thread %d asleep in futex on %#x; process CPU %v in %v (%.3f%% of a CPU); woken %v after asking the peer to send",
+		tid, wake, cpu, wall.Round(time.Millisecond), 100*share, r.at.Sub(sent))
+	if share >= 0.01 {
+		t.Fatalf("while a goroutine waited in CQ.Wait for %v the process used %v of CPU (%.2f%%), want under 1%%", wall, cpu, 100*share)
+	}
+}
