@@ -295,7 +295,7 @@ func (c *conn) pushShareable() {
 
 // absorb applies the segments the peer sent or freed; q.mu is held.
 func (c *conn) absorb() {
-	if !c.dirty.Swap(false) {
+	if !c.dirty.Load() || !c.dirty.Swap(false) {
 		return
 	}
 	c.arriveMu.Lock()

@@ -378,8 +378,8 @@ func scribbleRound(t *testing.T, seed uint64, mode int, opts verbstest.PairOptio
 		base.keyMem = bctx.keySeg.mem
 		base.segments = append(append(append([][]byte{}, base.recvs...), base.cqs...), base.keyMem)
 		bctx.mu.RLock()
-		for _, m := range bctx.mrs {
-			if m != nil {
+		for i := range bctx.mrs {
+			if m := bctx.mrs[i].Load(); m != nil {
 				base.keys = append(base.keys, m.key)
 			}
 		}

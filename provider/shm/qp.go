@@ -95,10 +95,9 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	}
 	if p.ctx.qps == nil {
 		p.ctx.qps = map[*qp]bool{}
-		p.ctx.qpByNum = map[uint32]*qp{}
 	}
 	p.ctx.qps[q] = true
-	p.ctx.qpByNum[q.num] = q
+	p.ctx.qpByNum.Store(q.num, q)
 	return q, nil
 }
 
@@ -250,8 +249,6 @@ func (q *qp) postSend(wr *driver.SendWR) error {
 // InlineBytes implements swq.InlineSource: an inline SGE must lie in a
 // region of the QP's PD.
 func (q *qp) InlineBytes(g *driver.SGE) ([]byte, bool) {
-	q.ctx.mu.RLock()
-	defer q.ctx.mu.RUnlock()
 	return q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), 0)
 }
 
@@ -308,11 +305,8 @@ func (q *qp) Complete(seq uint64, wc driver.WorkCompletion) {
 // retire frees send slots once the completion of slot seq of QP num is
 // polled.
 func (c *devCtx) retire(num uint32, seq uint64) {
-	c.mu.RLock()
-	q := c.qpByNum[num]
-	c.mu.RUnlock()
-	if q != nil {
-		q.sq.Retire(seq)
+	if q, ok := c.qpByNum.Load(num); ok {
+		q.(*qp).sq.Retire(seq)
 	}
 }
 
@@ -334,7 +328,7 @@ func (q *qp) Destroy() error {
 	}
 	q.ctx.mu.Lock()
 	delete(q.ctx.qps, q)
-	delete(q.ctx.qpByNum, q.num)
+	q.ctx.qpByNum.Delete(q.num)
 	q.ctx.mu.Unlock()
 	q.block.close()
 	return nil

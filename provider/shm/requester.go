@@ -44,8 +44,6 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 		return driver.WCWRFlushErr, 0
 	}
 	wr := &s.WR
-	q.ctx.mu.RLock()
-	defer q.ctx.mu.RUnlock()
 	var local sglist.List
 	if s.IsInline {
 		local.One(s.Inline)
@@ -82,7 +80,7 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	return driver.WCLocQPOpErr, 0
 }
 
-// resolve maps a local SG list to memory; q.ctx.mu is held for reading.
+// resolve maps a local SG list to memory; q.mu is held.
 func (q *qp) resolve(l *sglist.List, sg []driver.SGE, need driver.AccessFlags) bool {
 	l.Reset()
 	for i := range sg {

@@ -128,7 +128,7 @@ func (*provider) Open(name string) (driver.Context, error) {
 		keySeg:  keys,
 		keysRO:  keysRO,
 		keys:    viewKeyTable(keys.mem, maxKeys),
-		mrs:     make([]*mr, maxKeys),
+		mrs:     make([]atomic.Pointer[mr], maxKeys),
 		segs:    map[uint32]*segInfo{},
 		nextKey: 1,
 		pid:     os.Getpid(),
@@ -145,14 +145,14 @@ type devCtx struct {
 	keySeg  *segment
 	keysRO  int // a read-only descriptor of keySeg's memfd, for peers
 	keys    *keyTable
-	mrs     []*mr // by key index
+	mrs     []atomic.Pointer[mr] // by key index; written under mu, read without it
 	nextKey uint32
 	nmr     int
 	pds     int
 	nextPD  uint32
 	cqs     map[*cq]bool
 	qps     map[*qp]bool
-	qpByNum map[uint32]*qp
+	qpByNum sync.Map // QP number → *qp, read without a lock when completions are polled
 	srqs    map[*srq]bool
 	closed  bool
 
@@ -278,10 +278,10 @@ func (c *devCtx) Close() error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i, m := range c.mrs {
-		if m != nil {
+	for i := range c.mrs {
+		if c.mrs[i].Load() != nil {
 			c.keys.revoke(uint32(i))
-			c.mrs[i] = nil
+			c.mrs[i].Store(nil)
 		}
 	}
 	c.segMu.Lock()
@@ -380,7 +380,7 @@ func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID u
 		return nil, driver.ErrNoResources
 	}
 	idx := c.nextKey
-	for c.mrs[idx] != nil || idx == 0 {
+	for c.mrs[idx].Load() != nil || idx == 0 {
 		idx = (idx + 1) % maxKeys
 	}
 	c.nextKey = (idx + 1) % maxKeys
@@ -388,7 +388,7 @@ func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID u
 	rand.Read(tag[:])
 	m := &mr{ctx: c, pd: p, key: idx<<8 | uint32(tag[0]), buf: buf,
 		addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access}
-	c.mrs[idx] = m
+	c.mrs[idx].Store(m)
 	c.nmr++
 	if kind == kindSegment {
 		c.segMu.Lock()
@@ -414,20 +414,27 @@ func (m *mr) Bytes() []byte              { return m.buf }
 func (m *mr) Access() driver.AccessFlags { return m.access }
 
 // Dereg revokes the key in the shared table first, so that peers stop
-// using it, then releases the region's own segment. A peer that mapped
-// the segment keeps its mapping until it next looks the key up; the
-// memory it maps is no longer this process's.
+// using it, then releases the region's segment if no other region lies in
+// it. A peer that mapped the segment keeps its mapping until it next looks
+// the key up; the memory it maps is no longer this process's.
+//
+// Local lookups of keys take no lock (the data path): before it unmaps a
+// segment, Dereg waits until every QP of the context has passed a point
+// where it holds no reference from before the key was revoked — each QP
+// executes under its mutex, so taking and releasing every QP's mutex once
+// is that grace period.
 func (m *mr) Dereg() error {
 	c := m.ctx
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	idx := m.key >> 8
-	if c.mrs[idx] != m {
+	if c.mrs[idx].Load() != m {
+		c.mu.Unlock()
 		return driver.ErrClosed
 	}
 	c.keys.revoke(idx)
-	c.mrs[idx] = nil
+	c.mrs[idx].Store(nil)
 	c.nmr--
+	var dead *segment
 	if si := m.si; si != nil {
 		// The segment lives while any region lies in it: AllocMR memory
 		// stays mapped for the regions registered inside it.
@@ -435,9 +442,21 @@ func (m *mr) Dereg() error {
 		if si.refs--; si.refs == 0 {
 			delete(c.segs, m.segID)
 			c.publishSegment(m.segID, nil, true)
-			si.seg.close()
+			dead = si.seg
 		}
 		c.segMu.Unlock()
+	}
+	qps := make([]*qp, 0, len(c.qps))
+	for q := range c.qps {
+		qps = append(qps, q)
+	}
+	c.mu.Unlock()
+	if dead != nil {
+		for _, q := range qps {
+			q.mu.Lock()
+			q.mu.Unlock()
+		}
+		dead.close()
 	}
 	return nil
 }
@@ -445,9 +464,8 @@ func (m *mr) Dereg() error {
 // exposeForRecv marks the segments of a receive's buffers as shareable
 // with the peer whose Send will fill them.
 func (c *devCtx) exposeForRecv(sg []driver.SGE) {
-	c.mu.RLock()
 	for i := range sg {
-		if m := c.mrs[(sg[i].LKey>>8)%maxKeys]; m != nil && m.key == sg[i].LKey && m.si != nil && !m.si.recv.Load() {
+		if m := c.mrs[(sg[i].LKey>>8)%maxKeys].Load(); m != nil && m.key == sg[i].LKey && m.si != nil && !m.si.recv.Load() {
 			c.segMu.Lock()
 			if !m.si.recv.Swap(true) {
 				c.publishSegment(m.segID, m.si, false)
@@ -455,14 +473,13 @@ func (c *devCtx) exposeForRecv(sg []driver.SGE) {
 			c.segMu.Unlock()
 		}
 	}
-	c.mu.RUnlock()
 }
 
 // span returns the local bytes [addr, addr+n) of the region of key, if it
-// belongs to p, grants need and contains the range. Callers hold c.mu
-// for reading.
+// belongs to p, grants need and contains the range. It takes no lock:
+// callers hold their QP's mutex, which Dereg waits for before it unmaps.
 func (c *devCtx) span(key uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, bool) {
-	m := c.mrs[(key>>8)%maxKeys]
+	m := c.mrs[(key>>8)%maxKeys].Load()
 	if m == nil || m.key != key || m.pd != p || m.access&need != need || addr < m.addr {
 		return nil, false
 	}
