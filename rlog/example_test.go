@@ -1,0 +1,55 @@
+package rlog_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+
+	"github.com/goverbs/goverbs/rlog"
+
+	_ "github.com/goverbs/goverbs/provider/loop" // addresses loop://name
+)
+
+// A log of three members in one process: two replicas and a primary.
+// The client's appends return once a majority holds them durably; every
+// member's log then holds them, framed and checked.
+func Example() {
+	dir, err := os.MkdirTemp("", "rlog-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	members := []string{"loop://rlog-ex-0", "loop://rlog-ex-1", "loop://rlog-ex-2"}
+	ctx := context.Background()
+	for i := 2; i >= 0; i-- { // the replicas first: the primary needs a majority
+		m, err := rlog.Start(ctx, rlog.Config{
+			Dir:     filepath.Join(dir, fmt.Sprint(i)),
+			Listen:  members[i],
+			Members: members,
+			Primary: i == 0,
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer m.Close()
+	}
+	c, err := rlog.Dial(ctx, members...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	for _, rec := range []string{"begin", "debit 10", "credit 10", "commit"} {
+		seq, err := c.Append(ctx, []byte(rec))
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(seq, rec)
+	}
+	// Output:
+	// 1 begin
+	// 2 debit 10
+	// 3 credit 10
+	// 4 commit
+}
