@@ -38,6 +38,12 @@ type Queue struct {
 	cap    driver.QPCap
 	sigAll bool
 	busy   bool
+
+	// MW makes Post take the memory window opcodes (OpLocalInv,
+	// OpBindMW, OpSendWithInv), which CheckSendWR otherwise refuses; a
+	// provider that sets it refuses the ones it lacks itself. New makes
+	// a queue without them.
+	MW bool
 }
 
 // New makes a send queue with the capacities of cap.
@@ -58,7 +64,7 @@ type InlineSource interface {
 
 // Post validates wr and queues it, copying an inline payload from src.
 func (q *Queue) Post(wr *driver.SendWR, src InlineSource) error {
-	if err := driver.CheckSendWR(wr, &q.cap, false); err != nil {
+	if err := driver.CheckSendWR(wr, &q.cap, q.MW); err != nil {
 		return err
 	}
 	if q.tail-q.head.Load() >= uint64(len(q.slots)) {
@@ -114,7 +120,8 @@ type Engine interface {
 	Stalled() bool
 	// Execute performs the WR and returns its status and, for Reads and
 	// atomics, the bytes placed locally; RNRWait says the WR met a
-	// receiver-not-ready condition and stays at the head of the queue.
+	// receiver-not-ready condition and stays at the head of the queue;
+	// Pending says the WR is under way and the engine completes it later.
 	Execute(s *Slot) (driver.WCStatus, uint32)
 	// Complete reports the completion of slot seq.
 	Complete(seq uint64, wc driver.WorkCompletion)
@@ -125,6 +132,12 @@ type Engine interface {
 // RNRWait is the status Execute returns for a WR that waits for an RNR
 // retry.
 const RNRWait driver.WCStatus = 255
+
+// Pending is the status Execute returns for a WR it has started whose
+// outcome comes later (a transport that waits for the responder):
+// Progress moves on to the next WR without a completion, and the provider
+// completes the WR itself, in order, through its own Complete.
+const Pending driver.WCStatus = 254
 
 // Progress executes the queue in order as far as it can: every WR while
 // the QP is in RTS, flushing them with WCWRFlushErr once it is in the
@@ -156,6 +169,9 @@ func (q *Queue) Progress(e Engine) {
 			return
 		}
 		q.next.Store(seq + 1)
+		if wc.Status == Pending {
+			continue
+		}
 		if wc.Status != driver.WCSuccess {
 			e.Complete(seq, wc)
 			e.Fail()

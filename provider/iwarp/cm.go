@@ -1,0 +1,410 @@
+package iwarp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/goverbs/goverbs/provider/iwarp/wire"
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// Connection setup: the MPA Request and Reply exchange of RFC 5044 with
+// the enhanced connection setup of RFC 6581, over a TCP connection per
+// QP. The initiator asks for peer-to-peer mode with a zero-length RDMA
+// Write as RTR, offers the RFC 7306 extensions (see the package
+// documentation) and CRC as SetCRC says; the responder agrees to what it
+// can and refuses markers.
+
+var crcWanted atomic.Bool
+
+func init() {
+	switch strings.ToLower(os.Getenv("GOVERBS_IWARP_CRC")) {
+	case "1", "on", "true", "yes":
+		crcWanted.Store(true)
+	}
+}
+
+// SetCRC says whether this side asks for MPA CRC32c on the connections
+// it sets up from now on. CRC is used when either side asks (RFC 5044),
+// so with on false a connection still uses CRC if the peer asks. The
+// default is off, as siw's, unless the environment variable
+// GOVERBS_IWARP_CRC is "on" (or "1", "true").
+func SetCRC(on bool) { crcWanted.Store(on) }
+
+// CRC reports whether this side asks for MPA CRC32c.
+func CRC() bool { return crcWanted.Load() }
+
+// setupTimeout bounds each step of the MPA exchange when the caller's
+// context sets no deadline.
+const setupTimeout = 10 * time.Second
+
+func (*provider) Schemes() []string { return []string{"tcp"} }
+
+func (*provider) MaxPrivateData() int { return maxPrivateData }
+
+func (*provider) Listen(addr string) (driver.Listener, error) {
+	if addr == "" {
+		return nil, fmt.Errorf("%w: empty address: use tcp://host:port (tcp://:0 picks a free port)", driver.ErrInvalidArg)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on tcp://%s: %w", addr, err)
+	}
+	return &listener{l: l.(*net.TCPListener)}, nil
+}
+
+type listener struct {
+	l *net.TCPListener
+}
+
+func (l *listener) Addr() string { return l.l.Addr().String() }
+func (l *listener) Close() error { return l.l.Close() }
+
+func (l *listener) Accept(ctx context.Context) (driver.ConnRequest, error) {
+	stop := context.AfterFunc(ctx, func() { l.l.SetDeadline(time.Now()) })
+	defer stop()
+	for {
+		nc, err := l.l.AcceptTCP()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return nil, fmt.Errorf("%w: the listener is closed", driver.ErrClosed)
+			}
+			return nil, err
+		}
+		req, err := readFrame(nc, time.Now().Add(setupTimeout))
+		if err != nil || !req.IsRequest() {
+			nc.Close()
+			continue // not an iWARP peer, or a broken one: wait for the next
+		}
+		if req.Flags()&wire.FlagMarkers != 0 {
+			// Markers are not supported: refuse cleanly, as siw does.
+			rej := make(wire.Frame, wire.FrameHeaderLen)
+			rej.SetHeader(wire.KeyRep, wire.FlagReject|req.Flags()&wire.FlagCRC, max(req.Revision(), wire.Revision1), 0)
+			nc.SetWriteDeadline(time.Now().Add(setupTimeout))
+			nc.Write(rej)
+			nc.Close()
+			continue
+		}
+		return newRequest(nc, req), nil
+	}
+}
+
+// readFrame reads an MPA Request or Reply frame with its private data.
+func readFrame(nc net.Conn, deadline time.Time) (wire.Frame, error) {
+	nc.SetReadDeadline(deadline)
+	defer nc.SetReadDeadline(time.Time{})
+	buf := make([]byte, wire.FrameHeaderLen+wire.MaxPrivateData)
+	if _, err := io.ReadFull(nc, buf[:wire.FrameHeaderLen]); err != nil {
+		return nil, fmt.Errorf("%w: reading the MPA frame: %v", driver.ErrDisconnected, err)
+	}
+	n, err := wire.ValidateFrameHeader(buf)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := io.ReadFull(nc, buf[wire.FrameHeaderLen:wire.FrameHeaderLen+n]); err != nil {
+		return nil, fmt.Errorf("%w: reading MPA private data: %v", driver.ErrDisconnected, err)
+	}
+	return wire.Frame(buf[:wire.FrameHeaderLen+n]), nil
+}
+
+// setup is what one side of a connection learnt of the other from its
+// MPA frame.
+type setup struct {
+	enhanced bool     // RFC 6581: IRD and ORD in the private data
+	ird, ord int      // the peer's IRD and ORD (1 each without RFC 6581)
+	p2p      bool     // peer-to-peer mode
+	rtr      wire.RTR // RTR messages the peer names
+	private  []byte   // the application's private data
+}
+
+// parseSetup reads the RFC 6581 block (when the frame has one) and the
+// application's private data of f; skip bytes of goverbs' block follow
+// the RFC 6581 block.
+func parseSetup(f wire.Frame) setup {
+	s := setup{ird: 1, ord: 1, private: f.PrivateData()}
+	if f.Revision() == wire.Revision2 && f.Flags()&wire.FlagEnhanced != 0 && len(s.private) >= wire.V2Len {
+		v := wire.V2(s.private)
+		s.enhanced, s.ird, s.ord, s.p2p, s.rtr = true, v.IRD(), v.ORD(), v.PeerToPeer(), v.RTR()
+		s.private = s.private[wire.V2Len:]
+	}
+	return s
+}
+
+// request is an incoming connection request: its TCP connection and
+// MPA Request, waiting for Accept or Reject.
+type request struct {
+	nc       *net.TCPConn
+	req      wire.Frame
+	s        setup
+	answered sync.Once
+}
+
+func newRequest(nc *net.TCPConn, req wire.Frame) *request {
+	return &request{nc: nc, req: req, s: parseSetup(req)}
+}
+
+func (r *request) Param() driver.ConnParam {
+	return driver.ConnParam{PrivateData: append([]byte(nil), r.s.private...),
+		ResponderResources: uint8(min(r.s.ird, 255)), InitiatorDepth: uint8(min(r.s.ord, 255))}
+}
+
+func (r *request) Reject(privateData []byte) error {
+	err := fmt.Errorf("%w: the request was already answered", driver.ErrClosed)
+	r.answered.Do(func() {
+		err = nil
+		flags := wire.FlagReject | r.req.Flags()&wire.FlagCRC
+		var pd []byte
+		if r.s.enhanced {
+			flags |= wire.FlagEnhanced
+			pd = make([]byte, wire.V2Len)
+			wire.V2(pd).Set(0, 0, false, 0)
+		}
+		pd = append(pd, privateData...)
+		f := make(wire.Frame, wire.FrameHeaderLen+len(pd))
+		f.SetHeader(wire.KeyRep, flags, max(r.req.Revision(), wire.Revision1), len(pd))
+		copy(f[wire.FrameHeaderLen:], pd)
+		r.nc.SetWriteDeadline(time.Now().Add(setupTimeout))
+		if _, werr := r.nc.Write(f); werr != nil {
+			err = werr
+		}
+		r.nc.Close()
+	})
+	return err
+}
+
+func (r *request) Accept(dq driver.QP, p driver.ConnParam) (driver.Conn, error) {
+	q, ok := dq.(*qp)
+	if !ok {
+		return nil, fmt.Errorf("%w: QP of another provider", driver.ErrInvalidArg)
+	}
+	var out driver.Conn
+	err := fmt.Errorf("%w: the request was already answered", driver.ErrClosed)
+	r.answered.Do(func() { out, err = r.accept(q, p) })
+	return out, err
+}
+
+func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
+	s := r.s
+	crc := r.req.Flags()&wire.FlagCRC != 0 || CRC()
+	ext := r.req.Flags()&wire.FlagExtOffer != 0
+	ird := min(int(p.ResponderResources), maxRdAtomic)
+	ord := min(int(p.InitiatorDepth), s.ird, maxRdAtomic)
+	// In peer-to-peer mode pick the RTR: a Write if offered, else a Read;
+	// a peer that names neither gets a Write, as siw does.
+	var rtr wire.RTR
+	if s.p2p {
+		rtr = wire.RTRWrite
+		if s.rtr&wire.RTRWrite == 0 && s.rtr&wire.RTRRead != 0 {
+			rtr = wire.RTRRead
+		}
+	}
+	flags, rev := byte(0), byte(wire.Revision1)
+	if crc {
+		flags |= wire.FlagCRC
+	}
+	var pd []byte
+	if s.enhanced {
+		flags |= wire.FlagEnhanced
+		rev = wire.Revision2
+		pd = make([]byte, wire.V2Len)
+		wire.V2(pd).Set(ird, ord, s.p2p, rtr)
+	}
+	if ext {
+		flags |= wire.FlagExtAccept
+		e := make([]byte, wire.ExtLen)
+		wire.Ext(e).Set(q.num)
+		pd = append(pd, e...)
+	}
+	pd = append(pd, p.PrivateData...)
+	if len(pd) > wire.MaxPrivateData {
+		r.nc.Close()
+		return nil, fmt.Errorf("%w: %d bytes of private data with the MPA blocks, at most %d", driver.ErrPrivateData, len(pd), wire.MaxPrivateData)
+	}
+	c := newConn(q, r.nc, crc, ext, ird, ord)
+	c.wantRTR = rtr
+	remote := driver.ConnParam{PrivateData: append([]byte(nil), s.private...),
+		ResponderResources: uint8(min(s.ird, 255)), InitiatorDepth: uint8(min(s.ord, 255))}
+	p.QPNum = q.num
+	if err := q.attach(c); err != nil {
+		r.nc.Close()
+		return nil, err
+	}
+	fail := func(err error) (driver.Conn, error) {
+		q.detach(c)
+		c.abort()
+		c.wait()
+		return nil, err
+	}
+	if err := driver.ConnectRTR(q, p, remote); err != nil {
+		return fail(err)
+	}
+	rep := make(wire.Frame, wire.FrameHeaderLen+len(pd))
+	rep.SetHeader(wire.KeyRep, flags, rev, len(pd))
+	copy(rep[wire.FrameHeaderLen:], pd)
+	r.nc.SetWriteDeadline(time.Now().Add(setupTimeout))
+	if _, err := r.nc.Write(rep); err != nil {
+		return fail(fmt.Errorf("%w: sending the MPA Reply: %v", driver.ErrDisconnected, err))
+	}
+	r.nc.SetWriteDeadline(time.Time{})
+	c.start()
+	if rtr != 0 {
+		// Peer-to-peer mode: the QP is ready to send once the
+		// initiator's RTR has arrived.
+		t := time.NewTimer(setupTimeout)
+		defer t.Stop()
+		select {
+		case <-c.rtrSeen:
+		case <-c.done:
+			return fail(fmt.Errorf("%w: the initiator closed the connection before its RTR", driver.ErrDisconnected))
+		case <-t.C:
+			return fail(fmt.Errorf("%w: no RTR from the initiator within %v", driver.ErrDisconnected, setupTimeout))
+		}
+		remote.QPNum = c.remoteQPN.Load()
+		q.mu.Lock()
+		q.attr.DestQPNum = remote.QPNum
+		q.mu.Unlock()
+	}
+	if err := driver.ConnectRTS(q, p, remote); err != nil {
+		return fail(err)
+	}
+	c.logSetup("accepted", r.req.Revision(), s.p2p)
+	return &connHandle{c: c, remote: remote}, nil
+}
+
+func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.ConnParam) (driver.Conn, error) {
+	q, ok := dq.(*qp)
+	if !ok {
+		return nil, fmt.Errorf("%w: QP of another provider", driver.ErrInvalidArg)
+	}
+	if a, err := q.Query(); err != nil {
+		return nil, err
+	} else if a.State != driver.QPSReset && a.State != driver.QPSInit {
+		return nil, fmt.Errorf("%w: dial needs a QP in Reset or Init, this one is %v", driver.ErrInvalidState, a.State)
+	}
+	var d net.Dialer
+	nc0, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("%w: nothing listens at tcp://%s", driver.ErrRefused, addr)
+		}
+		return nil, err
+	}
+	nc := nc0.(*net.TCPConn)
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(setupTimeout)
+	}
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) })
+	defer stop()
+	ird := min(int(p.ResponderResources), maxRdAtomic)
+	wantOrd := min(int(p.InitiatorDepth), maxRdAtomic)
+	pd := make([]byte, wire.V2Len, wire.V2Len+len(p.PrivateData))
+	wire.V2(pd).Set(ird, wantOrd, true, wire.RTRWrite)
+	pd = append(pd, p.PrivateData...)
+	flags := byte(wire.FlagEnhanced | wire.FlagExtOffer)
+	if CRC() {
+		flags |= wire.FlagCRC
+	}
+	req := make(wire.Frame, wire.FrameHeaderLen+len(pd))
+	req.SetHeader(wire.KeyReq, flags, wire.Revision2, len(pd))
+	copy(req[wire.FrameHeaderLen:], pd)
+	nc.SetWriteDeadline(deadline)
+	if _, err := nc.Write(req); err != nil {
+		nc.Close()
+		return nil, dialErr(ctx, fmt.Errorf("%w: sending the MPA Request: %v", driver.ErrDisconnected, err))
+	}
+	nc.SetWriteDeadline(time.Time{})
+	rep, err := readFrame(nc, deadline)
+	if err != nil {
+		nc.Close()
+		return nil, dialErr(ctx, err)
+	}
+	if !rep.IsReply() {
+		nc.Close()
+		return nil, fmt.Errorf("%w: the peer answered with an MPA Request frame, not a Reply", driver.ErrDisconnected)
+	}
+	s := parseSetup(rep)
+	if rep.Flags()&wire.FlagReject != 0 {
+		nc.Close()
+		return nil, &driver.RejectError{PrivateData: append([]byte(nil), s.private...)}
+	}
+	if rep.Flags()&wire.FlagMarkers != 0 {
+		nc.Close()
+		return nil, fmt.Errorf("%w: the peer wants MPA markers, which goverbs does not support: turn markers off on the peer", driver.ErrUnsupported)
+	}
+	ext := rep.Flags()&wire.FlagExtAccept != 0 && len(s.private) >= wire.ExtLen && wire.Ext(s.private).Valid()
+	remote := driver.ConnParam{ResponderResources: uint8(min(s.ird, 255)), InitiatorDepth: uint8(min(s.ord, 255))}
+	if ext {
+		remote.QPNum = wire.Ext(s.private).QPN()
+		s.private = s.private[wire.ExtLen:]
+	}
+	remote.PrivateData = append([]byte(nil), s.private...)
+	var rtr wire.RTR
+	if s.enhanced && s.p2p {
+		if s.rtr&wire.RTRWrite == 0 {
+			nc.Close()
+			return nil, fmt.Errorf("%w: the peer chose an RTR message other than the zero-length Write offered", driver.ErrUnsupported)
+		}
+		rtr = wire.RTRWrite
+	}
+	crc := rep.Flags()&wire.FlagCRC != 0 || CRC()
+	c := newConn(q, nc, crc, ext, ird, min(wantOrd, s.ird))
+	c.initiator = true
+	c.rtrOut = rtr
+	c.gate.Store(true)
+	c.remoteQPN.Store(remote.QPNum)
+	p.QPNum = q.num
+	if err := q.attach(c); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	if err := driver.ConnectRC(q, p, remote); err != nil {
+		q.detach(c)
+		nc.Close()
+		return nil, err
+	}
+	if !stop() {
+		// The context ended as the connection came up.
+		q.detach(c)
+		nc.Close()
+		return nil, ctx.Err()
+	}
+	c.start()
+	c.logSetup("connected", rep.Revision(), rtr != 0)
+	return &connHandle{c: c, remote: remote}, nil
+}
+
+// logSetup reports what a connection negotiated, for GOVERBS_IWARP_DEBUG.
+func (c *conn) logSetup(how string, rev byte, p2p bool) {
+	if !debug {
+		return
+	}
+	onOff := func(b bool) string {
+		if b {
+			return "on"
+		}
+		return "off"
+	}
+	debugf("QP %d: %s %v (MPA revision %d, CRC %s, peer-to-peer %s, RFC 7306 %s, IRD %d, ORD %d, peer QP %d)",
+		c.q.num, how, c.nc.RemoteAddr(), rev, onOff(c.crc), onOff(p2p), onOff(c.ext), c.ird, c.ord, c.remoteQPN.Load())
+}
+
+// dialErr prefers the context's error when it ended the dial.
+func dialErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}

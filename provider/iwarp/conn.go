@@ -1,0 +1,563 @@
+package iwarp
+
+import (
+	"fmt"
+	"hash/crc32"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goverbs/goverbs/internal/sglist"
+	"github.com/goverbs/goverbs/provider/iwarp/wire"
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// A connection is one TCP connection in full MPA operation, owned by one
+// QP. Two goroutines serve it: the receiver (responder.go) reads and
+// places every FPDU, and the transmitter (below) writes every FPDU: the
+// requester's, the responses the receiver queued, and the Terminate that
+// ends the stream after an error. Neither holds q.mu across socket I/O,
+// so that neither side of a connection can wait on the other in a cycle.
+
+// maxPayload is the most payload one FPDU carries: large FPDUs cost
+// fewer system calls, and this one (with its headers, pad and CRC) still
+// fits one IPv4 packet, so that captures decode one FPDU per segment.
+var maxPayload = 64512
+
+// Limits of one transmit batch (one writev).
+const (
+	batchBytes  = 2 << 20
+	batchFrames = 128
+	batchIovs   = 1024
+	arenaLen    = batchFrames * (wire.MaxHeaderLen + 3 + wire.CRCLen)
+)
+
+// terminateTimeout bounds how long a connection that found an error
+// waits for its Terminate to go out and for the peer to close.
+const terminateTimeout = 2 * time.Second
+
+// closeLinger bounds how long a disconnect waits for the responses
+// already queued (the Read Responses that complete the peer's last Sends
+// and Writes) to go out before the socket closes.
+const closeLinger = 200 * time.Millisecond
+
+// debug turns on a line on stderr for each connection that ends, and
+// why (environment variable GOVERBS_IWARP_DEBUG=1).
+var debug = os.Getenv("GOVERBS_IWARP_DEBUG") != ""
+
+func debugf(format string, args ...any) {
+	if debug {
+		fmt.Fprintf(os.Stderr, "iwarp: "+format+"\n", args...)
+	}
+}
+
+// conn is a connection and the state its goroutines keep.
+type conn struct {
+	q      *qp
+	nc     *net.TCPConn
+	crc    bool // MPA CRC32c in use
+	ext    bool // RFC 7306 extensions negotiated
+	ird    int  // Reads and atomics this side serves at once
+	ord    int  // Reads and atomics this side may have outstanding
+	remote driver.ConnParam
+
+	// Connection setup: the initiator sends an RTR first (rtrOut); the
+	// responder sends nothing until the first FPDU arrives (gate), and
+	// with peer-to-peer mode that FPDU is the RTR it expects (wantRTR),
+	// whose arrival rtrSeen signals.
+	initiator bool
+	wantRTR   wire.RTR
+	rtrOut    wire.RTR
+	gate      atomic.Bool
+	rtrSeen   chan struct{}
+	remoteQPN atomic.Uint32
+
+	// Startup kick (initiator): see kickCheck.
+	heard     atomic.Bool // an FPDU came from the peer
+	kickMu    sync.Mutex  // guards the timer and the delay
+	kickTimer *time.Timer
+	kickDelay time.Duration
+	kickNow   bool // guarded by q.mu: send a zero-length Write
+
+	// txMu makes one goroutine at a time the transmitter: the transmit
+	// goroutine, or a posting goroutine in transmit. It guards tb and
+	// txStopped.
+	txMu      sync.Mutex
+	txStopped bool
+
+	wake   chan struct{} // wakes the transmitter
+	txDone chan struct{} // closed when the transmitter has stopped
+	done   chan struct{} // closed when the connection has ended
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+	aborted   atomic.Bool
+
+	// Guarded by q.mu: the responses the receiver queued for the
+	// transmitter, and the Terminate that ends the stream.
+	irq     []irqEntry
+	irqHead uint64
+	irqTail uint64
+	term    bool
+	termBuf [wire.TerminateMaxLen]byte
+	termLen int
+	// closing: the application disconnects; the transmitter sends the
+	// responses already queued, then half-closes the stream.
+	closing bool
+
+	tb txBatch // the transmitter's
+	rx rxState // the receiver's
+}
+
+// irqKind is the kind of a queued response.
+type irqKind uint8
+
+const (
+	irqRead   irqKind = iota // a Read Response
+	irqAtomic                // an Atomic Response
+)
+
+// irqEntry is a response the transmitter owes the peer.
+type irqEntry struct {
+	kind     irqKind
+	sinkSTag uint32
+	sinkTO   uint64
+	src      []byte // the memory read
+	off      int    // bytes of it sent
+	id       uint32 // atomic request identifier
+	value    uint64 // atomic original value
+}
+
+// newConn makes the connection of q over nc with what MPA negotiated.
+func newConn(q *qp, nc *net.TCPConn, crc, ext bool, ird, ord int) *conn {
+	c := &conn{q: q, nc: nc, crc: crc, ext: ext, ird: min(ird, maxRdAtomic), ord: min(ord, maxRdAtomic),
+		rtrSeen: make(chan struct{}), wake: make(chan struct{}, 1), txDone: make(chan struct{}), done: make(chan struct{})}
+	c.irq = make([]irqEntry, c.ird)
+	nc.SetNoDelay(true)
+	nc.SetKeepAlive(true)
+	return c
+}
+
+// start runs the connection's goroutines.
+func (c *conn) start() {
+	c.wg.Add(2)
+	go c.rxLoop()
+	go c.txLoop()
+	if c.initiator {
+		c.kickMu.Lock()
+		c.kickDelay = kickFirst
+		c.kickTimer = time.AfterFunc(c.kickDelay, c.kickCheck)
+		c.kickMu.Unlock()
+	}
+}
+
+// The first kick and the last wait of the startup kick.
+const (
+	kickFirst = 5 * time.Millisecond
+	kickLast  = time.Second
+)
+
+// kickCheck works around a race in Linux siw's connection setup (6.1 and
+// later): siw sends its MPA Reply before it hooks the socket's data
+// callback for RDMA mode, so FPDUs that arrive in between sit in its
+// socket unread until more data comes. An initiator that has heard
+// nothing from the peer while it waits for a response sends a zero-length
+// RDMA Write (a no-op any iWARP responder takes), a few times with
+// growing waits, which makes siw read what was stranded.
+func (c *conn) kickCheck() {
+	if c.heard.Load() || c.aborted.Load() {
+		return
+	}
+	q := c.q
+	q.mu.Lock()
+	if q.c == c && q.req.orqLen() > 0 {
+		c.kickNow = true
+		c.wakeTx()
+	}
+	q.mu.Unlock()
+	c.kickMu.Lock()
+	if c.kickDelay *= 2; c.kickDelay <= kickLast && !c.aborted.Load() {
+		c.kickTimer.Reset(c.kickDelay)
+	}
+	c.kickMu.Unlock()
+}
+
+// wakeTx makes the transmitter look for work.
+func (c *conn) wakeTx() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// abort ends the connection at once, without a Terminate: the socket is
+// closed (which waits for any read or write in progress to return, so
+// that nothing is placed after abort returns) and both goroutines stop.
+// It may be called with q.mu held.
+func (c *conn) abort() {
+	c.aborted.Store(true)
+	c.kickMu.Lock()
+	if c.kickTimer != nil {
+		c.kickTimer.Stop()
+	}
+	c.kickMu.Unlock()
+	c.closeOnce.Do(func() { c.nc.Close() })
+	c.wakeTx()
+}
+
+// wait waits for the connection's goroutines to end. q.mu must not be held.
+func (c *conn) wait() { c.wg.Wait() }
+
+// terminate queues a Terminate for the transmitter, which sends it after
+// the responses already queued and then half-closes the stream. The
+// headers hdr of the offending segment are copied into it. q.mu is held.
+func (c *conn) terminate(layer wire.Layer, etype, ecode uint8, hdr wire.Hdr) {
+	if c.term {
+		return
+	}
+	c.term = true
+	c.termLen = wire.SetTerminate(c.termBuf[:], 1, layer, etype, ecode, hdr)
+	c.wakeTx()
+}
+
+// txLoop is the transmitter.
+func (c *conn) txLoop() {
+	defer c.wg.Done()
+	defer close(c.txDone)
+	for range c.wake {
+		c.txMu.Lock()
+		for {
+			more, stop := c.txRound()
+			if stop {
+				c.txStopped = true
+				c.txMu.Unlock()
+				return
+			}
+			if !more {
+				break
+			}
+		}
+		c.txMu.Unlock()
+	}
+}
+
+// transmit does a transmit round in the posting goroutine, when the
+// transmitter is not in one, to spare a goroutine switch on the way from
+// PostSend to the socket; otherwise, or when more is left, it wakes the
+// transmitter. The round may block while the socket's send buffer is
+// full. q.mu must not be held.
+func (c *conn) transmit() {
+	if !c.txMu.TryLock() {
+		c.wakeTx()
+		return
+	}
+	more, stop := false, c.txStopped
+	if !stop {
+		more, stop = c.txRound()
+		c.txStopped = stop
+	}
+	c.txMu.Unlock()
+	if more || stop {
+		c.wakeTx()
+	}
+}
+
+// txRound builds one batch under q.mu and writes it without. It reports
+// whether to go round again at once, and whether the transmitter is
+// done (after a Terminate, a write error or an abort). c.txMu is held.
+func (c *conn) txRound() (more, stop bool) {
+	if c.txStopped {
+		return false, true
+	}
+	q := c.q
+	b := &c.tb
+	b.reset()
+	q.mu.Lock()
+	if c.aborted.Load() || q.c != c {
+		q.mu.Unlock()
+		return false, true
+	}
+	if !c.gate.Load() {
+		q.mu.Unlock()
+		return false, false
+	}
+	if c.rtrOut != 0 {
+		// The RTR of peer-to-peer mode goes first (RFC 6581): a
+		// zero-length RDMA Write, whose Tagged Offset tells a goverbs
+		// peer this QP's number.
+		to := uint64(0)
+		if c.ext {
+			to = wire.RTRQPNTag | uint64(q.num)
+		}
+		wire.Hdr(b.header(wire.TaggedLen)).SetTagged(wire.OpWrite, true, 1, to, 0)
+		b.endFrame(nil, 0, 0)
+		c.rtrOut = 0
+	}
+	if c.kickNow {
+		wire.Hdr(b.header(wire.TaggedLen)).SetTagged(wire.OpWrite, true, 1, 0, 0)
+		b.endFrame(nil, 0, 0)
+		c.kickNow = false
+	}
+	c.addResponses(b)
+	finish := false
+	if c.term && c.irqHead == c.irqTail && b.room(c.termLen, 0) {
+		copy(b.header(c.termLen), c.termBuf[:c.termLen])
+		b.endFrame(nil, 0, 0)
+		finish = true
+	} else if c.closing && !c.term {
+		// A disconnect: the responses queued go out, then the FIN.
+		finish = c.irqHead == c.irqTail
+	} else if !c.term && q.attr.State == driver.QPSRTS {
+		q.sq.Progress(q)
+		if q.req.failing {
+			// A WR failed locally: the QP fails and the stream ends
+			// without this batch.
+			q.afterProgress()
+			q.mu.Unlock()
+			return false, true
+		}
+		q.completeInOrder()
+		if q.req.needConfirm(int(q.cap.MaxSendWR)) {
+			q.req.addConfirm(b)
+		}
+	}
+	more = b.full
+	q.mu.Unlock()
+	if b.nframes > 0 {
+		if c.crc {
+			b.computeCRCs()
+		}
+		if finish && !c.closing {
+			c.nc.SetWriteDeadline(time.Now().Add(terminateTimeout))
+		}
+		if raceEnabled {
+			raceRelease(c.nc)
+		}
+		b.bufs = b.iov[:b.niov]
+		if _, err := b.bufs.WriteTo(c.nc); err != nil {
+			c.streamBroken()
+			return false, true
+		}
+	}
+	if finish {
+		c.nc.CloseWrite()
+		return false, true
+	}
+	return more, false
+}
+
+// addResponses builds the queued Read and Atomic Responses into b, in
+// order, as far as the batch takes them. q.mu is held.
+func (c *conn) addResponses(b *txBatch) {
+	var src sglist.List
+	for c.irqHead != c.irqTail {
+		e := &c.irq[c.irqHead%uint64(len(c.irq))]
+		switch e.kind {
+		case irqAtomic:
+			if !b.room(wire.AtomicRespLen, 0) {
+				return
+			}
+			c.q.req.msn[wire.QNAtomic]++
+			wire.AtomicResponse(b.header(wire.AtomicRespLen)).Set(c.q.req.msn[wire.QNAtomic], e.id, e.value)
+			b.endFrame(nil, 0, 0)
+		case irqRead:
+			src.One(e.src)
+			for first := true; first || e.off < len(e.src); first = false {
+				n := min(len(e.src)-e.off, maxPayload)
+				if !b.room(wire.TaggedLen, n) {
+					return
+				}
+				last := e.off+n == len(e.src)
+				wire.Hdr(b.header(wire.TaggedLen)).SetTagged(wire.OpReadResponse, last, e.sinkSTag, e.sinkTO+uint64(e.off), n)
+				b.endFrame(&src, uint64(e.off), n)
+				e.off += n
+			}
+		}
+		*e = irqEntry{}
+		c.irqHead++
+	}
+}
+
+// raceRelease gives the race detector the happens-before edge a socket
+// write carries to the reads of the data it wrote: the runtime annotates
+// write(2) and read(2) for the race detector but not writev(2), so with
+// both ends in one process the detector would otherwise not see that a
+// receiver's completion follows what the sender's goroutines did. A
+// write of nothing, just before the writev, is a write(2) of nothing.
+func raceRelease(nc *net.TCPConn) { nc.Write(nil) }
+
+// streamBroken handles a failed write: the peer is gone or the stream
+// was closed under the transmitter. The QP moves to the error state.
+func (c *conn) streamBroken() {
+	q := c.q
+	q.mu.Lock()
+	if q.c == c && !q.destroyed {
+		q.toErr()
+	}
+	q.mu.Unlock()
+	c.abort()
+}
+
+// txBatch is one writev: the headers and trailers in an arena, the
+// registered memory in place, and where each frame's CRC goes.
+type txBatch struct {
+	arena   [arenaLen]byte
+	na      int
+	iov     [batchIovs][]byte
+	niov    int
+	bufs    net.Buffers
+	frames  [batchFrames]frameRef
+	nframes int
+	bytes   int
+	full    bool // a frame did not fit: go round again
+	hstart  int  // arena offset of the frame being built
+}
+
+// frameRef locates a frame in the batch for its CRC: its iovecs, and
+// the arena offset of its CRC field.
+type frameRef struct {
+	iov0, iov1 int
+	crcOff     int
+}
+
+func (b *txBatch) reset() {
+	clear(b.iov[:b.niov])
+	b.bufs = nil
+	b.na, b.niov, b.nframes, b.bytes, b.full = 0, 0, 0, 0, false
+}
+
+// room reports whether a frame with hlen bytes of headers and n bytes of
+// payload fits; if not, the batch is marked full.
+func (b *txBatch) room(hlen, n int) bool {
+	ok := b.nframes < batchFrames && b.na+hlen+3+wire.CRCLen <= arenaLen &&
+		b.niov+maxSGE+2 <= batchIovs && (b.bytes == 0 || b.bytes+hlen+n <= batchBytes)
+	if !ok {
+		b.full = true
+	}
+	return ok
+}
+
+// header reserves hlen bytes of the arena for the headers of the next
+// frame and returns them.
+func (b *txBatch) header(hlen int) []byte {
+	b.hstart = b.na
+	b.na += hlen
+	return b.arena[b.hstart:b.na]
+}
+
+// endFrame completes the frame whose headers header returned: n bytes of
+// payload from src at offset off (none if src is nil), then pad and
+// CRC. The ULPDU length in the headers must already be right.
+func (b *txBatch) endFrame(src *sglist.List, off uint64, n int) {
+	f := &b.frames[b.nframes]
+	b.nframes++
+	f.iov0 = b.niov
+	hdr := b.arena[b.hstart:b.na]
+	b.iov[b.niov] = hdr
+	b.niov++
+	if src != nil && n > 0 {
+		rem := n
+		for i := 0; i < src.N() && rem > 0; i++ {
+			s := src.Seg(i)
+			if off >= uint64(len(s)) {
+				off -= uint64(len(s))
+				continue
+			}
+			s = s[off:]
+			off = 0
+			if len(s) > rem {
+				s = s[:rem]
+			}
+			b.iov[b.niov] = s
+			b.niov++
+			rem -= len(s)
+		}
+	}
+	ulpdu := wire.Hdr(hdr).ULPDULen()
+	pad := wire.Pad(ulpdu)
+	t := b.arena[b.na : b.na+pad+wire.CRCLen]
+	clear(t)
+	f.crcOff = b.na + pad
+	b.na += pad + wire.CRCLen
+	b.iov[b.niov] = t
+	b.niov++
+	f.iov1 = b.niov
+	b.bytes += len(hdr) + n + len(t)
+}
+
+// computeCRCs fills the CRC of every frame: CRC32c over the length
+// field, the ULPDU and the pad.
+func (b *txBatch) computeCRCs() {
+	for i := range b.nframes {
+		f := &b.frames[i]
+		var crc uint32
+		for j := f.iov0; j < f.iov1; j++ {
+			s := b.iov[j]
+			if j == f.iov1-1 {
+				s = s[:len(s)-wire.CRCLen]
+			}
+			crc = crc32.Update(crc, wire.Castagnoli, s)
+		}
+		wire.PutCRC(b.arena[f.crcOff:], crc)
+	}
+}
+
+// Connection end: the receiver ends the connection when the stream ends,
+// breaks, or carries an error, and closes done once the QP is in the
+// error state.
+
+// finish records the end of the connection: the QP moves to the error
+// state if it still uses this connection, and done closes.
+func (c *conn) finish() {
+	q := c.q
+	q.mu.Lock()
+	if q.c == c && !q.destroyed {
+		q.toErr()
+	}
+	q.mu.Unlock()
+	c.abort()
+	close(c.done)
+}
+
+// driver.Conn of a connection.
+
+// connHandle is the driver.Conn cm hands out.
+type connHandle struct {
+	c      *conn
+	remote driver.ConnParam
+}
+
+func (h *connHandle) RemoteParam() driver.ConnParam { return h.remote }
+func (h *connHandle) Done() <-chan struct{}         { return h.c.done }
+
+// Close disconnects: the QP moves to the error state, the responses
+// already queued for the peer go out (so that the Sends and Writes of
+// the peer that this side received complete there as successes), the
+// socket closes (the peer sees the stream end and fails its QP), and the
+// goroutines are waited for.
+func (h *connHandle) Close() error {
+	c, q := h.c, h.c.q
+	q.mu.Lock()
+	linger := false
+	if q.c == c && !q.destroyed {
+		q.toErr()
+		c.closing = true
+		linger = !c.aborted.Load() && c.gate.Load()
+	}
+	q.mu.Unlock()
+	if linger {
+		c.wakeTx()
+		t := time.NewTimer(closeLinger)
+		select {
+		case <-c.txDone:
+		case <-c.done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	c.abort()
+	c.wait()
+	return nil
+}

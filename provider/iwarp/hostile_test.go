@@ -1,0 +1,483 @@
+package iwarp_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/provider/iwarp/wire"
+	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/verbstest"
+)
+
+// A hostile peer: a raw TCP client that does the MPA handshake by hand
+// with a goverbs endpoint (the victim) and then sends what it likes.
+
+// victim is a goverbs endpoint with one QP accepting a connection.
+type victim struct {
+	e        *verbstest.Local
+	l        *cm.Listener
+	accepted chan error
+	conn     *cm.Conn
+}
+
+// newVictim makes the endpoint and starts accepting one connection with
+// ird Read and atomic responder resources.
+func newVictim(t testing.TB, ird uint8) *victim {
+	t.Helper()
+	opts := verbstest.PairOptions{}.Defaults()
+	e, err := verbstest.NewLocal("tcp0", opts, false)
+	if err != nil {
+		t.Fatalf("victim endpoint: %v", err)
+	}
+	l, err := cm.Listen("tcp://127.0.0.1:0")
+	if err != nil {
+		e.Close()
+		t.Fatalf("listen: %v", err)
+	}
+	v := &victim{e: e, l: l, accepted: make(chan error, 1)}
+	t.Cleanup(func() {
+		l.Close()
+		if v.conn != nil {
+			v.conn.Close()
+		}
+		e.Close()
+	})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		req, err := l.Accept(ctx)
+		if err == nil {
+			v.conn, err = req.Accept(e.QPs[0], &cm.Param{ResponderResources: ird})
+		}
+		v.accepted <- err
+	}()
+	return v
+}
+
+// hostile is the raw end of the connection.
+type hostile struct {
+	t   testing.TB
+	nc  net.Conn
+	crc bool
+	ird int // the victim's IRD
+	ext bool
+	msn [wire.NumQN]uint32
+}
+
+// dialHostile connects to the victim with an MPA v2 request (peer-to-peer
+// with an RTR Write, offering RFC 7306 if ext, CRC if crc) and, unless
+// noRTR, sends the RTR.
+func dialHostile(t testing.TB, v *victim, crc, ext, noRTR bool) *hostile {
+	t.Helper()
+	nc, err := net.Dial("tcp", v.l.Addr()[len("tcp://"):])
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	flags := byte(wire.FlagEnhanced)
+	if crc {
+		flags |= wire.FlagCRC
+	}
+	if ext {
+		flags |= wire.FlagExtOffer
+	}
+	req := make(wire.Frame, wire.FrameHeaderLen+wire.V2Len)
+	req.SetHeader(wire.KeyReq, flags, wire.Revision2, wire.V2Len)
+	wire.V2(req[wire.FrameHeaderLen:]).Set(4, 4, true, wire.RTRWrite)
+	if _, err := nc.Write(req); err != nil {
+		t.Fatalf("send MPA request: %v", err)
+	}
+	rep := make([]byte, wire.FrameHeaderLen)
+	if _, err := io.ReadFull(nc, rep); err != nil {
+		t.Fatalf("read MPA reply: %v", err)
+	}
+	n, err := wire.ValidateFrameHeader(rep)
+	if err != nil || !wire.Frame(rep).IsReply() || wire.Frame(rep).Flags()&wire.FlagReject != 0 {
+		t.Fatalf("MPA reply %x: %v", rep, err)
+	}
+	pd := make([]byte, n)
+	if _, err := io.ReadFull(nc, pd); err != nil {
+		t.Fatalf("read MPA reply private data: %v", err)
+	}
+	h := &hostile{t: t, nc: nc, crc: wire.Frame(rep).Flags()&wire.FlagCRC != 0, ird: wire.V2(pd).IRD(),
+		ext: wire.Frame(rep).Flags()&wire.FlagExtAccept != 0, msn: [wire.NumQN]uint32{1, 1, 1, 1}}
+	if !noRTR {
+		var rtr [wire.TaggedLen]byte
+		wire.Hdr(rtr[:]).SetTagged(wire.OpWrite, true, 1, wire.RTRQPNTag|0x999, 0)
+		h.send(h.fpdu(rtr[:], nil))
+		if err := <-v.accepted; err != nil {
+			t.Fatalf("victim accept: %v", err)
+		}
+	}
+	return h
+}
+
+// fpdu frames headers and payload: length field (already in hdr), pad
+// and CRC.
+func (h *hostile) fpdu(hdr, payload []byte) []byte {
+	b := append(append([]byte(nil), hdr...), payload...)
+	b = append(b, make([]byte, wire.Pad(len(b)-2))...)
+	var crc [4]byte
+	if h.crc {
+		wire.PutCRC(crc[:], crc32.Checksum(b, wire.Castagnoli))
+	}
+	return append(b, crc[:]...)
+}
+
+func (h *hostile) send(b []byte) {
+	h.t.Helper()
+	if _, err := h.nc.Write(b); err != nil {
+		h.t.Fatalf("hostile write: %v", err)
+	}
+}
+
+// untagged returns untagged headers of op on queue qn with the next MSN.
+func (h *hostile) untagged(op wire.Opcode, qn uint32, payload int) []byte {
+	b := make([]byte, wire.HeaderLen(op))
+	wire.Hdr(b).SetUntagged(op, true, 0, qn, h.msn[qn], 0, payload)
+	h.msn[qn]++
+	return b
+}
+
+// write returns the FPDU of an RDMA Write of payload at stag:to.
+func (h *hostile) write(stag uint32, to uint64, payload []byte) []byte {
+	var b [wire.TaggedLen]byte
+	wire.Hdr(b[:]).SetTagged(wire.OpWrite, true, stag, to, len(payload))
+	return h.fpdu(b[:], payload)
+}
+
+// readRequest returns the FPDU of an RDMA Read Request.
+func (h *hostile) readRequest(size, stag uint32, to uint64) []byte {
+	b := make([]byte, wire.ReadRequestLen)
+	wire.ReadRequest(b).Set(h.msn[wire.QNRead], 0x5151, 0, size, stag, to)
+	h.msn[wire.QNRead]++
+	return h.fpdu(b, nil)
+}
+
+// expectTerminate reads FPDUs from the victim until a Terminate and
+// checks its error; it returns the Terminate.
+func (h *hostile) expectTerminate(layer wire.Layer, etype, ecode uint8) wire.Terminate {
+	h.t.Helper()
+	for {
+		var l [2]byte
+		if _, err := io.ReadFull(h.nc, l[:]); err != nil {
+			h.t.Fatalf("no Terminate from the victim: %v", err)
+		}
+		n := int(binary.BigEndian.Uint16(l[:]))
+		b := make([]byte, 2+n+wire.Pad(n)+wire.CRCLen)
+		copy(b, l[:])
+		if _, err := io.ReadFull(h.nc, b[2:]); err != nil {
+			h.t.Fatalf("no Terminate from the victim: %v", err)
+		}
+		if h.crc {
+			if got, want := wire.CRC(b[len(b)-4:]), crc32.Checksum(b[:len(b)-4], wire.Castagnoli); got != want {
+				h.t.Fatalf("victim FPDU with CRC %#x, want %#x", got, want)
+			}
+		}
+		if n < wire.TaggedLen-2 || wire.Hdr(b).Opcode() != wire.OpTerminate {
+			continue
+		}
+		if n < wire.TerminateLen-2 {
+			h.t.Fatalf("Terminate of %d bytes", n)
+		}
+		term := wire.Terminate(b[:2+n])
+		if term.Layer() != layer || term.EType() != etype || term.ECode() != ecode {
+			h.t.Fatalf("Terminate reports %v, want layer %d type %d code %#x", term, layer, etype, ecode)
+		}
+		if wire.Hdr(term).QN() != wire.QNTerminate || wire.Hdr(term).MSN() != 1 {
+			h.t.Fatalf("Terminate on queue %d with MSN %d", wire.Hdr(term).QN(), wire.Hdr(term).MSN())
+		}
+		return term
+	}
+}
+
+// expectVictimError waits for the victim's QP to reach the error state.
+func expectVictimError(t testing.TB, v *victim) {
+	t.Helper()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		if s, err := v.e.QPState(0); err == nil && s == verbs.QPSErr {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			s, _ := v.e.QPState(0)
+			t.Fatalf("the victim's QP is in %v, want ERR within 10s", s)
+		}
+	}
+}
+
+// guarded is a region of the victim with its content at the start.
+type guarded struct {
+	r    verbstest.Region
+	snap []byte
+}
+
+func guard(t testing.TB, v *victim, size int, access verbs.AccessFlags) guarded {
+	t.Helper()
+	r, err := v.e.NewRegion(size, access)
+	if err != nil {
+		t.Fatalf("victim region: %v", err)
+	}
+	data := bytes.Repeat([]byte{0x5a}, size)
+	if err := v.e.WriteRegion(r.ID, 0, data); err != nil {
+		t.Fatal(err)
+	}
+	return guarded{r: r, snap: data}
+}
+
+// intact checks that the region's canaries are intact and its bytes
+// outside [from, to) unchanged.
+func (g guarded) intact(t testing.TB, v *victim, from, to int) {
+	t.Helper()
+	ok, err := v.e.CanariesIntact(g.r.ID)
+	if err != nil || !ok {
+		t.Fatalf("canaries around the victim's region: intact %v, %v", ok, err)
+	}
+	b, err := v.e.ReadRegion(g.r.ID, 0, g.r.Len)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range b {
+		if (i < from || i >= to) && b[i] != g.snap[i] {
+			t.Fatalf("byte %d of the victim's region changed from %#x to %#x", i, g.snap[i], b[i])
+		}
+	}
+}
+
+// TestHostilePeer sends the victim each kind of bad input and checks the
+// outcome: a Terminate with the error RFC 5040/5041/5044 prescribe, the
+// victim's QP in the error state, no byte outside registered regions (or
+// inside, but outside what a legitimate part of the input named)
+// changed, and no goroutine left behind (TestMain runs goleak).
+func TestHostilePeer(t *testing.T) {
+	type tc struct {
+		name  string
+		crc   bool
+		ext   bool
+		noRTR bool
+		ird   uint8
+		// run sends the bad input and returns the range of the target
+		// region it may legitimately have changed.
+		run   func(t *testing.T, h *hostile, v *victim, g guarded) (from, to int)
+		layer wire.Layer
+		etype uint8
+		ecode uint8
+	}
+	payload := bytes.Repeat([]byte{0xee}, 32)
+	cases := []tc{
+		{name: "ForgedSTag", run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			h.send(h.write(g.r.RKey^0xdead0000, g.r.Addr, payload))
+			return 0, 0
+		}, layer: wire.LayerDDP, etype: wire.DDPTaggedError, ecode: wire.DDPInvalidSTag},
+		{name: "OffsetPastEnd", run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			h.send(h.write(g.r.RKey, g.r.Addr+uint64(g.r.Len)-8, payload))
+			return 0, 0
+		}, layer: wire.LayerDDP, etype: wire.DDPTaggedError, ecode: wire.DDPBaseBounds},
+		{name: "OffsetBelowStart", run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			h.send(h.write(g.r.RKey, g.r.Addr-8, payload))
+			return 0, 0
+		}, layer: wire.LayerDDP, etype: wire.DDPTaggedError, ecode: wire.DDPBaseBounds},
+		{name: "OffsetWraps", run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			h.send(h.write(g.r.RKey, ^uint64(0)-4, payload))
+			return 0, 0
+		}, layer: wire.LayerDDP, etype: wire.DDPTaggedError, ecode: wire.DDPBaseBounds},
+		{name: "ReadForgedSTag", run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			h.send(h.readRequest(16, g.r.RKey+1, g.r.Addr))
+			return 0, 0
+		}, layer: wire.LayerRDMAP, etype: wire.RDMAPRemoteProtect, ecode: wire.RDMAPInvalidSTag},
+		{name: "ReadOversize", run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			h.send(h.readRequest(0xffffffff, g.r.RKey, g.r.Addr))
+			return 0, 0
+		}, layer: wire.LayerRDMAP, etype: wire.RDMAPRemoteProtect, ecode: wire.RDMAPBaseBounds},
+		{name: "SendTooLong", run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			if n, err := v.e.PostRecv(0, []verbs.RecvWR{{WRID: 5, SGList: []verbs.SGE{g.r.SGE(0, 8)}}}); n != 1 {
+				t.Fatalf("post receive: %v", err)
+			}
+			h.send(h.fpdu(h.untagged(wire.OpSend, wire.QNSend, len(payload)), payload))
+			return 0, 8
+		}, layer: wire.LayerDDP, etype: wire.DDPUntaggedError, ecode: wire.DDPTooLong},
+		{name: "SendNoReceive", run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			h.send(h.fpdu(h.untagged(wire.OpSend, wire.QNSend, len(payload)), payload))
+			return 0, 0
+		}, layer: wire.LayerDDP, etype: wire.DDPUntaggedError, ecode: wire.DDPNoBuffer},
+		{name: "SendBadMSN", run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			h.msn[wire.QNSend] = 7
+			h.send(h.fpdu(h.untagged(wire.OpSend, wire.QNSend, 0), nil))
+			return 0, 0
+		}, layer: wire.LayerDDP, etype: wire.DDPUntaggedError, ecode: wire.DDPInvalidMSN},
+		{name: "SendBadQN", run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			b := h.untagged(wire.OpSend, wire.QNSend, 0)
+			binary.BigEndian.PutUint32(b[8:], 9) // QN 9
+			h.send(h.fpdu(b, nil))
+			return 0, 0
+		}, layer: wire.LayerDDP, etype: wire.DDPUntaggedError, ecode: wire.DDPInvalidQN},
+		{name: "UnknownOpcode", run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			b := h.untagged(wire.OpSend, wire.QNSend, 0)
+			b[3] = b[3]&^0xf | 0xd
+			h.send(h.fpdu(b, nil))
+			return 0, 0
+		}, layer: wire.LayerRDMAP, etype: wire.RDMAPRemoteOperation, ecode: wire.RDMAPUnexpectedOpcode},
+		{name: "ExtensionNotNegotiated", run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			b := make([]byte, wire.ImmDataLen)
+			wire.ImmData(b).Set(false, 1, 7, 0)
+			h.send(h.fpdu(b, nil))
+			return 0, 0
+		}, layer: wire.LayerRDMAP, etype: wire.RDMAPRemoteOperation, ecode: wire.RDMAPUnexpectedOpcode},
+		{name: "ULPDUShorterThanHeaders", run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			var b [wire.TaggedLen]byte
+			wire.Hdr(b[:]).SetTagged(wire.OpWrite, true, g.r.RKey, g.r.Addr, 0)
+			binary.BigEndian.PutUint16(b[:], 3)
+			h.send(h.fpdu(b[:], nil))
+			return 0, 0
+		}, layer: wire.LayerLLP, etype: wire.LLPMPAError, ecode: wire.LLPLengthMismatch},
+		{name: "TruncatedFrame", run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			f := h.write(g.r.RKey, g.r.Addr, payload)
+			h.send(f[:wire.TaggedLen+10])
+			h.nc.(*net.TCPConn).CloseWrite()
+			return 0, 10
+		}, layer: wire.LayerLLP, etype: wire.LLPMPAError, ecode: wire.LLPConnectionLost},
+		{name: "BadCRC", crc: true, run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			f := h.write(g.r.RKey, g.r.Addr, payload)
+			f[len(f)-1] ^= 0xff
+			h.send(f)
+			return 0, len(payload)
+		}, layer: wire.LayerLLP, etype: wire.LLPMPAError, ecode: wire.LLPCRCError},
+		{name: "MoreReadsThanIRD", ird: 1, run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			// The first response (the whole region) cannot leave the
+			// victim while this side does not read, so the second
+			// request finds the IRD of 1 in use.
+			if h.ird != 1 {
+				t.Fatalf("victim offered IRD %d, want 1", h.ird)
+			}
+			h.send(append(h.readRequest(uint32(g.r.Len), g.r.RKey, g.r.Addr), h.readRequest(8, g.r.RKey, g.r.Addr)...))
+			return 0, 0
+		}, layer: wire.LayerRDMAP, etype: wire.RDMAPRemoteOperation, ecode: wire.RDMAPCatastrophicLocal},
+		{name: "UnsolicitedReadResponse", run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			var b [wire.TaggedLen]byte
+			wire.Hdr(b[:]).SetTagged(wire.OpReadResponse, true, g.r.RKey, g.r.Addr, len(payload))
+			h.send(h.fpdu(b[:], payload))
+			return 0, 0
+		}, layer: wire.LayerDDP, etype: wire.DDPTaggedError, ecode: wire.DDPInvalidSTag},
+		{name: "WrongRTR", noRTR: true, run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			h.send(h.fpdu(h.untagged(wire.OpSend, wire.QNSend, 0), nil))
+			return 0, 0
+		}, layer: wire.LayerLLP, etype: wire.LLPMPAError, ecode: wire.LLPNoMatchingRTR},
+		{name: "AtomicMisaligned", ext: true, run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			b := make([]byte, wire.AtomicReqLen)
+			wire.AtomicRequest(b).Set(h.msn[wire.QNAtomic], wire.AtomicFetchAdd, 1, g.r.RKey, g.r.Addr+3, 1, 0, 0, 0)
+			h.send(h.fpdu(b, nil))
+			return 0, 0
+		}, layer: wire.LayerRDMAP, etype: wire.RDMAPRemoteOperation, ecode: wire.RDMAPUnspecified},
+		{name: "AtomicForgedSTag", ext: true, run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			b := make([]byte, wire.AtomicReqLen)
+			wire.AtomicRequest(b).Set(h.msn[wire.QNAtomic], wire.AtomicFetchAdd, 1, g.r.RKey^0x100, g.r.Addr, 1, 0, 0, 0)
+			h.send(h.fpdu(b, nil))
+			return 0, 0
+		}, layer: wire.LayerRDMAP, etype: wire.RDMAPRemoteProtect, ecode: wire.RDMAPInvalidSTag},
+		{name: "InvalidateForgedSTag", run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			if n, err := v.e.PostRecv(0, []verbs.RecvWR{{WRID: 5, SGList: []verbs.SGE{g.r.SGE(0, 8)}}}); n != 1 {
+				t.Fatalf("post receive: %v", err)
+			}
+			b := h.untagged(wire.OpSendInv, wire.QNSend, 0)
+			binary.BigEndian.PutUint32(b[4:], g.r.RKey^0x77000000)
+			h.send(h.fpdu(b, nil))
+			return 0, 8
+		}, layer: wire.LayerRDMAP, etype: wire.RDMAPRemoteOperation, ecode: wire.RDMAPCannotInvalidate},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ird := c.ird
+			if ird == 0 {
+				ird = 4
+			}
+			v := newVictim(t, ird)
+			size := 4096
+			if c.name == "MoreReadsThanIRD" {
+				size = 32 << 20
+			}
+			g := guard(t, v, size, verbs.AccessLocalWrite|verbs.RemoteAccess)
+			h := dialHostile(t, v, c.crc, c.ext, c.noRTR)
+			if c.ext && !h.ext {
+				t.Fatal("the victim did not accept the RFC 7306 extensions")
+			}
+			from, to := c.run(t, h, v, g)
+			h.expectTerminate(c.layer, c.etype, c.ecode)
+			expectVictimError(t, v)
+			g.intact(t, v, from, to)
+			h.nc.Close()
+			if c.noRTR {
+				if err := <-v.accepted; err == nil {
+					t.Fatal("the victim accepted a connection whose first FPDU was not the RTR")
+				}
+			}
+		})
+	}
+}
+
+// TestTerminateNamesOffender checks that a Terminate carries the headers
+// of the segment it terminates, so that the peer can tell which WR
+// failed.
+func TestTerminateNamesOffender(t *testing.T) {
+	v := newVictim(t, 4)
+	g := guard(t, v, 64, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	h := dialHostile(t, v, false, false, false)
+	forged := g.r.RKey ^ 0x00ab0000
+	h.send(h.write(forged, 0x1234, []byte("x")))
+	term := h.expectTerminate(wire.LayerDDP, wire.DDPTaggedError, wire.DDPInvalidSTag)
+	th := term.Terminated()
+	if th == nil || !th.Tagged() || th.STag() != forged || th.TO() != 0x1234 || th.Opcode() != wire.OpWrite {
+		t.Fatalf("Terminate %x does not carry the Write's headers", []byte(term))
+	}
+	expectVictimError(t, v)
+}
+
+// TestMarkersRefused checks that a request for MPA markers is refused
+// with a Reply that has the Reject flag, and that the listener keeps
+// serving.
+func TestMarkersRefused(t *testing.T) {
+	l, err := cm.Listen("tcp://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Accept(ctx)
+		done <- err
+	}()
+	nc, err := net.Dial("tcp", l.Addr()[len("tcp://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	req := make(wire.Frame, wire.FrameHeaderLen)
+	req.SetHeader(wire.KeyReq, wire.FlagMarkers, wire.Revision1, 0)
+	nc.Write(req)
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	rep := make([]byte, wire.FrameHeaderLen)
+	if _, err := io.ReadFull(nc, rep); err != nil {
+		t.Fatalf("read reply: %v", err)
+	}
+	if !wire.Frame(rep).IsReply() || wire.Frame(rep).Flags()&wire.FlagReject == 0 || wire.Frame(rep).Flags()&wire.FlagMarkers != 0 {
+		t.Fatalf("reply to a request for markers: %x, want a Reply with R set and M clear", rep)
+	}
+	if err := <-done; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Accept returned %v, want it to keep waiting until its context ends", err)
+	}
+}

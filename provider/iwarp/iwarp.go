@@ -1,0 +1,341 @@
+// Package iwarp is goverbs' software iWARP provider, device "tcp0": RDMA
+// over TCP on the standard wire, like Linux siw, so that a host running
+// siw is a peer and Wireshark's iwarp_mpa and iwarp_ddp_rdmap dissectors
+// decode its traffic. Import it for its side effect and connect QPs with
+// cm at tcp://host:port:
+//
+//	import _ "github.com/goverbs/goverbs/provider/iwarp"
+//
+// The wire (package wire): one TCP connection per QP; MPA framing (RFC
+// 5044) with the enhanced connection setup of RFC 6581 (IRD and ORD
+// negotiation, peer-to-peer mode with a zero-length RDMA Write as the
+// ready-to-receive message); CRC32c as MPA negotiates it (either side may
+// ask for it; SetCRC chooses what this side asks); markers refused; DDP
+// tagged and untagged buffers (RFC 5041); RDMAP Send, Send with Solicited
+// Event, Send with Invalidate, RDMA Write, Read Request and Response,
+// Terminate (RFC 5040); and the RFC 7306 atomics and immediate data when
+// both ends negotiated them.
+//
+// RFC 7306 negotiation: siw knows nothing of RFC 7306, so the offer must
+// cost it nothing. The initiator sets reserved MPA flag bit 0x01 in its
+// Request; a goverbs responder answers with bit 0x02 in its Reply and an
+// 8-byte block ("GVx1" and its QP number) after the RFC 6581 block, and
+// the initiator's RTR Write then carries the initiator's QP number in
+// its Tagged Offset. RFC 5044 tells receivers to ignore reserved bits,
+// and siw does (it echoes the Request's bits in its Reply, so it never
+// answers 0x02); neither side's application sees any of this in its
+// private data. Without the extension, PostSend refuses OpSendWithImm,
+// OpRDMAWriteWithImm and the atomics with ErrUnsupported, and receive
+// completions report source QP 0. Immediate data goes in an Immediate
+// Data message (opcode 8, or 9 with solicited event) whose first four
+// bytes are the verbs immediate: after an RDMA Write it consumes a
+// receive and completes it with the Write's length; before a Send (flag
+// 1 in its last four bytes) it consumes nothing and lends its immediate
+// to that Send's receive completion.
+//
+// Semantics and what differs from InfiniBand, as the device attributes
+// declare: there is no RNR retry (no CapRNRRetry): a Send that finds no
+// posted receive ends the stream with a Terminate, and both QPs move to
+// the error state; its sender completes it with WCRNRRetryExcErr. A Send
+// or RDMA Write completes only once the responder has placed it, which
+// the requester learns from a later Read Response: when a Send or Write
+// is not followed by a Read or atomic of its own, the requester adds a
+// zero-length RDMA Read (legal on every iWARP peer) and completes the
+// Send or Write when its response arrives. That is how a remote error
+// (a bad STag, a receive too small) reaches the WR that caused it.
+//
+// Zero copy: the receiving goroutine of a connection reads each FPDU's
+// payload from the socket straight into the registered memory it
+// targets (the receive buffer of a Send, the region of a Write or Read
+// Response) after checking STag, bounds and rights; headers and
+// registered memory go out together with one writev. The data path
+// allocates nothing.
+package iwarp
+
+import (
+	"crypto/rand"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// DeviceName is the name of the iWARP device.
+const DeviceName = "tcp0"
+
+// maxSGE bounds scatter/gather lists.
+const maxSGE = 16
+
+// maxRdAtomic is the most Reads and atomics a QP has outstanding as a
+// requester (ORD) or serves at once as a responder (IRD).
+const maxRdAtomic = 16
+
+// maxPrivateData is the private data cm carries: what Linux takes in an
+// MPA frame (256 bytes) less the RFC 6581 block and goverbs' extension
+// block.
+const maxPrivateData = 244
+
+var deviceAttr = driver.DeviceAttr{
+	Name:            DeviceName,
+	Transport:       "iwarp",
+	FWVersion:       "goverbs-iwarp 1",
+	MaxMRSize:       1 << 36,
+	MaxQP:           1 << 14,
+	MaxQPWR:         1 << 14,
+	MaxSGE:          maxSGE,
+	MaxCQ:           1 << 14,
+	MaxCQE:          1 << 20,
+	MaxMR:           1 << 20,
+	MaxPD:           1 << 14,
+	MaxQPRdAtom:     maxRdAtomic,
+	MaxQPInitRdAtom: maxRdAtomic,
+	MaxSRQ:          1 << 12,
+	MaxSRQWR:        1 << 14,
+	MaxSRQSGE:       maxSGE,
+	MaxInlineData:   1024,
+	MaxMsgSize:      1 << 31,
+	MaxPrivateData:  maxPrivateData,
+	AtomicCap:       driver.AtomicGlob,
+	Caps:            driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess,
+}
+
+func init() {
+	verbs.Register("iwarp", &provider{})
+}
+
+type provider struct{}
+
+func (*provider) Devices() []driver.DeviceInfo {
+	return []driver.DeviceInfo{{Name: DeviceName, Provider: "iwarp", Transport: "iwarp", GUID: 0x676f766572620003}}
+}
+
+func (*provider) Open(name string) (driver.Context, error) {
+	if name != DeviceName {
+		return nil, driver.ErrNoDevice
+	}
+	return &devCtx{events: make(chan driver.AsyncEvent, 64), mrs: map[uint32]*mr{}, nextMR: 1,
+		qps: map[*qp]bool{}, cqs: map[*cq]bool{}, srqs: map[*srq]bool{}}, nil
+}
+
+// devCtx is an open iWARP device.
+type devCtx struct {
+	events chan driver.AsyncEvent
+
+	mu     sync.RWMutex // guards what follows; readers: STag lookups on the data path
+	mrs    map[uint32]*mr
+	nextMR uint32
+	pds    int
+	qps    map[*qp]bool
+	cqs    map[*cq]bool
+	srqs   map[*srq]bool
+	closed bool
+}
+
+func (c *devCtx) QueryDevice() driver.DeviceAttr { return deviceAttr }
+
+func (c *devCtx) Events() <-chan driver.AsyncEvent { return c.events }
+
+// event delivers an asynchronous event, dropping it if nobody reads them.
+func (c *devCtx) event(t driver.EventType, element any) {
+	select {
+	case c.events <- driver.AsyncEvent{Type: t, Element: element}:
+	default:
+	}
+}
+
+func (c *devCtx) AllocPD() (driver.PD, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, driver.ErrClosed
+	}
+	if c.pds >= deviceAttr.MaxPD {
+		return nil, driver.ErrNoResources
+	}
+	c.pds++
+	return &pd{ctx: c}, nil
+}
+
+// Close destroys every QP (breaking its connection), SRQ and CQ and
+// invalidates every STag.
+func (c *devCtx) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	qps := make([]*qp, 0, len(c.qps))
+	for q := range c.qps {
+		qps = append(qps, q)
+	}
+	c.mu.Unlock()
+	for _, q := range qps {
+		q.Destroy()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for s := range c.srqs {
+		s.destroyLocked()
+	}
+	for q := range c.cqs {
+		q.destroyLocked()
+	}
+	for k, m := range c.mrs {
+		m.valid = false
+		delete(c.mrs, k)
+	}
+	return nil
+}
+
+type pd struct {
+	ctx      *devCtx
+	released bool // guarded by ctx.mu
+}
+
+func (p *pd) Dealloc() error {
+	p.ctx.mu.Lock()
+	defer p.ctx.mu.Unlock()
+	if p.released {
+		return driver.ErrClosed
+	}
+	p.released = true
+	p.ctx.pds--
+	return nil
+}
+
+// mr is a registered region. Its STag serves as lkey and rkey: the index
+// in the context's table in the high 24 bits, a random key in the low 8
+// (the STag layout of RFC 5040), so that stale and guessed STags miss.
+type mr struct {
+	ctx    *devCtx
+	pd     *pd
+	stag   uint32
+	buf    []byte
+	addr   uint64
+	access driver.AccessFlags
+	valid  bool // guarded by ctx.mu; false once deregistered or invalidated
+}
+
+func (p *pd) AllocMR(size int, access driver.AccessFlags) (driver.MR, error) {
+	// Back the region with uint64s so that it is 8-byte aligned for atomics.
+	words := make([]uint64, (size+7)/8)
+	return p.register(unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), size), access)
+}
+
+func (p *pd) RegMR(buf []byte, access driver.AccessFlags) (driver.MR, error) {
+	return p.register(buf, access)
+}
+
+func (p *pd) register(buf []byte, access driver.AccessFlags) (driver.MR, error) {
+	var key [1]byte
+	rand.Read(key[:])
+	c := p.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || p.released {
+		return nil, driver.ErrClosed
+	}
+	if len(c.mrs) >= deviceAttr.MaxMR {
+		return nil, driver.ErrNoResources
+	}
+	idx := c.nextMR
+	for c.mrs[idx] != nil || idx == 0 {
+		idx = (idx + 1) & 0xffffff
+	}
+	c.nextMR = (idx + 1) & 0xffffff
+	m := &mr{ctx: c, pd: p, stag: idx<<8 | uint32(key[0]), buf: buf,
+		addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access, valid: true}
+	c.mrs[idx] = m
+	return m, nil
+}
+
+func (m *mr) LKey() uint32               { return m.stag }
+func (m *mr) RKey() uint32               { return m.stag }
+func (m *mr) Addr() uint64               { return m.addr }
+func (m *mr) Bytes() []byte              { return m.buf }
+func (m *mr) Access() driver.AccessFlags { return m.access }
+
+func (m *mr) Dereg() error {
+	c := m.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mrs[m.stag>>8] != m {
+		return driver.ErrClosed
+	}
+	m.valid = false
+	delete(c.mrs, m.stag>>8)
+	return nil
+}
+
+// accessError says why an STag check failed, in the terms of a Terminate.
+type accessError uint8
+
+const (
+	accessOK       accessError = iota
+	accessBadSTag              // no valid region has the STag
+	accessNotAssoc             // the region belongs to another protection domain
+	accessRights               // the region (or the QP) does not grant the access
+	accessBounds               // the range is not inside the region
+)
+
+// span returns the bytes [addr, addr+n) of the valid region of stag, if
+// it belongs to p, grants need and contains the range. c.mu is held for
+// reading.
+func (c *devCtx) spanLocked(stag uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, accessError) {
+	m := c.mrs[stag>>8]
+	switch {
+	case m == nil || m.stag != stag || !m.valid:
+		return nil, accessBadSTag
+	case m.pd != p:
+		return nil, accessNotAssoc
+	case m.access&need != need:
+		return nil, accessRights
+	case addr < m.addr:
+		return nil, accessBounds
+	}
+	off := addr - m.addr
+	if off > uint64(len(m.buf)) || n > uint64(len(m.buf))-off {
+		return nil, accessBounds
+	}
+	return m.buf[off : off+n], accessOK
+}
+
+// span is spanLocked for callers that do not hold c.mu.
+func (c *devCtx) span(stag uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, accessError) {
+	c.mu.RLock()
+	b, e := c.spanLocked(stag, p, addr, n, need)
+	c.mu.RUnlock()
+	return b, e
+}
+
+// invalidate invalidates the region of stag on p for a Send with
+// Invalidate: later remote access with it fails. It reports false when
+// no such region exists.
+func (c *devCtx) invalidate(stag uint32, p *pd) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.mrs[stag>>8]
+	if m == nil || m.stag != stag || !m.valid || m.pd != p {
+		return false
+	}
+	m.valid = false
+	return true
+}
+
+// errString describes an accessError for error messages.
+func (e accessError) String() string {
+	switch e {
+	case accessBadSTag:
+		return "no valid region has this STag"
+	case accessNotAssoc:
+		return "the region belongs to another protection domain"
+	case accessRights:
+		return "the region does not grant the access"
+	case accessBounds:
+		return "the range is outside the region"
+	}
+	return fmt.Sprintf("accessError(%d)", uint8(e))
+}

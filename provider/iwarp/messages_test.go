@@ -1,0 +1,343 @@
+package iwarp_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/provider/iwarp"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// pairEnd is one side of a pair of connected tcp0 QPs in this process.
+type pairEnd struct {
+	ctx *verbs.Context
+	pd  *verbs.PD
+	cq  *verbs.CQ
+	qp  *verbs.QP
+	mr  *verbs.MR
+}
+
+// connectPair connects two QPs with the parameters given (nil for the
+// defaults) and returns the dialling and the accepting side.
+func connectPair(t *testing.T, size int, dial, accept *cm.Param) (a, b *pairEnd, ca, cb *cm.Conn) {
+	t.Helper()
+	mk := func() *pairEnd {
+		e := &pairEnd{}
+		var err error
+		if e.ctx, err = verbs.Open("tcp0"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.ctx.Close() })
+		if e.pd, err = e.ctx.AllocPD(); err != nil {
+			t.Fatal(err)
+		}
+		if e.cq, err = e.ctx.CreateCQ(256); err != nil {
+			t.Fatal(err)
+		}
+		if e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq,
+			Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 16, MaxSendSGE: 4, MaxRecvSGE: 4}}); err != nil {
+			t.Fatal(err)
+		}
+		if e.mr, err = e.pd.AllocMR(size, verbs.AccessLocalWrite|verbs.RemoteAccess); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	a, b = mk(), mk()
+	l, err := cm.Listen("tcp://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		req, err := l.Accept(ctx)
+		if err == nil {
+			cb, err = req.Accept(b.qp, accept)
+		}
+		done <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if ca, err = cm.Dial(ctx, l.Addr(), a.qp, dial); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ca.Close()
+		cb.Close()
+	})
+	return a, b, ca, cb
+}
+
+// wait collects n completions from e's CQ.
+func (e *pairEnd) wait(t *testing.T, n int) []verbs.WorkCompletion {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []verbs.WorkCompletion
+	buf := make([]verbs.WorkCompletion, n)
+	for len(out) < n {
+		k, err := e.cq.Wait(ctx, buf[:n-len(out)])
+		if err != nil {
+			t.Fatalf("waiting for %d completions, got %+v: %v", n, out, err)
+		}
+		out = append(out, buf[:k]...)
+	}
+	return out
+}
+
+func fillPattern(b []byte, seed byte) {
+	for i := range b {
+		b[i] = seed + byte(i*7) + byte(i>>9)
+	}
+}
+
+// TestSegmentation sends messages much larger than an FPDU (made small
+// here) across scatter/gather lists whose boundaries fall inside
+// segments, and checks that they arrive byte-exact: a Send, an RDMA
+// Write and an RDMA Read, each of an odd length.
+func TestSegmentation(t *testing.T) {
+	defer iwarp.SetMaxPayload(1000)()
+	const n = 123457
+	a, b, _, _ := connectPair(t, 1<<20, nil, nil)
+	src := a.mr.Bytes()
+	fillPattern(src[:n], 3)
+	// The receive scatters over three SGEs of odd sizes.
+	sizes := []int{777, 50001, n - 777 - 50001}
+	var sg []verbs.SGE
+	off := 0
+	for i, s := range sizes {
+		sg = append(sg, b.mr.SGE(200000+off+i*100, s))
+		off += s
+	}
+	if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 9, SGList: sg}}); err != nil {
+		t.Fatal(err)
+	}
+	// The Send gathers from two SGEs.
+	send := verbs.SendWR{WRID: 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.mr.SGE(0, 60000), a.mr.SGE(60000, n-60000)}}
+	write := verbs.SendWR{WRID: 2, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.mr.SGE(0, n)}, RemoteAddr: b.mr.Addr() + 500000, RKey: b.mr.RKey()}
+	read := verbs.SendWR{WRID: 3, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.mr.SGE(400000, 1001), a.mr.SGE(500000, n-1001)}, RemoteAddr: b.mr.Addr() + 500000, RKey: b.mr.RKey()}
+	if _, err := a.qp.PostSend([]verbs.SendWR{send, write, read}); err != nil {
+		t.Fatal(err)
+	}
+	for i, wc := range a.wait(t, 3) {
+		if wc.Status != verbs.WCSuccess || wc.WRID != uint64(i+1) {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+	}
+	rwc := b.wait(t, 1)[0]
+	if rwc.Status != verbs.WCSuccess || rwc.ByteLen != n {
+		t.Fatalf("receive completion %+v, want %d bytes", rwc, n)
+	}
+	var got []byte
+	off = 0
+	for i, s := range sizes {
+		got = append(got, b.mr.Bytes()[200000+off+i*100:][:s]...)
+		off += s
+	}
+	if !bytes.Equal(got, src[:n]) {
+		t.Fatal("the Send did not arrive byte-exact across its segments and receive SGEs")
+	}
+	if !bytes.Equal(b.mr.Bytes()[500000:500000+n], src[:n]) {
+		t.Fatal("the Write did not arrive byte-exact")
+	}
+	back := append(append([]byte(nil), a.mr.Bytes()[400000:401001]...), a.mr.Bytes()[500000:500000+n-1001]...)
+	if !bytes.Equal(back, src[:n]) {
+		t.Fatal("the Read did not come back byte-exact across its SGEs")
+	}
+}
+
+// TestManyReadsOutstanding posts far more Reads than the ORD allows at
+// once and checks that they all complete, in order, with the right data:
+// the requester holds each Read until a slot of the ORD is free, and the
+// responder (whose IRD matches) never sees too many.
+func TestManyReadsOutstanding(t *testing.T) {
+	for _, ord := range []uint8{1, 3, 16} {
+		a, b, _, _ := connectPair(t, 1<<16, &cm.Param{InitiatorDepth: ord}, &cm.Param{ResponderResources: ord})
+		fillPattern(b.mr.Bytes()[:4096], 11)
+		var wrs []verbs.SendWR
+		const reads = 40
+		for i := range reads {
+			wrs = append(wrs, verbs.SendWR{WRID: uint64(i), Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
+				SGList: []verbs.SGE{a.mr.SGE(8192+i*64, 64)}, RemoteAddr: b.mr.Addr() + uint64(i*64), RKey: b.mr.RKey()})
+		}
+		if _, err := a.qp.PostSend(wrs); err != nil {
+			t.Fatal(err)
+		}
+		for i, wc := range a.wait(t, reads) {
+			if wc.Status != verbs.WCSuccess || wc.WRID != uint64(i) || wc.ByteLen != 64 {
+				t.Fatalf("ORD %d: completion %d: %+v", ord, i, wc)
+			}
+		}
+		if !bytes.Equal(a.mr.Bytes()[8192:8192+reads*64], b.mr.Bytes()[:reads*64]) {
+			t.Fatalf("ORD %d: the Reads brought back the wrong bytes", ord)
+		}
+	}
+}
+
+// TestSendWithInvalidate checks Send with Invalidate: the receive
+// completion reports the invalidated STag, and remote access with it then
+// fails.
+func TestSendWithInvalidate(t *testing.T) {
+	a, b, _, _ := connectPair(t, 1<<16, nil, nil)
+	target, err := b.pd.RegMR(b.mr.Bytes()[4096:8192], verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 7, SGList: []verbs.SGE{b.mr.SGE(0, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	send := verbs.SendWR{WRID: 1, Opcode: verbs.OpSendWithInv, Flags: verbs.SendSignaled, InvalidateRKey: target.RKey(),
+		SGList: []verbs.SGE{a.mr.SGE(0, 16)}}
+	if _, err := a.qp.PostSend([]verbs.SendWR{send}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := a.wait(t, 1)[0]; wc.Status != verbs.WCSuccess {
+		t.Fatalf("Send with Invalidate: %+v", wc)
+	}
+	wc := b.wait(t, 1)[0]
+	if wc.Status != verbs.WCSuccess || wc.Flags&verbs.WCWithInv == 0 || wc.InvalidatedRKey != target.RKey() {
+		t.Fatalf("receive completion %+v: want WCWithInv and STag %#x", wc, target.RKey())
+	}
+	write := verbs.SendWR{WRID: 2, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.mr.SGE(0, 16)}, RemoteAddr: target.Addr(), RKey: target.RKey()}
+	if _, err := a.qp.PostSend([]verbs.SendWR{write}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := a.wait(t, 1)[0]; wc.Status != verbs.WCRemAccessErr {
+		t.Fatalf("Write with an invalidated STag: %v, want %v", wc.Status, verbs.WCRemAccessErr)
+	}
+}
+
+// TestConnectionReset resets the connection under a QP with work
+// outstanding: within a second its connection ends, the QP is in the
+// error state, and every WR completes with a flush.
+func TestConnectionReset(t *testing.T) {
+	v := newVictim(t, 4)
+	h := dialHostile(t, v, false, false, false)
+	r, err := v.e.NewRegion(64, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recvs := []verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{r.SGE(0, 32)}}, {WRID: 2, SGList: []verbs.SGE{r.SGE(32, 32)}}}
+	if n, err := v.e.PostRecv(0, recvs); n != 2 {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	h.nc.(*net.TCPConn).SetLinger(0) // close with a reset
+	h.nc.Close()
+	select {
+	case <-v.conn.Done():
+	case <-time.After(time.Second):
+		t.Fatal("the connection did not end within a second of a reset")
+	}
+	wcs, err := v.e.Completions(1, 2, time.Second)
+	if err != nil || len(wcs) != 2 || wcs[0].Status != verbs.WCWRFlushErr || wcs[1].Status != verbs.WCWRFlushErr {
+		t.Fatalf("completions %+v, %v: want both receives flushed", wcs, err)
+	}
+	if s, _ := v.e.QPState(0); s != verbs.QPSErr {
+		t.Fatalf("QP in %v after a reset", s)
+	}
+	t.Logf("reset noticed and flushed in %v", time.Since(start))
+}
+
+// TestDialRefused checks the error of a dial to a port nobody listens on.
+func TestDialRefused(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	a := &pairEnd{}
+	if a.ctx, err = verbs.Open("tcp0"); err != nil {
+		t.Fatal(err)
+	}
+	defer a.ctx.Close()
+	pd, _ := a.ctx.AllocPD()
+	cq, _ := a.ctx.CreateCQ(4)
+	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cm.Dial(ctx, "tcp://"+addr, qp, nil); !errors.Is(err, cm.ErrRefused) {
+		t.Fatalf("dial to a closed port: %v, want an error wrapping cm.ErrRefused", err)
+	}
+}
+
+// TestReject checks that a rejection reaches the dialler with its
+// private data.
+func TestReject(t *testing.T) {
+	l, err := cm.Listen("tcp://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if req, err := l.Accept(ctx); err == nil {
+			if string(req.PrivateData()) == "let me in" {
+				req.Reject([]byte("not today"))
+			}
+		}
+	}()
+	ctx0, err := verbs.Open("tcp0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx0.Close()
+	pd, _ := ctx0.AllocPD()
+	cq, _ := ctx0.CreateCQ(4)
+	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = cm.Dial(ctx, l.Addr(), qp, &cm.Param{PrivateData: []byte("let me in")})
+	var rej *cm.RejectError
+	if !errors.As(err, &rej) || string(rej.PrivateData) != "not today" {
+		t.Fatalf("dial: %v, want a rejection with private data %q", err, "not today")
+	}
+}
+
+// TestDisconnectAfterReceive checks that a receiver that disconnects as
+// soon as it has a message still lets the sender's Send complete as a
+// success: the Read that confirms the Send is answered before the
+// receive completes, and a disconnect sends the answers queued before it
+// closes the socket.
+func TestDisconnectAfterReceive(t *testing.T) {
+	for i := range 20 {
+		a, b, _, cb := connectPair(t, 4096, nil, nil)
+		if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{b.mr.SGE(0, 64)}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{a.mr.SGE(0, 64)}}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := b.wait(t, 1)[0]; wc.Status != verbs.WCSuccess {
+			t.Fatalf("round %d: receive completion %+v", i, wc)
+		}
+		cb.Close()
+		if wc := a.wait(t, 1)[0]; wc.Status != verbs.WCSuccess || wc.WRID != 2 {
+			t.Fatalf("round %d: the Send the peer received completed with %+v, want success", i, wc)
+		}
+	}
+}

@@ -1,0 +1,388 @@
+package iwarp
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goverbs/goverbs/internal/swq"
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+var nextQPN atomic.Uint32
+
+func init() { nextQPN.Store(0x400) }
+
+// qp is an iWARP queue pair. Its send queue is executed by the transmit
+// goroutine of its connection (requester.go); incoming messages are
+// placed by the receive goroutine (responder.go). Both take q.mu for
+// their bookkeeping and never hold it across socket I/O.
+type qp struct {
+	ctx     *devCtx
+	pd      *pd
+	num     uint32
+	userCtx any
+	sendCQ  *cq
+	recvCQ  *cq
+	srq     *srq
+	cap     driver.QPCap
+
+	mu       sync.Mutex // guards what follows
+	attr     driver.QPAttr
+	sq       *swq.Queue
+	rq       []rwqe
+	rqHead   uint64
+	rqTail   uint64
+	c        *conn   // the connection, attached by cm before the move to RTR
+	old      []*conn // connections detached by a reset, still winding down
+	req      requester
+	rxActive bool   // a receive is consumed by a Send being placed
+	rxWRID   uint64 // its WRID
+	// A receive completion held back while the receiver answers the
+	// Read Request right behind its Send (see conn.holdRecv).
+	rxHeld    bool
+	rxHeldWC  driver.WorkCompletion
+	destroyed bool
+}
+
+func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
+	if a.Type != driver.QPTypeRC {
+		return nil, fmt.Errorf("%w: iwarp supports only RC QPs", driver.ErrUnsupported)
+	}
+	scq, ok1 := a.SendCQ.(*cq)
+	rcq, ok2 := a.RecvCQ.(*cq)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("%w: CQs of another provider", driver.ErrInvalidArg)
+	}
+	var s *srq
+	if a.SRQ != nil {
+		if s, ok1 = a.SRQ.(*srq); !ok1 {
+			return nil, fmt.Errorf("%w: SRQ of another provider", driver.ErrInvalidArg)
+		}
+	}
+	c := a.Cap
+	if c.MaxSendSGE > maxSGE || c.MaxRecvSGE > maxSGE || c.MaxInlineData > uint32(deviceAttr.MaxInlineData) {
+		return nil, fmt.Errorf("%w: capacities %+v beyond the device's (%d SGEs, %d inline bytes)", driver.ErrInvalidArg, c, maxSGE, deviceAttr.MaxInlineData)
+	}
+	q := &qp{ctx: p.ctx, pd: p, userCtx: a.UserCtx, sendCQ: scq, recvCQ: rcq, srq: s, cap: c,
+		num: nextQPN.Add(1) & 0xffffff, sq: swq.New(c, a.SigAll)}
+	// Send with Invalidate is an RDMAP message; the other memory window
+	// opcodes are refused in postSend.
+	q.sq.MW = true
+	q.req.init(int(c.MaxSendWR))
+	if s == nil {
+		q.rq = make([]rwqe, c.MaxRecvWR)
+		for i := range q.rq {
+			q.rq[i].sge = make([]driver.SGE, 0, c.MaxRecvSGE)
+		}
+	}
+	q.attr.Cap = c
+	p.ctx.mu.Lock()
+	defer p.ctx.mu.Unlock()
+	if p.ctx.closed || p.released {
+		return nil, driver.ErrClosed
+	}
+	if len(p.ctx.qps) >= deviceAttr.MaxQP {
+		return nil, driver.ErrNoResources
+	}
+	p.ctx.qps[q] = true
+	return q, nil
+}
+
+func (q *qp) Num() uint32 { return q.num }
+
+func (q *qp) Query() (driver.QPAttr, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return driver.QPAttr{}, driver.ErrClosed
+	}
+	a := q.attr
+	a.CurState = a.State
+	return a, nil
+}
+
+func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return driver.ErrClosed
+	}
+	next, err := driver.CheckModify(q.attr.State, attr, mask)
+	if err != nil {
+		return err
+	}
+	driver.ApplyAttr(&q.attr, attr, mask)
+	prev := q.attr.State
+	q.attr.State = next
+	switch next {
+	case driver.QPSReset:
+		q.reset()
+	case driver.QPSRTS:
+		q.kick()
+	case driver.QPSSQD:
+		if prev == driver.QPSRTS {
+			q.ctx.event(driver.EventSQDrained, q.userCtx)
+		}
+	case driver.QPSErr:
+		q.attr.State = prev
+		q.toErr()
+		if q.c != nil {
+			q.c.abort()
+		}
+	}
+	return nil
+}
+
+// reset empties both queues without completions and drops the
+// connection, as the move to Reset does. q.mu is held.
+func (q *qp) reset() {
+	if c := q.c; c != nil {
+		c.abort()
+		q.old = append(q.old, c)
+		q.c = nil
+	}
+	q.sq.Reset()
+	q.req.reset()
+	q.rqHead, q.rqTail = 0, 0
+	q.rxActive, q.rxHeld = false, false
+	q.attr = driver.QPAttr{Cap: q.cap}
+}
+
+// accepts reports whether the QP's responder takes requests. q.mu is held.
+func (q *qp) accepts() bool {
+	switch q.attr.State {
+	case driver.QPSRTR, driver.QPSRTS, driver.QPSSQD, driver.QPSSQE:
+		return true
+	}
+	return false
+}
+
+// toErr moves the QP to the error state and flushes every outstanding
+// WR: the send queue's in flight and queued WRs in order, the receive
+// being placed, then the posted receives. The caller deals with the
+// connection. q.mu is held.
+func (q *qp) toErr() {
+	if q.attr.State == driver.QPSErr {
+		return
+	}
+	q.attr.State = driver.QPSErr
+	q.req.flush(q)
+	q.sq.Progress(q)
+	if q.rxHeld {
+		q.rxHeld = false
+		q.completeRecv(q.rxHeldWC)
+	}
+	if q.rxActive {
+		q.rxActive = false
+		q.completeRecv(driver.WorkCompletion{WRID: q.rxWRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
+	}
+	for q.rqHead != q.rqTail {
+		r := &q.rq[q.rqHead%uint64(len(q.rq))]
+		q.rqHead++
+		q.completeRecv(driver.WorkCompletion{WRID: r.wrid, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
+	}
+	if q.c != nil {
+		q.c.wakeTx()
+	}
+}
+
+// fail moves the QP to the error state on its own, raising ev, and
+// drops its connection. q.mu is held.
+func (q *qp) fail(ev driver.EventType) {
+	if q.attr.State != driver.QPSErr {
+		q.ctx.event(ev, q.userCtx)
+		q.toErr()
+	}
+	if q.c != nil {
+		q.c.abort()
+	}
+}
+
+func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
+	q.mu.Lock()
+	n, err := len(wrs), error(nil)
+	for i := range wrs {
+		if err = q.postSend(&wrs[i]); err != nil {
+			n = i
+			break
+		}
+	}
+	c := q.c
+	if c == nil || q.attr.State != driver.QPSRTS {
+		q.kick()
+		c = nil
+	}
+	q.mu.Unlock()
+	if c != nil && n > 0 {
+		c.transmit()
+	}
+	return n, err
+}
+
+// postSend queues one WR. q.mu is held.
+func (q *qp) postSend(wr *driver.SendWR) error {
+	if q.destroyed {
+		return driver.ErrClosed
+	}
+	switch q.attr.State {
+	case driver.QPSReset, driver.QPSInit, driver.QPSRTR:
+		return fmt.Errorf("%w: the QP is in %v; sends need RTS (connect it with cm)", driver.ErrInvalidState, q.attr.State)
+	}
+	switch wr.Opcode {
+	case driver.OpLocalInv, driver.OpBindMW:
+		return fmt.Errorf("%w: %v needs memory windows, which iwarp lacks", driver.ErrUnsupported, wr.Opcode)
+	case driver.OpSendWithImm, driver.OpRDMAWriteWithImm, driver.OpAtomicCmpAndSwp, driver.OpAtomicFetchAndAdd:
+		if c := q.c; c != nil && !c.ext {
+			return fmt.Errorf("%w: %v needs the RFC 7306 extensions, which the peer did not negotiate (a peer such as Linux siw lacks them)", driver.ErrUnsupported, wr.Opcode)
+		}
+	}
+	return q.sq.Post(wr, q)
+}
+
+// kick makes the send queue progress: the transmit goroutine executes it
+// while the QP is connected in RTS; otherwise it is flushed or failed
+// here. q.mu is held.
+func (q *qp) kick() {
+	if q.c != nil && q.attr.State == driver.QPSRTS {
+		q.c.wakeTx()
+		return
+	}
+	q.sq.Progress(q)
+	q.afterProgress()
+}
+
+// InlineBytes implements swq.InlineSource: an inline SGE must lie in a
+// region of the QP's PD.
+func (q *qp) InlineBytes(g *driver.SGE) ([]byte, bool) {
+	b, e := q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), 0)
+	return b, e == accessOK
+}
+
+func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range wrs {
+		if err := q.postRecv(&wrs[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(wrs), nil
+}
+
+func (q *qp) postRecv(wr *driver.RecvWR) error {
+	switch {
+	case q.destroyed:
+		return driver.ErrClosed
+	case q.srq != nil:
+		return fmt.Errorf("%w: the QP takes its receives from an SRQ: post them there", driver.ErrInvalidArg)
+	case q.attr.State == driver.QPSReset:
+		return fmt.Errorf("%w: the QP is in RESET; move it to INIT first", driver.ErrInvalidState)
+	case q.rqTail-q.rqHead == uint64(len(q.rq)):
+		return driver.ErrQueueFull
+	}
+	if err := driver.CheckRecvWR(wr, q.cap.MaxRecvSGE); err != nil {
+		return err
+	}
+	if q.attr.State == driver.QPSErr {
+		q.completeRecv(driver.WorkCompletion{WRID: wr.WRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
+		return nil
+	}
+	r := &q.rq[q.rqTail%uint64(len(q.rq))]
+	r.wrid = wr.WRID
+	r.sge = append(r.sge[:0], wr.SGList...)
+	q.rqTail++
+	return nil
+}
+
+// takeRecv removes the next posted receive (from the QP's queue or its
+// SRQ) into dst; false when none is posted. q.mu is held.
+func (q *qp) takeRecv(dst *rwqe) bool {
+	if q.srq != nil {
+		return q.srq.take(dst)
+	}
+	if q.rqHead == q.rqTail {
+		return false
+	}
+	r := &q.rq[q.rqHead%uint64(len(q.rq))]
+	dst.wrid = r.wrid
+	dst.sge = append(dst.sge[:0], r.sge...)
+	q.rqHead++
+	return true
+}
+
+// completeRecv reports a receive completion; a lost one (CQ overrun)
+// moves the QP to the error state. q.mu is held.
+func (q *qp) completeRecv(wc driver.WorkCompletion) {
+	wc.QPNum = q.num
+	if !q.recvCQ.push(cqe{wc: wc}) {
+		q.fail(driver.EventQPFatal)
+	}
+}
+
+// Complete implements swq.Engine: it reports the completion of send
+// slot seq. q.mu is held.
+func (q *qp) Complete(seq uint64, wc driver.WorkCompletion) {
+	wc.QPNum = q.num
+	if !q.sendCQ.push(cqe{wc: wc, q: q, retire: seq}) {
+		q.fail(driver.EventQPFatal)
+	}
+}
+
+func (q *qp) Destroy() error {
+	q.mu.Lock()
+	if q.destroyed {
+		q.mu.Unlock()
+		return driver.ErrClosed
+	}
+	q.destroyed = true
+	conns := q.old
+	q.old = nil
+	if q.c != nil {
+		q.c.abort()
+		conns = append(conns, q.c)
+		q.c = nil
+	}
+	q.attr.State = driver.QPSErr
+	q.mu.Unlock()
+	for _, c := range conns {
+		c.wait()
+	}
+	q.ctx.mu.Lock()
+	delete(q.ctx.qps, q)
+	q.ctx.mu.Unlock()
+	return nil
+}
+
+// attach makes c the QP's connection, before cm moves the QP to RTR. The
+// QP must be in Reset or Init.
+func (q *qp) attach(c *conn) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case q.destroyed:
+		return driver.ErrClosed
+	case q.attr.State != driver.QPSReset && q.attr.State != driver.QPSInit:
+		return fmt.Errorf("%w: connecting needs a QP in Reset or Init, this one is %v", driver.ErrInvalidState, q.attr.State)
+	case q.c != nil:
+		return fmt.Errorf("%w: the QP is already being connected", driver.ErrBusy)
+	}
+	q.c = c
+	q.req.connect(c.ord)
+	return nil
+}
+
+// detach undoes attach after a failed connection setup, moving the QP to
+// the error state if it got past Init.
+func (q *qp) detach(c *conn) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.c != c {
+		return
+	}
+	if q.attr.State != driver.QPSReset && q.attr.State != driver.QPSInit {
+		q.toErr()
+	}
+	q.c = nil
+	q.old = append(q.old, c)
+}

@@ -1,0 +1,576 @@
+package iwarp
+
+import (
+	"encoding/binary"
+
+	"github.com/goverbs/goverbs/internal/sglist"
+	"github.com/goverbs/goverbs/internal/swq"
+	"github.com/goverbs/goverbs/provider/iwarp/wire"
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// The requester: the QP as the swq engine whose Execute turns send WRs
+// into FPDUs in the transmit batch of its connection (conn.go writes
+// them), and the in-order completion of those WRs as the responder's
+// answers arrive (Read and Atomic Responses, which also confirm every
+// Send and Write before them, or a Terminate). Everything here runs with
+// q.mu held.
+
+// wrTrack is what the requester keeps of an executed WR until it
+// completes: how to complete it and how the wire names it, so that a
+// Terminate can be matched to it.
+type wrTrack struct {
+	wrid      uint64
+	op        driver.WCOpcode
+	signaled  bool
+	status    driver.WCStatus // WCSuccess, or the error it completes with
+	byteLen   uint32
+	response  bool // it completes with a response (a Read or an atomic)
+	responded bool // that response has arrived
+	confirmed bool // the responder is known to have placed it
+	// Wire identity: the untagged messages it sent on queue qn (MSNs
+	// msn0 to msn1) and the tagged range [stag:to, stag:toEnd].
+	untagged   bool
+	qn         uint32
+	msn0, msn1 uint32
+	tagged     bool
+	stag       uint32
+	to, toEnd  uint64
+}
+
+// orqKind is the kind of an outstanding request.
+type orqKind uint8
+
+const (
+	orqRead    orqKind = iota // an application's RDMA Read
+	orqAtomic                 // an application's atomic
+	orqConfirm                // a zero-length Read that confirms the WRs before it
+)
+
+// orqEntry is an outstanding Read or atomic: what its response confirms
+// and where its data goes.
+type orqEntry struct {
+	kind     orqKind
+	seq      uint64 // the WR's slot (orqRead, orqAtomic)
+	cover    uint64 // the response confirms the slots before cover
+	sinkSTag uint32
+	sinkTO   uint64
+	size     uint32
+	id       uint32 // atomic request identifier
+	segs     [maxSGE][]byte
+	nseg     int
+}
+
+// txCursor is the progress of the transmitter through the WR at the head
+// of the send queue, when a batch filled up in the middle of it.
+type txCursor struct {
+	active bool
+	off    uint64 // bytes of the message sent
+	immOut bool   // the Immediate Data of a Send with immediate is out
+	msgOut bool   // the data message of a Write with immediate is out
+}
+
+// requester is the requester state of a QP.
+type requester struct {
+	track      []wrTrack // by slot modulo the send queue depth
+	execSeq    uint64    // slots executed: their frames are built
+	doneSeq    uint64    // slots completed
+	confSeq    uint64    // the slots before confSeq are confirmed
+	coverSeq   uint64    // the slots before coverSeq are covered by a request's response
+	failing    bool      // a WR failed locally: stop, then move to the error state
+	cur        txCursor
+	msn        [wire.NumQN]uint32 // MSNs sent, per queue
+	atomicID   uint32
+	ord        int // the Reads and atomics the QP may have outstanding
+	orq        [maxRdAtomic]orqEntry
+	orqHead    uint64
+	orqTail    uint64
+	uncovBytes uint64 // bytes sent since coverSeq
+	local      sglist.List
+	result     [8]byte
+}
+
+func (r *requester) init(depth int) { r.track = make([]wrTrack, depth) }
+
+// reset forgets everything, as the move to Reset does.
+func (r *requester) reset() {
+	track := r.track
+	*r = requester{track: track}
+}
+
+// connect readies the requester for a new connection with ord Reads and
+// atomics outstanding at most.
+func (r *requester) connect(ord int) {
+	r.reset()
+	r.ord = min(ord, maxRdAtomic)
+}
+
+func (r *requester) slot(seq uint64) *wrTrack { return &r.track[seq%uint64(len(r.track))] }
+
+func (r *requester) orqLen() int { return int(r.orqTail - r.orqHead) }
+
+// State implements swq.Engine.
+func (q *qp) State() driver.QPState { return q.attr.State }
+
+// Stalled implements swq.Engine: execution waits after a local failure.
+func (q *qp) Stalled() bool { return q.req.failing }
+
+// Fail implements swq.Engine. Execute never returns a final error
+// status, so Progress never calls it.
+func (q *qp) Fail() { q.fail(driver.EventQPFatal) }
+
+// afterProgress moves the QP to the error state if a WR failed locally.
+func (q *qp) afterProgress() {
+	if q.req.failing {
+		q.req.failing = false
+		q.fail(driver.EventQPReqErr)
+	}
+}
+
+// Execute implements swq.Engine: it builds the frames of the WR at the
+// head of the send queue into the connection's transmit batch. It
+// returns RNRWait when the batch is full (the rest goes in the next
+// one), or when the WR must wait (ORD exhausted, a fence); Pending once
+// its frames are built. A WR that fails locally is recorded with its
+// error and the queue stops (afterProgress then fails the QP), so that
+// its completion comes in order after the WRs before it.
+func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
+	r := &q.req
+	wr := &s.WR
+	c := q.c
+	if c == nil {
+		// A QP moved to RTS by hand: iwarp QPs are connected with cm, so
+		// nobody answers and the transport retries run out.
+		return q.failWR(s, driver.WCRetryExcErr)
+	}
+	if !r.cur.active {
+		// First look at this WR: resolve its local memory and check it.
+		if wr.Opcode.IsAtomic() || wr.Opcode == driver.OpRDMARead {
+			if r.ord == 0 {
+				return q.failWR(s, driver.WCRemInvReqErr)
+			}
+			if r.orqLen() >= r.ord {
+				return swq.RNRWait, 0
+			}
+		}
+		if wr.Flags&driver.SendFence != 0 && q.req.appRequestsOutstanding() {
+			return swq.RNRWait, 0
+		}
+	}
+	if !q.resolveLocal(s) {
+		return q.failWR(s, driver.WCLocProtErr)
+	}
+	length := r.local.Len()
+	if length > deviceAttr.MaxMsgSize {
+		return q.failWR(s, driver.WCLocLenErr)
+	}
+	b := &c.tb
+	if !r.cur.active {
+		r.cur = txCursor{active: true}
+		t := r.slot(r.execSeq)
+		*t = wrTrack{wrid: wr.WRID, op: wr.Opcode.CompletionOpcode(), signaled: s.Signaled}
+	}
+	t := r.slot(r.execSeq)
+	switch wr.Opcode {
+	case driver.OpSend, driver.OpSendWithImm, driver.OpSendWithInv:
+		if wr.Opcode == driver.OpSendWithImm && !r.cur.immOut {
+			if !b.room(wire.ImmDataLen, 0) {
+				return swq.RNRWait, 0
+			}
+			r.msn[wire.QNSend]++
+			wire.ImmData(b.header(wire.ImmDataLen)).Set(wr.Flags&driver.SendSolicited != 0, r.msn[wire.QNSend], wr.Imm, wire.ImmWithSend)
+			b.endFrame(nil, 0, 0)
+			t.untagged, t.qn, t.msn0 = true, wire.QNSend, r.msn[wire.QNSend]
+			r.cur.immOut = true
+		}
+		if !q.sendMessage(b, wr, t, length) {
+			return swq.RNRWait, 0
+		}
+	case driver.OpRDMAWrite, driver.OpRDMAWriteWithImm:
+		if !r.cur.msgOut {
+			if !q.writeMessage(b, wr, t, length) {
+				return swq.RNRWait, 0
+			}
+			r.cur.msgOut = true
+		}
+		if wr.Opcode == driver.OpRDMAWriteWithImm {
+			if !b.room(wire.ImmDataLen, 0) {
+				return swq.RNRWait, 0
+			}
+			r.msn[wire.QNSend]++
+			wire.ImmData(b.header(wire.ImmDataLen)).Set(wr.Flags&driver.SendSolicited != 0, r.msn[wire.QNSend], wr.Imm, 0)
+			b.endFrame(nil, 0, 0)
+			t.untagged, t.qn, t.msn0, t.msn1 = true, wire.QNSend, r.msn[wire.QNSend], r.msn[wire.QNSend]
+		}
+	case driver.OpRDMARead:
+		if !b.room(wire.ReadRequestLen, 0) {
+			return swq.RNRWait, 0
+		}
+		e := r.pushORQ(orqRead)
+		e.size = uint32(length)
+		e.sinkSTag, e.sinkTO = 0, 0
+		if len(wr.SGList) > 0 {
+			e.sinkSTag, e.sinkTO = wr.SGList[0].LKey, wr.SGList[0].Addr
+		}
+		e.nseg = r.local.N()
+		for i := range e.nseg {
+			e.segs[i] = r.local.Seg(i)
+		}
+		r.msn[wire.QNRead]++
+		wire.ReadRequest(b.header(wire.ReadRequestLen)).Set(r.msn[wire.QNRead], e.sinkSTag, e.sinkTO, e.size, wr.RKey, wr.RemoteAddr)
+		b.endFrame(nil, 0, 0)
+		t.response, t.byteLen = true, uint32(length)
+		t.untagged, t.qn, t.msn0, t.msn1 = true, wire.QNRead, r.msn[wire.QNRead], r.msn[wire.QNRead]
+	case driver.OpAtomicCmpAndSwp, driver.OpAtomicFetchAndAdd:
+		if !b.room(wire.AtomicReqLen, 0) {
+			return swq.RNRWait, 0
+		}
+		e := r.pushORQ(orqAtomic)
+		e.nseg = r.local.N()
+		for i := range e.nseg {
+			e.segs[i] = r.local.Seg(i)
+		}
+		r.atomicID++
+		e.id = r.atomicID
+		r.msn[wire.QNAtomic]++
+		a := wire.AtomicRequest(b.header(wire.AtomicReqLen))
+		if wr.Opcode == driver.OpAtomicFetchAndAdd {
+			a.Set(r.msn[wire.QNAtomic], wire.AtomicFetchAdd, e.id, wr.RKey, wr.RemoteAddr, wr.CompareAdd, 0, 0, 0)
+		} else {
+			a.Set(r.msn[wire.QNAtomic], wire.AtomicCmpSwap, e.id, wr.RKey, wr.RemoteAddr, wr.Swap, ^uint64(0), wr.CompareAdd, ^uint64(0))
+		}
+		b.endFrame(nil, 0, 0)
+		t.response, t.byteLen = true, 8
+		t.untagged, t.qn, t.msn0, t.msn1 = true, wire.QNAtomic, r.msn[wire.QNAtomic], r.msn[wire.QNAtomic]
+	default:
+		return q.failWR(s, driver.WCLocQPOpErr)
+	}
+	// The WR's frames are all built.
+	r.cur = txCursor{}
+	seq := r.execSeq
+	r.execSeq++
+	if t.response {
+		e := &r.orq[(r.orqTail-1)%maxRdAtomic]
+		e.seq, e.cover = seq, seq
+		r.coverSeq, r.uncovBytes = r.execSeq, 0
+	} else {
+		r.uncovBytes += length
+		if r.ord == 0 {
+			// Nothing can confirm it: it completes once sent.
+			t.confirmed = true
+		}
+	}
+	return swq.Pending, 0
+}
+
+// resolveLocal maps the slot's local SG list (or inline payload) into
+// r.local: the source of Sends and Writes, the sink of Reads and
+// atomics (which need AccessLocalWrite); false on a bad lkey, PD, right
+// or range.
+func (q *qp) resolveLocal(s *swq.Slot) bool {
+	l := &q.req.local
+	l.Reset()
+	if s.IsInline {
+		l.One(s.Inline)
+		return true
+	}
+	need := driver.AccessFlags(0)
+	if !s.WR.Opcode.ReadsLocal() {
+		need = driver.AccessLocalWrite
+	}
+	q.ctx.mu.RLock()
+	defer q.ctx.mu.RUnlock()
+	for i := range s.WR.SGList {
+		g := &s.WR.SGList[i]
+		b, e := q.ctx.spanLocked(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
+		if e != accessOK || !l.Add(b) {
+			return false
+		}
+	}
+	return true
+}
+
+// failWR records a local failure of the WR at the head: it completes with
+// status after the WRs before it, and the QP then fails.
+func (q *qp) failWR(s *swq.Slot, status driver.WCStatus) (driver.WCStatus, uint32) {
+	r := &q.req
+	t := r.slot(r.execSeq)
+	*t = wrTrack{wrid: s.WR.WRID, op: s.WR.Opcode.CompletionOpcode(), signaled: true, status: status}
+	r.cur = txCursor{}
+	r.execSeq++
+	r.failing = true
+	return swq.Pending, 0
+}
+
+// sendMessage builds the Send message of wr (length bytes of r.local),
+// continuing from the cursor; false when the batch filled first.
+func (q *qp) sendMessage(b *txBatch, wr *driver.SendWR, t *wrTrack, length uint64) bool {
+	r := &q.req
+	op := wire.OpSend
+	inv := uint32(0)
+	switch {
+	case wr.Opcode == driver.OpSendWithInv && wr.Flags&driver.SendSolicited != 0:
+		op, inv = wire.OpSendSEInv, wr.InvalidateRKey
+	case wr.Opcode == driver.OpSendWithInv:
+		op, inv = wire.OpSendInv, wr.InvalidateRKey
+	case wr.Flags&driver.SendSolicited != 0:
+		op = wire.OpSendSE
+	}
+	if r.cur.off == 0 {
+		r.msn[wire.QNSend]++
+		if !t.untagged {
+			t.untagged, t.qn, t.msn0 = true, wire.QNSend, r.msn[wire.QNSend]
+		}
+		t.msn1 = r.msn[wire.QNSend]
+	}
+	msn := r.msn[wire.QNSend]
+	for first := true; first || r.cur.off < length; first = false {
+		n := min(length-r.cur.off, uint64(maxPayload))
+		if !b.room(wire.UntaggedLen, int(n)) {
+			if r.cur.off == 0 && first {
+				// Nothing of the message is out yet: take the MSN back.
+				r.msn[wire.QNSend]--
+			}
+			return false
+		}
+		last := r.cur.off+n == length
+		wire.Hdr(b.header(wire.UntaggedLen)).SetUntagged(op, last, inv, wire.QNSend, msn, uint32(r.cur.off), int(n))
+		b.endFrame(&r.local, r.cur.off, int(n))
+		r.cur.off += n
+	}
+	return true
+}
+
+// writeMessage builds the RDMA Write message of wr, continuing from the
+// cursor; false when the batch filled first.
+func (q *qp) writeMessage(b *txBatch, wr *driver.SendWR, t *wrTrack, length uint64) bool {
+	r := &q.req
+	t.tagged, t.stag, t.to, t.toEnd = true, wr.RKey, wr.RemoteAddr, wr.RemoteAddr+length
+	for first := true; first || r.cur.off < length; first = false {
+		n := min(length-r.cur.off, uint64(maxPayload))
+		if !b.room(wire.TaggedLen, int(n)) {
+			return false
+		}
+		last := r.cur.off+n == length
+		wire.Hdr(b.header(wire.TaggedLen)).SetTagged(wire.OpWrite, last, wr.RKey, wr.RemoteAddr+r.cur.off, int(n))
+		b.endFrame(&r.local, r.cur.off, int(n))
+		r.cur.off += n
+	}
+	return true
+}
+
+// pushORQ appends an outstanding request of kind k.
+func (r *requester) pushORQ(k orqKind) *orqEntry {
+	e := &r.orq[r.orqTail%maxRdAtomic]
+	r.orqTail++
+	*e = orqEntry{kind: k}
+	return e
+}
+
+// appRequestsOutstanding reports whether a Read or atomic of the
+// application is outstanding (what a fence waits for).
+func (r *requester) appRequestsOutstanding() bool {
+	for i := r.orqHead; i != r.orqTail; i++ {
+		if r.orq[i%maxRdAtomic].kind != orqConfirm {
+			return true
+		}
+	}
+	return false
+}
+
+// confirmThreshold is how many bytes of Sends and Writes go out before
+// the requester asks for a confirmation even though more follow.
+const confirmThreshold = 512 << 10
+
+// needConfirm reports whether the transmitter should add a zero-length
+// Read to confirm the Sends and Writes sent since the last request:
+// when there are some, a request slot is free, and either nothing
+// confirms them yet or many have piled up.
+func (r *requester) needConfirm(depth int) bool {
+	if r.coverSeq >= r.execSeq || r.ord == 0 || r.orqLen() >= r.ord {
+		return false
+	}
+	for i := r.orqHead; i != r.orqTail; i++ {
+		if r.orq[i%maxRdAtomic].kind == orqConfirm {
+			// One is on its way: add another only under load.
+			return r.uncovBytes >= confirmThreshold || r.execSeq-r.coverSeq >= uint64(max(depth/2, 1))
+		}
+	}
+	return true
+}
+
+// addConfirm builds a confirming zero-length Read Request into b.
+func (r *requester) addConfirm(b *txBatch) bool {
+	if !b.room(wire.ReadRequestLen, 0) {
+		return false
+	}
+	e := r.pushORQ(orqConfirm)
+	e.cover = r.execSeq
+	r.msn[wire.QNRead]++
+	wire.ReadRequest(b.header(wire.ReadRequestLen)).Set(r.msn[wire.QNRead], 0, 0, 0, 0, 0)
+	b.endFrame(nil, 0, 0)
+	r.coverSeq, r.uncovBytes = r.execSeq, 0
+	return true
+}
+
+// responseDone completes the request at the head of the ORQ once its
+// response has fully arrived (n bytes of a Read), confirming the slots
+// it covers, and completes what can complete.
+func (q *qp) responseDone(n uint32) {
+	r := &q.req
+	if r.orqHead == r.orqTail {
+		return
+	}
+	e := &r.orq[r.orqHead%maxRdAtomic]
+	r.orqHead++
+	switch e.kind {
+	case orqRead, orqAtomic:
+		t := r.slot(e.seq)
+		t.responded = true
+		if e.kind == orqRead {
+			t.byteLen = n
+		}
+	}
+	r.confSeq = max(r.confSeq, e.cover)
+	q.completeInOrder()
+	q.kick()
+}
+
+// completeInOrder completes the executed WRs from doneSeq on, in order,
+// as far as they are done: confirmed Sends and Writes, Reads and atomics
+// whose response arrived.
+func (q *qp) completeInOrder() {
+	r := &q.req
+	for r.doneSeq < r.execSeq {
+		t := r.slot(r.doneSeq)
+		switch {
+		case t.status != driver.WCSuccess:
+			return // completed by the failure that follows
+		case t.response && !t.responded:
+			return
+		case !t.response && !t.confirmed && r.doneSeq >= r.confSeq:
+			return
+		}
+		seq := r.doneSeq
+		r.doneSeq++
+		if t.signaled {
+			q.Complete(seq, driver.WorkCompletion{WRID: t.wrid, Status: driver.WCSuccess, Opcode: t.op, ByteLen: t.byteLen})
+		}
+	}
+}
+
+// flush completes every executed WR not yet completed, as the move to
+// the error state does: with its own error if it failed, with success if
+// it is known done, else with WCWRFlushErr; and forgets the ORQ.
+func (r *requester) flush(q *qp) {
+	for r.doneSeq < r.execSeq {
+		t := r.slot(r.doneSeq)
+		seq := r.doneSeq
+		r.doneSeq++
+		status := t.status
+		if status == driver.WCSuccess {
+			done := (t.response && t.responded) || (!t.response && (t.confirmed || seq < r.confSeq))
+			if !done {
+				status = driver.WCWRFlushErr
+			}
+		}
+		if status != driver.WCSuccess || t.signaled {
+			q.Complete(seq, driver.WorkCompletion{WRID: t.wrid, Status: status, Opcode: t.op, ByteLen: t.byteLen})
+		}
+	}
+	r.orqHead, r.orqTail = 0, 0
+	r.cur = txCursor{}
+	r.coverSeq, r.confSeq = r.execSeq, r.execSeq
+	r.failing = false
+}
+
+// terminated applies a Terminate from the peer to the WR it names: that
+// WR gets status, the Sends and Writes before it are confirmed, and the
+// caller then fails the QP. hdr is the copy of the terminated segment's
+// headers, nil when the Terminate carries none.
+func (q *qp) terminated(hdr wire.Hdr, status driver.WCStatus) {
+	r := &q.req
+	k := r.execSeq
+	if hdr != nil {
+		for i := r.doneSeq; i < r.execSeq; i++ {
+			t := r.slot(i)
+			if hdr.Tagged() {
+				if t.tagged && t.stag == hdr.STag() && hdr.TO() >= t.to && hdr.TO() <= t.toEnd {
+					k = i
+					break
+				}
+			} else if t.untagged && t.qn == hdr.QN() && hdr.MSN()-t.msn0 <= t.msn1-t.msn0 {
+				k = i
+				break
+			}
+		}
+	}
+	if k == r.execSeq {
+		// No WR matches: blame the first one the responder had not
+		// confirmed.
+		k = max(r.doneSeq, r.confSeq)
+	}
+	if k < r.execSeq {
+		for i := r.doneSeq; i < k; i++ {
+			if t := r.slot(i); !t.response {
+				t.confirmed = true
+			}
+		}
+		r.slot(k).status = status
+	}
+}
+
+// terminateStatus maps the error a Terminate reports to the status of
+// the WR it terminated.
+func terminateStatus(layer wire.Layer, etype, ecode uint8) driver.WCStatus {
+	switch layer {
+	case wire.LayerRDMAP:
+		switch etype {
+		case wire.RDMAPRemoteProtect:
+			return driver.WCRemAccessErr
+		case wire.RDMAPRemoteOperation:
+			if ecode == wire.RDMAPCatastrophicLocal || ecode == wire.RDMAPCatastrophicAll {
+				return driver.WCRemOpErr
+			}
+			return driver.WCRemInvReqErr
+		}
+	case wire.LayerDDP:
+		switch etype {
+		case wire.DDPTaggedError:
+			return driver.WCRemAccessErr
+		case wire.DDPUntaggedError:
+			switch ecode {
+			case wire.DDPNoBuffer:
+				// No receive was posted: what InfiniBand reports once RNR
+				// retries run out, without the retries.
+				return driver.WCRNRRetryExcErr
+			case wire.DDPTooLong:
+				return driver.WCRemInvReqErr
+			}
+		}
+	}
+	return driver.WCRemOpErr
+}
+
+// atomicDone places the original value of the atomic at the head of the
+// ORQ into its result buffer and completes it; false when the head is
+// not the atomic id.
+func (q *qp) atomicDone(id uint32, value uint64) bool {
+	r := &q.req
+	if r.orqHead == r.orqTail {
+		return false
+	}
+	e := &r.orq[r.orqHead%maxRdAtomic]
+	if e.kind != orqAtomic || e.id != id {
+		return false
+	}
+	binary.NativeEndian.PutUint64(r.result[:], value)
+	var src, dst sglist.List
+	src.One(r.result[:])
+	for i := range e.nseg {
+		dst.Add(e.segs[i])
+	}
+	sglist.Copy(&dst, &src)
+	q.responseDone(8)
+	return true
+}
