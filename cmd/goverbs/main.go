@@ -55,6 +55,7 @@ func init() {
 	commands = []*command{
 		{name: "devices", summary: "list RDMA devices and their attributes (like ibv_devices and ibv_devinfo)", run: runDevices},
 		{name: "demo", summary: "walk through one RDMA Read, step by step, with timings (seed document, section 4.4)", run: runDemo},
+		{name: "ping", summary: "rping's ping-pong over iWARP (tcp0): client (-c) or server (-s), either end may be librdmacm's rping", run: runPing},
 		{name: "kv", summary: "key-value store with one-sided GET: serve, put, get, del, bench", run: runKV},
 		{name: "log", summary: "replicated log over RDMA Write + send/recv: serve, promote, append, tail, bench", run: runLog},
 		{name: "help", summary: "show help for a command", run: runHelp},
