@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/anishathalye/porcupine"
 	"go.uber.org/goleak"
 
+	_ "github.com/goverbs/goverbs/provider/iwarp"
 	_ "github.com/goverbs/goverbs/provider/loop"
 	_ "github.com/goverbs/goverbs/provider/shm"
 )
@@ -77,9 +79,20 @@ var serial atomic.Int64
 // addrs are the providers the store is tested on.
 func addrs() map[string]func() string {
 	return map[string]func() string{
-		"loop": func() string { return fmt.Sprintf("loop://kv-%d", serial.Add(1)) },
-		"shm":  func() string { return fmt.Sprintf("shm://@goverbs-kv-%d-%d", os.Getpid(), serial.Add(1)) },
+		"loop":  func() string { return fmt.Sprintf("loop://kv-%d", serial.Add(1)) },
+		"shm":   func() string { return fmt.Sprintf("shm://@goverbs-kv-%d-%d", os.Getpid(), serial.Add(1)) },
+		"iwarp": func() string { return "tcp://" + freePort() },
 	}
+}
+
+// freePort returns a loopback address with a port nobody listens on.
+func freePort() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
 
 func small() Config {

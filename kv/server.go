@@ -100,10 +100,15 @@ type retired struct {
 }
 
 type serverConn struct {
-	qp    *verbs.QP
-	conn  *cm.Conn
-	recvs []mempool.Buf // by receive WRID
-	reply []mempool.Buf // reply buffer of each receive
+	qp   *verbs.QP
+	conn *cm.Conn
+	// ready says Accept has returned, the QP is in RTS and may reply;
+	// requests that arrive before (the QP may receive in RTR) wait in
+	// pending.
+	ready   bool
+	pending []verbs.WorkCompletion
+	recvs   []mempool.Buf // by receive WRID
+	reply   []mempool.Buf // reply buffer of each receive
 }
 
 // Listen creates a server and starts serving clients at addr (for
@@ -249,6 +254,11 @@ func (s *Server) accept(req *cm.Request) error {
 	}
 	s.mu.Lock()
 	sc.conn = conn
+	sc.ready = true
+	for _, wc := range sc.pending {
+		s.serveLocked(sc, wc)
+	}
+	sc.pending = nil
 	s.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
@@ -306,6 +316,15 @@ func (s *Server) serve(wc verbs.WorkCompletion) {
 	if sc == nil || wc.Status != verbs.WCSuccess || wc.WRID >= uint64(len(sc.recvs)) {
 		return // a flushed receive of a client that left
 	}
+	if !sc.ready {
+		sc.pending = append(sc.pending, wc)
+		return
+	}
+	s.serveLocked(sc, wc)
+}
+
+// serveLocked serves a request of a ready connection; s.mu is held.
+func (s *Server) serveLocked(sc *serverConn, wc verbs.WorkCompletion) {
 	rb, pb := sc.recvs[wc.WRID], sc.reply[wc.WRID]
 	req := request(rb.Bytes()[:wc.ByteLen])
 	var n int
