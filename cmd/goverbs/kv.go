@@ -134,9 +134,9 @@ const envKVChild = "GOVERBS_KV_BENCH_CHILD"
 
 func runKVBench(ctx context.Context, e *env, args []string) error {
 	var (
-		addr, values string
-		ops, keys    int
-		noMemcached  bool
+		addr, serve, values string
+		ops, keys           int
+		noMemcached         bool
 	)
 	fs := newFlagSet("kv bench", "", `Bench measures the store on 16-byte keys, 95% GET and 5% PUT, with uniform
 and Zipf 0.99 key choice, for each value size, with one client; and
@@ -144,7 +144,8 @@ memcached (started on loopback, if installed) on the same workload. It
 reports GET median and p99 latency, operations per second, and the
 server's CPU seconds per million GETs. Without -a it starts its own server
 process on the default local provider.`, e)
-	fs.String(&addr, "addr", "a", "", "server to measure (default: start one on shm)")
+	fs.String(&addr, "addr", "a", "", "server to measure (default: start one, see --serve)")
+	fs.String(&serve, "serve", "", "", "address of the server bench starts (default shm://@goverbs-kvbench-PID; tcp://127.0.0.1:PORT for iWARP)")
 	fs.String(&values, "values", "", "64,512,4096", "value sizes in bytes")
 	fs.IntVar(&ops, "ops", 200000, "operations measured per run")
 	fs.alias("ops", "n")
@@ -164,7 +165,10 @@ process on the default local provider.`, e)
 	}
 	serverPID := 0
 	if addr == "" {
-		addr = fmt.Sprintf("shm://@goverbs-kvbench-%d", os.Getpid())
+		addr = serve
+		if addr == "" {
+			addr = fmt.Sprintf("shm://@goverbs-kvbench-%d", os.Getpid())
+		}
 		cmd, err := startKVServer(addr)
 		if err != nil {
 			return err
