@@ -92,7 +92,7 @@ The server's CPU takes no part in the read.
 Both sides run in this process, as two goroutines. Each step is printed
 with the time it took.`, e)
 	fs.String(&cfg.device, "device", "d", defaultDevice, "the RDMA device both sides open")
-	fs.String(&cfg.addr, "addr", "", "", "the cm address the server listens on (default: one that suits the device's\nprovider, e.g. loop://goverbs-demo)")
+	fs.String(&cfg.addr, "addr", "", "", "the cm address the server listens on (default: one that suits the device's\nprovider, e.g. shm://@goverbs-demo-PID)")
 	fs.String(&cfg.value, "value", "", defaultValue, "the value the server serves and the client reads")
 	fs.Duration(&cfg.timeout, "timeout", "", 10*time.Second, "give up if the demo takes longer than this")
 	if err := fs.parse(args); err != nil {
@@ -112,20 +112,22 @@ with the time it took.`, e)
 		return err
 	}
 	if cfg.addr == "" {
-		if cfg.addr, err = defaultAddr(info.Transport); err != nil {
+		if cfg.addr, err = defaultAddr(info.Transport, "goverbs-demo"); err != nil {
 			return err
 		}
 	}
 	return demo(ctx, e.stdout, cfg)
 }
 
-// defaultAddr returns a listen address for a device of the transport.
-func defaultAddr(transport string) (string, error) {
+// defaultAddr returns a listen address called name (made unique to this
+// process where the address space is the host's) for a device of the
+// transport.
+func defaultAddr(transport, name string) (string, error) {
 	switch transport {
 	case "loop":
-		return "loop://goverbs-demo", nil
+		return "loop://" + name, nil
 	case "shm":
-		return fmt.Sprintf("shm://@goverbs-demo-%d", os.Getpid()), nil
+		return fmt.Sprintf("shm://@%s-%d", name, os.Getpid()), nil
 	case "iwarp":
 		return "tcp://127.0.0.1:0", nil
 	}

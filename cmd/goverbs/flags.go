@@ -52,6 +52,24 @@ func (fs *flagSet) Duration(p *time.Duration, long, short string, value time.Dur
 	fs.alias(long, short)
 }
 
+// Int defines an int flag.
+func (fs *flagSet) Int(p *int, long, short string, value int, usage string) {
+	fs.IntVar(p, long, value, usage)
+	fs.alias(long, short)
+}
+
+// Value defines a flag of a custom type.
+func (fs *flagSet) Value(v flag.Value, long, short, usage string) {
+	fs.Var(v, long, usage)
+	fs.alias(long, short)
+}
+
+// Hidden defines a boolean flag that the usage does not list: an
+// interface between goverbs processes, not for users.
+func (fs *flagSet) Hidden(p *bool, long, usage string) {
+	fs.BoolVar(p, long, false, usage)
+}
+
 func (fs *flagSet) alias(long, short string) {
 	names := []string{long}
 	if short != "" {
@@ -74,6 +92,26 @@ func (fs *flagSet) parse(args []string) error {
 		return usageError("%v", err)
 	}
 	return nil
+}
+
+// parseInterspersed parses args whose flags may come after positional
+// arguments too (goverbs bench shm://@x -n 100 write_bw), and returns the
+// positional ones; "--" ends the flags.
+func (fs *flagSet) parseInterspersed(args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
 }
 
 func (fs *flagSet) printUsage(w io.Writer) {

@@ -1,5 +1,5 @@
-// Command goverbs is the goverbs tool: it lists RDMA devices and shows the
-// verbs at work.
+// Command goverbs is the goverbs tool: it lists RDMA devices, measures
+// them and shows the verbs at work.
 //
 // Usage:
 //
@@ -8,6 +8,7 @@
 // The commands are:
 //
 //	devices   list RDMA devices and their attributes (like ibv_devices and ibv_devinfo)
+//	bench     measure latency and bandwidth with perftest's tests, and compare with UCX, libfabric and TCP
 //	demo      walk through one RDMA Read, step by step, with timings
 //	help      show help for a command
 //
@@ -26,8 +27,8 @@ import (
 )
 
 // defaultDevice is the device the commands use when -d is not given: the
-// default local provider. It becomes "shm0" once the shm provider lands.
-const defaultDevice = "loop0"
+// default local provider, shm0 (two processes on one host, kernel bypass).
+const defaultDevice = "shm0"
 
 // command is one subcommand of goverbs. Adding a command (ping, bench, kv,
 // log, ...) means writing a file with its run function and adding a row to
@@ -46,6 +47,8 @@ type command struct {
 type env struct {
 	stdout io.Writer
 	stderr io.Writer
+	// stderrTTY says that stderr is a terminal, where progress may be shown.
+	stderrTTY bool
 }
 
 // commands is the table of subcommands, in the order help lists them.
@@ -54,6 +57,7 @@ var commands []*command
 func init() {
 	commands = []*command{
 		{name: "devices", summary: "list RDMA devices and their attributes (like ibv_devices and ibv_devinfo)", run: runDevices},
+		{name: "bench", summary: "measure latency and bandwidth with perftest's tests; --compare with UCX, libfabric and TCP", run: runBench},
 		{name: "demo", summary: "walk through one RDMA Read, step by step, with timings (seed document, section 4.4)", run: runDemo},
 		{name: "ping", summary: "rping's ping-pong over iWARP (tcp0): client (-c) or server (-s), either end may be librdmacm's rping", run: runPing},
 		{name: "kv", summary: "key-value store with one-sided GET: serve, put, get, del, bench", run: runKV},
@@ -81,7 +85,7 @@ func lookup(name string) *command {
 }
 
 func printUsage(w io.Writer) {
-	fmt.Fprintf(w, "goverbs is RDMA verbs for Go: it lists devices and shows the verbs at work.\n\n")
+	fmt.Fprintf(w, "goverbs is RDMA verbs for Go: it lists devices, measures them and shows the verbs at work.\n\n")
 	fmt.Fprintf(w, "Usage:\n\n\tgoverbs <command> [flags]\n\nThe commands are:\n\n")
 	for _, c := range commands {
 		fmt.Fprintf(w, "\t%-9s %s\n", c.name, c.summary)
@@ -92,7 +96,7 @@ func printUsage(w io.Writer) {
 // run runs goverbs with args (without the program name) and returns the
 // exit status: 0 on success, 1 on failure, 2 on a usage error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	e := &env{stdout: stdout, stderr: stderr}
+	e := &env{stdout: stdout, stderr: stderr, stderrTTY: isTerminal(stderr)}
 	if len(args) == 0 {
 		printUsage(stderr)
 		return 2
@@ -122,6 +126,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "goverbs %s: %s\n", c.name, oneLine(err.Error()))
 		return 1
 	}
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // oneLine keeps an error message on one line, so that a failure is

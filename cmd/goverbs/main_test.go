@@ -79,15 +79,19 @@ func TestDevices(t *testing.T) {
 	if len(lines) < 2 || !strings.HasPrefix(lines[0], "DEVICE") {
 		t.Fatalf("goverbs devices printed no table:\n%s", out)
 	}
-	found := false
+	providers := map[string]string{}
 	for _, l := range lines[1:] {
-		f := strings.Fields(l)
-		if len(f) == 4 && f[0] == defaultDevice && f[1] == "loop" {
-			found = true
+		if f := strings.Fields(l); len(f) == 4 {
+			providers[f[0]] = f[1]
 		}
 	}
-	if !found {
-		t.Errorf("goverbs devices does not list %s of provider loop:\n%s", defaultDevice, out)
+	for dev, prov := range map[string]string{"loop0": "loop", "shm0": "shm"} {
+		if providers[dev] != prov {
+			t.Errorf("goverbs devices does not list %s of provider %s:\n%s", dev, prov, out)
+		}
+	}
+	if _, ok := providers[defaultDevice]; !ok {
+		t.Errorf("goverbs devices does not list the default device %s:\n%s", defaultDevice, out)
 	}
 }
 
@@ -111,8 +115,8 @@ func TestDevicesVerbose(t *testing.T) {
 			t.Errorf("%s is %q, want a positive number", k, attrs[k])
 		}
 	}
-	if attrs["transport"] != "loop" {
-		t.Errorf("transport is %q, want loop", attrs["transport"])
+	if attrs["transport"] != "shm" {
+		t.Errorf("transport is %q, want shm", attrs["transport"])
 	}
 }
 
@@ -167,13 +171,21 @@ func TestDemo(t *testing.T) {
 
 func TestDemoFlags(t *testing.T) {
 	value := "a value of one's own"
-	out, errOut, code := goverbs(t, "demo", "--device", defaultDevice, "--addr", "loop://demo-flags", "--value", value)
-	if code != 0 || errOut != "" {
-		t.Fatalf("goverbs demo: exit %d, stderr %q, stdout:\n%s", code, errOut, out)
-	}
-	checkDemo(t, out, value)
-	if !strings.Contains(out, "listening at loop://demo-flags") {
-		t.Errorf("the server did not listen on the --addr given:\n%s", out)
+	for _, tt := range []struct{ device, addr string }{
+		{defaultDevice, fmt.Sprintf("shm://@goverbs-demo-flags-%d", os.Getpid())},
+		{"loop0", "loop://demo-flags"},
+	} {
+		out, errOut, code := goverbs(t, "demo", "--device", tt.device, "--addr", tt.addr, "--value", value)
+		if code != 0 || errOut != "" {
+			t.Fatalf("goverbs demo -d %s: exit %d, stderr %q, stdout:\n%s", tt.device, code, errOut, out)
+		}
+		checkDemo(t, out, value)
+		if !strings.Contains(out, "listening at "+tt.addr) {
+			t.Errorf("the server did not listen on the --addr given:\n%s", out)
+		}
+		if !strings.Contains(out, "open device "+tt.device) {
+			t.Errorf("the demo did not open %s:\n%s", tt.device, out)
+		}
 	}
 }
 
@@ -181,7 +193,8 @@ func TestDemoFlags(t *testing.T) {
 // detector watches its two goroutines.
 func TestDemoInProcess(t *testing.T) {
 	var o, e bytes.Buffer
-	if code := run(context.Background(), []string{"demo", "--addr", "loop://demo-in-process"}, &o, &e); code != 0 {
+	addr := fmt.Sprintf("shm://@goverbs-demo-in-process-%d", os.Getpid())
+	if code := run(context.Background(), []string{"demo", "--addr", addr}, &o, &e); code != 0 {
 		t.Fatalf("demo: exit %d, stderr %q, stdout:\n%s", code, e.String(), o.String())
 	}
 	checkDemo(t, o.String(), defaultValue)

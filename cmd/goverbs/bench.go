@@ -1,0 +1,590 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/internal/perftest"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// benchConfig is what the bench command's flags and arguments set.
+type benchConfig struct {
+	device  string
+	listen  string
+	addr    string // the server to run against; empty: self-contained
+	tests   []perftest.Test
+	size    sizeFlag
+	all     bool
+	o       perftest.Overrides
+	compare bool
+	json    bool
+	csv     bool
+	plot    string
+	timeout time.Duration
+	peer    bool // hidden: serve for a parent goverbs bench
+}
+
+const benchDoc = `Bench measures goverbs devices with perftest's tests and conventions:
+send_lat, write_lat, read_lat and atomic_lat (latency) and send_bw,
+write_bw, read_bw and atomic_bw (bandwidth and message rate). Name the
+tests to run; without names it runs them all.
+
+Latency: send_lat and write_lat are ping-pongs and report half the round
+trip (write_lat polls the last byte of its buffer for the peer's write);
+read_lat and atomic_lat (fetch-and-add) report the whole operation.
+Figures are t_min, t_typical (the median), t_avg, the 99th percentile and
+t_max in microseconds. Bandwidth: a window (--tx-depth) of work requests
+is kept outstanding; BW peak and BW average are in MiB/s (2^20 bytes, as
+perftest and ucx_perftest count "MB"), the message rate in Mpps. Every
+result also gives the CPU time per iteration of both processes.
+
+With no address, bench is self-contained: for every local device it
+starts a bench server (another goverbs process for devices that cross
+processes, such as shm0; a goroutine for loop0) and runs the tests
+against it. With --compare it then runs the same tests on the peers
+that are installed (ucx_perftest over shared memory and TCP, fi_pingpong
+over libfabric's shm and tcp providers, plain Go TCP) and prints their
+figures beside goverbs' with the ratio.
+
+Across processes or hosts, start a server and point a client at it:
+
+  goverbs bench -l shm://@bench          # server (tcp://:18515 once iWARP lands)
+  goverbs bench shm://@bench write_bw    # client`
+
+func runBench(ctx context.Context, e *env, args []string) error {
+	cfg := benchConfig{o: perftest.NoOverrides}
+	fs := newFlagSet("bench", "[address] [test ...]", benchDoc, e)
+	iters, warmup := optInt{v: &cfg.o.Iters}, optInt{v: &cfg.o.Warmup}
+	txDepth, rxDepth := optInt{v: &cfg.o.TxDepth}, optInt{v: &cfg.o.RxDepth}
+	cqMod, inline := optInt{v: &cfg.o.CQMod}, optInt{v: &cfg.o.Inline}
+	fs.String(&cfg.device, "device", "d", "", "the `device` to use (default: every local device; with an address, the one that\nserves its scheme)")
+	fs.String(&cfg.listen, "listen", "l", "", "serve as the bench server on this cm `address` (shm://@name, shm:///path.sock)")
+	fs.Value(&cfg.size, "size", "s", "message size in `bytes` (suffixes K, M: 64K) (default: 8, 64, 4K, 64K and 1M)")
+	fs.Bool(&cfg.all, "all", "a", "run every size from 2 bytes to 8 MiB")
+	fs.Value(&iters, "iters", "n", "`n` measured iterations (default: 1000 for latency tests, 5000 for bandwidth)")
+	fs.Value(&warmup, "warmup", "w", "`n` unmeasured warm-up iterations first (default: a tenth of --iters)")
+	fs.Value(&txDepth, "tx-depth", "t", "the bandwidth tests' window: `n` work requests kept outstanding (default 128)")
+	fs.Value(&rxDepth, "rx-depth", "r", "`n` receives kept posted in Send tests (default 512)")
+	fs.Value(&cqMod, "cq-mod", "Q", "signal one send work request in `n` (default 100)")
+	fs.Value(&inline, "inline", "I", "send messages of up to `bytes` inline; 0: never (default: 236 for Sends, 220\nfor Writes, capped to the device's limit)")
+	fs.Bool(&cfg.o.Event, "event", "e", "wait for completions (CQ.Wait: ReqNotify and the completion channel)\ninstead of busy polling")
+	fs.Bool(&cfg.compare, "compare", "", "also run the installed peers (ucx_perftest, fi_pingpong, Go TCP) on the\nsame tests and sizes, and print their figures with the ratio")
+	fs.Bool(&cfg.json, "json", "", "print the results as JSON")
+	fs.Bool(&cfg.csv, "csv", "", "print the results as CSV")
+	fs.String(&cfg.plot, "plot", "", "", "draw latency and bandwidth against size into this PNG `file`")
+	fs.Duration(&cfg.timeout, "timeout", "", time.Minute, "give up on a run that takes longer than this")
+	fs.Hidden(&cfg.peer, "peer", "serve for a parent goverbs bench: print the address, exit at the end of stdin")
+	pos, err := fs.parseInterspersed(args)
+	if err != nil {
+		return err
+	}
+	if err := cfg.parseArgs(pos); err != nil {
+		return err
+	}
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	if cfg.listen != "" {
+		return benchServe(ctx, e, cfg)
+	}
+	return benchRun(ctx, e, cfg)
+}
+
+// parseArgs takes the address (the argument with "://") and the tests.
+func (cfg *benchConfig) parseArgs(args []string) error {
+	for _, a := range args {
+		if strings.Contains(a, "://") {
+			if cfg.addr != "" {
+				return usageError("two addresses, %q and %q: give one", cfg.addr, a)
+			}
+			cfg.addr = a
+			continue
+		}
+		t, err := perftest.ParseTest(a)
+		if err != nil {
+			return usageError("%v", err)
+		}
+		cfg.tests = append(cfg.tests, t)
+	}
+	if len(cfg.tests) == 0 {
+		cfg.tests = perftest.Tests
+	}
+	return nil
+}
+
+func (cfg *benchConfig) check() error {
+	switch {
+	case cfg.json && cfg.csv:
+		return usageError("--json and --csv both given: choose one")
+	case cfg.size.set && cfg.all:
+		return usageError("-s and -a both given: choose one")
+	case cfg.listen != "" && cfg.addr != "":
+		return usageError("-l serves, an address is a server to run against: give one of them")
+	case cfg.listen != "" && (cfg.compare || cfg.json || cfg.csv || cfg.plot != ""):
+		return usageError("the server (-l) measures nothing itself: give --compare, --json, --csv and --plot to the client")
+	case cfg.peer && cfg.listen == "":
+		return usageError("--peer needs -l")
+	case cfg.timeout <= 0:
+		return usageError("--timeout must be positive, got %v", cfg.timeout)
+	case cfg.plot != "" && !strings.HasSuffix(strings.ToLower(cfg.plot), ".png"):
+		return usageError("--plot %s: the plot is a PNG; name the file FILE.png", cfg.plot)
+	}
+	for _, v := range []struct {
+		name string
+		n    int
+		min  int
+	}{{"--iters", cfg.o.Iters, 1}, {"--tx-depth", cfg.o.TxDepth, 1}, {"--rx-depth", cfg.o.RxDepth, 1}, {"--cq-mod", cfg.o.CQMod, 1}} {
+		if v.n != -1 && v.n < v.min {
+			return usageError("%s %d: give at least %d", v.name, v.n, v.min)
+		}
+	}
+	return nil
+}
+
+func (cfg *benchConfig) sizes() []int {
+	switch {
+	case cfg.size.set:
+		return []int{cfg.size.n}
+	case cfg.all:
+		return perftest.AllSizes()
+	}
+	return perftest.DefaultSizes()
+}
+
+func (cfg *benchConfig) suite() perftest.Suite {
+	return perftest.Suite{Tests: cfg.tests, Sizes: cfg.sizes(), Overrides: cfg.o}
+}
+
+// deviceFor returns the device to use with addr: -d, or the local device
+// whose provider serves the address's scheme.
+func deviceFor(cfg benchConfig, addr string) (verbs.DeviceInfo, error) {
+	if cfg.device != "" {
+		return findDevice(cfg.device)
+	}
+	scheme, _, _ := strings.Cut(addr, "://")
+	transport := map[string]string{"loop": "loop", "shm": "shm", "tcp": "iwarp"}[scheme]
+	var names []string
+	for _, d := range verbs.Devices() {
+		if d.Transport == transport {
+			return d, nil
+		}
+		names = append(names, d.Name)
+	}
+	return verbs.DeviceInfo{}, fmt.Errorf("no local device serves %s:// addresses (devices: %s): give one with -d, or an address such as shm://@name",
+		scheme, strings.Join(names, ", "))
+}
+
+// benchServe is the bench server: it serves until interrupted or, as a
+// parent's peer, until its standard input ends.
+func benchServe(ctx context.Context, e *env, cfg benchConfig) error {
+	info, err := deviceFor(cfg, cfg.listen)
+	if err != nil {
+		return err
+	}
+	dev, err := verbs.Open(info.Name)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	l, err := cm.Listen(cfg.listen)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	opts := perftest.ServeOptions{}
+	if len(cfg.tests) < len(perftest.Tests) {
+		opts.Only = cfg.tests
+	}
+	if cfg.peer {
+		// The parent reads the address from this line, and closes our
+		// standard input when it is done with us, or dies.
+		fmt.Fprintf(e.stdout, "listening %s\n", l.Addr())
+		go func() {
+			io.Copy(io.Discard, os.Stdin)
+			cancel()
+		}()
+	} else {
+		fmt.Fprintf(e.stdout, "goverbs bench: serving %s on %s (device %s); stop with Ctrl-C\n", testList(cfg.tests), l.Addr(), info.Name)
+		opts.Log = e.stdout
+	}
+	return perftest.Serve(ctx, dev, l, opts)
+}
+
+func testList(ts []perftest.Test) string {
+	if len(ts) == len(perftest.Tests) {
+		return "every test"
+	}
+	s := make([]string, len(ts))
+	for i, t := range ts {
+		s[i] = t.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// benchRun is the client: against the server at cfg.addr, or
+// self-contained on every local device.
+func benchRun(ctx context.Context, e *env, cfg benchConfig) error {
+	start := time.Now()
+	suite := cfg.suite()
+	var devs []verbs.DeviceInfo
+	switch {
+	case cfg.addr != "":
+		d, err := deviceFor(cfg, cfg.addr)
+		if err != nil {
+			return err
+		}
+		devs = []verbs.DeviceInfo{d}
+	case cfg.device != "":
+		d, err := findDevice(cfg.device)
+		if err != nil {
+			return err
+		}
+		devs = []verbs.DeviceInfo{d}
+	default:
+		devs = verbs.Devices()
+	}
+	// Check every run before starting any, so that a bad size or test
+	// fails at once.
+	plans := make([][]perftest.Params, len(devs))
+	total := 0
+	for i, d := range devs {
+		dev, err := verbs.Open(d.Name)
+		if err != nil {
+			return err
+		}
+		attr := dev.QueryDevice()
+		dev.Close()
+		plans[i] = suite.Params(attr)
+		for _, p := range plans[i] {
+			if err := p.Check(d.Name, attr); err != nil {
+				return err
+			}
+		}
+		total += len(plans[i])
+	}
+	prog := newProgress(e)
+	defer prog.done()
+	rep := &perftest.Report{Date: start.Format(time.RFC3339), Host: hostInfo(), Event: cfg.o.Event}
+	n := 0
+	for i, d := range devs {
+		res, err := benchDevice(ctx, cfg, d, plans[i], func(j int, p perftest.Params) {
+			prog.show("[%d/%d] %s %v %d B", n+j+1, total, d.Name, p.Test, p.Size)
+		})
+		n += len(plans[i])
+		rep.Results = append(rep.Results, res...)
+		if err != nil {
+			prog.done()
+			return err
+		}
+	}
+	if cfg.compare {
+		peerParams := suite.Params(verbs.DeviceAttr{MaxInlineData: 1 << 16})
+		rep.Peers, rep.Skipped = perftest.RunPeers(ctx, peerParams, cfg.timeout, func(what string) {
+			prog.show("comparing: %s", what)
+		})
+		rep.Comparisons = perftest.Compare(rep.Results, rep.Peers)
+	}
+	prog.done()
+	if cfg.plot != "" {
+		if err := perftest.Plot(cfg.plot, rep); err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+	}
+	switch {
+	case cfg.json:
+		return perftest.WriteJSON(e.stdout, rep)
+	case cfg.csv:
+		return perftest.WriteCSV(e.stdout, append(rep.Results, rep.Peers...))
+	}
+	mode := "polling for completions"
+	if cfg.o.Event {
+		mode = "waiting for completion events"
+	}
+	fmt.Fprintf(e.stdout, "goverbs bench, %s, %s; %s\n\n", rep.Date, rep.Host, mode)
+	if err := perftest.WriteTable(e.stdout, rep.Results); err != nil {
+		return err
+	}
+	if cfg.compare {
+		fmt.Fprintln(e.stdout)
+		if err := perftest.WriteTable(e.stdout, rep.Peers); err != nil {
+			return err
+		}
+		fmt.Fprintln(e.stdout)
+		if err := perftest.WriteComparison(e.stdout, rep.Comparisons, rep.Skipped); err != nil {
+			return err
+		}
+	}
+	if cfg.plot != "" {
+		fmt.Fprintf(e.stdout, "\nplot: %s\n", cfg.plot)
+	}
+	fmt.Fprintf(e.stdout, "\n%d runs in %.1fs\n", len(rep.Results)+len(rep.Peers), time.Since(start).Seconds())
+	return nil
+}
+
+// benchDevice runs the plan on device d, against cfg.addr or a server of
+// its own.
+func benchDevice(ctx context.Context, cfg benchConfig, d verbs.DeviceInfo, plan []perftest.Params, progress func(int, perftest.Params)) ([]*perftest.Result, error) {
+	addr := cfg.addr
+	if addr == "" {
+		srv, err := startBenchServer(ctx, d)
+		if err != nil {
+			return nil, err
+		}
+		defer srv.stop()
+		addr = srv.addr
+	}
+	dev, err := verbs.Open(d.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer dev.Close()
+	res, err := perftest.RunAll(ctx, dev, addr, plan, cfg.timeout, progress)
+	if err != nil {
+		return res, explainRunError(err, addr, cfg)
+	}
+	return res, nil
+}
+
+// explainRunError turns a failed run into one line that says what to do.
+func explainRunError(err error, addr string, cfg benchConfig) error {
+	var rej *perftest.RejectedError
+	switch {
+	case errors.Is(err, cm.ErrRefused):
+		if cfg.addr == "" {
+			return fmt.Errorf("the bench server at %s went away: %w", addr, err)
+		}
+		return fmt.Errorf("nothing listens at %s: start the server there first with \"goverbs bench -l %s\"", addr, addr)
+	case errors.As(err, &rej):
+		return fmt.Errorf("the server at %s refused the run: %s", addr, rej.Reason)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: no result within --timeout %v; is the server at %s alive? raise --timeout for long runs", err, cfg.timeout, addr)
+	case errors.Is(err, perftest.ErrPeerGone):
+		return fmt.Errorf("%w: is the server at %s still running?", err, addr)
+	}
+	return err
+}
+
+// benchServer is the server side of a self-contained run.
+type benchServer struct {
+	addr string
+	stop func() error
+}
+
+// startBenchServer starts a bench server for device d: another goverbs
+// process for a device that crosses processes, a goroutine otherwise.
+func startBenchServer(ctx context.Context, d verbs.DeviceInfo) (*benchServer, error) {
+	dev, err := verbs.Open(d.Name)
+	if err != nil {
+		return nil, err
+	}
+	cross := dev.QueryDevice().Has(verbs.CapCrossProcess)
+	addr, err := defaultAddr(d.Transport, "goverbs-bench")
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	if cross {
+		dev.Close()
+		return startServerProcess(d.Name, addr)
+	}
+	l, err := cm.Listen(addr)
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var serveErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		serveErr = perftest.Serve(sctx, dev, l, perftest.ServeOptions{})
+	}()
+	return &benchServer{addr: l.Addr(), stop: func() error {
+		cancel()
+		wg.Wait()
+		l.Close()
+		dev.Close()
+		return serveErr
+	}}, nil
+}
+
+// startServerProcess re-executes this goverbs as a bench server (the
+// hidden --peer flag) and waits until it listens.
+func startServerProcess(device, addr string) (*benchServer, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("cannot find the goverbs executable to start a bench server: %w", err)
+	}
+	cmd := exec.Command(exe, "bench", "--peer", "-d", device, "-l", addr)
+	perftest.DieWithParent(cmd)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start a bench server process: %w", err)
+	}
+	exited := make(chan error, 1)
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(stdout).ReadString('\n')
+		line <- s
+		io.Copy(io.Discard, stdout)
+		exited <- cmd.Wait()
+	}()
+	stop := func() error {
+		stdin.Close()
+		t := time.NewTimer(5 * time.Second)
+		defer t.Stop()
+		select {
+		case err := <-exited:
+			if err != nil {
+				return fmt.Errorf("the bench server process failed: %v: %s", err, oneLine(stderr.String()))
+			}
+			return nil
+		case <-t.C:
+			cmd.Process.Kill()
+			<-exited
+			return errors.New("the bench server process did not stop; killed it")
+		}
+	}
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	select {
+	case s := <-line:
+		got, ok := strings.CutPrefix(strings.TrimSpace(s), "listening ")
+		if !ok {
+			stop()
+			return nil, fmt.Errorf("the bench server process for %s did not start: %s", device, oneLine(stderr.String()))
+		}
+		return &benchServer{addr: got, stop: stop}, nil
+	case <-t.C:
+		cmd.Process.Kill()
+		stop()
+		return nil, fmt.Errorf("the bench server process for %s did not listen within 10s: %s", device, oneLine(stderr.String()))
+	}
+}
+
+// hostInfo describes the machine for the report.
+func hostInfo() string {
+	s := fmt.Sprintf("%s/%s, %d CPUs", runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			s += ", load " + f[0]
+		}
+	}
+	return s
+}
+
+// progress shows what bench is doing on one line of a terminal's
+// standard error, and nothing when it is not a terminal.
+type progress struct {
+	w     io.Writer
+	shown bool
+}
+
+func newProgress(e *env) *progress {
+	if !e.stderrTTY {
+		return &progress{}
+	}
+	return &progress{w: e.stderr}
+}
+
+func (p *progress) show(format string, args ...any) {
+	if p.w == nil {
+		return
+	}
+	fmt.Fprintf(p.w, "\r\033[K"+format, args...)
+	p.shown = true
+}
+
+func (p *progress) done() {
+	if p.shown {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.shown = false
+	}
+}
+
+// sizeFlag is a message size: a number of bytes, optionally with a K or
+// M suffix (KiB, MiB).
+type sizeFlag struct {
+	n   int
+	set bool
+}
+
+func (s *sizeFlag) String() string {
+	if !s.set {
+		return ""
+	}
+	return strconv.Itoa(s.n)
+}
+
+func (s *sizeFlag) Set(v string) error {
+	n, err := parseSize(v)
+	if err != nil {
+		return err
+	}
+	s.n, s.set = n, true
+	return nil
+}
+
+// parseSize reads 4096, 64K, 64KiB, 1M or 1MiB.
+func parseSize(v string) (int, error) {
+	num, mul := strings.TrimSpace(v), 1
+	for _, u := range []struct {
+		suffix string
+		mul    int
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}} {
+		if s, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, mul = s, u.mul
+			break
+		}
+	}
+	n, err := strconv.ParseUint(num, 10, 40)
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("size %q: give a number of bytes, such as 4096, 64K or 1M", v)
+	}
+	return int(n) * mul, nil
+}
+
+// optInt is an int flag whose default depends on the test; unset it
+// leaves -1 in place.
+type optInt struct{ v *int }
+
+func (o optInt) String() string {
+	if o.v == nil || *o.v < 0 {
+		return ""
+	}
+	return strconv.Itoa(*o.v)
+}
+
+func (o optInt) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q is not a count: give a whole number, 0 or more", s)
+	}
+	*o.v = n
+	return nil
+}

@@ -1,0 +1,235 @@
+package perftest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A peer is what goverbs is compared with: a program a user would
+// otherwise pick for the same job on the same machine, run on the same
+// tests and sizes in the same invocation. A peer that is not installed,
+// or a run of it that fails, is skipped and named with the reason; it is
+// never replaced by a figure from anywhere else.
+type peer struct {
+	stack, transport string
+	// test is the peer's own name for its counterpart of t, or "" if it
+	// has none.
+	test func(t Test) string
+	// missing says why the peer cannot run on this machine, or "".
+	missing func() string
+	// run measures the peer on p.
+	run func(ctx context.Context, p Params) (*Result, error)
+}
+
+func (p *peer) name() string { return p.stack + " " + p.transport }
+
+// peers are the peers, in the order they run.
+func peers() []*peer {
+	return []*peer{
+		ucxPeer("sm", "sm,self"), ucxPeer("tcp", "tcp"),
+		fabricPeer("shm", "rdm"), fabricPeer("tcp", "msg"),
+		goTCPPeer(),
+	}
+}
+
+// RunPeers runs every peer on each of ps it has a counterpart for, each
+// run within timeout, and returns their results and what was skipped.
+// progress, if set, is told about each run before it starts.
+func RunPeers(ctx context.Context, ps []Params, timeout time.Duration, progress func(what string)) ([]*Result, []Skip) {
+	var (
+		out     []*Result
+		skipped []Skip
+	)
+	for _, pr := range peers() {
+		if why := pr.missing(); why != "" {
+			skipped = append(skipped, Skip{Peer: pr.name(), Reason: why})
+			continue
+		}
+		var none []string
+		for _, p := range ps {
+			pt := pr.test(p.Test)
+			if pt == "" {
+				if len(none) == 0 || none[len(none)-1] != p.Test.String() {
+					none = append(none, p.Test.String())
+				}
+				continue
+			}
+			if ctx.Err() != nil {
+				return out, skipped
+			}
+			if progress != nil {
+				progress(fmt.Sprintf("%s %s %d B", pr.name(), pt, p.Size))
+			}
+			rctx, cancel := context.WithTimeout(ctx, timeout)
+			r, err := pr.run(rctx, p)
+			if err != nil && rctx.Err() == context.DeadlineExceeded {
+				err = fmt.Errorf("no result within --timeout %v", timeout)
+			}
+			cancel()
+			if err != nil {
+				skipped = append(skipped, Skip{Peer: pr.name(), Test: pt, Size: p.Size, Reason: oneLine(err.Error())})
+				continue
+			}
+			r.Stack, r.Transport, r.Test, r.PeerTest, r.Size, r.Event = pr.stack, pr.transport, p.Test, pt, p.Size, false
+			out = append(out, r)
+		}
+		if len(none) > 0 && len(none) < len(Tests) {
+			skipped = append(skipped, Skip{Peer: pr.name(), Reason: "has no counterpart of " + strings.Join(none, ", ")})
+		}
+	}
+	return out, skipped
+}
+
+// lookPath says why program is missing, naming the Debian package that
+// has it, or "".
+func lookPath(program, pkg string) string {
+	if _, err := exec.LookPath(program); err != nil {
+		return fmt.Sprintf("%s is not installed (Debian: apt-get install %s)", program, pkg)
+	}
+	return ""
+}
+
+// freePort returns a TCP port on the loopback that nothing listens on now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// runPair runs a peer's server and then its client on the loopback, and
+// returns the client's standard output. The server must listen on port
+// for its out-of-band connection before the client starts; both are
+// killed when ctx ends.
+func runPair(ctx context.Context, env []string, server, client []string, port int) (string, error) {
+	srv := exec.CommandContext(ctx, server[0], server[1:]...)
+	srv.Env = append(os.Environ(), env...)
+	DieWithParent(srv)
+	var srvOut bytes.Buffer
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	if err := srv.Start(); err != nil {
+		return "", err
+	}
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- srv.Wait() }()
+	defer func() {
+		srv.Process.Kill()
+		<-srvDone
+	}()
+	if err := waitListening(ctx, port, srvDone); err != nil {
+		return "", fmt.Errorf("%s server: %w: %s", server[0], err, firstLine(srvOut.String()))
+	}
+	cl := exec.CommandContext(ctx, client[0], client[1:]...)
+	cl.Env = srv.Env
+	DieWithParent(cl)
+	var out, errOut bytes.Buffer
+	cl.Stdout, cl.Stderr = &out, &errOut
+	if err := cl.Run(); err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		msg := firstLine(errOut.String() + out.String())
+		return "", fmt.Errorf("%s client: %v: %s", client[0], err, msg)
+	}
+	// The server ends with the run; give it a moment to say goodbye.
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	select {
+	case <-srvDone:
+		srvDone <- nil
+	case <-t.C:
+	}
+	return out.String(), nil
+}
+
+// waitListening waits until a socket listens on TCP port (as
+// /proc/net/tcp tells), the server exits, or ctx ends. Where /proc is not
+// there it waits half a second.
+func waitListening(ctx context.Context, port int, exited chan error) error {
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for {
+		ok, err := listening(port)
+		if err != nil {
+			t := time.NewTimer(500 * time.Millisecond)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			return fmt.Errorf("exited before listening (%v)", err)
+		case <-deadline.C:
+			return errors.New("did not listen within 10s")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// listening reports whether a TCP socket is in the LISTEN state on port.
+func listening(port int) (bool, error) {
+	found := false
+	var lastErr error
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		lastErr = nil
+		if listensIn(b, port) {
+			found = true
+		}
+	}
+	return found, lastErr
+}
+
+// listensIn reports whether the /proc/net/tcp table b has a socket in
+// state LISTEN (0A) on local port.
+func listensIn(b []byte, port int) bool {
+	want := fmt.Sprintf(":%04X", port)
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) > 3 && strings.HasSuffix(f[1], want) && f[3] == "0A" {
+			return true
+		}
+	}
+	return false
+}
+
+func firstLine(s string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			return l
+		}
+	}
+	return "(no output)"
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,175 @@
+package perftest
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"slices"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// Plot draws the report into a PNG file: one panel per test, the latency
+// tests on the top row (median latency, or the mean for a peer that
+// gives only that, against message size) and the bandwidth tests below
+// (average bandwidth against message size), with a line for goverbs on
+// each device and for each peer. Both axes are logarithmic.
+func Plot(file string, rep *Report) error {
+	all := append(append([]*Result(nil), rep.Results...), rep.Peers...)
+	// One color and glyph per source, the same in every panel.
+	var names []string
+	for _, r := range all {
+		if !slices.Contains(names, r.Name()) {
+			names = append(names, r.Name())
+		}
+	}
+	style := func(name string) (color.Color, int) {
+		i := slices.Index(names, name)
+		return plotutil.Color(i), i
+	}
+	rows := [][]Test{{SendLat, WriteLat, ReadLat, AtomicLat}, {SendBW, WriteBW, ReadBW, AtomicBW}}
+	plots := make([][]*plot.Plot, len(rows))
+	for i, row := range rows {
+		plots[i] = make([]*plot.Plot, len(row))
+		for j, t := range row {
+			p, err := testPlot(t, all, names, style)
+			if err != nil {
+				return err
+			}
+			plots[i][j] = p
+		}
+	}
+	const dpi = 96
+	w, h := 18*vg.Inch, 9*vg.Inch
+	img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(dpi))
+	dc := draw.New(img)
+	// White background, a title line, then the panels.
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+	title := draw.TextStyle{Color: color.Black, Font: plot.DefaultFont, Handler: plot.DefaultTextHandler, XAlign: draw.XCenter, YAlign: draw.YTop}
+	title.Font.Size = vg.Points(14)
+	mode := "polling"
+	if rep.Event {
+		mode = "completion events"
+	}
+	dc.FillText(title, vg.Point{X: w / 2, Y: h - vg.Points(6)},
+		fmt.Sprintf("goverbs bench, %s (%s; %s): lower latency and higher bandwidth are better", rep.Date, rep.Host, mode))
+	body := draw.Crop(dc, 0, 0, 0, -vg.Points(28))
+	tiles := draw.Tiles{Rows: len(rows), Cols: len(rows[0]), PadX: vg.Points(12), PadY: vg.Points(12),
+		PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(8)}
+	canvases := plot.Align(plots, tiles, body)
+	for i := range plots {
+		for j := range plots[i] {
+			plots[i][j].Draw(canvases[i][j])
+		}
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// testPlot is the panel of test t.
+func testPlot(t Test, all []*Result, names []string, style func(string) (color.Color, int)) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = t.String() + ": " + t.Doc()
+	p.Title.TextStyle.Font.Size = vg.Points(11)
+	p.X.Label.Text = "message size (bytes)"
+	if t.Latency() {
+		p.Y.Label.Text = "latency (µs)"
+	} else {
+		p.Y.Label.Text = "bandwidth (MiB/s)"
+	}
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker = sizeTicks{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.TextStyle.Font.Size = vg.Points(8)
+	p.Add(plotter.NewGrid())
+	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
+	for _, name := range names {
+		var xys plotter.XYs
+		label := name
+		for _, r := range all {
+			if r.Test != t || r.Name() != name {
+				continue
+			}
+			v, unit, _ := r.Figure()
+			if v <= 0 {
+				continue
+			}
+			if unit == "µs avg" {
+				label = name + " (mean)"
+			}
+			xys = append(xys, plotter.XY{X: float64(r.Size), Y: v})
+		}
+		if len(xys) == 0 {
+			continue
+		}
+		slices.SortFunc(xys, func(a, b plotter.XY) int { return int(a.X - b.X) })
+		for _, xy := range xys {
+			xmin, xmax = min(xmin, xy.X), max(xmax, xy.X)
+			ymin, ymax = min(ymin, xy.Y), max(ymax, xy.Y)
+		}
+		c, i := style(name)
+		line, points, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return nil, err
+		}
+		line.Color, line.Width = c, vg.Points(1.5)
+		if i >= len(plotutil.DefaultColors) {
+			line.Dashes = plotutil.Dashes(1)
+		}
+		points.Color, points.Shape, points.Radius = c, plotutil.Shape(i), vg.Points(3)
+		p.Add(line, points)
+		p.Legend.Add(label, line, points)
+	}
+	if math.IsInf(xmin, 1) {
+		// Nothing measured: an empty panel with a sane range.
+		xmin, xmax, ymin, ymax = 2, 8<<20, 0.1, 10
+	}
+	p.X.Min, p.X.Max = xmin/2, xmax*2
+	p.Y.Min, p.Y.Max = ymin/2, ymax*2
+	return p, nil
+}
+
+// sizeTicks marks message sizes on a logarithmic axis at powers of four,
+// labelled 2, 8, 32, ..., 1K, 4K, ..., 1M, 4M.
+type sizeTicks struct{}
+
+func (sizeTicks) Ticks(min, max float64) []plot.Tick {
+	var ts []plot.Tick
+	for v := 1.0; v <= max; v *= 2 {
+		if v < min {
+			continue
+		}
+		label := ""
+		if e := int(math.Log2(v)); e%2 == 1 || v == 1 {
+			label = sizeLabel(int(v))
+		}
+		ts = append(ts, plot.Tick{Value: v, Label: label})
+	}
+	return ts
+}
+
+// sizeLabel writes a power-of-two size briefly: 512, 4K, 1M.
+func sizeLabel(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dM", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dK", n>>10)
+	}
+	return fmt.Sprint(n)
+}

@@ -1,0 +1,48 @@
+package perftest
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestRequestRoundTrip(t *testing.T) {
+	p := Params{Test: WriteBW, Size: 1 << 20, Iters: 5000, Warmup: 500, TxDepth: 128, RxDepth: 512, CQMod: 100, Inline: 220, Event: true}
+	rb := remoteBuf{addr: 0x7f0012345678, rkey: 0xabcdef}
+	r := encodeRequest(p, rb, true)
+	if len(r) > 56 {
+		t.Errorf("a request is %d bytes; every provider carries only 56 of private data", len(r))
+	}
+	gp, grb, credits, err := decodeRequest(r)
+	if err != nil || gp != p || grb != rb || !credits {
+		t.Fatalf("decode(encode) = %+v %+v %v %v, want %+v %+v true", gp, grb, credits, err, p, rb)
+	}
+	if _, _, credits, _ := decodeRequest(encodeRequest(p, rb, false)); credits {
+		t.Error("credits asked for without the flag")
+	}
+	r[0] ^= 1
+	if _, _, _, err := decodeRequest(r); !errors.Is(err, errNotBench) {
+		t.Errorf("bad magic: %v", err)
+	}
+	if _, _, _, err := decodeRequest(r[:10]); !errors.Is(err, errNotBench) {
+		t.Errorf("short request: %v", err)
+	}
+}
+
+func TestReplyAndCtrl(t *testing.T) {
+	rb := remoteBuf{addr: 1 << 40, rkey: 7}
+	if got, err := decodeReply(encodeReply(rb)); err != nil || got != rb {
+		t.Errorf("reply round trip: %+v %v", got, err)
+	}
+	if _, err := decodeReply([]byte("hello")); err == nil {
+		t.Error("a short reply decoded")
+	}
+	b := make([]byte, ctrlLen)
+	m := ctrlMsg{cpu: -1, pid: 4242}
+	encodeCtrl(b, ctrlReport, m)
+	if got, err := decodeCtrl(b, ctrlReport); err != nil || got != m {
+		t.Errorf("ctrl round trip: %+v %v", got, err)
+	}
+	if _, err := decodeCtrl(b, ctrlDone); err == nil {
+		t.Error("a report decoded as a done message")
+	}
+}
