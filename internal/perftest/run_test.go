@@ -265,3 +265,31 @@ func BenchmarkLoop(b *testing.B) {
 		}
 	}
 }
+
+// TestRunAllBudget: with a budget, a run whose iterations would take
+// longer runs fewer of them, never fewer than MinBudgetIters; without,
+// it runs what it was asked.
+func TestRunAllBudget(t *testing.T) {
+	addr, dev := startServer(t, "loop0", devices[0].addr, ServeOptions{})
+	s := Suite{Tests: []Test{ReadLat, WriteBW}, Sizes: []int{8}, Overrides: NoOverrides}
+	s.Overrides.Iters = 400
+	ps := s.Params(dev.QueryDevice())
+	rs, err := RunAll(context.Background(), dev, addr, ps, RunOptions{Timeout: time.Minute, Budget: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Iters != MinBudgetIters {
+			t.Errorf("%v ran %d iterations within a budget of 1ns, want the minimum %d", r.Test, r.Iters, MinBudgetIters)
+		}
+	}
+	var seen []Test
+	rs, err = RunAll(context.Background(), dev, addr, ps, RunOptions{Timeout: time.Minute,
+		Progress: func(i int, p Params) { seen = append(seen, p.Test) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 2 || rs[0].Iters != 400 || rs[1].Iters != 400 {
+		t.Errorf("without a budget: progress %v, iterations %d and %d, want 400", seen, rs[0].Iters, rs[1].Iters)
+	}
+}

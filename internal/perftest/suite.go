@@ -64,22 +64,73 @@ func (s Suite) Params(a verbs.DeviceAttr) []Params {
 	return ps
 }
 
-// RunAll runs each of ps against the server at addr from dev, each within
-// timeout, calling progress before each run. It stops at the first
-// failure.
-func RunAll(ctx context.Context, dev *verbs.Context, addr string, ps []Params, timeout time.Duration, progress func(i int, p Params)) ([]*Result, error) {
+// RunOptions are how RunAll runs a suite.
+type RunOptions struct {
+	// Timeout bounds each run.
+	Timeout time.Duration
+	// Budget, if set, bounds the measured part of each run: a short
+	// probe run first estimates the time an iteration takes, and a run
+	// whose iterations would take longer than Budget runs fewer of them
+	// (at least MinBudgetIters). The result gives the count it ran.
+	Budget time.Duration
+	// Progress, if set, is called before each run.
+	Progress func(i int, p Params)
+}
+
+// Iterations of a budgeted run: at least MinBudgetIters, after a probe of
+// probeIters.
+const (
+	MinBudgetIters = 50
+	probeIters     = 20
+)
+
+// RunAll runs each of ps against the server at addr from dev. It stops at
+// the first failure.
+func RunAll(ctx context.Context, dev *verbs.Context, addr string, ps []Params, o RunOptions) ([]*Result, error) {
 	var out []*Result
 	for i, p := range ps {
-		if progress != nil {
-			progress(i, p)
+		if o.Progress != nil {
+			o.Progress(i, p)
 		}
-		rctx, cancel := context.WithTimeout(ctx, timeout)
-		r, err := Run(rctx, dev, addr, p)
-		cancel()
+		if o.Budget > 0 && p.Iters > MinBudgetIters {
+			probe := p
+			probe.Iters, probe.Warmup = probeIters, min(p.Warmup, probeIters/2)
+			r, err := runOne(ctx, dev, addr, probe, o.Timeout)
+			if err != nil {
+				return out, err
+			}
+			if per := r.iterTime(); per > 0 {
+				if n := int(o.Budget / per); n < p.Iters {
+					p.Iters = max(n, MinBudgetIters)
+					p.Warmup = p.Iters / 10
+				}
+			}
+		}
+		r, err := runOne(ctx, dev, addr, p, o.Timeout)
 		if err != nil {
 			return out, err
 		}
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+func runOne(ctx context.Context, dev *verbs.Context, addr string, p Params, timeout time.Duration) (*Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return Run(ctx, dev, addr, p)
+}
+
+// iterTime estimates the wall time of one iteration of r's loop: a round
+// trip of a ping-pong, an operation otherwise.
+func (r *Result) iterTime() time.Duration {
+	switch {
+	case r.Lat != nil && (r.Test == SendLat || r.Test == WriteLat):
+		return time.Duration(2 * r.Lat.Avg * float64(time.Microsecond))
+	case r.Lat != nil:
+		return time.Duration(r.Lat.Avg * float64(time.Microsecond))
+	case r.BW != nil && r.BW.Mpps > 0:
+		return time.Duration(float64(time.Microsecond) / r.BW.Mpps)
+	}
+	return 0
 }
