@@ -9,9 +9,11 @@
 package swq
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 
+	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -56,14 +58,15 @@ func New(cap driver.QPCap, sigAll bool) *Queue {
 	return q
 }
 
-// InlineSource finds the bytes an inline SGE names: false if they are not
-// inside a region registered on the QP's protection domain.
-type InlineSource interface {
-	InlineBytes(sge *driver.SGE) ([]byte, bool)
+// Memory finds a QP's local memory: the bytes an SGE names, if they lie
+// inside a region registered on the QP's protection domain that grants
+// need; false otherwise.
+type Memory interface {
+	LocalSpan(g *driver.SGE, need driver.AccessFlags) ([]byte, bool)
 }
 
-// Post validates wr and queues it, copying an inline payload from src.
-func (q *Queue) Post(wr *driver.SendWR, src InlineSource) error {
+// Post validates wr and queues it, copying an inline payload from mem.
+func (q *Queue) Post(wr *driver.SendWR, mem Memory) error {
 	if err := driver.CheckSendWR(wr, &q.cap, q.MW); err != nil {
 		return err
 	}
@@ -79,7 +82,7 @@ func (q *Queue) Post(wr *driver.SendWR, src InlineSource) error {
 	s.Inline = s.Inline[:0]
 	if s.IsInline {
 		for i := range wr.SGList {
-			b, ok := src.InlineBytes(&wr.SGList[i])
+			b, ok := mem.LocalSpan(&wr.SGList[i], 0)
 			if !ok {
 				return fmt.Errorf("%w: inline SGE %d is not inside a region registered on this PD", driver.ErrInvalidArg, i)
 			}
@@ -110,6 +113,45 @@ func (q *Queue) Reset() {
 	q.head.Store(0)
 	q.next.Store(0)
 	q.tail = 0
+}
+
+// ResolveLocal maps the local side of slot s into l: its inline payload,
+// or its SG list — the source of Sends and Writes, or the sink of Reads and
+// atomics, which needs AccessLocalWrite. It reports false on a bad lkey,
+// PD, right or range (the WR then completes with WCLocProtErr).
+func ResolveLocal(l *sglist.List, s *Slot, mem Memory) bool {
+	l.Reset()
+	if s.IsInline {
+		l.One(s.Inline)
+		return true
+	}
+	need := driver.AccessFlags(0)
+	if !s.WR.Opcode.ReadsLocal() {
+		need = driver.AccessLocalWrite
+	}
+	return ResolveSGL(l, s.WR.SGList, need, mem)
+}
+
+// ResolveSGL maps a scatter/gather list into l, requiring need of every
+// region; false on a bad lkey, PD, right or range.
+func ResolveSGL(l *sglist.List, sg []driver.SGE, need driver.AccessFlags, mem Memory) bool {
+	l.Reset()
+	for i := range sg {
+		b, ok := mem.LocalSpan(&sg[i], need)
+		if !ok || !l.Add(b) {
+			return false
+		}
+	}
+	return true
+}
+
+// PlaceResult writes an atomic's previous value, in host byte order,
+// into the WR's local buffer l, through the QP's scratch word.
+func PlaceResult(l *sglist.List, scratch *[8]byte, old uint64) {
+	binary.NativeEndian.PutUint64(scratch[:], old)
+	var src sglist.List
+	src.One(scratch[:])
+	sglist.Copy(l, &src)
 }
 
 // Engine is the transport a provider plugs into Progress.

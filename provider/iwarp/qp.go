@@ -252,10 +252,10 @@ func (q *qp) kick() {
 	q.afterProgress()
 }
 
-// InlineBytes implements swq.InlineSource: an inline SGE must lie in a
-// region of the QP's PD.
-func (q *qp) InlineBytes(g *driver.SGE) ([]byte, bool) {
-	b, e := q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), 0)
+// LocalSpan implements swq.Memory: the SGE's bytes in a region of q's PD
+// that grants need (an inline SGE must lie in such a region too).
+func (q *qp) LocalSpan(g *driver.SGE, need driver.AccessFlags) ([]byte, bool) {
+	b, e := q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
 	return b, e == accessOK
 }
 

@@ -200,12 +200,6 @@ func (q *qp) postSend(wr *driver.SendWR) error {
 	return q.sq.Post(wr, q)
 }
 
-// InlineBytes implements swq.InlineSource: an inline SGE must lie in a
-// region of the QP's PD.
-func (q *qp) InlineBytes(g *driver.SGE) ([]byte, bool) {
-	return q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), 0)
-}
-
 func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 	fab.mu.Lock()
 	defer fab.mu.Unlock()

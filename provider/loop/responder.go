@@ -79,7 +79,7 @@ func (p *qp) receive(q *qp, wr *driver.SendWR, src *sglist.List) driver.WCStatus
 	}
 	wc := recvCompletion(q, wr, r.wrid, driver.WCRecv)
 	var dst sglist.List
-	ok := p.resolve(&dst, r.sge, driver.AccessLocalWrite)
+	ok := swq.ResolveSGL(&dst, r.sge, driver.AccessLocalWrite, p)
 	p.consumeRecv()
 	switch {
 	case !ok:

@@ -1,7 +1,6 @@
 package shm
 
 import (
-	"encoding/binary"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -45,16 +44,8 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	}
 	wr := &s.WR
 	var local sglist.List
-	if s.IsInline {
-		local.One(s.Inline)
-	} else {
-		need := driver.AccessFlags(0)
-		if !wr.Opcode.ReadsLocal() {
-			need = driver.AccessLocalWrite
-		}
-		if !q.resolve(&local, wr.SGList, need) {
-			return driver.WCLocProtErr, 0
-		}
+	if !swq.ResolveLocal(&local, s, q) {
+		return driver.WCLocProtErr, 0
 	}
 	length := local.Len()
 	if length > deviceAttr.MaxMsgSize {
@@ -70,26 +61,17 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	case driver.OpAtomicCmpAndSwp, driver.OpAtomicFetchAndAdd:
 		old, st := c.atomic(wr)
 		if st == driver.WCSuccess {
-			binary.NativeEndian.PutUint64(q.result[:], old)
-			var src sglist.List
-			src.One(q.result[:])
-			sglist.Copy(&local, &src)
+			swq.PlaceResult(&local, &q.result, old)
 		}
 		return st, 8
 	}
 	return driver.WCLocQPOpErr, 0
 }
 
-// resolve maps a local SG list to memory; q.mu is held.
-func (q *qp) resolve(l *sglist.List, sg []driver.SGE, need driver.AccessFlags) bool {
-	l.Reset()
-	for i := range sg {
-		b, ok := q.ctx.span(sg[i].LKey, q.pd, sg[i].Addr, uint64(sg[i].Length), need)
-		if !ok || !l.Add(b) {
-			return false
-		}
-	}
-	return true
+// LocalSpan implements swq.Memory: the SGE's bytes in a region of q's PD
+// that grants need.
+func (q *qp) LocalSpan(g *driver.SGE, need driver.AccessFlags) ([]byte, bool) {
+	return q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
 }
 
 // rnrCheck retries a receiver-not-ready condition after the responder's
