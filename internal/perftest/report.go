@@ -149,17 +149,26 @@ func num(v float64) string {
 }
 
 // cpuCols renders the CPU columns: the client's and the server's time
-// per iteration.
+// per iteration. A measured zero is "0" (a one-sided test's server may do
+// nothing at all); "-" means not measured.
 func cpuCols(c *CPU) string {
 	switch {
 	case c == nil:
 		return "-\t-"
 	case c.SameProcess:
-		return num(c.ClientUs) + "\t(in client)"
+		return cpuNum(c.ClientUs) + "\t(in client)"
 	case c.ServerUnknown:
-		return num(c.ClientUs) + "\t-"
+		return cpuNum(c.ClientUs) + "\t-"
 	}
-	return num(c.ClientUs) + "\t" + num(c.ServerUs)
+	return cpuNum(c.ClientUs) + "\t" + cpuNum(c.ServerUs)
+}
+
+// cpuNum formats a measured CPU time, zero included.
+func cpuNum(v float64) string {
+	if v == 0 {
+		return "0"
+	}
+	return num(v)
 }
 
 // WriteTable writes results as perftest-like tables, one per source and
