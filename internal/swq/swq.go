@@ -225,6 +225,10 @@ func (q *Queue) Progress(e Engine) {
 	}
 }
 
+// Waiting reports whether WRs are posted that have not been executed.
+// The caller serialises it with Post and Progress.
+func (q *Queue) Waiting() bool { return q.next.Load() != q.tail }
+
 // RNR counts receiver-not-ready retries of the WR at the head of a queue.
 type RNR struct {
 	retries int

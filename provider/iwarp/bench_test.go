@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,8 +137,30 @@ func (e *benchEnd) drain(tb testing.TB) {
 }
 
 // BenchmarkSendRecvLatency64 is the ping-pong of 64-byte Sends between
-// two QPs; ns/op is one round trip, one-way-ns half of it.
-func BenchmarkSendRecvLatency64(b *testing.B) {
+// two QPs, each side blocking in CQ.Wait; ns/op is one round trip,
+// one-way-ns half of it.
+func BenchmarkSendRecvLatency64(b *testing.B) { sendRecvLatency(b, false) }
+
+// BenchmarkSendRecvLatency64Poll is the same ping-pong with both sides
+// busy-polling their CQs, which then drive their connections.
+func BenchmarkSendRecvLatency64Poll(b *testing.B) { sendRecvLatency(b, true) }
+
+// waitRecv waits for one receive completion of e: polling, or blocking
+// in CQ.Wait; false when the echo is to stop.
+func (e *benchEnd) waitRecv(ctx context.Context, poll bool, stop *atomic.Bool) bool {
+	if !poll {
+		n, err := e.rcq.Wait(ctx, e.wc[:1])
+		return err == nil && n == 1 && e.wc[0].Status == verbs.WCSuccess
+	}
+	for e.rcq.Poll(e.wc[:1]) == 0 {
+		if stop.Load() {
+			return false
+		}
+	}
+	return e.wc[0].Status == verbs.WCSuccess
+}
+
+func sendRecvLatency(b *testing.B, poll bool) {
 	p := newBenchPair(b, 1<<16)
 	send := func(e *benchEnd) []verbs.SendWR {
 		return []verbs.SendWR{{Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{e.mr.SGE(4096, latencySize)}}}
@@ -152,12 +175,12 @@ func BenchmarkSendRecvLatency64(b *testing.B) {
 	}
 	ctx := benchCtx(b)
 	echoCtx, stop := context.WithCancel(ctx)
+	var stopPoll atomic.Bool
 	echoed := make(chan error, 1)
 	go func() {
 		// B echoes every message it receives, until stopped.
 		for {
-			n, err := p.b.rcq.Wait(echoCtx, p.b.wc[:1])
-			if err != nil || n == 0 || p.b.wc[0].Status != verbs.WCSuccess {
+			if !p.b.waitRecv(echoCtx, poll, &stopPoll) {
 				echoed <- nil
 				return
 			}
@@ -175,7 +198,9 @@ func BenchmarkSendRecvLatency64(b *testing.B) {
 		if _, err := p.a.qp.PostSend(aSend); err != nil {
 			b.Fatal(err)
 		}
-		p.a.waitOne(b, ctx, p.a.rcq)
+		if !p.a.waitRecv(ctx, poll, &stopPoll) {
+			b.Fatalf("receive: %+v", p.a.wc[0])
+		}
 		if _, err := p.a.qp.PostRecv(p.a.recv); err != nil {
 			b.Fatal(err)
 		}
@@ -184,6 +209,7 @@ func BenchmarkSendRecvLatency64(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "one-way-ns")
 	stop()
+	stopPoll.Store(true)
 	if err := <-echoed; err != nil {
 		b.Fatal(err)
 	}

@@ -5,9 +5,14 @@ import (
 	"hash/crc32"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/provider/iwarp/wire"
@@ -15,11 +20,15 @@ import (
 )
 
 // A connection is one TCP connection in full MPA operation, owned by one
-// QP. Two goroutines serve it: the receiver (responder.go) reads and
-// places every FPDU, and the transmitter (below) writes every FPDU: the
-// requester's, the responses the receiver queued, and the Terminate that
-// ends the stream after an error. Neither holds q.mu across socket I/O,
-// so that neither side of a connection can wait on the other in a cycle.
+// QP. Receiving (responder.go) is done by whoever holds rxMu: a goroutine
+// that waits for the socket, or an application goroutine polling a CQ.
+// Transmitting is done by whoever holds txMu: a goroutine that may block
+// on a full socket, or, without ever blocking, a goroutine posting WRs or
+// one that has just received requests to answer; what such a one cannot
+// write at once is left to the transmit goroutine. Nobody holds q.mu
+// across socket I/O, and nobody but the transmit goroutine waits on a
+// socket write, so that neither side of a connection can wait on the
+// other in a cycle.
 
 // maxPayload is the most payload one FPDU carries: large FPDUs cost
 // fewer system calls, and this one (with its headers, pad and CRC) still
@@ -108,7 +117,29 @@ type conn struct {
 	closing bool
 
 	tb txBatch // the transmitter's
-	rx rxState // the receiver's
+	// finishPending: the batch left in tb ends the stream.
+	finishPending bool
+	writeFn       func(fd uintptr) bool // nbWrite as a value, made once
+	nbN           int                   // nbWrite's result
+	nbErr         unix.Errno
+
+	// Receiving: rxMu makes one goroutine at a time the receiver;
+	// rxMissed tells the holder that another wanted to receive; rxBusy
+	// counts read system calls in progress (abort waits for them); rfd
+	// is a descriptor of c's own for the socket; rawc waits for it to
+	// become readable; rxEnded: the receive goroutine has stopped
+	// receiving.
+	rxMu       sync.Mutex
+	rxMissed   atomic.Bool
+	rxBusy     atomic.Int32
+	rxEnded    atomic.Bool
+	polls      atomic.Uint64 // rounds of pollers: see pollGrace
+	lazyAt     atomic.Int64  // when a poller left responses to send (rxTry), or 0
+	rxWake     chan struct{}
+	rfd        int
+	rawc       syscall.RawConn
+	readableFn func(fd uintptr) bool
+	rx         rxState // guarded by rxMu
 }
 
 // irqKind is the kind of a queued response.
@@ -135,13 +166,30 @@ func newConn(q *qp, nc *net.TCPConn, crc, ext bool, ird, ord int) *conn {
 	c := &conn{q: q, nc: nc, crc: crc, ext: ext, ird: min(ird, maxRdAtomic), ord: min(ord, maxRdAtomic),
 		rtrSeen: make(chan struct{}), wake: make(chan struct{}, 1), txDone: make(chan struct{}), done: make(chan struct{})}
 	c.irq = make([]irqEntry, c.ird)
+	c.rfd = -1
+	c.rx.msn = [wire.NumQN]uint32{1, 1, 1, 1}
+	c.rxWake = make(chan struct{}, 1)
+	c.readableFn = c.readable
+	c.writeFn = c.nbWrite
 	nc.SetNoDelay(true)
 	nc.SetKeepAlive(true)
 	return c
 }
 
-// start runs the connection's goroutines.
+// start runs the connection's goroutines, and lets pollers of the QP's
+// CQs receive.
 func (c *conn) start() {
+	if rc, err := c.nc.SyscallConn(); err == nil {
+		c.rawc = rc
+		rc.Control(func(fd uintptr) {
+			c.rfd, _ = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
+		})
+	}
+	if c.rfd < 0 {
+		// Out of descriptors: the connection fails at once.
+		c.rx.err = fmt.Errorf("iwarp: no descriptor for the socket")
+	}
+	c.q.live.Store(c)
 	c.wg.Add(2)
 	go c.rxLoop()
 	go c.txLoop()
@@ -205,6 +253,12 @@ func (c *conn) abort() {
 	c.kickMu.Unlock()
 	c.closeOnce.Do(func() { c.nc.Close() })
 	c.wakeTx()
+	c.wakeRx()
+	// A read in progress on c's own descriptor may still be placing
+	// bytes: wait for it (it does not block).
+	for c.rxBusy.Load() != 0 {
+		runtime.Gosched()
+	}
 }
 
 // wait waits for the connection's goroutines to end. q.mu must not be held.
@@ -229,7 +283,7 @@ func (c *conn) txLoop() {
 	for range c.wake {
 		c.txMu.Lock()
 		for {
-			more, stop := c.txRound()
+			more, stop := c.txRound(false)
 			if stop {
 				c.txStopped = true
 				c.txMu.Unlock()
@@ -243,11 +297,12 @@ func (c *conn) txLoop() {
 	}
 }
 
-// transmit does a transmit round in the posting goroutine, when the
-// transmitter is not in one, to spare a goroutine switch on the way from
-// PostSend to the socket; otherwise, or when more is left, it wakes the
-// transmitter. The round may block while the socket's send buffer is
-// full. q.mu must not be held.
+// transmit does a transmit round in the calling goroutine (one posting
+// WRs, or one that received requests to answer), when the transmitter
+// is not in one, to spare a goroutine switch on the way to the socket.
+// The round never blocks: what the socket does not take at once, and
+// anything when the transmitter is busy, is left to the transmit
+// goroutine. q.mu must not be held.
 func (c *conn) transmit() {
 	if !c.txMu.TryLock() {
 		c.wakeTx()
@@ -255,7 +310,7 @@ func (c *conn) transmit() {
 	}
 	more, stop := false, c.txStopped
 	if !stop {
-		more, stop = c.txRound()
+		more, stop = c.txRound(true)
 		c.txStopped = stop
 	}
 	c.txMu.Unlock()
@@ -264,24 +319,41 @@ func (c *conn) transmit() {
 	}
 }
 
-// txRound builds one batch under q.mu and writes it without. It reports
-// whether to go round again at once, and whether the transmitter is
-// done (after a Terminate, a write error or an abort). c.txMu is held.
-func (c *conn) txRound() (more, stop bool) {
+// txRound writes what a non-blocking round left, then builds one batch
+// under q.mu and writes it without. nb: the round must not block, and
+// leaves to the transmit goroutine what it cannot write at once and the
+// end of the stream. It reports whether to go round again at once, and
+// whether the transmitter is done (after a Terminate, a write error or
+// an abort). c.txMu is held.
+func (c *conn) txRound(nb bool) (more, stop bool) {
 	if c.txStopped {
 		return false, true
 	}
 	q := c.q
 	b := &c.tb
+	if len(b.bufs) > 0 {
+		left, err := c.writeBatch(b, nb)
+		if err != nil {
+			c.streamBroken()
+			return false, true
+		}
+		if left {
+			return true, false
+		}
+		if c.finishPending {
+			c.nc.CloseWrite()
+			return false, true
+		}
+	}
 	b.reset()
 	q.mu.Lock()
 	if c.aborted.Load() || q.c != c {
 		q.mu.Unlock()
 		return false, true
 	}
-	if !c.gate.Load() {
+	if !c.gate.Load() || (nb && (c.term || c.closing)) {
 		q.mu.Unlock()
-		return false, false
+		return nb, false
 	}
 	if c.rtrOut != 0 {
 		// The RTR of peer-to-peer mode goes first (RFC 6581): a
@@ -301,6 +373,9 @@ func (c *conn) txRound() (more, stop bool) {
 		c.kickNow = false
 	}
 	c.addResponses(b)
+	if c.irqHead == c.irqTail {
+		c.lazyAt.Store(0)
+	}
 	finish := false
 	if c.term && c.irqHead == c.irqTail && b.room(c.termLen, 0) {
 		copy(b.header(c.termLen), c.termBuf[:c.termLen])
@@ -324,21 +399,27 @@ func (c *conn) txRound() (more, stop bool) {
 		}
 	}
 	more = b.full
+	closing := c.closing
 	q.mu.Unlock()
 	if b.nframes > 0 {
 		if c.crc {
 			b.computeCRCs()
 		}
-		if finish && !c.closing {
+		if finish && !closing {
 			c.nc.SetWriteDeadline(time.Now().Add(terminateTimeout))
 		}
 		if raceEnabled {
 			raceRelease(c.nc)
 		}
 		b.bufs = b.iov[:b.niov]
-		if _, err := b.bufs.WriteTo(c.nc); err != nil {
+		left, err := c.writeBatch(b, nb)
+		if err != nil {
 			c.streamBroken()
 			return false, true
+		}
+		if left {
+			c.finishPending = finish
+			return true, false
 		}
 	}
 	if finish {
@@ -346,6 +427,51 @@ func (c *conn) txRound() (more, stop bool) {
 		return false, true
 	}
 	return more, false
+}
+
+// writeBatch writes b.bufs: all of it, or with nb as much as the socket
+// takes at once (left: some is left in b.bufs).
+func (c *conn) writeBatch(b *txBatch, nb bool) (left bool, err error) {
+	if !nb {
+		_, err := b.bufs.WriteTo(c.nc)
+		return false, err
+	}
+	c.nbN, c.nbErr = 0, 0
+	if err := c.rawc.Write(c.writeFn); err != nil {
+		return false, err
+	}
+	switch c.nbErr {
+	case 0, unix.EAGAIN, unix.EINTR:
+	default:
+		return false, c.nbErr
+	}
+	b.consume(c.nbN)
+	return len(b.bufs) > 0, nil
+}
+
+// nbWrite is one writev of the batch that does not wait for the socket.
+func (c *conn) nbWrite(fd uintptr) bool {
+	b := &c.tb
+	n := min(len(b.bufs), len(b.wiov))
+	k := 0
+	for _, s := range b.bufs[:n] {
+		if len(s) == 0 {
+			continue
+		}
+		b.wiov[k].Base = &s[0]
+		b.wiov[k].SetLen(len(s))
+		k++
+	}
+	if k == 0 {
+		return true
+	}
+	r, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&b.wiov[0])), uintptr(k))
+	if e == 0 {
+		c.nbN = int(r)
+	}
+	c.nbErr = e
+	clear(b.wiov[:k])
+	return true
 }
 
 // addResponses builds the queued Read and Atomic Responses into b, in
@@ -407,7 +533,8 @@ type txBatch struct {
 	na      int
 	iov     [batchIovs][]byte
 	niov    int
-	bufs    net.Buffers
+	bufs    net.Buffers // what is left to write
+	wiov    [batchIovs]unix.Iovec
 	frames  [batchFrames]frameRef
 	nframes int
 	bytes   int
@@ -420,6 +547,22 @@ type txBatch struct {
 type frameRef struct {
 	iov0, iov1 int
 	crcOff     int
+}
+
+// consume drops the first n bytes written from b.bufs.
+func (b *txBatch) consume(n int) {
+	for n > 0 && len(b.bufs) > 0 {
+		if n < len(b.bufs[0]) {
+			b.bufs[0] = b.bufs[0][n:]
+			return
+		}
+		n -= len(b.bufs[0])
+		b.bufs[0] = nil
+		b.bufs = b.bufs[1:]
+	}
+	for len(b.bufs) > 0 && len(b.bufs[0]) == 0 {
+		b.bufs = b.bufs[1:]
+	}
 }
 
 func (b *txBatch) reset() {

@@ -3,6 +3,7 @@ package iwarp
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -29,6 +30,11 @@ type cq struct {
 	ctx     *devCtx
 	userCtx any
 	notify  chan struct{}
+	// qps are the QPs that complete here, whose connections a poller
+	// that finds the CQ empty receives on (copy on write, under qpsMu).
+	qps   atomic.Pointer[[]*qp]
+	qpsMu sync.Mutex
+	empty atomic.Uint32 // polls that found nothing
 
 	mu        sync.Mutex // guards what follows
 	ring      []cqe
@@ -87,7 +93,68 @@ func (c *cq) push(e cqe) bool {
 	return true
 }
 
+// attach adds q to the QPs that complete in c.
+func (c *cq) attach(q *qp) {
+	c.qpsMu.Lock()
+	defer c.qpsMu.Unlock()
+	var qs []*qp
+	if p := c.qps.Load(); p != nil {
+		qs = append(qs, *p...)
+	}
+	qs = append(qs, q)
+	c.qps.Store(&qs)
+}
+
+// detach removes q from the QPs that complete in c.
+func (c *cq) detach(q *qp) {
+	c.qpsMu.Lock()
+	defer c.qpsMu.Unlock()
+	p := c.qps.Load()
+	if p == nil {
+		return
+	}
+	qs := make([]*qp, 0, len(*p))
+	for _, x := range *p {
+		if x != q {
+			qs = append(qs, x)
+		}
+	}
+	c.qps.Store(&qs)
+}
+
+// Poll takes completions from the ring; finding none, it receives what
+// has arrived on the connections of the CQ's QPs (which may complete
+// work) and looks again, so that a busy-polling application drives its
+// connections itself.
 func (c *cq) Poll(wc []driver.WorkCompletion) int {
+	if n := c.poll(wc); n > 0 {
+		return n
+	}
+	if p := c.qps.Load(); p != nil {
+		for _, q := range *p {
+			if cn := q.live.Load(); cn != nil {
+				cn.pollRx()
+			}
+		}
+		if n := c.poll(wc); n > 0 {
+			return n
+		}
+	}
+	// Completions also come from the connection goroutines (a receive
+	// goroutine, a transmit goroutine finishing a large batch): a caller
+	// that polls in a loop lets them run now and then rather than
+	// holding its processor until preempted.
+	if c.empty.Add(1)%yieldEvery == 0 {
+		runtime.Gosched()
+	}
+	return 0
+}
+
+// yieldEvery is how many empty polls pass between yields of the processor.
+const yieldEvery = 16
+
+// poll takes completions from the ring.
+func (c *cq) poll(wc []driver.WorkCompletion) int {
 	c.mu.Lock()
 	n := 0
 	for n < len(wc) && c.count > 0 && !c.destroyed {
@@ -102,16 +169,20 @@ func (c *cq) Poll(wc []driver.WorkCompletion) int {
 		n++
 	}
 	c.mu.Unlock()
-	if n == 0 {
-		// Completions come from the connection goroutines: a caller that
-		// polls in a loop lets them run rather than holding its
-		// processor until preempted.
-		runtime.Gosched()
-	}
 	return n
 }
 
+// ReqNotify arms the CQ; an application that arms it is about to sleep,
+// so the receive goroutines of its QPs take over receiving at once.
 func (c *cq) ReqNotify(solicitedOnly bool) error {
+	if p := c.qps.Load(); p != nil {
+		for _, q := range *p {
+			if cn := q.live.Load(); cn != nil {
+				cn.wakeRx()
+				cn.flushLazy()
+			}
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.destroyed {

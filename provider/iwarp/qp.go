@@ -13,10 +13,12 @@ var nextQPN atomic.Uint32
 
 func init() { nextQPN.Store(0x400) }
 
-// qp is an iWARP queue pair. Its send queue is executed by the transmit
-// goroutine of its connection (requester.go); incoming messages are
-// placed by the receive goroutine (responder.go). Both take q.mu for
-// their bookkeeping and never hold it across socket I/O.
+// qp is an iWARP queue pair. Its send queue is executed by whoever
+// transmits on its connection (requester.go, conn.go): the posting
+// goroutine, or the transmit goroutine; incoming messages are placed by
+// whoever receives (responder.go): a goroutine polling one of its CQs, or
+// the receive goroutine. All take q.mu for their bookkeeping and never
+// hold it across socket I/O.
 type qp struct {
 	ctx     *devCtx
 	pd      *pd
@@ -27,12 +29,16 @@ type qp struct {
 	srq     *srq
 	cap     driver.QPCap
 
-	mu       sync.Mutex // guards what follows
-	attr     driver.QPAttr
-	sq       *swq.Queue
-	rq       []rwqe
-	rqHead   uint64
-	rqTail   uint64
+	mu     sync.Mutex // guards what follows
+	attr   driver.QPAttr
+	sq     *swq.Queue
+	rq     []rwqe
+	rqHead uint64
+	rqTail uint64
+	// live is the connection whose receiving pollers of the QP's CQs
+	// may drive (conn.pollRx), from its start until its receiver stops.
+	live atomic.Pointer[conn]
+
 	c        *conn   // the connection, attached by cm before the move to RTR
 	old      []*conn // connections detached by a reset, still winding down
 	req      requester
@@ -86,6 +92,10 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 		return nil, driver.ErrNoResources
 	}
 	p.ctx.qps[q] = true
+	scq.attach(q)
+	if rcq != scq {
+		rcq.attach(q)
+	}
 	return q, nil
 }
 
@@ -348,6 +358,8 @@ func (q *qp) Destroy() error {
 	for _, c := range conns {
 		c.wait()
 	}
+	q.sendCQ.detach(q)
+	q.recvCQ.detach(q)
 	q.ctx.mu.Lock()
 	delete(q.ctx.qps, q)
 	q.ctx.mu.Unlock()

@@ -414,7 +414,7 @@ func (r *requester) addConfirm(b *txBatch) bool {
 }
 
 // responseDone completes the request at the head of the ORQ once its
-// response has fully arrived (n bytes of a Read), confirming the slots
+// response has fully arrived (called by the receiver) (n bytes of a Read), confirming the slots
 // it covers, and completes what can complete.
 func (q *qp) responseDone(n uint32) {
 	r := &q.req
@@ -433,6 +433,16 @@ func (q *qp) responseDone(n uint32) {
 	}
 	r.confSeq = max(r.confSeq, e.cover)
 	q.completeInOrder()
+	if c := q.c; c != nil && q.attr.State == driver.QPSRTS {
+		// A request slot is free: the receiver that got the response
+		// transmits what waited for it (WRs not yet executed, or a
+		// confirmation not yet asked for), once its round is over. The
+		// receiver holds rxMu, under which c.rx is.
+		if q.sq.Waiting() || r.coverSeq < r.execSeq {
+			c.rx.owe = true
+		}
+		return
+	}
 	q.kick()
 }
 

@@ -5,32 +5,81 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"net"
+	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/provider/iwarp/wire"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
-// The receiver: one goroutine per connection reads every FPDU, checks
-// its headers, and reads its payload from the socket straight into the
-// memory it targets: the registered region of a Write (after checking
-// STag, bounds and rights), the receive buffer a Send consumes, the
-// local buffers of the Read a Read Response answers. CRC32c is computed
-// over what was read. A malformed or forbidden FPDU ends the stream with
-// a Terminate: the QP moves to the error state and nothing more is
-// placed.
+// The receiver reads every FPDU, checks its headers, and reads its
+// payload from the socket straight into the memory it targets: the
+// registered region of a Write (after checking STag, bounds and rights),
+// the receive buffer a Send consumes, the local buffers of the Read a
+// Read Response answers. CRC32c is computed over what was read. A
+// malformed or forbidden FPDU ends the stream with a Terminate: the QP
+// moves to the error state and nothing more is placed.
+//
+// Receiving is a resumable state machine over a non-blocking socket, run
+// by whoever holds rxMu: the connection's receive goroutine, which waits
+// for the socket to become readable, or an application goroutine polling
+// one of the QP's CQs (cq.Poll), which reads what has arrived without
+// waiting. A busy-polling application thus takes its completions from
+// the socket itself, with no goroutine switch on the way (the progress
+// model of UCX and libfabric), and one that waits relies on the
+// goroutine.
+//
+// Each round peeks at what has arrived, without consuming it, and plans
+// one readv: the rest of one FPDU's headers, its payload straight into
+// its target, its trailer, and the whole of the payload-less FPDUs that
+// follow it in what was peeked (the zero-length Read Request that
+// confirms a Send, say). A Send and its confirmation take two system
+// calls, and no byte of payload is ever copied from a staging buffer.
 
-// rxState is the receiver's state; only the receiving goroutine touches
-// it.
+// peekLen is how much of the stream a round looks at: the headers of
+// the next FPDU and of the payload-less ones behind it.
+const peekLen = 512
+
+// maxFollow bounds the payload-less FPDUs one round reads behind the
+// first.
+const maxFollow = 16
+
+// rxState is the receiver's state; only the holder of rxMu touches it.
 type rxState struct {
-	hdr   [wire.MaxHeaderLen + wire.TerminateMaxLen]byte
-	tail  [3 + wire.CRCLen + wire.MinHeaderLen]byte
-	ahead [wire.MinHeaderLen]byte // the start of the next FPDU's headers, read with a trailer
-	have  int                     // bytes in ahead
-	one   [1][]byte               // a one-segment list for readPayload
-	crc   uint32
+	// hdr holds the headers of the FPDU being handled (and a Terminate's
+	// copy of the terminated headers); have bytes of them are consumed.
+	hdr  [wire.MaxHeaderLen + wire.TerminateMaxLen]byte
+	have int
+	peek [peekLen]byte
+	// The plan of the round: iovecs for one readv (want bytes in all,
+	// got of them read), mirrored as slices for the CRC. The first
+	// FPDU's payload is segs[p0:p1]; its trailer and the followers are
+	// the last segment, in scratch.
+	planned  bool
+	iov      [maxSGE + 4]unix.Iovec
+	segs     [maxSGE + 4][]byte
+	nseg     int
+	at       int // the segment the next read starts in
+	atOff    int // bytes of it already read
+	want     int
+	got      int
+	p0, p1   int
+	hlen     int // the first FPDU's header length
+	scratch  [wire.CRCLen + 3 + peekLen]byte
+	tlen     int               // the first FPDU's trailer in scratch
+	follow   [maxFollow][2]int // offset and length in scratch of each follower
+	nfollow  int
+	discard  bool // the first FPDU's payload is dropped (drain)
+	dst      [maxSGE + 1][]byte
+	ndst     int
+	skip     uint64
+	drainBuf []byte // lazily: payload that is read and dropped
 
 	msn [wire.NumQN]uint32 // the next MSN expected, per queue
 
@@ -60,9 +109,16 @@ type rxState struct {
 		sinkSTag uint32
 		sinkTO   uint64
 	}
-	drain [4096]byte
 	// held: a receive completion waits in q.rxHeld for the next FPDU.
 	held bool
+	// nextRead: the next FPDU, read in the same round, is a Read Request.
+	nextRead bool
+	// owe: the round queued responses or freed request slots, which the
+	// transmitter should send now; lazy: it queued answers to zero-length
+	// Reads, which may wait a little (see rxTry).
+	owe, lazy bool
+	// err ends receiving: every round returns it at once.
+	err error
 }
 
 // termError is a protocol error found in the stream: what the Terminate
@@ -96,13 +152,21 @@ func truncated(err error) error {
 // errPeerTerminated ends the stream after a Terminate from the peer.
 var errPeerTerminated = errors.New("the peer terminated the stream")
 
-// rxLoop is the receiver.
+// rxLoop is the receive goroutine: it receives whenever the socket is
+// readable and no poller is receiving, until the stream ends.
 func (c *conn) rxLoop() {
 	defer c.wg.Done()
 	defer c.finish()
-	c.rx.msn = [wire.NumQN]uint32{1, 1, 1, 1}
-	err := c.receive()
-	if c.rx.held {
+	err := c.rxRun()
+	c.rxEnded.Store(true)
+	c.rxMu.Lock()
+	if c.rx.err == nil {
+		c.rx.err = err
+	}
+	held := c.rx.held
+	c.rx.held = false
+	c.rxMu.Unlock()
+	if held {
 		c.releaseRecv()
 	}
 	debugf("QP %d: stream ended: %v", c.q.num, err)
@@ -110,6 +174,475 @@ func (c *conn) rxLoop() {
 	if errors.As(err, &te) {
 		c.protocolError(te)
 	}
+	c.q.live.CompareAndSwap(c, nil)
+	c.rxMu.Lock()
+	unix.Close(c.rfd)
+	c.rfd = -1
+	c.rxMu.Unlock()
+}
+
+// pollGrace is how long the receive goroutine stays off the socket
+// after it has seen an application poll: while one polls, the goroutine
+// waking at every FPDU would only take processor time from it (two
+// busy-polling processes fill a two-core machine) and contend for the
+// socket. An application that goes to sleep on the CQ (ReqNotify) hands
+// receiving back at once.
+const pollGrace = time.Millisecond
+
+// rxRun receives until the stream ends, and returns why.
+func (c *conn) rxRun() error {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	defer t.Stop()
+	seen := c.polls.Load()
+	for {
+		if err := c.rxTry(false); err != nil {
+			return err
+		}
+		if n := c.polls.Load(); n != seen {
+			seen = n
+			t.Reset(pollGrace)
+			select {
+			case <-t.C:
+			case <-c.rxWake:
+				t.Stop()
+				seen = c.polls.Load()
+			}
+			continue
+		}
+		err := c.rawc.Read(c.readableFn)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				// A poller kicked the goroutine (kickRx).
+				c.nc.SetReadDeadline(time.Time{})
+				continue
+			}
+			c.rxMu.Lock()
+			if c.rx.err == nil {
+				c.rx.err = err
+			}
+			err = c.rx.err
+			c.rxMu.Unlock()
+			return err
+		}
+	}
+}
+
+// readable is the receive goroutine's test, after the runtime has reset
+// the socket's readiness, for whether there is anything to read (or an
+// end or error to learn of); false makes it wait for the socket.
+func (c *conn) readable(fd uintptr) bool {
+	var b [1]byte
+	_, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	return e != unix.EAGAIN && e != unix.EINTR
+}
+
+// kickRx makes the receive goroutine run a round, for a poller that
+// found the stream ended.
+func (c *conn) kickRx() {
+	c.nc.SetReadDeadline(time.Unix(1, 0))
+	c.wakeRx()
+}
+
+// wakeRx ends the receive goroutine's stay off the socket (pollGrace),
+// for an application about to sleep on a CQ.
+func (c *conn) wakeRx() {
+	select {
+	case c.rxWake <- struct{}{}:
+	default:
+	}
+}
+
+// rxTry receives what has arrived, unless someone else is receiving: then
+// that one is told to look again before it stops, so that nothing that
+// arrived is left unread. It returns the error that ended receiving.
+//
+// The responses the round queued go out at once, except the answers to
+// zero-length Reads (the confirmations a peer asks for behind its Sends
+// and Writes) when a poller received them: an application that polls
+// usually posts soon, and its next batch carries them at no extra
+// system call; pollRx sends them anyway once lazyAge has passed, and so
+// does an application that goes to sleep on a CQ (ReqNotify).
+func (c *conn) rxTry(poller bool) error {
+	for {
+		if !c.rxMu.TryLock() {
+			c.rxMissed.Store(true)
+			if !c.rxMu.TryLock() {
+				return nil
+			}
+		}
+		c.rxMissed.Store(false)
+		err := c.rxDrain()
+		owe, lazy := c.rx.owe, c.rx.lazy
+		c.rx.owe, c.rx.lazy = false, false
+		c.rxMu.Unlock()
+		switch {
+		case owe || (lazy && !poller):
+			c.transmit()
+		case lazy:
+			c.lazyAt.CompareAndSwap(0, monotime())
+		}
+		if err != nil {
+			return err
+		}
+		if !c.rxMissed.Load() {
+			return nil
+		}
+	}
+}
+
+// lazyAge bounds how long a poller leaves the answers to zero-length
+// Reads for the application's next post to carry.
+const lazyAge = 20 * time.Microsecond
+
+// epoch is the origin of monotime.
+var epoch = time.Now()
+
+// monotime is a monotonic clock in nanoseconds, never 0.
+func monotime() int64 { return int64(time.Since(epoch)) + 1 }
+
+// pollRx is a round of receiving for an application goroutine polling a
+// CQ of the QP: it reads what has arrived and never waits.
+func (c *conn) pollRx() {
+	c.polls.Add(1)
+	if err := c.rxTry(true); err != nil && !c.rxEnded.Load() {
+		c.kickRx()
+	}
+	if at := c.lazyAt.Load(); at != 0 && monotime()-at > int64(lazyAge) {
+		c.transmit()
+	}
+}
+
+// flushLazy sends the answers to zero-length Reads a poller left, for an
+// application about to sleep.
+func (c *conn) flushLazy() {
+	if c.lazyAt.Load() != 0 {
+		c.transmit()
+	}
+}
+
+// rxDrain runs rounds until nothing more has arrived (nil) or receiving
+// ends (the error, kept for every later call). rxMu is held.
+func (c *conn) rxDrain() error {
+	rx := &c.rx
+	if rx.err != nil {
+		return rx.err
+	}
+	for {
+		if c.aborted.Load() {
+			rx.err = net.ErrClosed
+			return rx.err
+		}
+		if !rx.planned {
+			idle, err := c.rxPlan()
+			if err != nil {
+				rx.err = err
+				return err
+			}
+			if idle {
+				return nil
+			}
+		}
+		done, err := c.rxRead()
+		if err != nil {
+			rx.err = err
+			return err
+		}
+		if !done {
+			return nil
+		}
+		rx.planned = false
+		if err := c.rxFinish(); err != nil {
+			rx.err = err
+			return err
+		}
+	}
+}
+
+// sysRead is one non-blocking read system call into iov on the
+// connection's own descriptor: the number of bytes read, or 0 and false
+// when nothing has arrived. A descriptor of c's, never the net package's,
+// so that a poller can read while the receive goroutine waits in the
+// runtime's poller; abort waits for the call in progress (rxBusy).
+func (c *conn) sysRead(iov []unix.Iovec) (int, bool, error) {
+	c.rxBusy.Add(1)
+	defer c.rxBusy.Add(-1)
+	if c.aborted.Load() {
+		return 0, false, net.ErrClosed
+	}
+	for {
+		n, _, e := unix.Syscall(unix.SYS_READV, uintptr(c.rfd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+		switch e {
+		case 0:
+			if n == 0 {
+				return 0, true, io.EOF
+			}
+			if raceEnabled {
+				raceAcquire(c.rfd)
+			}
+			return int(n), true, nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return 0, false, nil
+		}
+		return 0, false, e
+	}
+}
+
+// sysPeek copies what has arrived, up to len(p) bytes, without consuming
+// it: 0 and false when nothing has.
+func (c *conn) sysPeek(p []byte) (int, bool, error) {
+	c.rxBusy.Add(1)
+	defer c.rxBusy.Add(-1)
+	if c.aborted.Load() {
+		return 0, false, net.ErrClosed
+	}
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(c.rfd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+			if n == 0 {
+				return 0, true, io.EOF
+			}
+			return int(n), true, nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return 0, false, nil
+		}
+		return 0, false, e
+	}
+}
+
+// raceAcquire gives the race detector the edge from the peer's socket
+// writes (see raceRelease) to what follows this read: a read(2) of
+// nothing through the syscall package, which the runtime annotates.
+func raceAcquire(fd int) { syscall.Read(fd, nil) }
+
+// rxPlan peeks at what has arrived and plans the next round: idle when
+// not even the next FPDU's headers have arrived whole (what has arrived
+// of them is consumed into rx.hdr).
+func (c *conn) rxPlan() (idle bool, err error) {
+	rx := &c.rx
+	n, ok, err := c.sysPeek(rx.peek[:])
+	if err != nil {
+		if err == io.EOF && rx.have == 0 {
+			return false, err // the stream ended between FPDUs
+		}
+		return false, truncated(err)
+	}
+	if !ok {
+		return true, nil
+	}
+	p := rx.peek[:n]
+	if rx.have+n < wire.MinHeaderLen {
+		return c.rxAccumulate(n)
+	}
+	copy(rx.hdr[rx.have:wire.MinHeaderLen], p)
+	hl, err := wire.ValidateHdr(rx.hdr[:wire.MinHeaderLen], c.ext)
+	if err != nil {
+		var he *wire.HeaderError
+		errors.As(err, &he)
+		return false, &termError{layer: he.Layer, etype: he.EType, ecode: he.ECode, copyHdr: he.Layer != wire.LayerLLP,
+			event: driver.EventQPReqErr, what: he.What}
+	}
+	if rx.have+n < hl {
+		return c.rxAccumulate(n)
+	}
+	copy(rx.hdr[rx.have:hl], p)
+	h := wire.Hdr(rx.hdr[:hl])
+	if !c.heard.Load() {
+		c.heard.Store(true)
+	}
+	if !c.gate.Load() {
+		if err := c.firstFPDU(h); err != nil {
+			return false, err
+		}
+	}
+	if err := c.rxBegin(h); err != nil {
+		return false, err
+	}
+	// The plan: the rest of the headers, the payload, the trailer and
+	// the payload-less FPDUs behind.
+	rx.hlen = hl
+	rx.nseg, rx.at, rx.atOff, rx.got, rx.want = 0, 0, 0, 0, 0
+	if hl > rx.have {
+		rx.addSeg(rx.hdr[rx.have:hl])
+	}
+	plen := h.PayloadLen()
+	rx.p0 = rx.nseg
+	if plen > 0 {
+		rem, skip := plen, rx.skip
+		for i := 0; i < rx.ndst && rem > 0; i++ {
+			s := rx.dst[i]
+			if skip >= uint64(len(s)) {
+				skip -= uint64(len(s))
+				continue
+			}
+			s = s[skip:]
+			skip = 0
+			if len(s) > rem {
+				s = s[:rem]
+			}
+			rx.addSeg(s)
+			rem -= len(s)
+		}
+	}
+	rx.p1 = rx.nseg
+	rx.tlen = wire.Pad(h.ULPDULen()) + wire.CRCLen
+	end := rx.tlen
+	rx.nfollow, rx.nextRead = 0, false
+	at := hl - rx.have + plen + rx.tlen // where the next FPDU starts in p
+	for rx.nfollow < maxFollow && at+wire.MinHeaderLen <= n {
+		f := p[at:]
+		fl, err := wire.ValidateHdr(f[:wire.MinHeaderLen], c.ext)
+		if err != nil || wire.Hdr(f).ULPDULen() != fl-wire.LenFieldLen {
+			break // not payload-less, or bad: a round of its own
+		}
+		total := wire.FPDULen(fl - wire.LenFieldLen)
+		if at+total > n {
+			break
+		}
+		if rx.nfollow == 0 {
+			rx.nextRead = wire.Hdr(f).Opcode() == wire.OpReadRequest
+		}
+		rx.follow[rx.nfollow] = [2]int{end, total}
+		rx.nfollow++
+		end += total
+		at += total
+	}
+	rx.addSeg(rx.scratch[:end])
+	rx.have = 0
+	rx.planned = true
+	return false, nil
+}
+
+// rxAccumulate consumes the n bytes peeked, part of the next FPDU's
+// headers, into rx.hdr.
+func (c *conn) rxAccumulate(n int) (bool, error) {
+	rx := &c.rx
+	var iov [1]unix.Iovec
+	iov[0].Base = &rx.hdr[rx.have]
+	iov[0].SetLen(n)
+	k, _, err := c.sysRead(iov[:])
+	if err != nil {
+		return false, truncated(err)
+	}
+	rx.have += k
+	return true, nil
+}
+
+// addSeg appends s to the plan.
+func (rx *rxState) addSeg(s []byte) {
+	if len(s) == 0 {
+		return
+	}
+	rx.segs[rx.nseg] = s
+	rx.iov[rx.nseg].Base = &s[0]
+	rx.iov[rx.nseg].SetLen(len(s))
+	rx.nseg++
+	rx.want += len(s)
+}
+
+// rxRead reads the planned bytes, as far as they have arrived: done when
+// all have.
+func (c *conn) rxRead() (done bool, err error) {
+	rx := &c.rx
+	for rx.got < rx.want {
+		if rx.atOff > 0 {
+			s := rx.segs[rx.at][rx.atOff:]
+			rx.iov[rx.at].Base = &s[0]
+			rx.iov[rx.at].SetLen(len(s))
+		}
+		n, ok, err := c.sysRead(rx.iov[rx.at:rx.nseg])
+		if err != nil {
+			return false, truncated(err)
+		}
+		if !ok {
+			return false, nil
+		}
+		rx.got += n
+		for n > 0 {
+			left := len(rx.segs[rx.at]) - rx.atOff
+			if n < left {
+				rx.atOff += n
+				break
+			}
+			n -= left
+			rx.at++
+			rx.atOff = 0
+		}
+	}
+	return true, nil
+}
+
+// rxFinish handles the FPDUs of a round whose bytes have all arrived:
+// the first, whose payload is placed, then the followers.
+func (c *conn) rxFinish() error {
+	rx := &c.rx
+	h := wire.Hdr(rx.hdr[:rx.hlen])
+	err := c.rxCheckCRC(h, rx.scratch[:rx.tlen])
+	for i := range rx.nseg {
+		rx.segs[i], rx.iov[i] = nil, unix.Iovec{}
+	}
+	clear(rx.dst[:rx.ndst])
+	if err != nil {
+		return err
+	}
+	if err := c.rxEndFrame(h); err != nil {
+		return err
+	}
+	for i := range rx.nfollow {
+		f := rx.scratch[rx.follow[i][0] : rx.follow[i][0]+rx.follow[i][1]]
+		hl, _ := wire.ValidateHdr(f, c.ext)
+		copy(rx.hdr[:], f[:hl])
+		h := wire.Hdr(rx.hdr[:hl])
+		rx.nextRead = i+1 < rx.nfollow && wire.Hdr(rx.scratch[rx.follow[i+1][0]:]).Opcode() == wire.OpReadRequest
+		if err := c.rxBegin(h); err != nil {
+			return err
+		}
+		rx.p0, rx.p1 = 0, 0
+		if err := c.rxCheckCRC(h, f[hl:]); err != nil {
+			return err
+		}
+		if err := c.rxEndFrame(h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rxCheckCRC checks the MPA CRC of the FPDU with headers h, payload
+// rx.segs[p0:p1] (as planned) and trailer t, when CRCs are in use.
+func (c *conn) rxCheckCRC(h wire.Hdr, t []byte) error {
+	if !c.crc {
+		return nil
+	}
+	rx := &c.rx
+	crc := crc32.Update(0, wire.Castagnoli, h)
+	for _, s := range rx.segs[rx.p0:rx.p1] {
+		crc = crc32.Update(crc, wire.Castagnoli, s)
+	}
+	crc = crc32.Update(crc, wire.Castagnoli, t[:len(t)-wire.CRCLen])
+	if got := wire.CRC(t[len(t)-wire.CRCLen:]); got != crc {
+		return &termError{layer: wire.LayerLLP, etype: wire.LLPMPAError, ecode: wire.LLPCRCError, copyHdr: false,
+			event: driver.EventQPFatal, what: fmt.Sprintf("MPA CRC %#08x, computed %#08x", got, crc)}
+	}
+	return nil
+}
+
+// rxEndFrame completes the FPDU with headers h once all of it is read,
+// with the held receive completion released after it.
+func (c *conn) rxEndFrame(h wire.Hdr) error {
+	rx := &c.rx
+	held := rx.held
+	rx.held = false
+	err := c.rxEnd(h)
+	if held {
+		c.releaseRecv()
+	}
+	return err
 }
 
 // protocolError ends the stream after an error the receiver found: the
@@ -135,8 +668,14 @@ func (c *conn) protocolError(te *termError) {
 	q.mu.Unlock()
 	deadline := time.Now().Add(terminateTimeout)
 	c.nc.SetReadDeadline(deadline)
+	var drain [4096]byte
 	for {
-		if _, err := c.nc.Read(c.rx.drain[:]); err != nil {
+		_, err := c.nc.Read(drain[:])
+		if errors.Is(err, os.ErrDeadlineExceeded) && time.Now().Before(deadline) {
+			c.nc.SetReadDeadline(deadline) // a poller's kick (kickRx)
+			continue
+		}
+		if err != nil {
 			break
 		}
 	}
@@ -150,145 +689,96 @@ func (c *conn) protocolError(te *termError) {
 	}
 }
 
-// receive reads FPDUs until the stream ends or breaks (the error is
-// returned) or carries an error (a *termError).
-func (c *conn) receive() error {
+// rxBegin checks the headers h of the FPDU about to be read, does what
+// must precede its payload, and sets where the payload goes (rx.dst,
+// skipping rx.skip bytes; payload beyond them is dropped).
+func (c *conn) rxBegin(h wire.Hdr) error {
 	rx := &c.rx
-	for {
-		n, err := c.readHeader()
-		if err != nil {
-			return err
+	rx.ndst, rx.skip, rx.discard = 0, 0, false
+	n := h.PayloadLen()
+	var err error
+	switch h.Opcode() {
+	case wire.OpWrite:
+		err = c.rxWriteBegin(h)
+	case wire.OpReadResponse:
+		err = c.rxReadResponseBegin(h)
+	case wire.OpSend, wire.OpSendInv, wire.OpSendSE, wire.OpSendSEInv:
+		err = c.rxSendBegin(h)
+	case wire.OpTerminate:
+		rx.dst[0] = rx.hdr[wire.TerminateLen : wire.TerminateLen+terminateKept(h)]
+		rx.ndst = 1
+	case wire.OpReadRequest:
+		err = c.untaggedCheck(h, wire.QNRead)
+		if err == nil && n != 0 {
+			err = protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPInvalidMO, driver.EventQPReqErr,
+				"a Read Request with %d bytes of payload", n)
 		}
-		h := wire.Hdr(rx.hdr[:n])
-		if !c.heard.Load() {
-			c.heard.Store(true)
+	case wire.OpImmData, wire.OpImmDataSE:
+		err = c.untaggedCheck(h, wire.QNSend)
+		if err == nil && (n != 0 || rx.send.active || rx.immNext) {
+			err = protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPInvalidMO, driver.EventQPReqErr,
+				"Immediate Data inside another message")
 		}
-		if !c.gate.Load() {
-			if err := c.firstFPDU(h); err != nil {
-				return err
-			}
-		}
-		held := rx.held
-		rx.held = false
-		switch op := h.Opcode(); op {
-		case wire.OpWrite:
-			err = c.rxWrite(h)
-		case wire.OpReadResponse:
-			err = c.rxReadResponse(h)
-		case wire.OpSend, wire.OpSendInv, wire.OpSendSE, wire.OpSendSEInv:
-			err = c.rxSend(h)
-		case wire.OpReadRequest:
-			err = c.rxReadRequest(h)
-		case wire.OpTerminate:
-			return c.rxTerminate(h)
-		case wire.OpImmData, wire.OpImmDataSE:
-			err = c.rxImmData(h)
-		case wire.OpAtomicRequest:
-			err = c.rxAtomicRequest(h)
-		case wire.OpAtomicResponse:
-			err = c.rxAtomicResponse(h)
-		}
-		if held {
-			c.releaseRecv()
-		}
-		if err != nil {
-			return err
+	case wire.OpAtomicRequest, wire.OpAtomicResponse:
+		err = c.untaggedCheck(h, wire.QNAtomic)
+		if err == nil && n != 0 {
+			err = protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPInvalidMO, driver.EventQPReqErr,
+				"%v with %d bytes of payload", h.Opcode(), n)
 		}
 	}
-}
-
-// readHeader reads the headers of the next FPDU into rx.hdr and returns
-// their length, having checked them as far as they go alone. It starts
-// the FPDU's CRC.
-func (c *conn) readHeader() (int, error) {
-	rx := &c.rx
-	have := copy(rx.hdr[:], rx.ahead[:rx.have])
-	rx.have = 0
-	if have < wire.MinHeaderLen {
-		if _, err := io.ReadFull(c.nc, rx.hdr[have:wire.MinHeaderLen]); err != nil {
-			if have == 0 && err == io.EOF {
-				return 0, err // the stream ended between FPDUs
-			}
-			return 0, truncated(err)
-		}
-	}
-	n, err := wire.ValidateHdr(rx.hdr[:wire.MinHeaderLen], c.ext)
 	if err != nil {
-		var he *wire.HeaderError
-		errors.As(err, &he)
-		return 0, &termError{layer: he.Layer, etype: he.EType, ecode: he.ECode, copyHdr: he.Layer != wire.LayerLLP,
-			event: driver.EventQPReqErr, what: he.What}
+		return err
 	}
-	if n > wire.MinHeaderLen {
-		if _, err := io.ReadFull(c.nc, rx.hdr[wire.MinHeaderLen:n]); err != nil {
-			return 0, truncated(err)
-		}
+	// What the destinations do not take (all of it when discarding) is
+	// read into the drain and dropped.
+	room := uint64(0)
+	for _, s := range rx.dst[:rx.ndst] {
+		room += uint64(len(s))
 	}
-	if c.crc {
-		rx.crc = crc32.Update(0, wire.Castagnoli, rx.hdr[:n])
+	if rx.discard || room <= rx.skip {
+		clear(rx.dst[:rx.ndst])
+		rx.ndst, rx.skip, room = 0, 0, 0
+	} else {
+		room -= rx.skip
 	}
-	return n, nil
-}
-
-// readPayload reads n payload bytes into segs, skipping the first skip
-// bytes of the list, straight from the socket; the CRC covers them.
-func (c *conn) readPayload(segs [][]byte, skip uint64, n int) error {
-	for _, s := range segs {
-		if n == 0 {
-			break
+	n = h.PayloadLen() - int(min(uint64(h.PayloadLen()), room))
+	if n > 0 {
+		// Payload nobody takes: read into the drain and dropped.
+		if rx.drainBuf == nil {
+			rx.drainBuf = make([]byte, 1<<16)
 		}
-		if skip >= uint64(len(s)) {
-			skip -= uint64(len(s))
-			continue
-		}
-		s = s[skip:]
-		skip = 0
-		if len(s) > n {
-			s = s[:n]
-		}
-		if _, err := io.ReadFull(c.nc, s); err != nil {
-			return truncated(err)
-		}
-		if c.crc {
-			c.rx.crc = crc32.Update(c.rx.crc, wire.Castagnoli, s)
-		}
-		n -= len(s)
+		rx.dst[rx.ndst] = rx.drainBuf[:n]
+		rx.ndst++
 	}
 	return nil
 }
 
-// readTrailer reads the pad and CRC of the FPDU whose headers are h,
-// with as much of the next FPDU's headers as has arrived (never past
-// them), and checks the CRC.
-func (c *conn) readTrailer(h wire.Hdr) error {
-	rx := &c.rx
-	t := wire.Pad(h.ULPDULen()) + wire.CRCLen
-	n, err := io.ReadAtLeast(c.nc, rx.tail[:t+wire.MinHeaderLen], t)
-	if err != nil {
-		return truncated(err)
-	}
-	if c.crc {
-		crc := crc32.Update(rx.crc, wire.Castagnoli, rx.tail[:t-wire.CRCLen])
-		if got := wire.CRC(rx.tail[t-wire.CRCLen : t]); got != crc {
-			return &termError{layer: wire.LayerLLP, etype: wire.LLPMPAError, ecode: wire.LLPCRCError, copyHdr: false,
-				event: driver.EventQPFatal, what: fmt.Sprintf("MPA CRC %#08x, computed %#08x", got, crc)}
-		}
-	}
-	rx.have = copy(rx.ahead[:], rx.tail[t:n])
-	return nil
+// terminateKept is how much of a Terminate's payload (the terminated
+// headers) is kept: what the longest headers need.
+func terminateKept(h wire.Hdr) int {
+	return min(h.PayloadLen(), wire.TerminateMaxLen-wire.TerminateLen)
 }
 
-// discard reads and drops n payload bytes, CRC included.
-func (c *conn) discard(n int) error {
-	for n > 0 {
-		k := min(n, len(c.rx.drain))
-		if _, err := io.ReadFull(c.nc, c.rx.drain[:k]); err != nil {
-			return truncated(err)
-		}
-		if c.crc {
-			c.rx.crc = crc32.Update(c.rx.crc, wire.Castagnoli, c.rx.drain[:k])
-		}
-		n -= k
+// rxEnd completes the FPDU with headers h: its payload and trailer are
+// read and checked.
+func (c *conn) rxEnd(h wire.Hdr) error {
+	switch h.Opcode() {
+	case wire.OpWrite:
+		return c.rxWriteEnd(h)
+	case wire.OpReadResponse:
+		return c.rxReadResponseEnd(h)
+	case wire.OpSend, wire.OpSendInv, wire.OpSendSE, wire.OpSendSEInv:
+		return c.rxSendEnd(h)
+	case wire.OpReadRequest:
+		return c.rxReadRequest(h)
+	case wire.OpTerminate:
+		return c.rxTerminate(h)
+	case wire.OpImmData, wire.OpImmDataSE:
+		return c.rxImmData(h)
+	case wire.OpAtomicRequest:
+		return c.rxAtomicRequest(h)
+	case wire.OpAtomicResponse:
+		return c.rxAtomicResponse(h)
 	}
 	return nil
 }
@@ -320,33 +810,33 @@ func (c *conn) firstFPDU(h wire.Hdr) error {
 	return nil
 }
 
-// rxWrite places an RDMA Write segment in the region its STag names.
-func (c *conn) rxWrite(h wire.Hdr) error {
+// rxWriteBegin checks an RDMA Write segment's STag, bounds and rights:
+// its payload goes straight to the region.
+func (c *conn) rxWriteBegin(h wire.Hdr) error {
 	q := c.q
 	n := h.PayloadLen()
-	if n > 0 {
-		q.mu.Lock()
-		ok := q.accepts() && q.attr.AccessFlags&driver.AccessRemoteWrite != 0
-		q.mu.Unlock()
-		b, ae := c.q.ctx.span(h.STag(), q.pd, h.TO(), uint64(n), driver.AccessRemoteWrite)
-		if !ok && ae == accessOK {
-			ae = accessRights
-		}
-		if ae != accessOK {
-			return protoErr(wire.LayerDDP, wire.DDPTaggedError, taggedCode(ae), driver.EventQPAccessErr,
-				"RDMA Write of %d bytes at STag %#x offset %#x: %v", n, h.STag(), h.TO(), ae)
-		}
-		c.rx.one[0] = b
-		err := c.readPayload(c.rx.one[:], 0, n)
-		c.rx.one[0] = nil
-		if err != nil {
-			return err
-		}
+	if n == 0 {
+		return nil
 	}
-	if err := c.readTrailer(h); err != nil {
-		return err
+	q.mu.Lock()
+	ok := q.accepts() && q.attr.AccessFlags&driver.AccessRemoteWrite != 0
+	q.mu.Unlock()
+	b, ae := c.q.ctx.span(h.STag(), q.pd, h.TO(), uint64(n), driver.AccessRemoteWrite)
+	if !ok && ae == accessOK {
+		ae = accessRights
 	}
-	c.rx.writeLen += uint64(n)
+	if ae != accessOK {
+		return protoErr(wire.LayerDDP, wire.DDPTaggedError, taggedCode(ae), driver.EventQPAccessErr,
+			"RDMA Write of %d bytes at STag %#x offset %#x: %v", n, h.STag(), h.TO(), ae)
+	}
+	c.rx.dst[0] = b
+	c.rx.ndst = 1
+	return nil
+}
+
+// rxWriteEnd accounts for a placed RDMA Write segment.
+func (c *conn) rxWriteEnd(h wire.Hdr) error {
+	c.rx.writeLen += uint64(h.PayloadLen())
 	if h.Last() {
 		c.rx.lastWriteLen, c.rx.writeLen = c.rx.writeLen, 0
 	}
@@ -377,9 +867,9 @@ func rdmapCode(e accessError) uint8 {
 	return wire.RDMAPInvalidSTag
 }
 
-// rxReadResponse places a Read Response segment in the local buffers of
-// the Read at the head of the ORQ.
-func (c *conn) rxReadResponse(h wire.Hdr) error {
+// rxReadResponseBegin checks a Read Response segment against the Read
+// at the head of the ORQ: its payload goes to that Read's local buffers.
+func (c *conn) rxReadResponseBegin(h wire.Hdr) error {
 	q := c.q
 	rx := &c.rx
 	if !rx.resp.active {
@@ -405,9 +895,7 @@ func (c *conn) rxReadResponse(h wire.Hdr) error {
 		// leaves the previous work request's SGE in place), so the
 		// payload is dropped rather than the stream failed.
 		n = 0
-		if err := c.discard(h.PayloadLen()); err != nil {
-			return err
-		}
+		rx.discard = true
 	}
 	switch {
 	case h.STag() != rx.resp.sinkSTag:
@@ -420,13 +908,19 @@ func (c *conn) rxReadResponse(h wire.Hdr) error {
 		return protoErr(wire.LayerDDP, wire.DDPTaggedError, wire.DDPBaseBounds, driver.EventQPFatal,
 			"Read Response ends after %d bytes of a %d-byte Read", uint64(rx.resp.placed)+uint64(n), rx.resp.size)
 	}
-	if err := c.readPayload(rx.resp.segs[:rx.resp.nseg], uint64(rx.resp.placed), n); err != nil {
-		return err
+	rx.ndst = copy(rx.dst[:], rx.resp.segs[:rx.resp.nseg])
+	rx.skip = uint64(rx.resp.placed)
+	return nil
+}
+
+// rxReadResponseEnd accounts for a placed Read Response segment; the
+// last completes the Read.
+func (c *conn) rxReadResponseEnd(h wire.Hdr) error {
+	q := c.q
+	rx := &c.rx
+	if !rx.discard {
+		rx.resp.placed += uint32(h.PayloadLen())
 	}
-	if err := c.readTrailer(h); err != nil {
-		return err
-	}
-	rx.resp.placed += uint32(n)
 	if h.Last() {
 		rx.resp.active = false
 		clear(rx.resp.segs[:rx.resp.nseg])
@@ -452,9 +946,10 @@ func (c *conn) untaggedCheck(h wire.Hdr, qn uint32) error {
 	return nil
 }
 
-// rxSend places a Send segment in the receive the message consumes.
-func (c *conn) rxSend(h wire.Hdr) error {
-	q := c.q
+// rxSendBegin checks a Send segment and consumes the receive the
+// message fills when it starts: the payload goes to that receive's
+// buffers.
+func (c *conn) rxSendBegin(h wire.Hdr) error {
 	rx := &c.rx
 	if err := c.untaggedCheck(h, wire.QNSend); err != nil {
 		return err
@@ -479,13 +974,18 @@ func (c *conn) rxSend(h wire.Hdr) error {
 		return protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPTooLong, driver.EventQPReqErr,
 			"a Send of more than %d bytes for a %d-byte receive", s.placed+uint64(n), s.room)
 	}
-	if err := c.readPayload(s.segs[:s.nseg], s.placed, n); err != nil {
-		return err
-	}
-	if err := c.readTrailer(h); err != nil {
-		return err
-	}
-	s.placed += uint64(n)
+	rx.ndst = copy(rx.dst[:], s.segs[:s.nseg])
+	rx.skip = s.placed
+	return nil
+}
+
+// rxSendEnd accounts for a placed Send segment; the last completes the
+// receive.
+func (c *conn) rxSendEnd(h wire.Hdr) error {
+	q := c.q
+	rx := &c.rx
+	s := &rx.send
+	s.placed += uint64(h.PayloadLen())
 	if !h.Last() {
 		return nil
 	}
@@ -552,13 +1052,6 @@ func (c *conn) completeSend(status driver.WCStatus) {
 	c.completeSendWC(driver.WorkCompletion{Status: status, Opcode: driver.WCRecv})
 }
 
-// readRequestNext reports whether the headers of the next FPDU, as far
-// as they have arrived with the last trailer, are a Read Request's.
-func (c *conn) readRequestNext() bool {
-	h := wire.Hdr(c.rx.ahead[:c.rx.have])
-	return len(h) >= 4 && !h.Tagged() && h.Opcode() == wire.OpReadRequest
-}
-
 // releaseRecv delivers the receive completion held back by
 // completeSendWC, unless the move to the error state already did.
 func (c *conn) releaseRecv() {
@@ -573,7 +1066,7 @@ func (c *conn) releaseRecv() {
 
 // completeSendWC completes the receive being filled with wc. A
 // successful one is held back until the next FPDU is handled when that
-// FPDU is a Read Request that has begun to arrive: a peer follows its
+// FPDU is a Read Request that arrived with it: a peer follows its
 // Sends with a Read (a zero-length one where it has nothing else to
 // read) to learn that they were placed, and answering it before the
 // application hears of the Send means that an application that
@@ -591,7 +1084,7 @@ func (c *conn) completeSendWC(wc driver.WorkCompletion) {
 		if wc.Status != driver.WCSuccess {
 			wc = driver.WorkCompletion{WRID: wc.WRID, Status: wc.Status, Opcode: driver.WCRecv}
 			q.completeRecv(wc)
-		} else if c.readRequestNext() {
+		} else if c.rx.nextRead {
 			q.rxHeld, q.rxHeldWC = true, wc
 			c.rx.held = true
 		} else {
@@ -606,16 +1099,6 @@ func (c *conn) completeSendWC(wc driver.WorkCompletion) {
 func (c *conn) rxImmData(h wire.Hdr) error {
 	q := c.q
 	rx := &c.rx
-	if err := c.untaggedCheck(h, wire.QNSend); err != nil {
-		return err
-	}
-	if h.PayloadLen() != 0 || rx.send.active || rx.immNext {
-		return protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPInvalidMO, driver.EventQPReqErr,
-			"Immediate Data inside another message")
-	}
-	if err := c.readTrailer(h); err != nil {
-		return err
-	}
 	rx.msn[wire.QNSend]++
 	d := wire.ImmData(h)
 	if d.Flags()&wire.ImmWithSend != 0 {
@@ -645,16 +1128,6 @@ func (c *conn) rxImmData(h wire.Hdr) error {
 // checking the STag, bounds and rights of the memory read and the IRD.
 func (c *conn) rxReadRequest(h wire.Hdr) error {
 	q := c.q
-	if err := c.untaggedCheck(h, wire.QNRead); err != nil {
-		return err
-	}
-	if h.PayloadLen() != 0 {
-		return protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPInvalidMO, driver.EventQPReqErr,
-			"a Read Request with %d bytes of payload", h.PayloadLen())
-	}
-	if err := c.readTrailer(h); err != nil {
-		return err
-	}
 	c.rx.msn[wire.QNRead]++
 	r := wire.ReadRequest(h)
 	q.mu.Lock()
@@ -680,7 +1153,11 @@ func (c *conn) rxReadRequest(h wire.Hdr) error {
 	}
 	c.irq[c.irqTail%uint64(len(c.irq))] = irqEntry{kind: irqRead, sinkSTag: r.SinkSTag(), sinkTO: r.SinkTO(), src: src}
 	c.irqTail++
-	c.wakeTx()
+	if len(src) > 0 {
+		c.rx.owe = true
+	} else {
+		c.rx.lazy = true
+	}
 	return nil
 }
 
@@ -689,12 +1166,6 @@ func (c *conn) rxReadRequest(h wire.Hdr) error {
 // original value.
 func (c *conn) rxAtomicRequest(h wire.Hdr) error {
 	q := c.q
-	if err := c.untaggedCheck(h, wire.QNAtomic); err != nil {
-		return err
-	}
-	if err := c.readTrailer(h); err != nil {
-		return err
-	}
 	c.rx.msn[wire.QNAtomic]++
 	a := wire.AtomicRequest(h)
 	q.mu.Lock()
@@ -750,19 +1221,13 @@ func (c *conn) rxAtomicRequest(h wire.Hdr) error {
 	}
 	c.irq[c.irqTail%uint64(len(c.irq))] = irqEntry{kind: irqAtomic, id: a.ID(), value: old}
 	c.irqTail++
-	c.wakeTx()
+	c.rx.owe = true
 	return nil
 }
 
 // rxAtomicResponse completes the atomic at the head of the ORQ.
 func (c *conn) rxAtomicResponse(h wire.Hdr) error {
 	q := c.q
-	if err := c.untaggedCheck(h, wire.QNAtomic); err != nil {
-		return err
-	}
-	if err := c.readTrailer(h); err != nil {
-		return err
-	}
 	c.rx.msn[wire.QNAtomic]++
 	a := wire.AtomicResponse(h)
 	q.mu.Lock()
@@ -781,15 +1246,8 @@ func (c *conn) rxAtomicResponse(h wire.Hdr) error {
 // with the error it reports, and the QP moves to the error state.
 func (c *conn) rxTerminate(h wire.Hdr) error {
 	q := c.q
-	n := h.PayloadLen()
-	if n > wire.TerminateMaxLen-wire.TerminateLen {
-		// Too long to be a Terminate of RFC 5040: keep what fits.
-		n = wire.TerminateMaxLen - wire.TerminateLen
-	}
-	c.rx.one[0] = c.rx.hdr[wire.TerminateLen : wire.TerminateLen+n]
-	if err := c.readPayload(c.rx.one[:], 0, n); err != nil {
-		return err
-	}
+	// Longer than a Terminate of RFC 5040 needs: what fits was kept.
+	n := terminateKept(h)
 	t := wire.Terminate(c.rx.hdr[:wire.TerminateLen+n])
 	status := terminateStatus(t.Layer(), t.EType(), t.ECode())
 	q.mu.Lock()
