@@ -134,7 +134,9 @@ type conn struct {
 	rxBusy     atomic.Int32
 	rxEnded    atomic.Bool
 	polls      atomic.Uint64 // rounds of pollers: see pollGrace
+	arms       atomic.Uint64 // ReqNotify calls on the QP's CQs
 	lazyAt     atomic.Int64  // when a poller left responses to send (rxTry), or 0
+	lazyTimer  *time.Timer   // sends them if nothing else has
 	rxWake     chan struct{}
 	rfd        int
 	rawc       syscall.RawConn
@@ -171,6 +173,8 @@ func newConn(q *qp, nc *net.TCPConn, crc, ext bool, ird, ord int) *conn {
 	c.rxWake = make(chan struct{}, 1)
 	c.readableFn = c.readable
 	c.writeFn = c.nbWrite
+	c.lazyTimer = time.AfterFunc(time.Hour, c.flushLazy)
+	c.lazyTimer.Stop()
 	nc.SetNoDelay(true)
 	nc.SetKeepAlive(true)
 	return c
@@ -252,6 +256,7 @@ func (c *conn) abort() {
 	}
 	c.kickMu.Unlock()
 	c.closeOnce.Do(func() { c.nc.Close() })
+	c.lazyTimer.Stop()
 	c.wakeTx()
 	c.wakeRx()
 	// A read in progress on c's own descriptor may still be placing
@@ -373,8 +378,9 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 		c.kickNow = false
 	}
 	c.addResponses(b)
-	if c.irqHead == c.irqTail {
+	if c.irqHead == c.irqTail && c.lazyAt.Load() != 0 {
 		c.lazyAt.Store(0)
+		c.lazyTimer.Stop()
 	}
 	finish := false
 	if c.term && c.irqHead == c.irqTail && b.room(c.termLen, 0) {

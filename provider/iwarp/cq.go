@@ -178,6 +178,7 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 	if p := c.qps.Load(); p != nil {
 		for _, q := range *p {
 			if cn := q.live.Load(); cn != nil {
+				cn.arms.Add(1)
 				cn.wakeRx()
 				cn.flushLazy()
 			}

@@ -194,22 +194,25 @@ func (c *conn) rxRun() error {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	defer t.Stop()
-	seen := c.polls.Load()
+	seenPolls, seenArms := c.polls.Load(), c.arms.Load()
 	for {
 		if err := c.rxTry(false); err != nil {
 			return err
 		}
-		if n := c.polls.Load(); n != seen {
-			seen = n
+		// An application polls if it has polled since the last look
+		// and not armed a CQ to sleep on since.
+		polls, arms := c.polls.Load(), c.arms.Load()
+		if polls != seenPolls && arms == seenArms {
+			seenPolls = polls
 			t.Reset(pollGrace)
 			select {
 			case <-t.C:
 			case <-c.rxWake:
 				t.Stop()
-				seen = c.polls.Load()
 			}
 			continue
 		}
+		seenPolls, seenArms = polls, arms
 		err := c.rawc.Read(c.readableFn)
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -280,7 +283,11 @@ func (c *conn) rxTry(poller bool) error {
 		case owe || (lazy && !poller):
 			c.transmit()
 		case lazy:
-			c.lazyAt.CompareAndSwap(0, monotime())
+			if c.lazyAt.CompareAndSwap(0, monotime()) {
+				// The backstop, for an application that stops polling
+				// and neither posts nor sleeps on a CQ.
+				c.lazyTimer.Reset(lazyAge)
+			}
 		}
 		if err != nil {
 			return err
@@ -292,7 +299,9 @@ func (c *conn) rxTry(poller bool) error {
 }
 
 // lazyAge bounds how long a poller leaves the answers to zero-length
-// Reads for the application's next post to carry.
+// Reads for the application's next post to carry: the next poll after
+// it sends them, and so does a timer (which may fire later, as the
+// runtime's timers do when a process is idle).
 const lazyAge = 20 * time.Microsecond
 
 // epoch is the origin of monotime.
