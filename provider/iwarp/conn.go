@@ -141,6 +141,7 @@ type conn struct {
 	rfd        int
 	rawc       syscall.RawConn
 	readableFn func(fd uintptr) bool
+	rxWaited   bool    // readable waited for the socket (the receive goroutine's)
 	rx         rxState // guarded by rxMu
 }
 

@@ -113,6 +113,8 @@ type rxState struct {
 	held bool
 	// nextRead: the next FPDU, read in the same round, is a Read Request.
 	nextRead bool
+	// drained: the round empties the socket (see rxPlan).
+	drained bool
 	// owe: the round queued responses or freed request slots, which the
 	// transmitter should send now; lazy: it queued answers to zero-length
 	// Reads, which may wait a little (see rxTry).
@@ -235,9 +237,16 @@ func (c *conn) rxRun() error {
 // the socket's readiness, for whether there is anything to read (or an
 // end or error to learn of); false makes it wait for the socket.
 func (c *conn) readable(fd uintptr) bool {
+	if c.rxWaited {
+		// Called again after a wait: the socket has become readable
+		// (or a poller took what came, and the round finds nothing).
+		c.rxWaited = false
+		return true
+	}
 	var b [1]byte
 	_, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-	return e != unix.EAGAIN && e != unix.EINTR
+	c.rxWaited = e == unix.EAGAIN || e == unix.EINTR
+	return !c.rxWaited
 }
 
 // kickRx makes the receive goroutine run a round, for a poller that
@@ -364,6 +373,9 @@ func (c *conn) rxDrain() error {
 		if err := c.rxFinish(); err != nil {
 			rx.err = err
 			return err
+		}
+		if rx.drained {
+			return nil
 		}
 	}
 }
@@ -522,6 +534,11 @@ func (c *conn) rxPlan() (idle bool, err error) {
 		at += total
 	}
 	rx.addSeg(rx.scratch[:end])
+	// The round takes everything there was, and there was less than a
+	// peek's worth: the socket is drained, barring what arrives now,
+	// which wakes the receive goroutine (whose readable looks first) or
+	// meets the next poll.
+	rx.drained = n < len(rx.peek) && at == n
 	rx.have = 0
 	rx.planned = true
 	return false, nil
