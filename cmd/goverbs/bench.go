@@ -35,6 +35,7 @@ type benchConfig struct {
 	plot    string
 	timeout time.Duration
 	peer    bool // hidden: serve for a parent goverbs bench
+	goTCP   bool // hidden: be the server process of the Go TCP peer
 }
 
 const benchDoc = `Bench measures goverbs devices with perftest's tests and conventions:
@@ -87,12 +88,22 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.String(&cfg.plot, "plot", "", "", "draw latency and bandwidth against size into this PNG `file`")
 	fs.Duration(&cfg.timeout, "timeout", "", time.Minute, "give up on a run that takes longer than this")
 	fs.Hidden(&cfg.peer, "peer", "serve for a parent goverbs bench: print the address, exit at the end of stdin")
+	fs.Hidden(&cfg.goTCP, "gotcp-peer", "serve the Go TCP peer of a parent goverbs bench at the address it gives")
 	pos, err := fs.parseInterspersed(args)
 	if err != nil {
 		return err
 	}
 	if err := cfg.parseArgs(pos); err != nil {
 		return err
+	}
+	if cfg.goTCP {
+		if cfg.addr == "" {
+			return usageError("--gotcp-peer needs the tcp:// address of its parent")
+		}
+		return perftest.ServeGoTCPChild(ctx, cfg.addr)
+	}
+	if exe, err := os.Executable(); err == nil {
+		perftest.GoTCPChild = []string{exe, "bench", "--gotcp-peer"}
 	}
 	if err := cfg.check(); err != nil {
 		return err

@@ -231,13 +231,13 @@ func TestBenchCompare(t *testing.T) {
 		}
 		skipped[s.Peer] = true
 	}
-	for _, p := range []string{"ucx sm", "ucx tcp", "libfabric shm", "libfabric tcp", "go tcp"} {
+	for _, p := range []string{"ucx sm", "ucx tcp", "libfabric shm", "libfabric tcp", "go tcp", "go tcp-2proc"} {
 		if !compared[p] && !skipped[p] {
 			t.Errorf("peer %s is neither compared nor skipped:\n%s", p, out)
 		}
 	}
-	if !compared["go tcp"] {
-		t.Errorf("plain Go TCP is always there to compare with:\n%s", out)
+	if !compared["go tcp"] || !compared["go tcp-2proc"] {
+		t.Errorf("plain Go TCP, in one process and across two, is always there to compare with:\n%s", out)
 	}
 	for _, r := range rep.Peers {
 		if r.Stack == "goverbs" || r.PeerTest == "" || r.Size != 64 {

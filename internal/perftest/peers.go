@@ -37,7 +37,7 @@ func peers() []*peer {
 	return []*peer{
 		ucxPeer("sm", "sm,self"), ucxPeer("tcp", "tcp"),
 		fabricPeer("shm", "rdm"), fabricPeer("tcp", "msg"),
-		goTCPPeer(),
+		goTCPPeer(), goTCP2Peer(),
 	}
 }
 
