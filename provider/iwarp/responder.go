@@ -35,50 +35,50 @@ import (
 // model of UCX and libfabric), and one that waits relies on the
 // goroutine.
 //
-// Each round peeks at what has arrived, without consuming it, and plans
-// one readv: the rest of one FPDU's headers, its payload straight into
-// its target, its trailer, and the whole of the payload-less FPDUs that
-// follow it in what was peeked (the zero-length Read Request that
-// confirms a Send, say). A Send and its confirmation take two system
-// calls, and no byte of payload is ever copied from a staging buffer.
+// A receiver that needs the next FPDU's headers reads what has arrived,
+// up to stageLen bytes, into the stage, and takes FPDUs from there for as
+// long as it holds them whole; the payload of an FPDU that runs past the
+// stage is read straight from the socket into its target (one readv with
+// the trailer). So a small message takes one read system call, as in a
+// plain TCP ping-pong, and its payload is copied once from the stage —
+// as many copies as a peek at its headers followed by a read into its
+// target would make — while the bulk of a large one is never staged.
 
-// peekLen is how much of the stream a round looks at: the headers of
-// the next FPDU and of the payload-less ones behind it.
-const peekLen = 512
-
-// maxFollow bounds the payload-less FPDUs one round reads behind the
-// first.
-const maxFollow = 16
+// stageLen is the most a receiver reads before it knows where the bytes
+// go: the headers of the next FPDUs and small payloads.
+const stageLen = 512
 
 // rxState is the receiver's state; only the holder of rxMu touches it.
 type rxState struct {
-	// hdr holds the headers of the FPDU being handled (and a Terminate's
-	// copy of the terminated headers); have bytes of them are consumed.
-	hdr  [wire.MaxHeaderLen + wire.TerminateMaxLen]byte
-	have int
-	peek [peekLen]byte
-	// The plan of the round: iovecs for one readv (want bytes in all,
-	// got of them read), mirrored as slices for the CRC. The first
-	// FPDU's payload is segs[p0:p1]; its trailer and the followers are
-	// the last segment, in scratch.
-	planned  bool
-	iov      [maxSGE + 4]unix.Iovec
-	segs     [maxSGE + 4][]byte
-	nseg     int
-	at       int // the segment the next read starts in
-	atOff    int // bytes of it already read
-	want     int
-	got      int
-	p0, p1   int
-	hlen     int // the first FPDU's header length
-	scratch  [wire.CRCLen + 3 + peekLen]byte
-	tlen     int               // the first FPDU's trailer in scratch
-	follow   [maxFollow][2]int // offset and length in scratch of each follower
-	nfollow  int
-	discard  bool // the first FPDU's payload is dropped (drain)
+	// hdr holds the headers of the FPDU being handled (and a
+	// Terminate's copy of the terminated headers).
+	hdr [wire.MaxHeaderLen + wire.TerminateMaxLen]byte
+	// The stage: stage[sOff:sEnd] is read and not yet taken; drained:
+	// a read in this round found the socket empty (it read less than it
+	// could), so the round ends instead of reading again.
+	stage      [stageLen]byte
+	sOff, sEnd int
+	drained    bool
+	// The FPDU whose headers were taken: its header, payload and
+	// trailer lengths, and, while planned, the rest of it to read
+	// straight: iovecs for one readv (want bytes in all, got of them
+	// read), mirrored as slices.
+	hlen, plen, tlen int
+	planned          bool
+	iov              [maxSGE + 2]unix.Iovec
+	segs             [maxSGE + 2][]byte
+	nseg             int
+	at               int // the segment the next read starts in
+	atOff            int // bytes of it already read
+	want             int
+	got              int
+	trailer          [3 + wire.CRCLen]byte
+	// Where its payload goes (rxBegin): dst from offset skip; discard:
+	// it is dropped (into drainBuf).
 	dst      [maxSGE + 1][]byte
 	ndst     int
 	skip     uint64
+	discard  bool
 	drainBuf []byte // lazily: payload that is read and dropped
 
 	msn [wire.NumQN]uint32 // the next MSN expected, per queue
@@ -111,10 +111,8 @@ type rxState struct {
 	}
 	// held: a receive completion waits in q.rxHeld for the next FPDU.
 	held bool
-	// nextRead: the next FPDU, read in the same round, is a Read Request.
+	// nextRead: the next FPDU, already staged, is a Read Request.
 	nextRead bool
-	// drained: the round empties the socket (see rxPlan).
-	drained bool
 	// owe: the round queued responses or freed request slots, which the
 	// transmitter should send now; lazy: it queued answers to zero-length
 	// Reads, which may wait a little (see rxTry).
@@ -339,43 +337,38 @@ func (c *conn) flushLazy() {
 	}
 }
 
-// rxDrain runs rounds until nothing more has arrived (nil) or receiving
+// rxDrain receives until nothing more has arrived (nil) or receiving
 // ends (the error, kept for every later call). rxMu is held.
 func (c *conn) rxDrain() error {
 	rx := &c.rx
 	if rx.err != nil {
 		return rx.err
 	}
+	rx.drained = false
 	for {
 		if c.aborted.Load() {
 			rx.err = net.ErrClosed
 			return rx.err
 		}
-		if !rx.planned {
-			idle, err := c.rxPlan()
-			if err != nil {
-				rx.err = err
-				return err
+		var err error
+		if rx.planned {
+			var done bool
+			if done, err = c.rxRead(); err == nil && !done {
+				return nil
 			}
-			if idle {
+			if err == nil {
+				rx.planned = false
+				err = c.rxComplete()
+			}
+		} else {
+			var idle bool
+			if idle, err = c.rxNext(); err == nil && idle {
 				return nil
 			}
 		}
-		done, err := c.rxRead()
 		if err != nil {
 			rx.err = err
 			return err
-		}
-		if !done {
-			return nil
-		}
-		rx.planned = false
-		if err := c.rxFinish(); err != nil {
-			rx.err = err
-			return err
-		}
-		if rx.drained {
-			return nil
 		}
 	}
 }
@@ -411,67 +404,69 @@ func (c *conn) sysRead(iov []unix.Iovec) (int, bool, error) {
 	}
 }
 
-// sysPeek copies what has arrived, up to len(p) bytes, without consuming
-// it: 0 and false when nothing has.
-func (c *conn) sysPeek(p []byte) (int, bool, error) {
-	c.rxBusy.Add(1)
-	defer c.rxBusy.Add(-1)
-	if c.aborted.Load() {
-		return 0, false, net.ErrClosed
-	}
-	for {
-		n, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(c.rfd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-		switch e {
-		case 0:
-			if n == 0 {
-				return 0, true, io.EOF
-			}
-			return int(n), true, nil
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return 0, false, nil
-		}
-		return 0, false, e
-	}
-}
-
 // raceAcquire gives the race detector the edge from the peer's socket
 // writes (see raceRelease) to what follows this read: a read(2) of
 // nothing through the syscall package, which the runtime annotates.
 func raceAcquire(fd int) { syscall.Read(fd, nil) }
 
-// rxPlan peeks at what has arrived and plans the next round: idle when
-// not even the next FPDU's headers have arrived whole (what has arrived
-// of them is consumed into rx.hdr).
-func (c *conn) rxPlan() (idle bool, err error) {
+// need makes sure that k bytes are staged, reading what has arrived into
+// the stage: false when they have not arrived (or the round already found
+// the socket drained). The end of the stream between FPDUs is io.EOF.
+func (c *conn) need(k int) (bool, error) {
 	rx := &c.rx
-	n, ok, err := c.sysPeek(rx.peek[:])
-	if err != nil {
-		if err == io.EOF && rx.have == 0 {
-			return false, err // the stream ended between FPDUs
+	for rx.sEnd-rx.sOff < k {
+		if rx.drained {
+			return false, nil
 		}
-		return false, truncated(err)
+		if rx.sOff > 0 {
+			rx.sEnd = copy(rx.stage[:], rx.stage[rx.sOff:rx.sEnd])
+			rx.sOff = 0
+		}
+		var iov [1]unix.Iovec
+		room := len(rx.stage) - rx.sEnd
+		iov[0].Base = &rx.stage[rx.sEnd]
+		iov[0].SetLen(room)
+		n, ok, err := c.sysRead(iov[:])
+		if err != nil {
+			if err == io.EOF && rx.sEnd == 0 {
+				return false, err
+			}
+			return false, truncated(err)
+		}
+		if !ok {
+			rx.drained = true
+			return false, nil
+		}
+		rx.sEnd += n
+		rx.drained = n < room
 	}
-	if !ok {
-		return true, nil
+	return true, nil
+}
+
+// rxNext takes the next FPDU's headers from the stage and places what
+// of it is staged; the rest is planned (rxRead) or, when all of it was
+// staged, the FPDU completes. idle: its headers have not all arrived.
+func (c *conn) rxNext() (idle bool, err error) {
+	rx := &c.rx
+	if ok, err := c.need(wire.MinHeaderLen); !ok {
+		return err == nil, err
 	}
-	p := rx.peek[:n]
-	if rx.have+n < wire.MinHeaderLen {
-		return c.rxAccumulate(n)
-	}
-	copy(rx.hdr[rx.have:wire.MinHeaderLen], p)
-	hl, err := wire.ValidateHdr(rx.hdr[:wire.MinHeaderLen], c.ext)
+	hl, err := wire.ValidateHdr(rx.stage[rx.sOff:rx.sEnd], c.ext)
 	if err != nil {
+		copy(rx.hdr[:], rx.stage[rx.sOff:rx.sEnd])
 		var he *wire.HeaderError
 		errors.As(err, &he)
 		return false, &termError{layer: he.Layer, etype: he.EType, ecode: he.ECode, copyHdr: he.Layer != wire.LayerLLP,
 			event: driver.EventQPReqErr, what: he.What}
 	}
-	if rx.have+n < hl {
-		return c.rxAccumulate(n)
+	if ok, err := c.need(hl); !ok {
+		if err == io.EOF {
+			err = truncated(err)
+		}
+		return err == nil, err
 	}
-	copy(rx.hdr[rx.have:hl], p)
+	copy(rx.hdr[:hl], rx.stage[rx.sOff:])
+	rx.sOff += hl
 	h := wire.Hdr(rx.hdr[:hl])
 	if !c.heard.Load() {
 		c.heard.Store(true)
@@ -484,79 +479,62 @@ func (c *conn) rxPlan() (idle bool, err error) {
 	if err := c.rxBegin(h); err != nil {
 		return false, err
 	}
-	// The plan: the rest of the headers, the payload, the trailer and
-	// the payload-less FPDUs behind.
-	rx.hlen = hl
+	rx.hlen, rx.plen, rx.tlen = hl, h.PayloadLen(), wire.Pad(h.ULPDULen())+wire.CRCLen
+	// What is staged of the payload and trailer is copied out; the rest
+	// is read straight into place.
+	k := min(rx.plen, rx.sEnd-rx.sOff)
+	rx.copyToDst(0, rx.stage[rx.sOff:rx.sOff+k])
+	rx.sOff += k
 	rx.nseg, rx.at, rx.atOff, rx.got, rx.want = 0, 0, 0, 0, 0
-	if hl > rx.have {
-		rx.addSeg(rx.hdr[rx.have:hl])
+	t := 0
+	if k < rx.plen {
+		rx.planDst(uint64(k), rx.plen-k)
+	} else {
+		t = copy(rx.trailer[:rx.tlen], rx.stage[rx.sOff:rx.sEnd])
+		rx.sOff += t
 	}
-	plen := h.PayloadLen()
-	rx.p0 = rx.nseg
-	if plen > 0 {
-		rem, skip := plen, rx.skip
-		for i := 0; i < rx.ndst && rem > 0; i++ {
-			s := rx.dst[i]
-			if skip >= uint64(len(s)) {
-				skip -= uint64(len(s))
-				continue
-			}
-			s = s[skip:]
-			skip = 0
-			if len(s) > rem {
-				s = s[:rem]
-			}
-			rx.addSeg(s)
-			rem -= len(s)
-		}
+	if t < rx.tlen {
+		rx.addSeg(rx.trailer[t:rx.tlen])
 	}
-	rx.p1 = rx.nseg
-	rx.tlen = wire.Pad(h.ULPDULen()) + wire.CRCLen
-	end := rx.tlen
-	rx.nfollow, rx.nextRead = 0, false
-	at := hl - rx.have + plen + rx.tlen // where the next FPDU starts in p
-	for rx.nfollow < maxFollow && at+wire.MinHeaderLen <= n {
-		f := p[at:]
-		fl, err := wire.ValidateHdr(f[:wire.MinHeaderLen], c.ext)
-		if err != nil || wire.Hdr(f).ULPDULen() != fl-wire.LenFieldLen {
-			break // not payload-less, or bad: a round of its own
-		}
-		total := wire.FPDULen(fl - wire.LenFieldLen)
-		if at+total > n {
-			break
-		}
-		if rx.nfollow == 0 {
-			rx.nextRead = wire.Hdr(f).Opcode() == wire.OpReadRequest
-		}
-		rx.follow[rx.nfollow] = [2]int{end, total}
-		rx.nfollow++
-		end += total
-		at += total
+	if rx.nseg > 0 {
+		rx.planned = true
+		return false, nil
 	}
-	rx.addSeg(rx.scratch[:end])
-	// The round takes everything there was, and there was less than a
-	// peek's worth: the socket is drained, barring what arrives now,
-	// which wakes the receive goroutine (whose readable looks first) or
-	// meets the next poll.
-	rx.drained = n < len(rx.peek) && at == n
-	rx.have = 0
-	rx.planned = true
-	return false, nil
+	return false, c.rxComplete()
 }
 
-// rxAccumulate consumes the n bytes peeked, part of the next FPDU's
-// headers, into rx.hdr.
-func (c *conn) rxAccumulate(n int) (bool, error) {
-	rx := &c.rx
-	var iov [1]unix.Iovec
-	iov[0].Base = &rx.hdr[rx.have]
-	iov[0].SetLen(n)
-	k, _, err := c.sysRead(iov[:])
-	if err != nil {
-		return false, truncated(err)
+// dstSeg returns destination segment i from offset off within it (nil
+// when off is past its end).
+func (rx *rxState) dstSeg(i int, off uint64) []byte {
+	s := rx.dst[i]
+	if off >= uint64(len(s)) {
+		return nil
 	}
-	rx.have += k
-	return true, nil
+	return s[off:]
+}
+
+// copyToDst copies b to the payload destination at payload offset off.
+func (rx *rxState) copyToDst(off uint64, b []byte) {
+	off += rx.skip
+	for i := 0; i < rx.ndst && len(b) > 0; i++ {
+		s := rx.dstSeg(i, off)
+		off -= min(off, uint64(len(rx.dst[i])))
+		n := copy(s, b)
+		b = b[n:]
+	}
+}
+
+// planDst adds n bytes of the payload destination, from payload offset
+// off, to the plan.
+func (rx *rxState) planDst(off uint64, n int) {
+	off += rx.skip
+	for i := 0; i < rx.ndst && n > 0; i++ {
+		s := rx.dstSeg(i, off)
+		off -= min(off, uint64(len(rx.dst[i])))
+		s = s[:min(len(s), n)]
+		rx.addSeg(s)
+		n -= len(s)
+	}
 }
 
 // addSeg appends s to the plan.
@@ -603,53 +581,42 @@ func (c *conn) rxRead() (done bool, err error) {
 	return true, nil
 }
 
-// rxFinish handles the FPDUs of a round whose bytes have all arrived:
-// the first, whose payload is placed, then the followers.
-func (c *conn) rxFinish() error {
+// rxComplete completes the FPDU whose headers rxNext took, all of it
+// placed: its CRC is checked, then what it does is done.
+func (c *conn) rxComplete() error {
 	rx := &c.rx
 	h := wire.Hdr(rx.hdr[:rx.hlen])
-	err := c.rxCheckCRC(h, rx.scratch[:rx.tlen])
+	err := c.rxCheckCRC(h)
 	for i := range rx.nseg {
 		rx.segs[i], rx.iov[i] = nil, unix.Iovec{}
 	}
+	rx.nseg = 0
 	clear(rx.dst[:rx.ndst])
 	if err != nil {
 		return err
 	}
-	if err := c.rxEndFrame(h); err != nil {
-		return err
-	}
-	for i := range rx.nfollow {
-		f := rx.scratch[rx.follow[i][0] : rx.follow[i][0]+rx.follow[i][1]]
-		hl, _ := wire.ValidateHdr(f, c.ext)
-		copy(rx.hdr[:], f[:hl])
-		h := wire.Hdr(rx.hdr[:hl])
-		rx.nextRead = i+1 < rx.nfollow && wire.Hdr(rx.scratch[rx.follow[i+1][0]:]).Opcode() == wire.OpReadRequest
-		if err := c.rxBegin(h); err != nil {
-			return err
-		}
-		rx.p0, rx.p1 = 0, 0
-		if err := c.rxCheckCRC(h, f[hl:]); err != nil {
-			return err
-		}
-		if err := c.rxEndFrame(h); err != nil {
-			return err
-		}
-	}
-	return nil
+	next := wire.Hdr(rx.stage[rx.sOff:rx.sEnd])
+	rx.nextRead = len(next) >= 4 && !next.Tagged() && next.Opcode() == wire.OpReadRequest
+	return c.rxEndFrame(h)
 }
 
-// rxCheckCRC checks the MPA CRC of the FPDU with headers h, payload
-// rx.segs[p0:p1] (as planned) and trailer t, when CRCs are in use.
-func (c *conn) rxCheckCRC(h wire.Hdr, t []byte) error {
+// rxCheckCRC checks the MPA CRC of the FPDU with headers h, its payload
+// in place and its trailer in rx.trailer, when CRCs are in use.
+func (c *conn) rxCheckCRC(h wire.Hdr) error {
 	if !c.crc {
 		return nil
 	}
 	rx := &c.rx
 	crc := crc32.Update(0, wire.Castagnoli, h)
-	for _, s := range rx.segs[rx.p0:rx.p1] {
+	off, n := rx.skip, rx.plen
+	for i := 0; i < rx.ndst && n > 0; i++ {
+		s := rx.dstSeg(i, off)
+		off -= min(off, uint64(len(rx.dst[i])))
+		s = s[:min(len(s), n)]
 		crc = crc32.Update(crc, wire.Castagnoli, s)
+		n -= len(s)
 	}
+	t := rx.trailer[:rx.tlen]
 	crc = crc32.Update(crc, wire.Castagnoli, t[:len(t)-wire.CRCLen])
 	if got := wire.CRC(t[len(t)-wire.CRCLen:]); got != crc {
 		return &termError{layer: wire.LayerLLP, etype: wire.LLPMPAError, ecode: wire.LLPCRCError, copyHdr: false,
