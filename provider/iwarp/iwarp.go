@@ -44,12 +44,22 @@
 // Send or Write when its response arrives. That is how a remote error
 // (a bad STag, a receive too small) reaches the WR that caused it.
 //
-// Zero copy: the receiving goroutine of a connection reads each FPDU's
-// payload from the socket straight into the registered memory it
-// targets (the receive buffer of a Send, the region of a Write or Read
-// Response) after checking STag, bounds and rights; headers and
-// registered memory go out together with one writev. The data path
-// allocates nothing.
+// Copies: the receiver reads what has arrived, up to 512 bytes, into a
+// stage, and copies the payload it holds once into the registered memory
+// it targets (the receive buffer of a Send, the region of a Write or Read
+// Response) after checking STag, bounds and rights; payload past the
+// stage is read from the socket straight into that memory. A small
+// message thus costs one read system call and one copy (as many copies
+// as peeking at its headers and reading it into place would), and a
+// large one is placed straight from the socket but for its first few
+// hundred bytes. Headers and registered memory go out together with one
+// writev, straight from the registered memory. The data path allocates
+// nothing.
+//
+// Progress: an application polling a CQ drives the connections of its
+// QPs (it reads, places and answers what has arrived), with no goroutine
+// switch on the way; each connection's receive goroutine does the same
+// for an application that sleeps on a CQ or is busy elsewhere.
 package iwarp
 
 import (

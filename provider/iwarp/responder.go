@@ -18,11 +18,11 @@ import (
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
-// The receiver reads every FPDU, checks its headers, and reads its
-// payload from the socket straight into the memory it targets: the
-// registered region of a Write (after checking STag, bounds and rights),
-// the receive buffer a Send consumes, the local buffers of the Read a
-// Read Response answers. CRC32c is computed over what was read. A
+// The receiver reads every FPDU, checks its headers, and places its
+// payload in the memory it targets: the registered region of a Write
+// (after checking STag, bounds and rights), the receive buffer a Send
+// consumes, the local buffers of the Read a Read Response answers.
+// CRC32c is computed over what was placed. A
 // malformed or forbidden FPDU ends the stream with a Terminate: the QP
 // moves to the error state and nothing more is placed.
 //
