@@ -134,6 +134,7 @@ type conn struct {
 	rxBusy     atomic.Int32
 	rxEnded    atomic.Bool
 	polls      atomic.Uint64 // rounds of pollers: see pollGrace
+	rxFrames   atomic.Uint64 // FPDUs received: see rxSpin
 	arms       atomic.Uint64 // ReqNotify calls on the QP's CQs
 	lazyAt     atomic.Int64  // when a poller left responses to send (rxTry), or 0
 	lazyTimer  *time.Timer   // sends them if nothing else has
