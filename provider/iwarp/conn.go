@@ -548,13 +548,16 @@ type txBatch struct {
 	bytes   int
 	full    bool // a frame did not fit: go round again
 	hstart  int  // arena offset of the frame being built
+	// The last arena iovec (-1: none), where it starts and ends.
+	arenaIov, arenaStart, arenaEnd int
 }
 
-// frameRef locates a frame in the batch for its CRC: its iovecs, and
-// the arena offset of its CRC field.
+// frameRef locates a frame in the batch for its CRC: its headers in the
+// arena, its payload's iovecs, and the arena offset of its pad and CRC.
 type frameRef struct {
-	iov0, iov1 int
-	crcOff     int
+	hstart, hlen int
+	p0, p1       int
+	padOff, pad  int
 }
 
 // consume drops the first n bytes written from b.bufs.
@@ -577,6 +580,7 @@ func (b *txBatch) reset() {
 	clear(b.iov[:b.niov])
 	b.bufs = nil
 	b.na, b.niov, b.nframes, b.bytes, b.full = 0, 0, 0, 0, false
+	b.arenaIov = -1
 }
 
 // room reports whether a frame with hlen bytes of headers and n bytes of
@@ -598,16 +602,30 @@ func (b *txBatch) header(hlen int) []byte {
 	return b.arena[b.hstart:b.na]
 }
 
+// addArena adds arena[start:end] to the iovecs, extending the last one
+// when it ends where this begins: the headers and trailers of frames
+// without payload between them go out as one iovec, which the kernel
+// takes faster than many small ones.
+func (b *txBatch) addArena(start, end int) {
+	if b.arenaIov == b.niov-1 && b.niov > 0 && b.arenaEnd == start {
+		b.iov[b.niov-1] = b.arena[b.arenaStart:end]
+	} else {
+		b.iov[b.niov] = b.arena[start:end]
+		b.arenaIov, b.arenaStart = b.niov, start
+		b.niov++
+	}
+	b.arenaEnd = end
+}
+
 // endFrame completes the frame whose headers header returned: n bytes of
 // payload from src at offset off (none if src is nil), then pad and
 // CRC. The ULPDU length in the headers must already be right.
 func (b *txBatch) endFrame(src *sglist.List, off uint64, n int) {
 	f := &b.frames[b.nframes]
 	b.nframes++
-	f.iov0 = b.niov
-	hdr := b.arena[b.hstart:b.na]
-	b.iov[b.niov] = hdr
-	b.niov++
+	f.hstart, f.hlen = b.hstart, b.na-b.hstart
+	b.addArena(b.hstart, b.na)
+	f.p0 = b.niov
 	if src != nil && n > 0 {
 		rem := n
 		for i := 0; i < src.N() && rem > 0; i++ {
@@ -626,16 +644,14 @@ func (b *txBatch) endFrame(src *sglist.List, off uint64, n int) {
 			rem -= len(s)
 		}
 	}
-	ulpdu := wire.Hdr(hdr).ULPDULen()
+	f.p1 = b.niov
+	ulpdu := wire.Hdr(b.arena[f.hstart:b.na]).ULPDULen()
 	pad := wire.Pad(ulpdu)
-	t := b.arena[b.na : b.na+pad+wire.CRCLen]
-	clear(t)
-	f.crcOff = b.na + pad
+	clear(b.arena[b.na : b.na+pad+wire.CRCLen])
+	f.padOff, f.pad = b.na, pad
+	b.addArena(b.na, b.na+pad+wire.CRCLen)
 	b.na += pad + wire.CRCLen
-	b.iov[b.niov] = t
-	b.niov++
-	f.iov1 = b.niov
-	b.bytes += len(hdr) + n + len(t)
+	b.bytes += f.hlen + n + pad + wire.CRCLen
 }
 
 // computeCRCs fills the CRC of every frame: CRC32c over the length
@@ -643,15 +659,12 @@ func (b *txBatch) endFrame(src *sglist.List, off uint64, n int) {
 func (b *txBatch) computeCRCs() {
 	for i := range b.nframes {
 		f := &b.frames[i]
-		var crc uint32
-		for j := f.iov0; j < f.iov1; j++ {
-			s := b.iov[j]
-			if j == f.iov1-1 {
-				s = s[:len(s)-wire.CRCLen]
-			}
+		crc := crc32.Update(0, wire.Castagnoli, b.arena[f.hstart:f.hstart+f.hlen])
+		for _, s := range b.iov[f.p0:f.p1] {
 			crc = crc32.Update(crc, wire.Castagnoli, s)
 		}
-		wire.PutCRC(b.arena[f.crcOff:], crc)
+		crc = crc32.Update(crc, wire.Castagnoli, b.arena[f.padOff:f.padOff+f.pad])
+		wire.PutCRC(b.arena[f.padOff+f.pad:], crc)
 	}
 }
 
