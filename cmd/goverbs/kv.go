@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -134,9 +135,9 @@ const envKVChild = "GOVERBS_KV_BENCH_CHILD"
 
 func runKVBench(ctx context.Context, e *env, args []string) error {
 	var (
-		addr, serve, values string
-		ops, keys           int
-		noMemcached         bool
+		addr, serve, values, plotFile string
+		ops, keys                     int
+		noMemcached                   bool
 	)
 	fs := newFlagSet("kv bench", "", `Bench measures the store on 16-byte keys, 95% GET and 5% PUT, with uniform
 and Zipf 0.99 key choice, for each value size, with one client; and
@@ -152,8 +153,12 @@ process on the default local provider.`, e)
 	fs.IntVar(&keys, "keys", 10000, "key space (preloaded)")
 	fs.alias("keys", "")
 	fs.Bool(&noMemcached, "no-memcached", "", "do not run memcached beside")
+	fs.String(&plotFile, "plot", "", "", "draw GET latency, throughput and server CPU against value size into this PNG `file`")
 	if err := fs.parse(args); err != nil {
 		return err
+	}
+	if plotFile != "" && !strings.HasSuffix(strings.ToLower(plotFile), ".png") {
+		return usageError("--plot %s: the plot is a PNG; name the file FILE.png", plotFile)
 	}
 	var sizes []int
 	for _, f := range strings.Split(values, ",") {
@@ -207,6 +212,7 @@ process on the default local provider.`, e)
 	type mix struct {
 		gets, theta float64
 	}
+	var all []kvbench.Result
 	for _, size := range sizes {
 		// 95/5 uniform and Zipf, then GETs alone: the server's CPU per
 		// GET, with no PUT to serve.
@@ -217,12 +223,14 @@ process on the default local provider.`, e)
 				return err
 			}
 			row(tw, r)
+			all = append(all, r)
 			if mc != nil {
 				m, err := kvbench.Run("memcached", mc, w, mcPID)
 				if err != nil {
 					return err
 				}
 				row(tw, m)
+				all = append(all, m)
 				fmt.Fprintf(tw, "goverbs/memcached\t%d\t%s\t\t\t\t\t%.3f\t%.2f\t\n", size, w.Name(),
 					float64(r.GetP50)/float64(m.GetP50), r.OpsPerSec()/m.OpsPerSec())
 			}
@@ -231,6 +239,14 @@ process on the default local provider.`, e)
 	tw.Flush()
 	if skip != "" {
 		fmt.Fprintf(e.stdout, "memcached skipped: %s\n", skip)
+	}
+	if plotFile != "" {
+		host, _ := os.Hostname()
+		title := fmt.Sprintf("goverbs kv bench, %s, %s (%s, %d CPUs): goverbs kv at %s beside memcached on loopback",
+			time.Now().UTC().Format("2006-01-02"), host, runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), addr)
+		if err := kvbench.Plot(plotFile, title, all); err != nil {
+			return fmt.Errorf("--plot: %w", err)
+		}
 	}
 	return nil
 }

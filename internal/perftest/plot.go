@@ -156,15 +156,16 @@ func (sizeTicks) Ticks(min, max float64) []plot.Tick {
 		}
 		label := ""
 		if e := int(math.Log2(v)); e%2 == 1 || v == 1 {
-			label = sizeLabel(int(v))
+			label = SizeLabel(int(v))
 		}
 		ts = append(ts, plot.Tick{Value: v, Label: label})
 	}
 	return ts
 }
 
-// sizeLabel writes a power-of-two size briefly: 512, 4K, 1M.
-func sizeLabel(n int) string {
+// SizeLabel writes a size briefly: 512, 4K, 1M (a multiple of 1 KiB or
+// 1 MiB with its suffix).
+func SizeLabel(n int) string {
 	switch {
 	case n >= 1<<20 && n%(1<<20) == 0:
 		return fmt.Sprintf("%dM", n>>20)
