@@ -53,16 +53,32 @@ type Client struct {
 	sge    [1]verbs.SGE // the send WR's list
 	rsge   [1]verbs.SGE // the receive WR's list
 	wc     [4]verbs.WorkCompletion
+	// locs remembers where each key's record was last found (by hash,
+	// direct-mapped), so that a GET reads it with one Read.
+	locs []recordLoc
 
 	// TornReads counts one-sided reads that failed their checks and were
-	// retried; FallbackGets the GETs that ended as RPCs; Reconnects the
-	// times the client dialled the server again.
-	TornReads, FallbackGets, Reconnects atomic.Int64
+	// retried; FallbackGets the GETs that ended as RPCs; CachedGets the
+	// GETs served by one Read of the record where it was last found;
+	// Reconnects the times the client dialled the server again.
+	TornReads, FallbackGets, CachedGets, Reconnects atomic.Int64
 }
+
+// recordLoc is where a key's record was last found, and its version.
+type recordLoc struct {
+	hash    uint64
+	version uint64
+	addr    uint64
+	rkey    uint32
+	length  uint32 // 0: the entry is empty
+}
+
+// locEntries is the size of a client's record location cache.
+const locEntries = 1 << 15
 
 // Dial connects to the server at addr (shm://@kv, tcp://host:port, ...).
 func Dial(ctx context.Context, addr string) (*Client, error) {
-	c := &Client{addr: addr}
+	c := &Client{addr: addr, locs: make([]recordLoc, locEntries)}
 	if err := c.connect(ctx); err != nil {
 		return nil, err
 	}
@@ -104,6 +120,7 @@ func (c *Client) setup(ctx context.Context) error {
 	if c.info, err = decodeInfo(c.conn.PrivateData()); err != nil {
 		return err
 	}
+	clear(c.locs) // a new server: new addresses and keys
 	local := verbs.AccessLocalWrite
 	if c.bucket, err = c.pd.AllocMR(c.info.slotsPerBucket*SlotSize, local); err != nil {
 		return err
@@ -207,8 +224,9 @@ func (c *Client) read(mr *verbs.MR, n int, raddr uint64, rkey uint32) error {
 }
 
 // Get returns a copy of the value of key. It reads the server's index and
-// value with one-sided RDMA Reads (one Read when the value is inline) and
-// never involves the server's CPU, unless reads keep coming back torn.
+// value with one-sided RDMA Reads — one Read when the value is inline, or
+// when its record is still where this client last found it — and never
+// involves the server's CPU, unless reads keep coming back torn.
 func (c *Client) Get(key []byte) ([]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -245,6 +263,17 @@ func (c *Client) get(key []byte) ([]byte, error) {
 		return nil, err
 	}
 	h := hashKey(key)
+	loc := &c.locs[h%uint64(len(c.locs))]
+	if loc.hash == h && loc.length != 0 {
+		v, ok, err := c.readCached(key, loc)
+		if ok {
+			c.CachedGets.Add(1)
+		}
+		if ok || err != nil {
+			return v, err
+		}
+		loc.length = 0
+	}
 	bsize := c.info.slotsPerBucket * SlotSize
 	baddr := c.info.addr + (h%uint64(c.info.buckets))*uint64(bsize)
 	for range maxTornReads {
@@ -295,10 +324,31 @@ func (c *Client) scan(key []byte, h uint64) (val []byte, torn bool, err error) {
 			return nil, true, nil
 		}
 		if bytes.Equal(r.key(), key) {
+			c.locs[h%uint64(len(c.locs))] = recordLoc{hash: h, version: s.version(), addr: s.addr(), rkey: s.rkey(), length: uint32(n)}
 			return r.val(), false, nil
 		}
 	}
 	return nil, false, ErrNotFound
+}
+
+// readCached reads the record of key where it was last found: ok if it is
+// still intact, the same record (its version), and current (see the
+// package doc). The version pins what was read to one record: space
+// reused for another record of the key fails it, so a record's current
+// word and its bytes, read in one Read, belong together.
+func (c *Client) readCached(key []byte, loc *recordLoc) (val []byte, ok bool, err error) {
+	n := int(loc.length)
+	if n > len(c.rec.Bytes()) {
+		return nil, false, nil
+	}
+	if err := c.read(c.rec, n, loc.addr, loc.rkey); err != nil {
+		return nil, false, err
+	}
+	r := record(c.rec.Bytes()[:n])
+	if !r.intact() || r.version() != loc.version || r.superseded() || !bytes.Equal(r.key(), key) {
+		return nil, false, nil
+	}
+	return r.val(), true, nil
 }
 
 // Put stores value under key (an RPC; the server writes out of place).

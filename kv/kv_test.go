@@ -444,3 +444,40 @@ func TestGetWhileServerStopped(t *testing.T) {
 		t.Fatalf("PUT after SIGCONT: %v", err)
 	}
 }
+
+// TestCachedLocationSuperseded: a client that read a heap value reads it
+// next time where it found it; once another client replaces or deletes
+// the key, that record is marked superseded, and the first client gets
+// the new value (or ErrNotFound) — and, with the server's heap reusing
+// space at once (no grace), never a value that was not current.
+func TestCachedLocationSuperseded(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, addr func() string) {
+		a := addr()
+		cfg := small()
+		cfg.Grace = -1 // reuse retired records at once
+		startServer(t, a, cfg)
+		reader, writer := dial(t, a), dial(t, a)
+		key := []byte("cached-key")
+		val := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, 200+i) }
+		for i := range 40 {
+			if err := writer.Put(key, val(i)); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 { // the second GET reads the remembered record
+				got, err := reader.Get(key)
+				if err != nil || !bytes.Equal(got, val(i)) {
+					t.Fatalf("round %d: GET %d bytes %q..., %v; want the %d bytes just put", i, len(got), got[:min(len(got), 4)], err, len(val(i)))
+				}
+			}
+		}
+		if err := writer.Delete(key); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reader.Get(key); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("GET after DELETE: %v, want ErrNotFound", err)
+		}
+		if n := reader.CachedGets.Load(); n < 40 {
+			t.Fatalf("%d GETs read a remembered record, want at least the 40 second GETs", n)
+		}
+	})
+}

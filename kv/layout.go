@@ -21,6 +21,19 @@
 // returns to the heap only after a grace period, so that readers still
 // holding its address usually finish first; one that does not fails the
 // version check and retries.
+//
+// A client remembers where it last found each key's record, and reads
+// that record directly next time: one Read instead of two. A word of the
+// record's header, outside its CRC, says whether the record is the key's
+// current one: a new record is written not current, becomes current only
+// once the slot points at it, and stops being current before the slot
+// moves away from it (to the record of a PUT that replaces it, or to
+// nothing for a DELETE). A record that reads back intact, for the key,
+// with the version the client found it with, and current, was the key's
+// value at the moment its current word was read (the Read copies forward,
+// and the version ties the word and the bytes after it to one record) —
+// so GETs of either kind linearize with the slot's switch, and space
+// reused for another record of the key is never taken for current.
 package kv
 
 import (
@@ -154,9 +167,14 @@ func (s slot) seal() { binary.LittleEndian.PutUint32(s[28:], s.sum()) }
 // record is a view of a heap record:
 //
 //	0 version u64   8 key length u16, reserved u16   12 value length u32
-//	16 CRC32-C u32 over the record with this field zero   20 reserved u32
+//	16 CRC32-C u32 over the record but this field and the next
+//	20 superseded u32: 0 while the record is the key's current one (see
+//	   the package doc)
 //	24 key, then value
 type record []byte
+
+// recordSuperseded is the offset of a record's superseded word.
+const recordSuperseded = 20
 
 func recordLen(keyLen, valLen int) int { return recordHeader + keyLen + valLen }
 
@@ -166,17 +184,24 @@ func (r record) valLen() int     { return int(binary.LittleEndian.Uint32(r[12:])
 
 func (r record) sum() uint32 {
 	c := crc32.Update(0, castagnoli, r[0:16])
-	return crc32.Update(c, castagnoli, r[20:recordLen(r.keyLen(), r.valLen())])
+	return crc32.Update(c, castagnoli, r[recordHeader:recordLen(r.keyLen(), r.valLen())])
 }
+
+// intact reports whether a record read is self-consistent: its lengths
+// fit what was read and its CRC matches.
+func (r record) intact() bool {
+	return len(r) >= recordHeader && recordLen(r.keyLen(), r.valLen()) <= len(r) &&
+		binary.LittleEndian.Uint32(r[16:]) == r.sum()
+}
+
+// superseded reports whether the server has replaced the record.
+func (r record) superseded() bool { return binary.LittleEndian.Uint32(r[recordSuperseded:]) != 0 }
 
 // valid checks a record read for the slot s: same version and lengths,
 // and an intact CRC.
 func (r record) valid(s slot) bool {
-	if len(r) < recordHeader || r.version() != s.version() || r.keyLen() != s.keyLen() || r.valLen() != s.valLen() ||
-		recordLen(r.keyLen(), r.valLen()) > len(r) {
-		return false
-	}
-	return binary.LittleEndian.Uint32(r[16:]) == r.sum()
+	return len(r) >= recordHeader && r.version() == s.version() && r.keyLen() == s.keyLen() && r.valLen() == s.valLen() &&
+		r.intact()
 }
 
 func (r record) key() []byte { return r[recordHeader : recordHeader+r.keyLen()] }
@@ -185,9 +210,10 @@ func (r record) val() []byte {
 	return r[k : k+r.valLen()]
 }
 
-// set fills a record (server side).
+// set fills a record (server side), not yet current.
 func (r record) set(ver uint64, key, val []byte) {
 	clear(r[:recordHeader])
+	binary.LittleEndian.PutUint32(r[recordSuperseded:], 1)
 	binary.LittleEndian.PutUint64(r[0:], ver)
 	binary.LittleEndian.PutUint16(r[8:], uint16(len(key)))
 	binary.LittleEndian.PutUint32(r[12:], uint32(len(val)))

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/mempool"
@@ -465,6 +466,7 @@ func (s *Server) put(key, val []byte) uint8 {
 	s.writeSlot(s.slotAt(n), next)
 	if rec.Valid() {
 		s.records[n] = rec
+		markSuperseded(rec, false) // current, now that the slot points at it
 	}
 	return statusOK
 }
@@ -483,12 +485,25 @@ func (s *Server) del(key []byte) uint8 {
 	return statusOK
 }
 
-// retire moves the record slot n points to into limbo.
+// retire marks the record slot n points to superseded, for the clients
+// that read it directly (before the slot moves away from it), and moves
+// it into limbo.
 func (s *Server) retire(n int) {
 	if b, ok := s.records[n]; ok {
+		markSuperseded(b, true)
 		delete(s.records, n)
 		s.limbo = append(s.limbo, retired{buf: b, at: time.Now()})
 	}
+}
+
+// markSuperseded sets whether the record in b is its key's current one,
+// with one atomic store that a concurrent reader sees whole.
+func markSuperseded(b mempool.Buf, superseded bool) {
+	v := uint32(0)
+	if superseded {
+		v = 1
+	}
+	atomic.StoreUint32((*uint32)(unsafe.Pointer(&b.Bytes()[recordSuperseded])), v)
 }
 
 // reclaim returns to the heap the records retired longer than the grace
