@@ -86,6 +86,8 @@ type conn struct {
 	wmu      sync.Mutex // serialises socket writes
 	events   chan ctrl
 	done     chan struct{}
+	ended    atomic.Bool // done is closed
+	kc       keyCache    // guarded by q.mu
 	doneOnce sync.Once
 	wg       sync.WaitGroup
 	closing  sync.Once
@@ -237,7 +239,12 @@ func (c *conn) withQP(f func(q *qp)) {
 }
 
 // finish marks the connection ended.
-func (c *conn) finish() { c.doneOnce.Do(func() { close(c.done) }) }
+func (c *conn) finish() {
+	c.doneOnce.Do(func() {
+		c.ended.Store(true)
+		close(c.done)
+	})
+}
 
 // serveSegment answers a peer's request for one of this process's
 // segments, as pushSegment does.
@@ -298,6 +305,7 @@ func (c *conn) absorb() {
 	if !c.dirty.Load() || !c.dirty.Swap(false) {
 		return
 	}
+	c.kc = keyCache{}
 	c.arriveMu.Lock()
 	arrivals, overflow := c.arrivals, c.overflow
 	c.arrivals, c.overflow = nil, false
@@ -394,6 +402,7 @@ func (c *conn) close() {
 		c.finish()
 		c.q.mu.Lock()
 		c.absorb()
+		c.kc = keyCache{}
 		for id, s := range c.segs {
 			s.close()
 			delete(c.segs, id)

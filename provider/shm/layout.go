@@ -375,6 +375,12 @@ func (t *keyTable) lookup(key uint32) (keyInfo, bool) {
 	return keyInfo{}, false
 }
 
+// current reports whether k, read by lookup, is still what its slot says:
+// the slot's sequence lock has not moved since.
+func (t *keyTable) current(k *keyInfo) bool {
+	return t.slots[k.key>>8].ver.Load() == k.ver
+}
+
 // span checks that [addr, addr+n) lies in the region and returns its
 // offset from the region's start.
 func (k *keyInfo) span(addr, n uint64) (uint64, bool) {

@@ -109,8 +109,18 @@ type remote struct {
 // target resolves key, addr and n in the peer's key table, requiring need
 // of the region (and of the peer QP, for remote access), and maps it.
 func (c *conn) target(key uint32, addr, n uint64, need driver.AccessFlags, write bool) (remote, bool) {
-	k, ok := c.keys.lookup(key)
-	if !ok || k.access&need != need || k.pd != c.peerHdr.pd.Load() {
+	if c.dirty.Load() {
+		c.absorb() // the mappings change: this forgets the cached keys
+	}
+	e := c.cached(key, write)
+	if e == nil {
+		var ok bool
+		if e, ok = c.resolve(key, write); !ok {
+			return remote{}, false
+		}
+	}
+	k := &e.k
+	if k.access&need != need || k.pd != c.peerHdr.pd.Load() {
 		return remote{}, false
 	}
 	if need&driver.RemoteAccess != 0 && driver.AccessFlags(c.peerHdr.access.Load())&need != need {
@@ -120,21 +130,72 @@ func (c *conn) target(key uint32, addr, n uint64, need driver.AccessFlags, write
 	if !ok {
 		return remote{}, false
 	}
-	switch k.kind {
-	case kindSegment:
-		seg, ok := c.segment(k.segID, write)
-		if !ok {
-			return remote{}, false
-		}
-		start := k.segOff + off
-		if start < k.segOff || start > uint64(len(seg.mem)) || n > uint64(len(seg.mem))-start {
-			return remote{}, false
-		}
-		return remote{b: seg.mem[start : start+n], n: n}, true
-	case kindProcess:
+	if e.seg == nil {
 		return remote{addr: addr, n: n, proc: true}, true
 	}
-	return remote{}, false
+	mem := e.seg.mem
+	start := k.segOff + off
+	if start < k.segOff || start > uint64(len(mem)) || n > uint64(len(mem))-start {
+		return remote{}, false
+	}
+	return remote{b: mem[start : start+n], n: n}, true
+}
+
+// keyCache remembers the requester's last resolved keys, so that a WR
+// naming one of them reads a single word of the peer's key table: a slot
+// whose version is unchanged still says what it said (Dereg and every
+// re-registration change it). An entry holds the segment the key maps
+// to; absorb, which unmaps segments, forgets every entry. Guarded by q.mu.
+type keyCache struct {
+	e    [2]keyEntry
+	next int // the entry to replace
+}
+
+// keyEntry is one resolved key: the key slot as read, and the peer's
+// segment it lies in, mapped writable if rw (nil for process memory).
+type keyEntry struct {
+	k     keyInfo
+	seg   *segment
+	rw    bool
+	valid bool
+}
+
+// cached returns the entry of key if it is still current (and maps its
+// segment writable, if write); nil otherwise.
+func (c *conn) cached(key uint32, write bool) *keyEntry {
+	for i := range c.kc.e {
+		e := &c.kc.e[i]
+		if e.valid && e.k.key == key && (e.rw || !write) {
+			if c.keys.current(&e.k) {
+				return e
+			}
+			e.valid = false
+		}
+	}
+	return nil
+}
+
+// resolve looks key up in the peer's key table, maps its segment, and
+// caches the result.
+func (c *conn) resolve(key uint32, write bool) (*keyEntry, bool) {
+	k, ok := c.keys.lookup(key)
+	if !ok {
+		return nil, false
+	}
+	var seg *segment
+	switch k.kind {
+	case kindSegment:
+		if seg, ok = c.segment(k.segID, write); !ok {
+			return nil, false
+		}
+	case kindProcess:
+	default:
+		return nil, false
+	}
+	e := &c.kc.e[c.kc.next]
+	c.kc.next = (c.kc.next + 1) % len(c.kc.e)
+	*e = keyEntry{k: k, seg: seg, rw: seg != nil && c.segRW[k.segID], valid: true}
+	return e, true
 }
 
 // send places a Send into the peer's next posted receive and writes the
@@ -339,14 +400,7 @@ func (c *conn) copyIn(dst *sglist.List, src remote) bool {
 }
 
 // isBroken reports whether the connection has ended.
-func (c *conn) isBroken() bool {
-	select {
-	case <-c.done:
-		return true
-	default:
-		return false
-	}
-}
+func (c *conn) isBroken() bool { return c.ended.Load() }
 
 // checkSRQLimit raises the peer SRQ's limit event when a Send left fewer
 // receives than its armed limit.
