@@ -65,20 +65,21 @@ type cqSlot struct {
 	status  uint8
 	opcode  uint8
 	flags   uint8
-	local   uint8 // 1: produced by the owner, retire is meaningful
+	_       uint8
 	byteLen uint32
 	imm     uint32
 	invRKey uint32
 	qpNum   uint32
 	srcQP   uint32
-	retire  uint64
-	_       [16]byte
+	_       [24]byte
 }
 
 const cqSlotSize = int(unsafe.Sizeof(cqSlot{}))
 
 // cqRing is a view of a CQ segment. Any number of producers, in this
-// process and in peers, add completions; the owner alone consumes.
+// process and in peers, add receive completions; the owner alone
+// consumes. (Send completions, which only the owner produces, go to the
+// CQ's private localRing.)
 type cqRing struct {
 	h     *ringHeader
 	slots []cqSlot
@@ -111,7 +112,7 @@ func viewCQRing(mem []byte, n int) *cqRing {
 const maxProduceTries = 1 << 12
 
 // produce adds a completion; false if the ring is full (or corrupt).
-func (r *cqRing) produce(wc *driver.WorkCompletion, local bool, retire uint64) bool {
+func (r *cqRing) produce(wc *driver.WorkCompletion) bool {
 	for range maxProduceTries {
 		pos := r.h.tail.Load()
 		s := &r.slots[pos&r.mask]
@@ -123,10 +124,6 @@ func (r *cqRing) produce(wc *driver.WorkCompletion, local bool, retire uint64) b
 			}
 			s.wrid, s.status, s.opcode, s.flags = wc.WRID, uint8(wc.Status), uint8(wc.Opcode), uint8(wc.Flags)
 			s.byteLen, s.imm, s.invRKey, s.qpNum, s.srcQP = wc.ByteLen, wc.Imm, wc.InvalidatedRKey, wc.QPNum, wc.SrcQP
-			s.local, s.retire = 0, retire
-			if local {
-				s.local = 1
-			}
 			s.seq.Store(pos + 1)
 			return true
 		case d < 0:
@@ -137,20 +134,82 @@ func (r *cqRing) produce(wc *driver.WorkCompletion, local bool, retire uint64) b
 }
 
 // consume takes the oldest completion; false if there is none.
-func (r *cqRing) consume(wc *driver.WorkCompletion) (local bool, retire uint64, ok bool) {
+func (r *cqRing) consume(wc *driver.WorkCompletion) bool {
 	s := &r.slots[r.head&r.mask]
 	if s.seq.Load() != r.head+1 {
-		return false, 0, false
+		return false
 	}
 	*wc = driver.WorkCompletion{WRID: s.wrid, Status: driver.WCStatus(s.status), Opcode: driver.WCOpcode(s.opcode),
 		Flags: driver.WCFlags(s.flags), ByteLen: s.byteLen, Imm: s.imm, InvalidatedRKey: s.invRKey, QPNum: s.qpNum, SrcQP: s.srcQP}
 	if wc.Status > driver.WCGeneralErr {
 		wc.Status = driver.WCGeneralErr
 	}
-	local, retire = s.local == 1, s.retire
 	s.seq.Store(r.head + r.mask + 1)
 	r.head++
-	return local, retire, true
+	return true
+}
+
+// localRing is a CQ's private queue of the send completions its own
+// process's QPs produce: no peer can write it, so nothing read from it
+// needs checking, and each entry names its QP, so that polling it frees
+// the send slot without a lookup. A bounded multi-producer queue like
+// cqRing (QPs sharing a CQ post concurrently); the CQ's poller consumes.
+type localRing struct {
+	tail  atomic.Uint64
+	_     [7]uint64
+	slots []localSlot
+	mask  uint64
+	head  uint64 // the consumer's position, under cq.mu
+}
+
+type localSlot struct {
+	seq    atomic.Uint64
+	wc     driver.WorkCompletion
+	q      *qp
+	retire uint64 // the send slot the completion frees
+}
+
+func newLocalRing(n int) *localRing {
+	r := &localRing{slots: make([]localSlot, n), mask: uint64(n - 1)}
+	for i := range r.slots {
+		r.slots[i].seq.Store(uint64(i))
+	}
+	return r
+}
+
+// produce adds the completion of q's send slot retire; false if the ring
+// is full.
+func (r *localRing) produce(wc *driver.WorkCompletion, q *qp, retire uint64) bool {
+	for {
+		pos := r.tail.Load()
+		s := &r.slots[pos&r.mask]
+		switch d := int64(s.seq.Load() - pos); {
+		case d == 0:
+			if !r.tail.CompareAndSwap(pos, pos+1) {
+				continue
+			}
+			s.wc, s.q, s.retire = *wc, q, retire
+			s.seq.Store(pos + 1)
+			return true
+		case d < 0:
+			return false
+		}
+	}
+}
+
+// consume takes the oldest completion and returns the QP and send slot it
+// retires; nil if there is none.
+func (r *localRing) consume(wc *driver.WorkCompletion) (*qp, uint64) {
+	s := &r.slots[r.head&r.mask]
+	if s.seq.Load() != r.head+1 {
+		return nil, 0
+	}
+	*wc = s.wc
+	q, retire := s.q, s.retire
+	s.q = nil
+	s.seq.Store(r.head + r.mask + 1)
+	r.head++
+	return q, retire
 }
 
 // Notification arming values of ringHeader.armed.

@@ -97,7 +97,6 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 		p.ctx.qps = map[*qp]bool{}
 	}
 	p.ctx.qps[q] = true
-	p.ctx.qpByNum.Store(q.num, q)
 	return q, nil
 }
 
@@ -283,7 +282,7 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 // lost one (CQ overrun) moves the QP to the error state.
 func (q *qp) completeRecv(wc driver.WorkCompletion) {
 	wc.QPNum = q.num
-	if !q.recvCQ.push(&wc, 0) {
+	if !q.recvCQ.push(&wc) {
 		q.fail(driver.EventQPFatal)
 	}
 }
@@ -291,16 +290,8 @@ func (q *qp) completeRecv(wc driver.WorkCompletion) {
 // Complete implements swq.Engine: it reports the completion of send slot seq.
 func (q *qp) Complete(seq uint64, wc driver.WorkCompletion) {
 	wc.QPNum = q.num
-	if !q.sendCQ.push(&wc, seq) {
+	if !q.sendCQ.pushSend(&wc, q, seq) {
 		q.fail(driver.EventQPFatal)
-	}
-}
-
-// retire frees send slots once the completion of slot seq of QP num is
-// polled.
-func (c *devCtx) retire(num uint32, seq uint64) {
-	if q, ok := c.qpByNum.Load(num); ok {
-		q.(*qp).sq.Retire(seq)
 	}
 }
 
@@ -322,7 +313,6 @@ func (q *qp) Destroy() error {
 	}
 	q.ctx.mu.Lock()
 	delete(q.ctx.qps, q)
-	q.ctx.qpByNum.Delete(q.num)
 	q.ctx.mu.Unlock()
 	q.block.close()
 	return nil

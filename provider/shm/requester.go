@@ -346,7 +346,7 @@ func (c *conn) recvCompletion(wr *driver.SendWR, wrid uint64, op driver.WCOpcode
 // the peer if it waits for one. A full CQ is the peer's overrun: it is
 // told, and its QP fails.
 func (c *conn) peerComplete(wc *driver.WorkCompletion) {
-	if !c.peerCQ.produce(wc, false, 0) {
+	if !c.peerCQ.produce(wc) {
 		c.sendCtrl(msgOverrun, 0, 0)
 		return
 	}
