@@ -149,9 +149,7 @@ func ResolveSGL(l *sglist.List, sg []driver.SGE, need driver.AccessFlags, mem Me
 // into the WR's local buffer l, through the QP's scratch word.
 func PlaceResult(l *sglist.List, scratch *[8]byte, old uint64) {
 	binary.NativeEndian.PutUint64(scratch[:], old)
-	var src sglist.List
-	src.One(scratch[:])
-	sglist.Copy(l, &src)
+	l.Fill(scratch[:])
 }
 
 // Engine is the transport a provider plugs into Progress.

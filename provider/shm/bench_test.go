@@ -45,3 +45,47 @@ func BenchmarkPostSendPoll(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWriteRate is the message rate of 8-byte RDMA Writes, posted
+// one per PostSend as write_bw does: one in cqMod signaled, the window of
+// outstanding WRs bounded by the send queue.
+func BenchmarkWriteRate(b *testing.B) {
+	const cqMod = 64
+	h := verbstest.Harness{Device: "shm0", Addr: addr}
+	p := h.NewPair(b, verbstest.PairOptions{Cap: verbs.QPCap{MaxSendWR: 256}})
+	src, err := p.A.NewRegion(8, verbs.AccessLocalWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dst, err := p.B.NewRegion(8, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	if err != nil {
+		b.Fatal(err)
+	}
+	wr := []verbs.SendWR{{Opcode: verbs.OpRDMAWrite, SGList: []verbs.SGE{src.SGE(0, 8)}, RemoteAddr: dst.Addr, RKey: dst.RKey}}
+	qp, cq := p.A.QPs[0], p.A.SendCQ
+	wc := make([]verbs.WorkCompletion, 4)
+	b.ReportAllocs()
+	i, outstanding := 0, 0
+	for b.Loop() {
+		i++
+		wr[0].Flags = 0
+		if i%cqMod == 0 {
+			wr[0].Flags = verbs.SendSignaled
+		}
+		if _, err := qp.PostSend(wr); err != nil {
+			b.Fatal(err)
+		}
+		if i%cqMod == 0 {
+			outstanding++
+		}
+		for outstanding > 1 {
+			n := cq.Poll(wc)
+			for _, c := range wc[:n] {
+				if c.Status != verbs.WCSuccess {
+					b.Fatal(c.Status)
+				}
+			}
+			outstanding -= n
+		}
+	}
+}

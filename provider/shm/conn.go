@@ -83,11 +83,16 @@ type conn struct {
 	dirty        atomic.Bool
 	segNote      chan struct{}
 
-	wmu      sync.Mutex // serialises socket writes
-	events   chan ctrl
-	done     chan struct{}
-	ended    atomic.Bool // done is closed
-	kc       keyCache    // guarded by q.mu
+	wmu    sync.Mutex // serialises socket writes
+	events chan ctrl
+	done   chan struct{}
+	ended  atomic.Bool // done is closed
+	// The requester's scratch space, guarded by q.mu: a Send's receive
+	// and its resolved buffers (kept here, not zeroed on the stack for
+	// every WR), and the resolved keys.
+	rent     recvEntry
+	dst      [maxSGE]remote
+	kc       keyCache
 	doneOnce sync.Once
 	wg       sync.WaitGroup
 	closing  sync.Once

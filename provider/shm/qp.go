@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -38,7 +39,8 @@ type qp struct {
 	conn      *conn // the connection, set on the move to RTR
 	pending   *conn // a connection cm is setting up
 	rnr       swq.RNR
-	result    [8]byte // an atomic's result on its way to the local buffer
+	result    [8]byte     // an atomic's result on its way to the local buffer
+	local     sglist.List // the local side of the WR being executed
 	rnrTimer  *time.Timer
 	rnrGen    uint64
 	destroyed bool

@@ -43,8 +43,8 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 		return driver.WCWRFlushErr, 0
 	}
 	wr := &s.WR
-	var local sglist.List
-	if !swq.ResolveLocal(&local, s, q) {
+	local := &q.local
+	if !swq.ResolveLocal(local, s, q) {
 		return driver.WCLocProtErr, 0
 	}
 	length := local.Len()
@@ -53,15 +53,15 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	}
 	switch wr.Opcode {
 	case driver.OpSend, driver.OpSendWithImm:
-		return q.rnrCheck(c.send(wr, &local)), 0
+		return q.rnrCheck(c.send(wr, local)), 0
 	case driver.OpRDMAWrite, driver.OpRDMAWriteWithImm:
-		return q.rnrCheck(c.write(wr, &local)), 0
+		return q.rnrCheck(c.write(wr, local)), 0
 	case driver.OpRDMARead:
-		return c.read(wr, &local), uint32(length)
+		return c.read(wr, local), uint32(length)
 	case driver.OpAtomicCmpAndSwp, driver.OpAtomicFetchAndAdd:
 		old, st := c.atomic(wr)
 		if st == driver.WCSuccess {
-			swq.PlaceResult(&local, &q.result, old)
+			swq.PlaceResult(local, &q.result, old)
 		}
 		return st, 8
 	}
@@ -201,8 +201,8 @@ func (c *conn) resolve(key uint32, write bool) (*keyEntry, bool) {
 // send places a Send into the peer's next posted receive and writes the
 // receive's completion into the peer's CQ.
 func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
-	var r recvEntry
-	ok, err := c.peerRecv.consume(&r)
+	r := &c.rent
+	ok, err := c.peerRecv.consume(r)
 	if err != nil {
 		c.peerBroke()
 		return driver.WCRemOpErr
@@ -214,7 +214,7 @@ func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 		c.checkSRQLimit()
 	}
 	wc := c.recvCompletion(wr, r.wrid, driver.WCRecv)
-	var dst [maxSGE]remote
+	dst := &c.dst
 	var room uint64
 	for i := range r.n {
 		g := &r.sge[i]
@@ -259,9 +259,9 @@ func (c *conn) write(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 		}
 		dst[0] = t
 	}
-	var r recvEntry
+	r := &c.rent
 	if wr.Opcode == driver.OpRDMAWriteWithImm {
-		ok, err := c.peerRecv.consume(&r)
+		ok, err := c.peerRecv.consume(r)
 		if err != nil {
 			c.peerBroke()
 			return driver.WCRemOpErr
@@ -383,9 +383,7 @@ func (c *conn) copyOut(dst []remote, src *sglist.List) (uint64, bool) {
 // copyIn copies the peer memory src into the local list dst.
 func (c *conn) copyIn(dst *sglist.List, src remote) bool {
 	if !src.proc {
-		var s sglist.List
-		s.One(src.b)
-		sglist.Copy(dst, &s)
+		dst.Fill(src.b)
 		return true
 	}
 	off := uint64(0)
