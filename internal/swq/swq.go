@@ -190,16 +190,30 @@ func (q *Queue) Progress(e Engine) {
 		return
 	}
 	q.busy = true
-	defer func() { q.busy = false }()
-	for q.next.Load() != q.tail {
-		seq := q.next.Load()
+	// next is published to pollers (Retire) before each completion is
+	// reported, and when the loop ends: a run of WRs that complete
+	// unsignaled publishes it once.
+	seq := q.next.Load()
+	pub := seq
+	publish := func() {
+		if pub != seq {
+			q.next.Store(seq)
+			pub = seq
+		}
+	}
+	defer func() {
+		publish()
+		q.busy = false
+	}()
+	for seq != q.tail {
 		s := &q.slots[seq%uint64(len(q.slots))]
 		wc := driver.WorkCompletion{WRID: s.WR.WRID, Opcode: s.WR.Opcode.CompletionOpcode()}
 		switch st := e.State(); {
 		case st == driver.QPSErr:
-			q.next.Store(seq + 1)
+			seq++
+			publish()
 			wc.Status = driver.WCWRFlushErr
-			e.Complete(seq, wc)
+			e.Complete(seq-1, wc)
 			continue
 		case st != driver.QPSRTS || e.Stalled():
 			return
@@ -208,17 +222,19 @@ func (q *Queue) Progress(e Engine) {
 		if wc.Status == RNRWait {
 			return
 		}
-		q.next.Store(seq + 1)
-		if wc.Status == Pending {
-			continue
-		}
-		if wc.Status != driver.WCSuccess {
-			e.Complete(seq, wc)
+		seq++
+		switch {
+		case wc.Status == Pending:
+			// The provider completes it later, perhaps before this
+			// loop ends.
+			publish()
+		case wc.Status != driver.WCSuccess:
+			publish()
+			e.Complete(seq-1, wc)
 			e.Fail()
-			continue
-		}
-		if s.Signaled {
-			e.Complete(seq, wc)
+		case s.Signaled:
+			publish()
+			e.Complete(seq-1, wc)
 		}
 	}
 }
