@@ -87,6 +87,7 @@ func (e *endpoint) measure(preposted int) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
+		toNanos(posted)
 		lat, _ := latencyStats(posted[p.Warmup:], p.Test == SendLat || p.Test == WriteLat, nil)
 		res.Lat = &lat
 		return res, nil
@@ -105,6 +106,7 @@ func (e *endpoint) measure(preposted int) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	toNanos(posted, completed)
 	bw := bandwidthStats(p.Size, posted[:p.Iters], completed[:p.Iters], p.cqMod())
 	res.BW = &bw
 	return res, nil

@@ -55,7 +55,6 @@ type endpoint struct {
 	conn   *cm.Conn
 	remote remoteBuf
 	wc     []verbs.WorkCompletion
-	t0     time.Time
 
 	// The work requests the loops post, made once so that the loops
 	// allocate nothing: the operation (aimed at the peer's target area
@@ -96,7 +95,7 @@ type endpoint struct {
 // newEndpoint creates the resources of one run on dev and moves the QP to
 // Init, so that receives can be posted before it connects.
 func newEndpoint(ctx context.Context, dev *verbs.Context, p Params) (e *endpoint, err error) {
-	e = &endpoint{ctx: ctx, p: p, wc: make([]verbs.WorkCompletion, 32), t0: time.Now()}
+	e = &endpoint{ctx: ctx, p: p, wc: make([]verbs.WorkCompletion, 32)}
 	defer func() {
 		if err != nil {
 			e.close()
@@ -242,8 +241,8 @@ func (e *endpoint) baseFlags() verbs.SendFlags {
 	return 0
 }
 
-// now is the time since the endpoint was made, in nanoseconds.
-func (e *endpoint) now() int64 { return int64(time.Since(e.t0)) }
+// now is a timestamp for the measured loops: see stamp and toNanos.
+func (e *endpoint) now() int64 { return stamp() }
 
 // mark records the CPU time at the start of the measured part.
 func (e *endpoint) mark() {
