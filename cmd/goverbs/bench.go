@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,7 +35,8 @@ type benchConfig struct {
 	csv     bool
 	plot    string
 	timeout time.Duration
-	peer    bool // hidden: serve for a parent goverbs bench
+	cpuProf string // write a CPU profile of this process here
+	peer    bool   // hidden: serve for a parent goverbs bench
 }
 
 const benchDoc = `Bench measures goverbs devices with perftest's tests and conventions:
@@ -86,6 +88,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.Bool(&cfg.csv, "csv", "", "print the results as CSV")
 	fs.String(&cfg.plot, "plot", "", "", "draw latency and bandwidth against size into this PNG `file`")
 	fs.Duration(&cfg.timeout, "timeout", "", time.Minute, "give up on a run that takes longer than this")
+	fs.String(&cfg.cpuProf, "cpuprofile", "", "", "write a CPU profile of this process (the client; with -l, the server) to `file`")
 	fs.Hidden(&cfg.peer, "peer", "serve for a parent goverbs bench: print the address, exit at the end of stdin")
 	pos, err := fs.parseInterspersed(args)
 	if err != nil {
@@ -96,6 +99,17 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	}
 	if err := cfg.check(); err != nil {
 		return err
+	}
+	if cfg.cpuProf != "" {
+		f, err := os.Create(cfg.cpuProf)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if cfg.listen != "" {
 		return benchServe(ctx, e, cfg)
