@@ -233,8 +233,11 @@ func (r *cqRing) notify(solicited, failed bool) {
 
 // ---- receive rings (QP receive queues and SRQs) ----
 
-// A receive entry: wrid (8), SGE count (4), padding (4), then SGEs of
-// address (8), length (4) and lkey (4).
+// A receive entry: wrid (8), SGE count (4), sequence (4), then SGEs of
+// address (8), length (4) and lkey (4). The producer publishes the entry
+// at position pos by storing pos+1 (mod 2^32) in its sequence, so that a
+// consumer reads the entry's cache line alone, not the producer's tail as
+// well (the tail is kept for the owner's own accounting).
 const (
 	recvEntryHeader = 16
 	sgeSize         = 16
@@ -251,13 +254,17 @@ type recvEntry struct {
 
 // recvRing is a view of a receive queue: the owner produces; consumers —
 // the peers whose Sends land in it, and the owner when it flushes — claim
-// entries with a CAS on head.
+// published entries with a CAS on head.
 type recvRing struct {
 	h         *ringHeader
 	mem       []byte
 	mask      uint64
 	entrySize int
 	maxSGE    int
+	// seenHead is the consumers' head as the producer last read it,
+	// under the producer's lock: reading the shared head for every post
+	// would pull its cache line away from the consumer that moves it.
+	seenHead uint64
 }
 
 func initRecvRing(mem []byte, n, sges int) *recvRing {
@@ -281,6 +288,19 @@ func (r *recvRing) entry(pos uint64) []byte {
 	return r.mem[off : off+r.entrySize]
 }
 
+// seq is the sequence word of entry e.
+func seq(e []byte) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&e[12])) }
+
+// reset empties the ring (the owner, with no producer or consumer at
+// work): indices and entries' sequences start again from zero.
+func (r *recvRing) reset() {
+	for i := range r.mask + 1 {
+		seq(r.entry(i)).Store(0)
+	}
+	r.h.head.Store(0)
+	r.h.tail.Store(0)
+}
+
 // count is the number of posted receives not yet consumed, as far as the
 // shared indices can be believed.
 func (r *recvRing) count() uint64 {
@@ -291,11 +311,20 @@ func (r *recvRing) count() uint64 {
 	return n
 }
 
-// produce posts a receive; the caller (the owner) serialises producers.
-func (r *recvRing) produce(wr *driver.RecvWR) bool {
+// produce posts a receive if fewer than limit (at most the ring's size)
+// are posted and not consumed; the caller (the owner) serialises
+// producers.
+func (r *recvRing) produce(wr *driver.RecvWR, limit uint64) bool {
 	t := r.h.tail.Load()
-	if t-r.h.head.Load() > r.mask { // full, or a corrupt head
-		return false
+	// The head only moves forward, so an old reading says there are at
+	// least as many outstanding as there are: read it again only when
+	// that looks like too many (or like nonsense: after a reset, or if
+	// a peer wrote the head).
+	if t-r.seenHead >= limit {
+		r.seenHead = r.h.head.Load()
+		if t-r.seenHead >= limit || t-r.seenHead > r.mask { // full, or a corrupt head
+			return false
+		}
 	}
 	e := r.entry(t)
 	binary.LittleEndian.PutUint64(e[0:], wr.WRID)
@@ -306,23 +335,21 @@ func (r *recvRing) produce(wr *driver.RecvWR) bool {
 		binary.LittleEndian.PutUint32(s[8:], g.Length)
 		binary.LittleEndian.PutUint32(s[12:], g.LKey)
 	}
+	seq(e).Store(uint32(t + 1))
 	r.h.tail.Store(t + 1)
 	return true
 }
 
 // consume claims the oldest receive into out. It reports ok false when
-// the queue is empty, and errGarbage when the indices or the entry cannot
-// be right.
+// the queue is empty (the entry at head is not published), and errGarbage
+// when the entry cannot be right or the head keeps moving under it.
 func (r *recvRing) consume(out *recvEntry) (bool, error) {
 	for range maxProduceTries {
-		h, t := r.h.head.Load(), r.h.tail.Load()
-		if h == t {
+		h := r.h.head.Load()
+		e := r.entry(h)
+		if seq(e).Load() != uint32(h+1) {
 			return false, nil
 		}
-		if t-h > r.mask+1 {
-			return false, errGarbage
-		}
-		e := r.entry(h)
 		out.wrid = binary.LittleEndian.Uint64(e[0:])
 		n := binary.LittleEndian.Uint32(e[8:])
 		if n > uint32(r.maxSGE) {

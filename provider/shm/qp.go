@@ -162,8 +162,7 @@ func (q *qp) reset() {
 	q.stopRNR()
 	q.sq.Reset()
 	if q.rq != nil {
-		q.rq.h.head.Store(0)
-		q.rq.h.tail.Store(0)
+		q.rq.reset()
 	}
 	if c := q.conn; c != nil {
 		// close waits for the connection's goroutines, which may wait
@@ -267,7 +266,7 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 			return i, err
 		}
 		q.ctx.exposeForRecv(wr.SGList)
-		if q.rq.count() >= uint64(q.cap.MaxRecvWR) || !q.rq.produce(wr) {
+		if !q.rq.produce(wr, uint64(q.cap.MaxRecvWR)) {
 			return i, driver.ErrQueueFull
 		}
 	}
