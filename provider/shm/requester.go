@@ -107,8 +107,10 @@ type remote struct {
 }
 
 // target resolves key, addr and n in the peer's key table, requiring need
-// of the region (and of the peer QP, for remote access), and maps it.
-func (c *conn) target(key uint32, addr, n uint64, need driver.AccessFlags, write bool) (remote, bool) {
+// of the region (and of the peer QP, for remote access), and maps it into
+// t. (t is filled in place: a returned struct read back with wider loads
+// than it was stored with stalls the CPU.)
+func (c *conn) target(t *remote, key uint32, addr, n uint64, need driver.AccessFlags, write bool) bool {
 	if c.dirty.Load() {
 		c.absorb() // the mappings change: this forgets the cached keys
 	}
@@ -116,29 +118,32 @@ func (c *conn) target(key uint32, addr, n uint64, need driver.AccessFlags, write
 	if e == nil {
 		var ok bool
 		if e, ok = c.resolve(key, write); !ok {
-			return remote{}, false
+			return false
 		}
 	}
 	k := &e.k
 	if k.access&need != need || k.pd != c.peerHdr.pd.Load() {
-		return remote{}, false
+		return false
 	}
 	if need&driver.RemoteAccess != 0 && driver.AccessFlags(c.peerHdr.access.Load())&need != need {
-		return remote{}, false
+		return false
 	}
 	off, ok := k.span(addr, n)
 	if !ok {
-		return remote{}, false
+		return false
 	}
+	t.n = n
 	if e.seg == nil {
-		return remote{addr: addr, n: n, proc: true}, true
+		t.b, t.addr, t.proc = nil, addr, true
+		return true
 	}
 	mem := e.seg.mem
 	start := k.segOff + off
 	if start < k.segOff || start > uint64(len(mem)) || n > uint64(len(mem))-start {
-		return remote{}, false
+		return false
 	}
-	return remote{b: mem[start : start+n], n: n}, true
+	t.b, t.addr, t.proc = mem[start:start+n], 0, false
+	return true
 }
 
 // keyCache remembers the requester's last resolved keys, so that a WR
@@ -218,15 +223,13 @@ func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	var room uint64
 	for i := range r.n {
 		g := &r.sge[i]
-		t, ok := c.target(g.LKey, g.Addr, uint64(g.Length), driver.AccessLocalWrite, true)
-		if !ok {
+		if !c.target(&dst[i], g.LKey, g.Addr, uint64(g.Length), driver.AccessLocalWrite, true) {
 			wc.Status = driver.WCLocProtErr
 			c.peerComplete(&wc)
 			c.peerError(driver.EventQPAccessErr)
 			return driver.WCRemOpErr
 		}
-		dst[i] = t
-		room += t.n
+		room += dst[i].n
 	}
 	if src.Len() > room {
 		wc.Status = driver.WCLocLenErr
@@ -250,14 +253,10 @@ func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 // receive. A zero-length Write checks no rkey.
 func (c *conn) write(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	n := src.Len()
-	var dst [1]remote
-	if n > 0 {
-		t, ok := c.target(wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteWrite, true)
-		if !ok {
-			c.peerError(driver.EventQPAccessErr)
-			return driver.WCRemAccessErr
-		}
-		dst[0] = t
+	dst := c.dst[:1]
+	if n > 0 && !c.target(&dst[0], wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteWrite, true) {
+		c.peerError(driver.EventQPAccessErr)
+		return driver.WCRemAccessErr
 	}
 	r := &c.rent
 	if wr.Opcode == driver.OpRDMAWriteWithImm {
@@ -274,7 +273,7 @@ func (c *conn) write(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 		}
 	}
 	if n > 0 {
-		if _, ok := c.copyOut(dst[:], src); !ok {
+		if _, ok := c.copyOut(dst, src); !ok {
 			c.peerError(driver.EventQPAccessErr)
 			return driver.WCRemAccessErr
 		}
@@ -297,8 +296,8 @@ func (c *conn) read(wr *driver.SendWR, dst *sglist.List) driver.WCStatus {
 	if n == 0 {
 		return driver.WCSuccess
 	}
-	t, ok := c.target(wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteRead, false)
-	if !ok || !c.copyIn(dst, t) {
+	t := &c.dst[0]
+	if !c.target(t, wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteRead, false) || !c.copyIn(dst, t) {
 		c.peerError(driver.EventQPAccessErr)
 		return driver.WCRemAccessErr
 	}
@@ -312,8 +311,8 @@ func (c *conn) atomic(wr *driver.SendWR) (uint64, driver.WCStatus) {
 		c.peerError(driver.EventQPReqErr)
 		return 0, driver.WCRemInvReqErr
 	}
-	t, ok := c.target(wr.RKey, wr.RemoteAddr, 8, driver.AccessRemoteAtomic, true)
-	if !ok || t.proc || uintptr(unsafe.Pointer(&t.b[0]))%8 != 0 {
+	t := &c.dst[0]
+	if !c.target(t, wr.RKey, wr.RemoteAddr, 8, driver.AccessRemoteAtomic, true) || t.proc || uintptr(unsafe.Pointer(&t.b[0]))%8 != 0 {
 		c.peerError(driver.EventQPAccessErr)
 		return 0, driver.WCRemAccessErr
 	}
@@ -357,7 +356,8 @@ func (c *conn) peerComplete(wc *driver.WorkCompletion) {
 func (c *conn) copyOut(dst []remote, src *sglist.List) (uint64, bool) {
 	var total uint64
 	si, soff := 0, 0
-	for _, d := range dst {
+	for i := range dst {
+		d := &dst[i]
 		var doff uint64
 		for doff < d.n && si < src.N() {
 			s := src.Seg(si)[soff:]
@@ -381,7 +381,7 @@ func (c *conn) copyOut(dst []remote, src *sglist.List) (uint64, bool) {
 }
 
 // copyIn copies the peer memory src into the local list dst.
-func (c *conn) copyIn(dst *sglist.List, src remote) bool {
+func (c *conn) copyIn(dst *sglist.List, src *remote) bool {
 	if !src.proc {
 		dst.Fill(src.b)
 		return true
