@@ -33,7 +33,8 @@ type Slot struct {
 // completion, or a later one, has not been polled), next the next WR to
 // execute, and tail the next free slot.
 type Queue struct {
-	slots  []Slot
+	slots  []Slot // a power of two of them, indexed by counter&mask
+	mask   uint64
 	head   atomic.Uint64 // advanced by pollers
 	next   atomic.Uint64 // read by pollers
 	tail   uint64
@@ -50,7 +51,11 @@ type Queue struct {
 
 // New makes a send queue with the capacities of cap.
 func New(cap driver.QPCap, sigAll bool) *Queue {
-	q := &Queue{slots: make([]Slot, cap.MaxSendWR), cap: cap, sigAll: sigAll}
+	n := 1
+	for n < int(cap.MaxSendWR) {
+		n <<= 1
+	}
+	q := &Queue{slots: make([]Slot, n), mask: uint64(n - 1), cap: cap, sigAll: sigAll}
 	for i := range q.slots {
 		q.slots[i].sge = make([]driver.SGE, 0, cap.MaxSendSGE)
 		q.slots[i].Inline = make([]byte, 0, cap.MaxInlineData)
@@ -70,10 +75,10 @@ func (q *Queue) Post(wr *driver.SendWR, mem Memory) error {
 	if err := driver.CheckSendWR(wr, &q.cap, q.MW); err != nil {
 		return err
 	}
-	if q.tail-q.head.Load() >= uint64(len(q.slots)) {
+	if q.tail-q.head.Load() >= uint64(q.cap.MaxSendWR) {
 		return driver.ErrQueueFull
 	}
-	s := &q.slots[q.tail%uint64(len(q.slots))]
+	s := &q.slots[q.tail&q.mask]
 	s.WR = *wr
 	s.sge = append(s.sge[:0], wr.SGList...)
 	s.WR.SGList = s.sge
@@ -206,7 +211,7 @@ func (q *Queue) Progress(e Engine) {
 		q.busy = false
 	}()
 	for seq != q.tail {
-		s := &q.slots[seq%uint64(len(q.slots))]
+		s := &q.slots[seq&q.mask]
 		wc := driver.WorkCompletion{WRID: s.WR.WRID, Opcode: s.WR.Opcode.CompletionOpcode()}
 		switch st := e.State(); {
 		case st == driver.QPSErr:
