@@ -210,36 +210,36 @@ func (q *Queue) Progress(e Engine) {
 		publish()
 		q.busy = false
 	}()
+	// complete reports the completion of the slot just passed.
+	complete := func(s *Slot, st driver.WCStatus, n uint32) {
+		publish()
+		e.Complete(seq-1, driver.WorkCompletion{WRID: s.WR.WRID, Status: st, Opcode: s.WR.Opcode.CompletionOpcode(), ByteLen: n})
+	}
 	for seq != q.tail {
 		s := &q.slots[seq&q.mask]
-		wc := driver.WorkCompletion{WRID: s.WR.WRID, Opcode: s.WR.Opcode.CompletionOpcode()}
 		switch st := e.State(); {
 		case st == driver.QPSErr:
 			seq++
-			publish()
-			wc.Status = driver.WCWRFlushErr
-			e.Complete(seq-1, wc)
+			complete(s, driver.WCWRFlushErr, 0)
 			continue
 		case st != driver.QPSRTS || e.Stalled():
 			return
 		}
-		wc.Status, wc.ByteLen = e.Execute(s)
-		if wc.Status == RNRWait {
+		st, n := e.Execute(s)
+		if st == RNRWait {
 			return
 		}
 		seq++
 		switch {
-		case wc.Status == Pending:
+		case st == Pending:
 			// The provider completes it later, perhaps before this
 			// loop ends.
 			publish()
-		case wc.Status != driver.WCSuccess:
-			publish()
-			e.Complete(seq-1, wc)
+		case st != driver.WCSuccess:
+			complete(s, st, n)
 			e.Fail()
 		case s.Signaled:
-			publish()
-			e.Complete(seq-1, wc)
+			complete(s, st, n)
 		}
 	}
 }
