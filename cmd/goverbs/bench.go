@@ -72,6 +72,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	iters, warmup := optInt{v: &cfg.o.Iters}, optInt{v: &cfg.o.Warmup}
 	txDepth, rxDepth := optInt{v: &cfg.o.TxDepth}, optInt{v: &cfg.o.RxDepth}
 	cqMod, inline := optInt{v: &cfg.o.CQMod}, optInt{v: &cfg.o.Inline}
+	postList := optInt{v: &cfg.o.PostList}
 	fs.String(&cfg.device, "device", "d", "", "the `device` to use (default: every local device; with an address, the one that\nserves its scheme)")
 	fs.String(&cfg.listen, "listen", "l", "", "serve as the bench server on this cm `address` (shm://@name, shm:///path.sock)")
 	fs.Value(&cfg.size, "size", "s", "message size in `bytes` (suffixes K, M: 64K) (default: 8, 64, 4K, 64K and 1M)")
@@ -81,6 +82,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.Value(&txDepth, "tx-depth", "t", "the bandwidth tests' window: `n` work requests kept outstanding (default 128)")
 	fs.Value(&rxDepth, "rx-depth", "r", "`n` receives kept posted in Send tests (default 512)")
 	fs.Value(&cqMod, "cq-mod", "Q", "signal one send work request in `n` (default 100)")
+	fs.Value(&postList, "post-list", "", "bandwidth tests post `n` work requests per PostSend (perftest's --post_list) (default 1)")
 	fs.Value(&inline, "inline", "I", "send messages of up to `bytes` inline; 0: never (default: 236 for Sends, 220\nfor Writes, capped to the device's limit)")
 	fs.Bool(&cfg.o.Event, "event", "e", "wait for completions (CQ.Wait: ReqNotify and the completion channel)\ninstead of busy polling")
 	fs.Bool(&cfg.compare, "compare", "", "also run the installed peers (ucx_perftest, fi_pingpong, Go TCP) on the\nsame tests and sizes, and print their figures with the ratio")

@@ -93,6 +93,9 @@ func (e *endpoint) measure(preposted int) (*Result, error) {
 		return res, nil
 	}
 	res.Window = p.TxDepth
+	if p.postList() > 1 {
+		res.PostList = p.postList()
+	}
 	n := max(p.Iters, p.Warmup)
 	posted, completed := make([]int64, n), make([]int64, n)
 	if p.Warmup > 0 {

@@ -58,7 +58,7 @@ type endpoint struct {
 
 	// The work requests the loops post, made once so that the loops
 	// allocate nothing: the operation (aimed at the peer's target area
-	// once connected), receives into the target area (and room for the
+	// once connected; a post list of them in bandwidth tests), receives into the target area (and room for the
 	// control receive after them), and the control receive.
 	swr    []verbs.SendWR
 	rwrs   []verbs.RecvWR
@@ -135,7 +135,10 @@ func newEndpoint(ctx context.Context, dev *verbs.Context, p Params) (e *endpoint
 	if err = e.qp.Modify(&init, verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 		return e, err
 	}
-	e.swr = []verbs.SendWR{{Opcode: p.Test.Opcode(), SGList: []verbs.SGE{e.buf.SGE(0, p.Size)}, CompareAdd: 1}}
+	e.swr = make([]verbs.SendWR, p.postList())
+	for i := range e.swr {
+		e.swr[i] = verbs.SendWR{Opcode: p.Test.Opcode(), SGList: []verbs.SGE{e.buf.SGE(0, p.Size)}, CompareAdd: 1}
+	}
 	e.rwrs = make([]verbs.RecvWR, len(e.wc)+1)
 	for i := range e.rwrs {
 		e.rwrs[i] = verbs.RecvWR{WRID: wrRecv, SGList: []verbs.SGE{e.buf.SGE(p.area(), p.Size)}}
@@ -153,7 +156,9 @@ func newEndpoint(ctx context.Context, dev *verbs.Context, p Params) (e *endpoint
 // area.
 func (e *endpoint) connected(remote remoteBuf) {
 	e.remote = remote
-	e.swr[0].RemoteAddr, e.swr[0].RKey = remote.addr, remote.rkey
+	for i := range e.swr {
+		e.swr[i].RemoteAddr, e.swr[i].RKey = remote.addr, remote.rkey
+	}
 	e.cwr[0].RemoteAddr, e.cwr[0].RKey = remote.addr, remote.rkey
 }
 
