@@ -130,11 +130,16 @@ func ResolveLocal(l *sglist.List, s *Slot, mem Memory) bool {
 		l.One(s.Inline)
 		return true
 	}
-	need := driver.AccessFlags(0)
-	if !s.WR.Opcode.ReadsLocal() {
-		need = driver.AccessLocalWrite
+	return ResolveSGL(l, s.WR.SGList, LocalNeed(s), mem)
+}
+
+// LocalNeed is the right slot s needs of its local memory:
+// AccessLocalWrite where the WR writes it (Reads and atomics).
+func LocalNeed(s *Slot) driver.AccessFlags {
+	if s.WR.Opcode.ReadsLocal() {
+		return 0
 	}
-	return ResolveSGL(l, s.WR.SGList, need, mem)
+	return driver.AccessLocalWrite
 }
 
 // ResolveSGL maps a scatter/gather list into l, requiring need of every

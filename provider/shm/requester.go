@@ -44,7 +44,16 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	}
 	wr := &s.WR
 	local := &q.local
-	if !swq.ResolveLocal(local, s, q) {
+	if len(wr.SGList) == 1 && !s.IsInline {
+		// swq.ResolveLocal's common case, without its calls through
+		// swq.Memory.
+		g := &wr.SGList[0]
+		b, ok := q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), swq.LocalNeed(s))
+		if !ok {
+			return driver.WCLocProtErr, 0
+		}
+		local.One(b)
+	} else if !swq.ResolveLocal(local, s, q) {
 		return driver.WCLocProtErr, 0
 	}
 	length := local.Len()
