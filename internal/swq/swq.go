@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/goverbs/goverbs/internal/atomicrel"
 	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -207,7 +208,7 @@ func (q *Queue) Progress(e Engine) {
 	pub := seq
 	publish := func() {
 		if pub != seq {
-			q.next.Store(seq)
+			atomicrel.StoreUint64(&q.next, seq)
 			pub = seq
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/goverbs/goverbs/internal/atomicrel"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -144,7 +145,7 @@ func (r *cqRing) consume(wc *driver.WorkCompletion) bool {
 	if wc.Status > driver.WCGeneralErr {
 		wc.Status = driver.WCGeneralErr
 	}
-	s.seq.Store(r.head + r.mask + 1)
+	atomicrel.StoreUint64(&s.seq, r.head+r.mask+1)
 	r.head++
 	return true
 }
@@ -207,7 +208,7 @@ func (r *localRing) consume(wc *driver.WorkCompletion) (*qp, uint64) {
 	*wc = s.wc
 	q, retire := s.q, s.retire
 	s.q = nil
-	s.seq.Store(r.head + r.mask + 1)
+	atomicrel.StoreUint64(&s.seq, r.head+r.mask+1)
 	r.head++
 	return q, retire
 }
