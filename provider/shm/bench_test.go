@@ -101,3 +101,53 @@ func benchWriteRate(b *testing.B, list int) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(i), "ns/WR")
 }
+
+// BenchmarkSendRecv is the data path of a Send: post a 64-byte inline
+// Send, poll its receive completion on the peer, and post the receive
+// again (unsignaled Sends: one in 64 is signaled and polled).
+func BenchmarkSendRecv(b *testing.B) {
+	const size, cqMod = 64, 64
+	h := verbstest.Harness{Device: "shm0", Addr: addr}
+	p := h.NewPair(b, verbstest.PairOptions{Cap: verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 16}})
+	rb := p.B.(*verbstest.Local)
+	src, err := p.A.NewRegion(size, verbs.AccessLocalWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dst, err := p.B.NewRegion(size, verbs.AccessLocalWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	recv := []verbs.RecvWR{{SGList: []verbs.SGE{dst.SGE(0, size)}}}
+	for range 8 {
+		if _, err := rb.QPs[0].PostRecv(recv); err != nil {
+			b.Fatal(err)
+		}
+	}
+	send := []verbs.SendWR{{Opcode: verbs.OpSend, SGList: []verbs.SGE{src.SGE(0, size)}}}
+	wc := make([]verbs.WorkCompletion, 4)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		send[0].Flags = verbs.SendInline
+		if i%cqMod == 0 {
+			send[0].Flags |= verbs.SendSignaled
+		}
+		if _, err := p.A.QPs[0].PostSend(send); err != nil {
+			b.Fatal(err)
+		}
+		for rb.RecvCQ.Poll(wc[:1]) == 0 {
+		}
+		if wc[0].Status != verbs.WCSuccess {
+			b.Fatal(wc[0].Status)
+		}
+		if _, err := rb.QPs[0].PostRecv(recv); err != nil {
+			b.Fatal(err)
+		}
+		if i%cqMod == 0 {
+			for p.A.SendCQ.Poll(wc[:1]) == 0 {
+			}
+		}
+	}
+}

@@ -46,7 +46,14 @@ type qp struct {
 	destroyed bool
 
 	rqMu sync.Mutex // serialises receive producers
+
+	// postState mirrors attr.State, or is stateDestroyed, for PostRecv,
+	// which reads it without q.mu; publish keeps it.
+	postState atomic.Uint32
 }
+
+// stateDestroyed is qp.postState once the QP is destroyed.
+const stateDestroyed = 0xff
 
 func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	if a.Type != driver.QPTypeRC {
@@ -104,6 +111,11 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 
 // publish writes the responder's view of the QP into its shared block.
 func (q *qp) publish() {
+	if q.destroyed {
+		q.postState.Store(stateDestroyed)
+	} else {
+		q.postState.Store(uint32(q.attr.State))
+	}
 	q.hdr.access.Store(uint32(q.attr.AccessFlags))
 	q.hdr.attrs.Store(uint32(q.attr.MinRNRTimer) | uint32(q.attr.MaxDestRdAtomic)<<8)
 	q.hdr.pd.Store(q.pd.id)
@@ -247,11 +259,10 @@ func (q *qp) postSend(wr *driver.SendWR) error {
 }
 
 func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
-	q.mu.Lock()
-	state, destroyed := q.attr.State, q.destroyed
-	q.mu.Unlock()
+	st := q.postState.Load()
+	state := driver.QPState(st)
 	switch {
-	case destroyed:
+	case st == stateDestroyed:
 		return 0, driver.ErrClosed
 	case q.srq != nil:
 		return 0, fmt.Errorf("%w: the QP takes its receives from an SRQ", driver.ErrInvalidArg)
