@@ -227,7 +227,8 @@ func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	if c.peerSRQ {
 		c.checkSRQLimit()
 	}
-	wc := c.recvCompletion(wr, r.wrid, driver.WCRecv)
+	var wc driver.WorkCompletion
+	c.recvCompletion(&wc, wr, r.wrid, driver.WCRecv)
 	dst := &c.dst
 	var room uint64
 	for i := range r.n {
@@ -288,7 +289,8 @@ func (c *conn) write(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 		}
 	}
 	if wr.Opcode == driver.OpRDMAWriteWithImm {
-		wc := c.recvCompletion(wr, r.wrid, driver.WCRecvRDMAWithImm)
+		var wc driver.WorkCompletion
+		c.recvCompletion(&wc, wr, r.wrid, driver.WCRecvRDMAWithImm)
 		wc.ByteLen = uint32(n)
 		c.peerComplete(&wc)
 	}
@@ -337,9 +339,11 @@ func (c *conn) atomic(wr *driver.SendWR) (uint64, driver.WCStatus) {
 	}
 }
 
-// recvCompletion starts the peer's completion of a message.
-func (c *conn) recvCompletion(wr *driver.SendWR, wrid uint64, op driver.WCOpcode) driver.WorkCompletion {
-	wc := driver.WorkCompletion{WRID: wrid, Opcode: op, SrcQP: c.q.num, QPNum: c.remote.QPNum}
+// recvCompletion starts the peer's completion of a message in wc (filled
+// in place: a returned struct read back with wider loads than it was
+// stored with stalls the CPU).
+func (c *conn) recvCompletion(wc *driver.WorkCompletion, wr *driver.SendWR, wrid uint64, op driver.WCOpcode) {
+	*wc = driver.WorkCompletion{WRID: wrid, Opcode: op, SrcQP: c.q.num, QPNum: c.remote.QPNum}
 	if wr.Opcode.HasImm() {
 		wc.Flags |= driver.WCWithImm
 		wc.Imm = wr.Imm
@@ -347,7 +351,6 @@ func (c *conn) recvCompletion(wr *driver.SendWR, wrid uint64, op driver.WCOpcode
 	if wr.Flags&driver.SendSolicited != 0 {
 		wc.Flags |= driver.WCSolicited
 	}
-	return wc
 }
 
 // peerComplete writes a receive completion into the peer's CQ and wakes
