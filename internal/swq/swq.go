@@ -203,51 +203,51 @@ func (q *Queue) Progress(e Engine) {
 	q.busy = true
 	// next is published to pollers (Retire) before each completion is
 	// reported, and when the loop ends: a run of WRs that complete
-	// unsignaled publishes it once.
+	// unsignaled publishes it once. (No closures: seq stays in a
+	// register.)
 	seq := q.next.Load()
 	pub := seq
-	publish := func() {
-		if pub != seq {
-			atomicrel.StoreUint64(&q.next, seq)
-			pub = seq
-		}
-	}
-	defer func() {
-		publish()
-		q.busy = false
-	}()
-	// complete reports the completion of the slot just passed.
-	complete := func(s *Slot, st driver.WCStatus, n uint32) {
-		publish()
-		e.Complete(seq-1, driver.WorkCompletion{WRID: s.WR.WRID, Status: st, Opcode: s.WR.Opcode.CompletionOpcode(), ByteLen: n})
-	}
 	for seq != q.tail {
 		s := &q.slots[seq&q.mask]
-		switch st := e.State(); {
-		case st == driver.QPSErr:
+		if st := e.State(); st == driver.QPSErr {
 			seq++
-			complete(s, driver.WCWRFlushErr, 0)
+			pub = seq
+			q.report(e, s, seq, driver.WCWRFlushErr, 0)
 			continue
-		case st != driver.QPSRTS || e.Stalled():
-			return
+		} else if st != driver.QPSRTS || e.Stalled() {
+			break
 		}
 		st, n := e.Execute(s)
 		if st == RNRWait {
-			return
+			break
 		}
 		seq++
 		switch {
 		case st == Pending:
 			// The provider completes it later, perhaps before this
 			// loop ends.
-			publish()
+			atomicrel.StoreUint64(&q.next, seq)
+			pub = seq
 		case st != driver.WCSuccess:
-			complete(s, st, n)
+			pub = seq
+			q.report(e, s, seq, st, n)
 			e.Fail()
 		case s.Signaled:
-			complete(s, st, n)
+			pub = seq
+			q.report(e, s, seq, st, n)
 		}
 	}
+	if pub != seq {
+		atomicrel.StoreUint64(&q.next, seq)
+	}
+	q.busy = false
+}
+
+// report publishes next, seq, and reports the completion of slot s, just
+// before it.
+func (q *Queue) report(e Engine, s *Slot, seq uint64, st driver.WCStatus, n uint32) {
+	atomicrel.StoreUint64(&q.next, seq)
+	e.Complete(seq-1, driver.WorkCompletion{WRID: s.WR.WRID, Status: st, Opcode: s.WR.Opcode.CompletionOpcode(), ByteLen: n})
 }
 
 // RNR counts receiver-not-ready retries of the WR at the head of a queue.
