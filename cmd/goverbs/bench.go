@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,8 +35,9 @@ type benchConfig struct {
 	csv     bool
 	plot    string
 	timeout time.Duration
-	peer    bool // hidden: serve for a parent goverbs bench
-	goTCP   bool // hidden: be the server process of the Go TCP peer
+	cpuProf string // write a CPU profile of this process here
+	peer    bool   // hidden: serve for a parent goverbs bench
+	goTCP   bool   // hidden: be the server process of the Go TCP peer
 }
 
 const benchDoc = `Bench measures goverbs devices with perftest's tests and conventions:
@@ -71,6 +73,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	iters, warmup := optInt{v: &cfg.o.Iters}, optInt{v: &cfg.o.Warmup}
 	txDepth, rxDepth := optInt{v: &cfg.o.TxDepth}, optInt{v: &cfg.o.RxDepth}
 	cqMod, inline := optInt{v: &cfg.o.CQMod}, optInt{v: &cfg.o.Inline}
+	postList := optInt{v: &cfg.o.PostList}
 	fs.String(&cfg.device, "device", "d", "", "the `device` to use (default: every local device; with an address, the one that\nserves its scheme)")
 	fs.String(&cfg.listen, "listen", "l", "", "serve as the bench server on this cm `address` (shm://@name, shm:///path.sock)")
 	fs.Value(&cfg.size, "size", "s", "message size in `bytes` (suffixes K, M: 64K) (default: 8, 64, 4K, 64K and 1M)")
@@ -80,6 +83,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.Value(&txDepth, "tx-depth", "t", "the bandwidth tests' window: `n` work requests kept outstanding (default 128)")
 	fs.Value(&rxDepth, "rx-depth", "r", "`n` receives kept posted in Send tests (default 512)")
 	fs.Value(&cqMod, "cq-mod", "Q", "signal one send work request in `n` (default 100)")
+	fs.Value(&postList, "post-list", "", "bandwidth tests post `n` work requests per PostSend (perftest's --post_list) (default 1)")
 	fs.Value(&inline, "inline", "I", "send messages of up to `bytes` inline; 0: never (default: 236 for Sends, 220\nfor Writes, capped to the device's limit)")
 	fs.Bool(&cfg.o.Event, "event", "e", "wait for completions (CQ.Wait: ReqNotify and the completion channel)\ninstead of busy polling")
 	fs.Bool(&cfg.compare, "compare", "", "also run the installed peers (ucx_perftest, fi_pingpong, Go TCP) on the\nsame tests and sizes, and print their figures with the ratio")
@@ -87,6 +91,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.Bool(&cfg.csv, "csv", "", "print the results as CSV")
 	fs.String(&cfg.plot, "plot", "", "", "draw latency and bandwidth against size into this PNG `file`")
 	fs.Duration(&cfg.timeout, "timeout", "", time.Minute, "give up on a run that takes longer than this")
+	fs.String(&cfg.cpuProf, "cpuprofile", "", "", "write a CPU profile of this process (the client; with -l, the server) to `file`")
 	fs.Hidden(&cfg.peer, "peer", "serve for a parent goverbs bench: print the address, exit at the end of stdin")
 	fs.Hidden(&cfg.goTCP, "gotcp-peer", "serve the Go TCP peer of a parent goverbs bench at the address it gives")
 	pos, err := fs.parseInterspersed(args)
@@ -107,6 +112,17 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	}
 	if err := cfg.check(); err != nil {
 		return err
+	}
+	if cfg.cpuProf != "" {
+		f, err := os.Create(cfg.cpuProf)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if cfg.listen != "" {
 		return benchServe(ctx, e, cfg)

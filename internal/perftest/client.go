@@ -87,11 +87,15 @@ func (e *endpoint) measure(preposted int) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
+		toNanos(posted)
 		lat, _ := latencyStats(posted[p.Warmup:], p.Test == SendLat || p.Test == WriteLat, nil)
 		res.Lat = &lat
 		return res, nil
 	}
 	res.Window = p.TxDepth
+	if p.postList() > 1 {
+		res.PostList = p.postList()
+	}
 	n := max(p.Iters, p.Warmup)
 	posted, completed := make([]int64, n), make([]int64, n)
 	if p.Warmup > 0 {
@@ -105,6 +109,7 @@ func (e *endpoint) measure(preposted int) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	toNanos(posted, completed)
 	bw := bandwidthStats(p.Size, posted[:p.Iters], completed[:p.Iters], p.cqMod())
 	res.BW = &bw
 	return res, nil

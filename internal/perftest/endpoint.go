@@ -55,11 +55,10 @@ type endpoint struct {
 	conn   *cm.Conn
 	remote remoteBuf
 	wc     []verbs.WorkCompletion
-	t0     time.Time
 
 	// The work requests the loops post, made once so that the loops
 	// allocate nothing: the operation (aimed at the peer's target area
-	// once connected), receives into the target area (and room for the
+	// once connected; a post list of them in bandwidth tests), receives into the target area (and room for the
 	// control receive after them), and the control receive.
 	swr    []verbs.SendWR
 	rwrs   []verbs.RecvWR
@@ -96,7 +95,7 @@ type endpoint struct {
 // newEndpoint creates the resources of one run on dev and moves the QP to
 // Init, so that receives can be posted before it connects.
 func newEndpoint(ctx context.Context, dev *verbs.Context, p Params) (e *endpoint, err error) {
-	e = &endpoint{ctx: ctx, p: p, wc: make([]verbs.WorkCompletion, 32), t0: time.Now()}
+	e = &endpoint{ctx: ctx, p: p, wc: make([]verbs.WorkCompletion, 32)}
 	defer func() {
 		if err != nil {
 			e.close()
@@ -136,7 +135,10 @@ func newEndpoint(ctx context.Context, dev *verbs.Context, p Params) (e *endpoint
 	if err = e.qp.Modify(&init, verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 		return e, err
 	}
-	e.swr = []verbs.SendWR{{Opcode: p.Test.Opcode(), SGList: []verbs.SGE{e.buf.SGE(0, p.Size)}, CompareAdd: 1}}
+	e.swr = make([]verbs.SendWR, p.postList())
+	for i := range e.swr {
+		e.swr[i] = verbs.SendWR{Opcode: p.Test.Opcode(), SGList: []verbs.SGE{e.buf.SGE(0, p.Size)}, CompareAdd: 1}
+	}
 	e.rwrs = make([]verbs.RecvWR, len(e.wc)+1)
 	for i := range e.rwrs {
 		e.rwrs[i] = verbs.RecvWR{WRID: wrRecv, SGList: []verbs.SGE{e.buf.SGE(p.area(), p.Size)}}
@@ -154,7 +156,9 @@ func newEndpoint(ctx context.Context, dev *verbs.Context, p Params) (e *endpoint
 // area.
 func (e *endpoint) connected(remote remoteBuf) {
 	e.remote = remote
-	e.swr[0].RemoteAddr, e.swr[0].RKey = remote.addr, remote.rkey
+	for i := range e.swr {
+		e.swr[i].RemoteAddr, e.swr[i].RKey = remote.addr, remote.rkey
+	}
 	e.cwr[0].RemoteAddr, e.cwr[0].RKey = remote.addr, remote.rkey
 }
 
@@ -242,8 +246,8 @@ func (e *endpoint) baseFlags() verbs.SendFlags {
 	return 0
 }
 
-// now is the time since the endpoint was made, in nanoseconds.
-func (e *endpoint) now() int64 { return int64(time.Since(e.t0)) }
+// now is a timestamp for the measured loops: see stamp and toNanos.
+func (e *endpoint) now() int64 { return stamp() }
 
 // mark records the CPU time at the start of the measured part.
 func (e *endpoint) mark() {

@@ -148,9 +148,10 @@ func (e *endpoint) opLat(posted []int64) error {
 	return nil
 }
 
-// bw posts n operations keeping up to TxDepth outstanding, signaling
-// every cqMod-th and the last, and records when each was posted and when
-// each signaled completion was polled. With credits (send_bw on a device
+// bw posts n operations keeping up to TxDepth outstanding, PostList at a
+// time, signaling every cqMod-th and the last, and records when each was
+// posted (a list's work requests all when the list was) and when each
+// signaled completion was polled. With credits (send_bw on a device
 // without RNR retry) it also keeps fewer than RxDepth messages beyond the
 // count the receiver last wrote into its target area.
 func (e *endpoint) bw(n int, posted, completed []int64) error {
@@ -169,19 +170,28 @@ func (e *endpoint) bw(n int, posted, completed []int64) error {
 	scnt, ccnt := 0, 0
 	for scnt < n || ccnt < n {
 		for scnt < n && scnt-ccnt < p.TxDepth {
-			if credit != nil && e.sent+scnt-int(atomic.LoadUint32(credit)) >= p.RxDepth {
-				break
+			// A list of up to PostList work requests, as many as the
+			// window (and the receiver's credits) leave room for.
+			k := min(len(wr), n-scnt, p.TxDepth-(scnt-ccnt))
+			if credit != nil {
+				if k = min(k, p.RxDepth-(e.sent+scnt-int(atomic.LoadUint32(credit)))); k <= 0 {
+					break
+				}
 			}
-			wr[0].WRID = uint64(scnt)
-			wr[0].Flags = base
-			if (scnt+1)%cqMod == 0 || scnt+1 == n {
-				wr[0].Flags |= verbs.SendSignaled
+			t := e.now()
+			for j := range k {
+				w := &wr[j]
+				w.WRID = uint64(scnt + j)
+				w.Flags = base
+				if (scnt+j+1)%cqMod == 0 || scnt+j+1 == n {
+					w.Flags |= verbs.SendSignaled
+				}
+				posted[scnt+j] = t
 			}
-			posted[scnt] = e.now()
-			if _, err := e.qp.PostSend(wr); err != nil {
+			if _, err := e.qp.PostSend(wr[:k]); err != nil {
 				return fmt.Errorf("post %v %d: %w", p.Test.Opcode(), scnt, err)
 			}
-			scnt++
+			scnt += k
 		}
 		if ccnt == n {
 			break

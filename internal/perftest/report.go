@@ -187,6 +187,9 @@ func WriteTable(w io.Writer, results []*Result) error {
 			if r.Event {
 				mode = "events"
 			}
+			if r.PostList > 1 {
+				mode += fmt.Sprintf("; post lists of %d", r.PostList)
+			}
 			if r.Stack == "goverbs" {
 				fmt.Fprintf(tw, "%s: %s (%s; %s)\n", r.Name(), r.Test, r.Test.Doc(), mode)
 			} else {

@@ -19,12 +19,14 @@ type Result struct {
 	PeerTest string `json:"peer_test,omitempty"`
 	Size     int    `json:"bytes"`
 	Iters    int    `json:"iterations"`
-	// Window is the bandwidth tests' tx depth.
-	Window int        `json:"window,omitempty"`
-	Event  bool       `json:"event,omitempty"`
-	Lat    *Latency   `json:"latency,omitempty"`
-	BW     *Bandwidth `json:"bandwidth,omitempty"`
-	CPU    *CPU       `json:"cpu,omitempty"`
+	// Window is the bandwidth tests' tx depth; PostList, how many work
+	// requests the client posted at once when more than one.
+	Window   int        `json:"window,omitempty"`
+	PostList int        `json:"post_list,omitempty"`
+	Event    bool       `json:"event,omitempty"`
+	Lat      *Latency   `json:"latency,omitempty"`
+	BW       *Bandwidth `json:"bandwidth,omitempty"`
+	CPU      *CPU       `json:"cpu,omitempty"`
 }
 
 // Name is how tables and plots call the result's source: "goverbs shm0",

@@ -84,6 +84,33 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestRunPostList runs the bandwidth tests posting lists of work
+// requests, with an iteration count that leaves a short last list.
+func TestRunPostList(t *testing.T) {
+	for _, d := range devices {
+		t.Run(d.name, func(t *testing.T) {
+			addr, dev := startServer(t, d.name, d.addr, ServeOptions{})
+			for _, tt := range Tests {
+				if tt.Latency() {
+					continue
+				}
+				p := DefaultParams(tt, 8, dev.QueryDevice())
+				p.Iters, p.Warmup, p.PostList, p.CQMod = 90, 9, 16, 10
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				r, err := Run(ctx, dev, addr, p)
+				cancel()
+				if err != nil {
+					t.Fatalf("%v with post lists of %d: %v", tt, p.PostList, err)
+				}
+				checkResult(t, r, p, d.name)
+				if r.PostList != p.PostList {
+					t.Errorf("%v: result says post lists of %d, want %d", tt, r.PostList, p.PostList)
+				}
+			}
+		})
+	}
+}
+
 func checkResult(t *testing.T, r *Result, p Params, device string) {
 	t.Helper()
 	if r.Stack != "goverbs" || r.Device != device || r.Test != p.Test || r.Size != p.Size || r.Iters != p.Iters || r.Event != p.Event {

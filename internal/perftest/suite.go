@@ -10,12 +10,12 @@ import (
 // Overrides are the parameters a user set. A negative field keeps the
 // default DefaultParams chooses.
 type Overrides struct {
-	Iters, Warmup, TxDepth, RxDepth, CQMod, Inline int
-	Event                                          bool
+	Iters, Warmup, TxDepth, RxDepth, CQMod, Inline, PostList int
+	Event                                                    bool
 }
 
 // NoOverrides keeps every default.
-var NoOverrides = Overrides{Iters: -1, Warmup: -1, TxDepth: -1, RxDepth: -1, CQMod: -1, Inline: -1}
+var NoOverrides = Overrides{Iters: -1, Warmup: -1, TxDepth: -1, RxDepth: -1, CQMod: -1, Inline: -1, PostList: -1}
 
 // Params returns the parameters of test t at size bytes on a device with
 // attributes a: perftest's defaults, less what o overrides. Setting the
@@ -36,6 +36,7 @@ func (o Overrides) Params(t Test, size int, a verbs.DeviceAttr) Params {
 		// to bandwidth tests, as in perftest.
 	} else {
 		set(&p.TxDepth, o.TxDepth)
+		set(&p.PostList, o.PostList)
 	}
 	set(&p.RxDepth, o.RxDepth)
 	set(&p.CQMod, o.CQMod)

@@ -157,6 +157,10 @@ type Params struct {
 	// Inline sends messages of up to Inline bytes inline (Sends and
 	// Writes); 0 never does.
 	Inline int
+	// PostList is how many work requests a bandwidth test's client posts
+	// per PostSend (perftest's --post_list); 1 posts them one at a time.
+	// The server does not use it.
+	PostList int
 	// Event waits for completions with CQ.Wait (ReqNotify and the
 	// completion channel) instead of busy polling.
 	Event bool
@@ -179,7 +183,7 @@ const (
 // to what attr allows.
 func DefaultParams(t Test, size int, attr verbs.DeviceAttr) Params {
 	p := Params{Test: t, Size: size, Iters: DefaultItersBW, TxDepth: DefaultTxDepthBW,
-		RxDepth: DefaultRxDepth, CQMod: DefaultCQMod}
+		RxDepth: DefaultRxDepth, CQMod: DefaultCQMod, PostList: 1}
 	if t.Latency() {
 		p.Iters, p.TxDepth = DefaultItersLat, DefaultTxDepthLat
 	}
@@ -216,6 +220,14 @@ func (p Params) cqMod() int {
 		return p.CQMod
 	}
 	return min(p.CQMod, p.TxDepth)
+}
+
+// postList is how many work requests the bandwidth loop posts at once.
+func (p Params) postList() int {
+	if p.Test.Latency() || p.PostList < 1 {
+		return 1
+	}
+	return p.PostList
 }
 
 // total is the number of iterations the loops run, warm-up included.
@@ -259,6 +271,8 @@ func (p Params) Check(dev string, a verbs.DeviceAttr) error {
 		return bad("rx depth %d: device %s takes 1 to %d work requests per queue", p.RxDepth, dev, a.MaxQPWR)
 	case p.CQMod < 1:
 		return bad("cq-mod %d: give at least 1", p.CQMod)
+	case p.PostList < 1 || (!p.Test.Latency() && p.PostList > p.TxDepth):
+		return bad("post list %d: give 1 to the tx depth (%d)", p.PostList, p.TxDepth)
 	case p.Inline < 0 || p.Inline > a.MaxInlineData:
 		return bad("inline size %d: device %s sends 0 to %d bytes inline", p.Inline, dev, a.MaxInlineData)
 	case p.Event && p.Test == WriteLat:

@@ -27,7 +27,7 @@ func TestParseTest(t *testing.T) {
 
 func TestDefaultParams(t *testing.T) {
 	p := DefaultParams(WriteLat, 2, attr)
-	want := Params{Test: WriteLat, Size: 2, Iters: 1000, Warmup: 100, TxDepth: 1, RxDepth: 512, CQMod: 100, Inline: 220}
+	want := Params{Test: WriteLat, Size: 2, Iters: 1000, Warmup: 100, TxDepth: 1, RxDepth: 512, CQMod: 100, Inline: 220, PostList: 1}
 	if p != want {
 		t.Errorf("write_lat defaults %+v, want perftest's %+v", p, want)
 	}

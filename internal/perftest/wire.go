@@ -73,7 +73,8 @@ func decodeRequest(b []byte) (Params, remoteBuf, bool, error) {
 		return Params{}, remoteBuf{}, false, errNotBench
 	}
 	p := Params{Test: r.test(), Size: r.u32(8), Iters: r.u32(12), Warmup: r.u32(16),
-		RxDepth: r.u16(20), Inline: r.u16(22), CQMod: r.u16(24), TxDepth: r.u16(26), Event: r.event()}
+		RxDepth: r.u16(20), Inline: r.u16(22), CQMod: r.u16(24), TxDepth: r.u16(26), Event: r.event(),
+		PostList: 1} // the client's alone: not on the wire
 	return p, remoteBuf{addr: r.addr(), rkey: r.rkey()}, r.credits(), nil
 }
 

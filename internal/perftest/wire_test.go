@@ -6,7 +6,8 @@ import (
 )
 
 func TestRequestRoundTrip(t *testing.T) {
-	p := Params{Test: WriteBW, Size: 1 << 20, Iters: 5000, Warmup: 500, TxDepth: 128, RxDepth: 512, CQMod: 100, Inline: 220, Event: true}
+	// The post list is the client's alone: the server gets 1.
+	p := Params{Test: WriteBW, Size: 1 << 20, Iters: 5000, Warmup: 500, TxDepth: 128, RxDepth: 512, CQMod: 100, Inline: 220, PostList: 1, Event: true}
 	rb := remoteBuf{addr: 0x7f0012345678, rkey: 0xabcdef}
 	r := encodeRequest(p, rb, true)
 	if len(r) > 56 {

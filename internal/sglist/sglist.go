@@ -61,6 +61,19 @@ func Copy(dst, src *List) int {
 	return total
 }
 
+// Fill copies b into the list in order until either ends and returns the
+// number of bytes copied: Copy from a single segment, without building a
+// List for it.
+func (l *List) Fill(b []byte) int {
+	total := 0
+	for i := 0; i < l.n && len(b) > 0; i++ {
+		n := copy(l.seg[i], b)
+		b = b[n:]
+		total += n
+	}
+	return total
+}
+
 // Seg returns segment i.
 func (l *List) Seg(i int) []byte { return l.seg[i] }
 

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/goverbs/goverbs/internal/atomicrel"
 	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -33,7 +34,8 @@ type Slot struct {
 // completion, or a later one, has not been polled), next the next WR to
 // execute, and tail the next free slot.
 type Queue struct {
-	slots  []Slot
+	slots  []Slot // a power of two of them, indexed by counter&mask
+	mask   uint64
 	head   atomic.Uint64 // advanced by pollers
 	next   atomic.Uint64 // read by pollers
 	tail   uint64
@@ -50,7 +52,11 @@ type Queue struct {
 
 // New makes a send queue with the capacities of cap.
 func New(cap driver.QPCap, sigAll bool) *Queue {
-	q := &Queue{slots: make([]Slot, cap.MaxSendWR), cap: cap, sigAll: sigAll}
+	n := 1
+	for n < int(cap.MaxSendWR) {
+		n <<= 1
+	}
+	q := &Queue{slots: make([]Slot, n), mask: uint64(n - 1), cap: cap, sigAll: sigAll}
 	for i := range q.slots {
 		q.slots[i].sge = make([]driver.SGE, 0, cap.MaxSendSGE)
 		q.slots[i].Inline = make([]byte, 0, cap.MaxInlineData)
@@ -70,10 +76,10 @@ func (q *Queue) Post(wr *driver.SendWR, mem Memory) error {
 	if err := driver.CheckSendWR(wr, &q.cap, q.MW); err != nil {
 		return err
 	}
-	if q.tail-q.head.Load() >= uint64(len(q.slots)) {
+	if q.tail-q.head.Load() >= uint64(q.cap.MaxSendWR) {
 		return driver.ErrQueueFull
 	}
-	s := &q.slots[q.tail%uint64(len(q.slots))]
+	s := &q.slots[q.tail&q.mask]
 	s.WR = *wr
 	s.sge = append(s.sge[:0], wr.SGList...)
 	s.WR.SGList = s.sge
@@ -125,11 +131,16 @@ func ResolveLocal(l *sglist.List, s *Slot, mem Memory) bool {
 		l.One(s.Inline)
 		return true
 	}
-	need := driver.AccessFlags(0)
-	if !s.WR.Opcode.ReadsLocal() {
-		need = driver.AccessLocalWrite
+	return ResolveSGL(l, s.WR.SGList, LocalNeed(s), mem)
+}
+
+// LocalNeed is the right slot s needs of its local memory:
+// AccessLocalWrite where the WR writes it (Reads and atomics).
+func LocalNeed(s *Slot) driver.AccessFlags {
+	if s.WR.Opcode.ReadsLocal() {
+		return 0
 	}
-	return ResolveSGL(l, s.WR.SGList, need, mem)
+	return driver.AccessLocalWrite
 }
 
 // ResolveSGL maps a scatter/gather list into l, requiring need of every
@@ -149,9 +160,7 @@ func ResolveSGL(l *sglist.List, sg []driver.SGE, need driver.AccessFlags, mem Me
 // into the WR's local buffer l, through the QP's scratch word.
 func PlaceResult(l *sglist.List, scratch *[8]byte, old uint64) {
 	binary.NativeEndian.PutUint64(scratch[:], old)
-	var src sglist.List
-	src.One(scratch[:])
-	sglist.Copy(l, &src)
+	l.Fill(scratch[:])
 }
 
 // Engine is the transport a provider plugs into Progress.
@@ -192,37 +201,53 @@ func (q *Queue) Progress(e Engine) {
 		return
 	}
 	q.busy = true
-	defer func() { q.busy = false }()
-	for q.next.Load() != q.tail {
-		seq := q.next.Load()
-		s := &q.slots[seq%uint64(len(q.slots))]
-		wc := driver.WorkCompletion{WRID: s.WR.WRID, Opcode: s.WR.Opcode.CompletionOpcode()}
-		switch st := e.State(); {
-		case st == driver.QPSErr:
-			q.next.Store(seq + 1)
-			wc.Status = driver.WCWRFlushErr
-			e.Complete(seq, wc)
+	// next is published to pollers (Retire) before each completion is
+	// reported, and when the loop ends: a run of WRs that complete
+	// unsignaled publishes it once. (No closures: seq stays in a
+	// register.)
+	seq := q.next.Load()
+	pub := seq
+	for seq != q.tail {
+		s := &q.slots[seq&q.mask]
+		if st := e.State(); st == driver.QPSErr {
+			seq++
+			pub = seq
+			q.report(e, s, seq, driver.WCWRFlushErr, 0)
 			continue
-		case st != driver.QPSRTS || e.Stalled():
-			return
+		} else if st != driver.QPSRTS || e.Stalled() {
+			break
 		}
-		wc.Status, wc.ByteLen = e.Execute(s)
-		if wc.Status == RNRWait {
-			return
+		st, n := e.Execute(s)
+		if st == RNRWait {
+			break
 		}
-		q.next.Store(seq + 1)
-		if wc.Status == Pending {
-			continue
-		}
-		if wc.Status != driver.WCSuccess {
-			e.Complete(seq, wc)
+		seq++
+		switch {
+		case st == Pending:
+			// The provider completes it later, perhaps before this
+			// loop ends.
+			atomicrel.StoreUint64(&q.next, seq)
+			pub = seq
+		case st != driver.WCSuccess:
+			pub = seq
+			q.report(e, s, seq, st, n)
 			e.Fail()
-			continue
-		}
-		if s.Signaled {
-			e.Complete(seq, wc)
+		case s.Signaled:
+			pub = seq
+			q.report(e, s, seq, st, n)
 		}
 	}
+	if pub != seq {
+		atomicrel.StoreUint64(&q.next, seq)
+	}
+	q.busy = false
+}
+
+// report publishes next, seq, and reports the completion of slot s, just
+// before it.
+func (q *Queue) report(e Engine, s *Slot, seq uint64, st driver.WCStatus, n uint32) {
+	atomicrel.StoreUint64(&q.next, seq)
+	e.Complete(seq-1, driver.WorkCompletion{WRID: s.WR.WRID, Status: st, Opcode: s.WR.Opcode.CompletionOpcode(), ByteLen: n})
 }
 
 // Waiting reports whether WRs are posted that have not been executed.

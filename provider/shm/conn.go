@@ -83,9 +83,16 @@ type conn struct {
 	dirty        atomic.Bool
 	segNote      chan struct{}
 
-	wmu      sync.Mutex // serialises socket writes
-	events   chan ctrl
-	done     chan struct{}
+	wmu    sync.Mutex // serialises socket writes
+	events chan ctrl
+	done   chan struct{}
+	ended  atomic.Bool // done is closed
+	// The requester's scratch space, guarded by q.mu: a Send's receive
+	// and its resolved buffers (kept here, not zeroed on the stack for
+	// every WR), and the resolved keys.
+	rent     recvEntry
+	dst      [maxSGE]remote
+	kc       keyCache
 	doneOnce sync.Once
 	wg       sync.WaitGroup
 	closing  sync.Once
@@ -237,7 +244,12 @@ func (c *conn) withQP(f func(q *qp)) {
 }
 
 // finish marks the connection ended.
-func (c *conn) finish() { c.doneOnce.Do(func() { close(c.done) }) }
+func (c *conn) finish() {
+	c.doneOnce.Do(func() {
+		c.ended.Store(true)
+		close(c.done)
+	})
+}
 
 // serveSegment answers a peer's request for one of this process's
 // segments, as pushSegment does.
@@ -298,6 +310,7 @@ func (c *conn) absorb() {
 	if !c.dirty.Load() || !c.dirty.Swap(false) {
 		return
 	}
+	c.kc = keyCache{}
 	c.arriveMu.Lock()
 	arrivals, overflow := c.arrivals, c.overflow
 	c.arrivals, c.overflow = nil, false
@@ -394,6 +407,7 @@ func (c *conn) close() {
 		c.finish()
 		c.q.mu.Lock()
 		c.absorb()
+		c.kc = keyCache{}
 		for id, s := range c.segs {
 			s.close()
 			delete(c.segs, id)

@@ -13,7 +13,8 @@ type cq struct {
 	ctx     *devCtx
 	userCtx any
 	seg     *segment
-	ring    *cqRing
+	ring    *cqRing    // receive completions, written by peers too
+	local   *localRing // send completions of this process's QPs
 	n       int
 
 	mu      sync.Mutex // serialises consumers
@@ -32,7 +33,7 @@ func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &cq{ctx: c, userCtx: userCtx, seg: seg, ring: initCQRing(seg.mem, n), n: n, notify: make(chan struct{}, 1)}
+	q := &cq{ctx: c, userCtx: userCtx, seg: seg, ring: initCQRing(seg.mem, n), local: newLocalRing(n), n: n, notify: make(chan struct{}, 1)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -50,14 +51,29 @@ func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 	return q, nil
 }
 
-// push adds a completion produced in this process. A full ring loses it:
-// the overrun is recorded and raised, and push reports false so that the
-// QP moves to the error state.
-func (c *cq) push(wc *driver.WorkCompletion, retire uint64) bool {
+// push adds a receive completion produced in this process (a flushed
+// receive): it goes to the shared ring, behind the receive completions
+// peers wrote, so that a receive queue completes in order. pushSend adds
+// a send completion of q's slot seq to the private ring. A full ring
+// loses the completion: the overrun is recorded and raised, and both
+// report false so that the QP moves to the error state.
+func (c *cq) push(wc *driver.WorkCompletion) bool {
 	if c.destroyed.Load() {
 		return false
 	}
-	if !c.ring.produce(wc, true, retire) {
+	return c.notifyOrOverrun(wc, c.ring.produce(wc))
+}
+
+// pushSend: see push.
+func (c *cq) pushSend(wc *driver.WorkCompletion, q *qp, seq uint64) bool {
+	if c.destroyed.Load() {
+		return false
+	}
+	return c.notifyOrOverrun(wc, c.local.produce(wc, q, seq))
+}
+
+func (c *cq) notifyOrOverrun(wc *driver.WorkCompletion, ok bool) bool {
+	if !ok {
 		c.markOverrun()
 		return false
 	}
@@ -75,12 +91,10 @@ func (c *cq) Poll(wc []driver.WorkCompletion) int {
 	c.mu.Lock()
 	n := 0
 	for n < len(wc) && !c.destroyed.Load() {
-		local, retire, ok := c.ring.consume(&wc[n])
-		if !ok {
+		if q, seq := c.local.consume(&wc[n]); q != nil {
+			q.sq.Retire(seq)
+		} else if !c.ring.consume(&wc[n]) {
 			break
-		}
-		if local {
-			c.ctx.retire(wc[n].QPNum, retire)
 		}
 		n++
 	}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/goverbs/goverbs/internal/atomicrel"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -65,20 +66,21 @@ type cqSlot struct {
 	status  uint8
 	opcode  uint8
 	flags   uint8
-	local   uint8 // 1: produced by the owner, retire is meaningful
+	_       uint8
 	byteLen uint32
 	imm     uint32
 	invRKey uint32
 	qpNum   uint32
 	srcQP   uint32
-	retire  uint64
-	_       [16]byte
+	_       [24]byte
 }
 
 const cqSlotSize = int(unsafe.Sizeof(cqSlot{}))
 
 // cqRing is a view of a CQ segment. Any number of producers, in this
-// process and in peers, add completions; the owner alone consumes.
+// process and in peers, add receive completions; the owner alone
+// consumes. (Send completions, which only the owner produces, go to the
+// CQ's private localRing.)
 type cqRing struct {
 	h     *ringHeader
 	slots []cqSlot
@@ -111,7 +113,7 @@ func viewCQRing(mem []byte, n int) *cqRing {
 const maxProduceTries = 1 << 12
 
 // produce adds a completion; false if the ring is full (or corrupt).
-func (r *cqRing) produce(wc *driver.WorkCompletion, local bool, retire uint64) bool {
+func (r *cqRing) produce(wc *driver.WorkCompletion) bool {
 	for range maxProduceTries {
 		pos := r.h.tail.Load()
 		s := &r.slots[pos&r.mask]
@@ -123,10 +125,6 @@ func (r *cqRing) produce(wc *driver.WorkCompletion, local bool, retire uint64) b
 			}
 			s.wrid, s.status, s.opcode, s.flags = wc.WRID, uint8(wc.Status), uint8(wc.Opcode), uint8(wc.Flags)
 			s.byteLen, s.imm, s.invRKey, s.qpNum, s.srcQP = wc.ByteLen, wc.Imm, wc.InvalidatedRKey, wc.QPNum, wc.SrcQP
-			s.local, s.retire = 0, retire
-			if local {
-				s.local = 1
-			}
 			s.seq.Store(pos + 1)
 			return true
 		case d < 0:
@@ -137,20 +135,82 @@ func (r *cqRing) produce(wc *driver.WorkCompletion, local bool, retire uint64) b
 }
 
 // consume takes the oldest completion; false if there is none.
-func (r *cqRing) consume(wc *driver.WorkCompletion) (local bool, retire uint64, ok bool) {
+func (r *cqRing) consume(wc *driver.WorkCompletion) bool {
 	s := &r.slots[r.head&r.mask]
 	if s.seq.Load() != r.head+1 {
-		return false, 0, false
+		return false
 	}
 	*wc = driver.WorkCompletion{WRID: s.wrid, Status: driver.WCStatus(s.status), Opcode: driver.WCOpcode(s.opcode),
 		Flags: driver.WCFlags(s.flags), ByteLen: s.byteLen, Imm: s.imm, InvalidatedRKey: s.invRKey, QPNum: s.qpNum, SrcQP: s.srcQP}
 	if wc.Status > driver.WCGeneralErr {
 		wc.Status = driver.WCGeneralErr
 	}
-	local, retire = s.local == 1, s.retire
-	s.seq.Store(r.head + r.mask + 1)
+	atomicrel.StoreUint64(&s.seq, r.head+r.mask+1)
 	r.head++
-	return local, retire, true
+	return true
+}
+
+// localRing is a CQ's private queue of the send completions its own
+// process's QPs produce: no peer can write it, so nothing read from it
+// needs checking, and each entry names its QP, so that polling it frees
+// the send slot without a lookup. A bounded multi-producer queue like
+// cqRing (QPs sharing a CQ post concurrently); the CQ's poller consumes.
+type localRing struct {
+	tail  atomic.Uint64
+	_     [7]uint64
+	slots []localSlot
+	mask  uint64
+	head  uint64 // the consumer's position, under cq.mu
+}
+
+type localSlot struct {
+	seq    atomic.Uint64
+	wc     driver.WorkCompletion
+	q      *qp
+	retire uint64 // the send slot the completion frees
+}
+
+func newLocalRing(n int) *localRing {
+	r := &localRing{slots: make([]localSlot, n), mask: uint64(n - 1)}
+	for i := range r.slots {
+		r.slots[i].seq.Store(uint64(i))
+	}
+	return r
+}
+
+// produce adds the completion of q's send slot retire; false if the ring
+// is full.
+func (r *localRing) produce(wc *driver.WorkCompletion, q *qp, retire uint64) bool {
+	for {
+		pos := r.tail.Load()
+		s := &r.slots[pos&r.mask]
+		switch d := int64(s.seq.Load() - pos); {
+		case d == 0:
+			if !r.tail.CompareAndSwap(pos, pos+1) {
+				continue
+			}
+			s.wc, s.q, s.retire = *wc, q, retire
+			s.seq.Store(pos + 1)
+			return true
+		case d < 0:
+			return false
+		}
+	}
+}
+
+// consume takes the oldest completion and returns the QP and send slot it
+// retires; nil if there is none.
+func (r *localRing) consume(wc *driver.WorkCompletion) (*qp, uint64) {
+	s := &r.slots[r.head&r.mask]
+	if s.seq.Load() != r.head+1 {
+		return nil, 0
+	}
+	*wc = s.wc
+	q, retire := s.q, s.retire
+	s.q = nil
+	atomicrel.StoreUint64(&s.seq, r.head+r.mask+1)
+	r.head++
+	return q, retire
 }
 
 // Notification arming values of ringHeader.armed.
@@ -174,8 +234,11 @@ func (r *cqRing) notify(solicited, failed bool) {
 
 // ---- receive rings (QP receive queues and SRQs) ----
 
-// A receive entry: wrid (8), SGE count (4), padding (4), then SGEs of
-// address (8), length (4) and lkey (4).
+// A receive entry: wrid (8), SGE count (4), sequence (4), then SGEs of
+// address (8), length (4) and lkey (4). The producer publishes the entry
+// at position pos by storing pos+1 (mod 2^32) in its sequence, so that a
+// consumer reads the entry's cache line alone, not the producer's tail as
+// well (the tail is kept for the owner's own accounting).
 const (
 	recvEntryHeader = 16
 	sgeSize         = 16
@@ -192,13 +255,17 @@ type recvEntry struct {
 
 // recvRing is a view of a receive queue: the owner produces; consumers —
 // the peers whose Sends land in it, and the owner when it flushes — claim
-// entries with a CAS on head.
+// published entries with a CAS on head.
 type recvRing struct {
 	h         *ringHeader
 	mem       []byte
 	mask      uint64
 	entrySize int
 	maxSGE    int
+	// seenHead is the consumers' head as the producer last read it,
+	// under the producer's lock: reading the shared head for every post
+	// would pull its cache line away from the consumer that moves it.
+	seenHead uint64
 }
 
 func initRecvRing(mem []byte, n, sges int) *recvRing {
@@ -222,6 +289,19 @@ func (r *recvRing) entry(pos uint64) []byte {
 	return r.mem[off : off+r.entrySize]
 }
 
+// seq is the sequence word of entry e.
+func seq(e []byte) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&e[12])) }
+
+// reset empties the ring (the owner, with no producer or consumer at
+// work): indices and entries' sequences start again from zero.
+func (r *recvRing) reset() {
+	for i := range r.mask + 1 {
+		seq(r.entry(i)).Store(0)
+	}
+	r.h.head.Store(0)
+	r.h.tail.Store(0)
+}
+
 // count is the number of posted receives not yet consumed, as far as the
 // shared indices can be believed.
 func (r *recvRing) count() uint64 {
@@ -232,11 +312,20 @@ func (r *recvRing) count() uint64 {
 	return n
 }
 
-// produce posts a receive; the caller (the owner) serialises producers.
-func (r *recvRing) produce(wr *driver.RecvWR) bool {
+// produce posts a receive if fewer than limit (at most the ring's size)
+// are posted and not consumed; the caller (the owner) serialises
+// producers.
+func (r *recvRing) produce(wr *driver.RecvWR, limit uint64) bool {
 	t := r.h.tail.Load()
-	if t-r.h.head.Load() > r.mask { // full, or a corrupt head
-		return false
+	// The head only moves forward, so an old reading says there are at
+	// least as many outstanding as there are: read it again only when
+	// that looks like too many (or like nonsense: after a reset, or if
+	// a peer wrote the head).
+	if t-r.seenHead >= limit {
+		r.seenHead = r.h.head.Load()
+		if t-r.seenHead >= limit || t-r.seenHead > r.mask { // full, or a corrupt head
+			return false
+		}
 	}
 	e := r.entry(t)
 	binary.LittleEndian.PutUint64(e[0:], wr.WRID)
@@ -247,23 +336,21 @@ func (r *recvRing) produce(wr *driver.RecvWR) bool {
 		binary.LittleEndian.PutUint32(s[8:], g.Length)
 		binary.LittleEndian.PutUint32(s[12:], g.LKey)
 	}
+	seq(e).Store(uint32(t + 1))
 	r.h.tail.Store(t + 1)
 	return true
 }
 
 // consume claims the oldest receive into out. It reports ok false when
-// the queue is empty, and errGarbage when the indices or the entry cannot
-// be right.
+// the queue is empty (the entry at head is not published), and errGarbage
+// when the entry cannot be right or the head keeps moving under it.
 func (r *recvRing) consume(out *recvEntry) (bool, error) {
 	for range maxProduceTries {
-		h, t := r.h.head.Load(), r.h.tail.Load()
-		if h == t {
+		h := r.h.head.Load()
+		e := r.entry(h)
+		if seq(e).Load() != uint32(h+1) {
 			return false, nil
 		}
-		if t-h > r.mask+1 {
-			return false, errGarbage
-		}
-		e := r.entry(h)
 		out.wrid = binary.LittleEndian.Uint64(e[0:])
 		n := binary.LittleEndian.Uint32(e[8:])
 		if n > uint32(r.maxSGE) {
@@ -373,6 +460,12 @@ func (t *keyTable) lookup(key uint32) (keyInfo, bool) {
 		return k, true
 	}
 	return keyInfo{}, false
+}
+
+// current reports whether k, read by lookup, is still what its slot says:
+// the slot's sequence lock has not moved since.
+func (t *keyTable) current(k *keyInfo) bool {
+	return t.slots[k.key>>8].ver.Load() == k.ver
 }
 
 // span checks that [addr, addr+n) lies in the region and returns its

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -38,13 +39,21 @@ type qp struct {
 	conn      *conn // the connection, set on the move to RTR
 	pending   *conn // a connection cm is setting up
 	rnr       swq.RNR
-	result    [8]byte // an atomic's result on its way to the local buffer
+	result    [8]byte     // an atomic's result on its way to the local buffer
+	local     sglist.List // the local side of the WR being executed
 	rnrTimer  *time.Timer
 	rnrGen    uint64
 	destroyed bool
 
 	rqMu sync.Mutex // serialises receive producers
+
+	// postState mirrors attr.State, or is stateDestroyed, for PostRecv,
+	// which reads it without q.mu; publish keeps it.
+	postState atomic.Uint32
 }
+
+// stateDestroyed is qp.postState once the QP is destroyed.
+const stateDestroyed = 0xff
 
 func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	if a.Type != driver.QPTypeRC {
@@ -97,12 +106,16 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 		p.ctx.qps = map[*qp]bool{}
 	}
 	p.ctx.qps[q] = true
-	p.ctx.qpByNum.Store(q.num, q)
 	return q, nil
 }
 
 // publish writes the responder's view of the QP into its shared block.
 func (q *qp) publish() {
+	if q.destroyed {
+		q.postState.Store(stateDestroyed)
+	} else {
+		q.postState.Store(uint32(q.attr.State))
+	}
 	q.hdr.access.Store(uint32(q.attr.AccessFlags))
 	q.hdr.attrs.Store(uint32(q.attr.MinRNRTimer) | uint32(q.attr.MaxDestRdAtomic)<<8)
 	q.hdr.pd.Store(q.pd.id)
@@ -161,8 +174,7 @@ func (q *qp) reset() {
 	q.stopRNR()
 	q.sq.Reset()
 	if q.rq != nil {
-		q.rq.h.head.Store(0)
-		q.rq.h.tail.Store(0)
+		q.rq.reset()
 	}
 	if c := q.conn; c != nil {
 		// close waits for the connection's goroutines, which may wait
@@ -247,11 +259,10 @@ func (q *qp) postSend(wr *driver.SendWR) error {
 }
 
 func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
-	q.mu.Lock()
-	state, destroyed := q.attr.State, q.destroyed
-	q.mu.Unlock()
+	st := q.postState.Load()
+	state := driver.QPState(st)
 	switch {
-	case destroyed:
+	case st == stateDestroyed:
 		return 0, driver.ErrClosed
 	case q.srq != nil:
 		return 0, fmt.Errorf("%w: the QP takes its receives from an SRQ", driver.ErrInvalidArg)
@@ -266,7 +277,7 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 			return i, err
 		}
 		q.ctx.exposeForRecv(wr.SGList)
-		if q.rq.count() >= uint64(q.cap.MaxRecvWR) || !q.rq.produce(wr) {
+		if !q.rq.produce(wr, uint64(q.cap.MaxRecvWR)) {
 			return i, driver.ErrQueueFull
 		}
 	}
@@ -283,7 +294,7 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 // lost one (CQ overrun) moves the QP to the error state.
 func (q *qp) completeRecv(wc driver.WorkCompletion) {
 	wc.QPNum = q.num
-	if !q.recvCQ.push(&wc, 0) {
+	if !q.recvCQ.push(&wc) {
 		q.fail(driver.EventQPFatal)
 	}
 }
@@ -291,16 +302,8 @@ func (q *qp) completeRecv(wc driver.WorkCompletion) {
 // Complete implements swq.Engine: it reports the completion of send slot seq.
 func (q *qp) Complete(seq uint64, wc driver.WorkCompletion) {
 	wc.QPNum = q.num
-	if !q.sendCQ.push(&wc, seq) {
+	if !q.sendCQ.pushSend(&wc, q, seq) {
 		q.fail(driver.EventQPFatal)
-	}
-}
-
-// retire frees send slots once the completion of slot seq of QP num is
-// polled.
-func (c *devCtx) retire(num uint32, seq uint64) {
-	if q, ok := c.qpByNum.Load(num); ok {
-		q.(*qp).sq.Retire(seq)
 	}
 }
 
@@ -322,7 +325,6 @@ func (q *qp) Destroy() error {
 	}
 	q.ctx.mu.Lock()
 	delete(q.ctx.qps, q)
-	q.ctx.qpByNum.Delete(q.num)
 	q.ctx.mu.Unlock()
 	q.block.close()
 	return nil

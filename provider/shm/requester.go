@@ -43,8 +43,17 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 		return driver.WCWRFlushErr, 0
 	}
 	wr := &s.WR
-	var local sglist.List
-	if !swq.ResolveLocal(&local, s, q) {
+	local := &q.local
+	if len(wr.SGList) == 1 && !s.IsInline {
+		// swq.ResolveLocal's common case, without its calls through
+		// swq.Memory.
+		g := &wr.SGList[0]
+		b, ok := q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), swq.LocalNeed(s))
+		if !ok {
+			return driver.WCLocProtErr, 0
+		}
+		local.One(b)
+	} else if !swq.ResolveLocal(local, s, q) {
 		return driver.WCLocProtErr, 0
 	}
 	length := local.Len()
@@ -53,15 +62,15 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	}
 	switch wr.Opcode {
 	case driver.OpSend, driver.OpSendWithImm:
-		return q.rnrCheck(c.send(wr, &local)), 0
+		return q.rnrCheck(c.send(wr, local)), 0
 	case driver.OpRDMAWrite, driver.OpRDMAWriteWithImm:
-		return q.rnrCheck(c.write(wr, &local)), 0
+		return q.rnrCheck(c.write(wr, local)), 0
 	case driver.OpRDMARead:
-		return c.read(wr, &local), uint32(length)
+		return c.read(wr, local), uint32(length)
 	case driver.OpAtomicCmpAndSwp, driver.OpAtomicFetchAndAdd:
 		old, st := c.atomic(wr)
 		if st == driver.WCSuccess {
-			swq.PlaceResult(&local, &q.result, old)
+			swq.PlaceResult(local, &q.result, old)
 		}
 		return st, 8
 	}
@@ -107,41 +116,107 @@ type remote struct {
 }
 
 // target resolves key, addr and n in the peer's key table, requiring need
-// of the region (and of the peer QP, for remote access), and maps it.
-func (c *conn) target(key uint32, addr, n uint64, need driver.AccessFlags, write bool) (remote, bool) {
-	k, ok := c.keys.lookup(key)
-	if !ok || k.access&need != need || k.pd != c.peerHdr.pd.Load() {
-		return remote{}, false
+// of the region (and of the peer QP, for remote access), and maps it into
+// t. (t is filled in place: a returned struct read back with wider loads
+// than it was stored with stalls the CPU.)
+func (c *conn) target(t *remote, key uint32, addr, n uint64, need driver.AccessFlags, write bool) bool {
+	if c.dirty.Load() {
+		c.absorb() // the mappings change: this forgets the cached keys
+	}
+	e := c.cached(key, write)
+	if e == nil {
+		var ok bool
+		if e, ok = c.resolve(key, write); !ok {
+			return false
+		}
+	}
+	k := &e.k
+	if k.access&need != need || k.pd != c.peerHdr.pd.Load() {
+		return false
 	}
 	if need&driver.RemoteAccess != 0 && driver.AccessFlags(c.peerHdr.access.Load())&need != need {
-		return remote{}, false
+		return false
 	}
 	off, ok := k.span(addr, n)
 	if !ok {
-		return remote{}, false
+		return false
 	}
+	t.n = n
+	if e.seg == nil {
+		t.b, t.addr, t.proc = nil, addr, true
+		return true
+	}
+	mem := e.seg.mem
+	start := k.segOff + off
+	if start < k.segOff || start > uint64(len(mem)) || n > uint64(len(mem))-start {
+		return false
+	}
+	t.b, t.addr, t.proc = mem[start:start+n], 0, false
+	return true
+}
+
+// keyCache remembers the requester's last resolved keys, so that a WR
+// naming one of them reads a single word of the peer's key table: a slot
+// whose version is unchanged still says what it said (Dereg and every
+// re-registration change it). An entry holds the segment the key maps
+// to; absorb, which unmaps segments, forgets every entry. Guarded by q.mu.
+type keyCache struct {
+	e    [2]keyEntry
+	next int // the entry to replace
+}
+
+// keyEntry is one resolved key: the key slot as read, and the peer's
+// segment it lies in, mapped writable if rw (nil for process memory).
+type keyEntry struct {
+	k     keyInfo
+	seg   *segment
+	rw    bool
+	valid bool
+}
+
+// cached returns the entry of key if it is still current (and maps its
+// segment writable, if write); nil otherwise.
+func (c *conn) cached(key uint32, write bool) *keyEntry {
+	for i := range c.kc.e {
+		e := &c.kc.e[i]
+		if e.valid && e.k.key == key && (e.rw || !write) {
+			if c.keys.current(&e.k) {
+				return e
+			}
+			e.valid = false
+		}
+	}
+	return nil
+}
+
+// resolve looks key up in the peer's key table, maps its segment, and
+// caches the result.
+func (c *conn) resolve(key uint32, write bool) (*keyEntry, bool) {
+	k, ok := c.keys.lookup(key)
+	if !ok {
+		return nil, false
+	}
+	var seg *segment
 	switch k.kind {
 	case kindSegment:
-		seg, ok := c.segment(k.segID, write)
-		if !ok {
-			return remote{}, false
+		if seg, ok = c.segment(k.segID, write); !ok {
+			return nil, false
 		}
-		start := k.segOff + off
-		if start < k.segOff || start > uint64(len(seg.mem)) || n > uint64(len(seg.mem))-start {
-			return remote{}, false
-		}
-		return remote{b: seg.mem[start : start+n], n: n}, true
 	case kindProcess:
-		return remote{addr: addr, n: n, proc: true}, true
+	default:
+		return nil, false
 	}
-	return remote{}, false
+	e := &c.kc.e[c.kc.next]
+	c.kc.next = (c.kc.next + 1) % len(c.kc.e)
+	*e = keyEntry{k: k, seg: seg, rw: seg != nil && c.segRW[k.segID], valid: true}
+	return e, true
 }
 
 // send places a Send into the peer's next posted receive and writes the
 // receive's completion into the peer's CQ.
 func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
-	var r recvEntry
-	ok, err := c.peerRecv.consume(&r)
+	r := &c.rent
+	ok, err := c.peerRecv.consume(r)
 	if err != nil {
 		c.peerBroke()
 		return driver.WCRemOpErr
@@ -152,20 +227,19 @@ func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	if c.peerSRQ {
 		c.checkSRQLimit()
 	}
-	wc := c.recvCompletion(wr, r.wrid, driver.WCRecv)
-	var dst [maxSGE]remote
+	var wc driver.WorkCompletion
+	c.recvCompletion(&wc, wr, r.wrid, driver.WCRecv)
+	dst := &c.dst
 	var room uint64
 	for i := range r.n {
 		g := &r.sge[i]
-		t, ok := c.target(g.LKey, g.Addr, uint64(g.Length), driver.AccessLocalWrite, true)
-		if !ok {
+		if !c.target(&dst[i], g.LKey, g.Addr, uint64(g.Length), driver.AccessLocalWrite, true) {
 			wc.Status = driver.WCLocProtErr
 			c.peerComplete(&wc)
 			c.peerError(driver.EventQPAccessErr)
 			return driver.WCRemOpErr
 		}
-		dst[i] = t
-		room += t.n
+		room += dst[i].n
 	}
 	if src.Len() > room {
 		wc.Status = driver.WCLocLenErr
@@ -189,18 +263,14 @@ func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 // receive. A zero-length Write checks no rkey.
 func (c *conn) write(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	n := src.Len()
-	var dst [1]remote
-	if n > 0 {
-		t, ok := c.target(wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteWrite, true)
-		if !ok {
-			c.peerError(driver.EventQPAccessErr)
-			return driver.WCRemAccessErr
-		}
-		dst[0] = t
+	dst := c.dst[:1]
+	if n > 0 && !c.target(&dst[0], wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteWrite, true) {
+		c.peerError(driver.EventQPAccessErr)
+		return driver.WCRemAccessErr
 	}
-	var r recvEntry
+	r := &c.rent
 	if wr.Opcode == driver.OpRDMAWriteWithImm {
-		ok, err := c.peerRecv.consume(&r)
+		ok, err := c.peerRecv.consume(r)
 		if err != nil {
 			c.peerBroke()
 			return driver.WCRemOpErr
@@ -213,13 +283,14 @@ func (c *conn) write(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 		}
 	}
 	if n > 0 {
-		if _, ok := c.copyOut(dst[:], src); !ok {
+		if _, ok := c.copyOut(dst, src); !ok {
 			c.peerError(driver.EventQPAccessErr)
 			return driver.WCRemAccessErr
 		}
 	}
 	if wr.Opcode == driver.OpRDMAWriteWithImm {
-		wc := c.recvCompletion(wr, r.wrid, driver.WCRecvRDMAWithImm)
+		var wc driver.WorkCompletion
+		c.recvCompletion(&wc, wr, r.wrid, driver.WCRecvRDMAWithImm)
 		wc.ByteLen = uint32(n)
 		c.peerComplete(&wc)
 	}
@@ -236,8 +307,8 @@ func (c *conn) read(wr *driver.SendWR, dst *sglist.List) driver.WCStatus {
 	if n == 0 {
 		return driver.WCSuccess
 	}
-	t, ok := c.target(wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteRead, false)
-	if !ok || !c.copyIn(dst, t) {
+	t := &c.dst[0]
+	if !c.target(t, wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteRead, false) || !c.copyIn(dst, t) {
 		c.peerError(driver.EventQPAccessErr)
 		return driver.WCRemAccessErr
 	}
@@ -251,8 +322,8 @@ func (c *conn) atomic(wr *driver.SendWR) (uint64, driver.WCStatus) {
 		c.peerError(driver.EventQPReqErr)
 		return 0, driver.WCRemInvReqErr
 	}
-	t, ok := c.target(wr.RKey, wr.RemoteAddr, 8, driver.AccessRemoteAtomic, true)
-	if !ok || t.proc || uintptr(unsafe.Pointer(&t.b[0]))%8 != 0 {
+	t := &c.dst[0]
+	if !c.target(t, wr.RKey, wr.RemoteAddr, 8, driver.AccessRemoteAtomic, true) || t.proc || uintptr(unsafe.Pointer(&t.b[0]))%8 != 0 {
 		c.peerError(driver.EventQPAccessErr)
 		return 0, driver.WCRemAccessErr
 	}
@@ -268,9 +339,11 @@ func (c *conn) atomic(wr *driver.SendWR) (uint64, driver.WCStatus) {
 	}
 }
 
-// recvCompletion starts the peer's completion of a message.
-func (c *conn) recvCompletion(wr *driver.SendWR, wrid uint64, op driver.WCOpcode) driver.WorkCompletion {
-	wc := driver.WorkCompletion{WRID: wrid, Opcode: op, SrcQP: c.q.num, QPNum: c.remote.QPNum}
+// recvCompletion starts the peer's completion of a message in wc (filled
+// in place: a returned struct read back with wider loads than it was
+// stored with stalls the CPU).
+func (c *conn) recvCompletion(wc *driver.WorkCompletion, wr *driver.SendWR, wrid uint64, op driver.WCOpcode) {
+	*wc = driver.WorkCompletion{WRID: wrid, Opcode: op, SrcQP: c.q.num, QPNum: c.remote.QPNum}
 	if wr.Opcode.HasImm() {
 		wc.Flags |= driver.WCWithImm
 		wc.Imm = wr.Imm
@@ -278,14 +351,13 @@ func (c *conn) recvCompletion(wr *driver.SendWR, wrid uint64, op driver.WCOpcode
 	if wr.Flags&driver.SendSolicited != 0 {
 		wc.Flags |= driver.WCSolicited
 	}
-	return wc
 }
 
 // peerComplete writes a receive completion into the peer's CQ and wakes
 // the peer if it waits for one. A full CQ is the peer's overrun: it is
 // told, and its QP fails.
 func (c *conn) peerComplete(wc *driver.WorkCompletion) {
-	if !c.peerCQ.produce(wc, false, 0) {
+	if !c.peerCQ.produce(wc) {
 		c.sendCtrl(msgOverrun, 0, 0)
 		return
 	}
@@ -294,9 +366,13 @@ func (c *conn) peerComplete(wc *driver.WorkCompletion) {
 
 // copyOut copies src into the peer memory dst, in order.
 func (c *conn) copyOut(dst []remote, src *sglist.List) (uint64, bool) {
+	if len(dst) == 1 && src.N() == 1 && !dst[0].proc {
+		return uint64(copy(dst[0].b, src.Seg(0))), true
+	}
 	var total uint64
 	si, soff := 0, 0
-	for _, d := range dst {
+	for i := range dst {
+		d := &dst[i]
 		var doff uint64
 		for doff < d.n && si < src.N() {
 			s := src.Seg(si)[soff:]
@@ -320,11 +396,9 @@ func (c *conn) copyOut(dst []remote, src *sglist.List) (uint64, bool) {
 }
 
 // copyIn copies the peer memory src into the local list dst.
-func (c *conn) copyIn(dst *sglist.List, src remote) bool {
+func (c *conn) copyIn(dst *sglist.List, src *remote) bool {
 	if !src.proc {
-		var s sglist.List
-		s.One(src.b)
-		sglist.Copy(dst, &s)
+		dst.Fill(src.b)
 		return true
 	}
 	off := uint64(0)
@@ -339,14 +413,7 @@ func (c *conn) copyIn(dst *sglist.List, src remote) bool {
 }
 
 // isBroken reports whether the connection has ended.
-func (c *conn) isBroken() bool {
-	select {
-	case <-c.done:
-		return true
-	default:
-		return false
-	}
-}
+func (c *conn) isBroken() bool { return c.ended.Load() }
 
 // checkSRQLimit raises the peer SRQ's limit event when a Send left fewer
 // receives than its armed limit.

@@ -152,7 +152,6 @@ type devCtx struct {
 	nextPD  uint32
 	cqs     map[*cq]bool
 	qps     map[*qp]bool
-	qpByNum sync.Map // QP number → *qp, read without a lock when completions are polled
 	srqs    map[*srq]bool
 	closed  bool
 

@@ -61,7 +61,7 @@ func (s *srq) PostRecv(wrs []driver.RecvWR) (int, error) {
 			return i, err
 		}
 		s.ctx.exposeForRecv(wrs[i].SGList)
-		if s.ring.count() >= uint64(s.maxWR) || !s.ring.produce(&wrs[i]) {
+		if !s.ring.produce(&wrs[i], uint64(s.maxWR)) {
 			return i, driver.ErrQueueFull
 		}
 	}

@@ -293,13 +293,20 @@ func testRecvQueueFull(t *testing.T, h Harness) {
 }
 
 // testDeregMR: after the responder deregisters a region, Writes and Reads
-// naming it fail with WCRemAccessErr and its memory is not touched.
+// naming it fail with WCRemAccessErr and its memory is not touched — also
+// on QPs that used the region just before (a requester must not act on
+// what it remembers of the key).
 func testDeregMR(t *testing.T, h Harness) {
 	p := h.NewPair(t, PairOptions{QPs: 2})
 	target := newRegion(t, p.B, 64, remoteAll)
+	local := newRegion(t, p.A, 64, localRW)
+	for qp, wr := range []verbs.SendWR{writeWR(1, target, 0, local.SGE(0, 16)), readWR(2, target, 0, local.SGE(16, 16))} {
+		wr.Flags |= verbs.SendSignaled
+		postSend(t, p.A, qp, wr)
+		expectStatus(t, waitOne(t, p.A, SendCQ), wr.WRID, verbs.WCSuccess)
+	}
 	fill(t, p.B, target, 0, pattern(42, 64))
 	before := snap(t, p.B, target, "deregistered region")
-	local := newRegion(t, p.A, 64, localRW)
 	fill(t, p.A, local, 0, pattern(43, 64))
 	if err := p.B.DeregRegion(target.ID); err != nil {
 		t.Fatalf("deregister: %v", err)
