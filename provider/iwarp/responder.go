@@ -66,7 +66,7 @@ type rxState struct {
 	// read), mirrored as slices.
 	hlen, plen, tlen int
 	planned          bool
-	iov              [maxSGE + 2]unix.Iovec
+	iov              [maxSGE + 3]unix.Iovec // and the stage, to read ahead
 	segs             [maxSGE + 2][]byte
 	nseg             int
 	at               int // the segment the next read starts in
@@ -518,6 +518,11 @@ func (c *conn) rxNext() (idle bool, err error) {
 		rx.addSeg(rx.trailer[t:rx.tlen])
 	}
 	if rx.nseg > 0 {
+		// What follows the FPDU, up to a stage's worth, comes with the
+		// same readv (the stage is empty: the FPDU ran past it).
+		rx.sOff, rx.sEnd = 0, 0
+		rx.iov[rx.nseg].Base = &rx.stage[0]
+		rx.iov[rx.nseg].SetLen(len(rx.stage))
 		rx.planned = true
 		return false, nil
 	}
@@ -571,7 +576,8 @@ func (rx *rxState) addSeg(s []byte) {
 }
 
 // rxRead reads the planned bytes, as far as they have arrived: done when
-// all have.
+// all have. The read that completes them may bring the start of what
+// follows into the stage.
 func (c *conn) rxRead() (done bool, err error) {
 	rx := &c.rx
 	for rx.got < rx.want {
@@ -580,12 +586,20 @@ func (c *conn) rxRead() (done bool, err error) {
 			rx.iov[rx.at].Base = &s[0]
 			rx.iov[rx.at].SetLen(len(s))
 		}
-		n, ok, err := c.sysRead(rx.iov[rx.at:rx.nseg])
+		n, ok, err := c.sysRead(rx.iov[rx.at : rx.nseg+1])
 		if err != nil {
 			return false, truncated(err)
 		}
 		if !ok {
+			rx.drained = true
 			return false, nil
+		}
+		if ahead := rx.got + n - rx.want; ahead > 0 {
+			rx.sEnd = ahead
+			n -= ahead
+			rx.drained = ahead < len(rx.stage)
+		} else {
+			rx.drained = false
 		}
 		rx.got += n
 		for n > 0 {
@@ -611,6 +625,7 @@ func (c *conn) rxComplete() error {
 	for i := range rx.nseg {
 		rx.segs[i], rx.iov[i] = nil, unix.Iovec{}
 	}
+	rx.iov[rx.nseg] = unix.Iovec{}
 	rx.nseg = 0
 	clear(rx.dst[:rx.ndst])
 	if err != nil {
