@@ -64,8 +64,8 @@ figures beside goverbs' with the ratio.
 
 Across processes or hosts, start a server and point a client at it:
 
-  goverbs bench -l shm://@bench          # server (tcp://:18515 once iWARP lands)
-  goverbs bench shm://@bench write_bw    # client`
+  goverbs bench -l shm://@bench          # server (tcp://:18515 across hosts)
+  goverbs bench shm://@bench write_bw    # client (tcp://server:18515 ...)`
 
 func runBench(ctx context.Context, e *env, args []string) error {
 	cfg := benchConfig{o: perftest.NoOverrides}
