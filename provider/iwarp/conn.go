@@ -129,21 +129,26 @@ type conn struct {
 	// is a descriptor of c's own for the socket; rawc waits for it to
 	// become readable; rxEnded: the receive goroutine has stopped
 	// receiving.
-	rxMu       sync.Mutex
-	rxMissed   atomic.Bool
-	rxBusy     atomic.Int32
-	rxEnded    atomic.Bool
-	polls      atomic.Uint64 // rounds of pollers: see pollGrace
-	rxFrames   atomic.Uint64 // FPDUs received: see rxSpin
-	arms       atomic.Uint64 // ReqNotify calls on the QP's CQs
-	lazyAt     atomic.Int64  // when a poller left responses to send (rxTry), or 0
-	lazyTimer  *time.Timer   // sends them if nothing else has
-	rxWake     chan struct{}
-	rfd        int
-	rawc       syscall.RawConn
-	readableFn func(fd uintptr) bool
-	rxWaited   bool    // readable waited for the socket (the receive goroutine's)
-	rx         rxState // guarded by rxMu
+	rxMu      sync.Mutex
+	rxMissed  atomic.Bool
+	rxBusy    atomic.Int32
+	rxEnded   atomic.Bool
+	polls     atomic.Uint64 // rounds of pollers: see pollGrace
+	rxFrames  atomic.Uint64 // FPDUs received: see rxSpin
+	arms      atomic.Uint64 // ReqNotify calls on the QP's CQs
+	lazyAt    atomic.Int64  // when a poller left responses to send (rxTry), or 0
+	lazyTimer *time.Timer   // sends them if nothing else has
+	// Unsignaled Sends and Writes left unconfirmed (needConfirm): the
+	// timer makes the transmitter ask for a confirmation.
+	confirmTimer *time.Timer
+	confirmArmed atomic.Bool
+	confirmDue   atomic.Bool
+	rxWake       chan struct{}
+	rfd          int
+	rawc         syscall.RawConn
+	readableFn   func(fd uintptr) bool
+	rxWaited     bool    // readable waited for the socket (the receive goroutine's)
+	rx           rxState // guarded by rxMu
 }
 
 // irqKind is the kind of a queued response.
@@ -177,6 +182,8 @@ func newConn(q *qp, nc *net.TCPConn, crc, ext bool, ird, ord int) *conn {
 	c.writeFn = c.nbWrite
 	c.lazyTimer = time.AfterFunc(time.Hour, c.flushLazy)
 	c.lazyTimer.Stop()
+	c.confirmTimer = time.AfterFunc(time.Hour, c.confirmNow)
+	c.confirmTimer.Stop()
 	nc.SetNoDelay(true)
 	nc.SetKeepAlive(true)
 	return c
@@ -238,6 +245,18 @@ func (c *conn) kickCheck() {
 	c.kickMu.Unlock()
 }
 
+// confirmDelay is how long unsignaled Sends and Writes may wait for a
+// confirmation to be asked for: in a stream of them a later request or
+// signaled WR usually covers them first, at no cost.
+const confirmDelay = 50 * time.Microsecond
+
+// confirmNow is the confirmation timer: the transmitter asks for one.
+func (c *conn) confirmNow() {
+	c.confirmArmed.Store(false)
+	c.confirmDue.Store(true)
+	c.transmit()
+}
+
 // wakeTx makes the transmitter look for work.
 func (c *conn) wakeTx() {
 	select {
@@ -259,6 +278,7 @@ func (c *conn) abort() {
 	c.kickMu.Unlock()
 	c.closeOnce.Do(func() { c.nc.Close() })
 	c.lazyTimer.Stop()
+	c.confirmTimer.Stop()
 	c.wakeTx()
 	c.wakeRx()
 	// A read in progress on c's own descriptor may still be placing
@@ -402,8 +422,11 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 			return false, true
 		}
 		q.completeInOrder()
-		if q.req.needConfirm(int(q.cap.MaxSendWR)) {
-			q.req.addConfirm(b)
+		if q.req.needConfirm(int(q.cap.MaxSendWR), c.confirmDue.Load()) && q.req.addConfirm(b) {
+			c.confirmDue.Store(false)
+		}
+		if q.req.unconfirmed() && !c.confirmArmed.Swap(true) {
+			c.confirmTimer.Reset(confirmDelay)
 		}
 	}
 	more = b.full

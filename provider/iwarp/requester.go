@@ -86,8 +86,10 @@ type requester struct {
 	orqHead    uint64
 	orqTail    uint64
 	uncovBytes uint64 // bytes sent since coverSeq
-	local      sglist.List
-	result     [8]byte
+	// uncovSignaled: a signaled Send or Write is among them.
+	uncovSignaled bool
+	local         sglist.List
+	result        [8]byte
 }
 
 func (r *requester) init(depth int) { r.track = make([]wrTrack, depth) }
@@ -252,9 +254,12 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	if t.response {
 		e := &r.orq[(r.orqTail-1)%maxRdAtomic]
 		e.seq, e.cover = seq, seq
-		r.coverSeq, r.uncovBytes = r.execSeq, 0
+		r.coverSeq, r.uncovBytes, r.uncovSignaled = r.execSeq, 0, false
 	} else {
 		r.uncovBytes += length
+		if t.signaled {
+			r.uncovSignaled = true
+		}
 		if r.ord == 0 {
 			// Nothing can confirm it: it completes once sent.
 			t.confirmed = true
@@ -383,21 +388,36 @@ func (r *requester) appRequestsOutstanding() bool {
 const confirmThreshold = 512 << 10
 
 // needConfirm reports whether the transmitter should add a zero-length
-// Read to confirm the Sends and Writes sent since the last request:
-// when there are some, a request slot is free, and either nothing
-// confirms them yet or many have piled up.
-func (r *requester) needConfirm(depth int) bool {
+// Read to confirm the Sends and Writes sent since the last request, when
+// there are some and a request slot is free: when many have piled up;
+// else, when none is on its way, if one of them is signaled (its
+// completion is awaited) or due says they have waited long enough. Only
+// unsignaled WRs are left unconfirmed a while: the next request, a later
+// signaled WR's confirmation, or the transmitter's timer (confirmDelay)
+// covers them; their slots stay taken until it does.
+func (r *requester) needConfirm(depth int, due bool) bool {
 	if r.coverSeq >= r.execSeq || r.ord == 0 || r.orqLen() >= r.ord {
 		return false
 	}
+	if r.uncovBytes >= confirmThreshold || r.execSeq-r.coverSeq >= uint64(max(depth/2, 1)) {
+		return true
+	}
+	return !r.confirming() && (r.uncovSignaled || due)
+}
+
+// confirming reports whether a confirming Read is on its way.
+func (r *requester) confirming() bool {
 	for i := r.orqHead; i != r.orqTail; i++ {
 		if r.orq[i%maxRdAtomic].kind == orqConfirm {
-			// One is on its way: add another only under load.
-			return r.uncovBytes >= confirmThreshold || r.execSeq-r.coverSeq >= uint64(max(depth/2, 1))
+			return true
 		}
 	}
-	return true
+	return false
 }
+
+// unconfirmed reports whether executed Sends or Writes wait for a
+// confirmation that nothing has asked for yet.
+func (r *requester) unconfirmed() bool { return r.coverSeq < r.execSeq && r.ord > 0 && !r.confirming() }
 
 // addConfirm builds a confirming zero-length Read Request into b.
 func (r *requester) addConfirm(b *txBatch) bool {
@@ -409,7 +429,7 @@ func (r *requester) addConfirm(b *txBatch) bool {
 	r.msn[wire.QNRead]++
 	wire.ReadRequest(b.header(wire.ReadRequestLen)).Set(r.msn[wire.QNRead], 0, 0, 0, 0, 0)
 	b.endFrame(nil, 0, 0)
-	r.coverSeq, r.uncovBytes = r.execSeq, 0
+	r.coverSeq, r.uncovBytes, r.uncovSignaled = r.execSeq, 0, false
 	return true
 }
 
