@@ -41,8 +41,10 @@
 // the requester learns from a later Read Response: when a Send or Write
 // is not followed by a Read or atomic of its own, the requester adds a
 // zero-length RDMA Read (legal on every iWARP peer) and completes the
-// Send or Write when its response arrives. That is how a remote error
-// (a bad STag, a receive too small) reaches the WR that caused it.
+// Send or Write when its response arrives — at once for a signaled WR,
+// within 50 µs for unsignaled ones, which a later request usually covers
+// first. That is how a remote error (a bad STag, a receive too small)
+// reaches the WR that caused it.
 //
 // Copies: the receiver reads what has arrived, up to 512 bytes, into a
 // stage, and copies the payload it holds once into the registered memory
