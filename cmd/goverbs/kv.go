@@ -142,7 +142,7 @@ func runKVBench(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet("kv bench", "", `Bench measures the store on 16-byte keys, 95% GET and 5% PUT, with uniform
 and Zipf 0.99 key choice, for each value size, with one client; and
 memcached (started on loopback, if installed) on the same workload. It
-reports GET median and p99 latency, operations per second, and the
+reports GET median and p99 latency, PUT median latency, operations per second, and the
 server's CPU seconds per million GETs. Without -a it starts its own server
 process on the default local provider.`, e)
 	fs.String(&addr, "addr", "a", "", "server to measure (default: start one, see --serve)")
@@ -208,7 +208,7 @@ process on the default local provider.`, e)
 	}
 
 	tw := tabwriter.NewWriter(e.stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "system\tvalue\tworkload\tGET p50 µs\tGET p99 µs\tkops/s\tserver CPU s/M GET\tp50 ratio\tthroughput ratio\t\n")
+	fmt.Fprintf(tw, "system\tvalue\tworkload\tGET p50 µs\tGET p99 µs\tPUT p50 µs\tkops/s\tserver CPU s/M GET\tp50 ratio\tthroughput ratio\t\n")
 	type mix struct {
 		gets, theta float64
 	}
@@ -231,7 +231,7 @@ process on the default local provider.`, e)
 				}
 				row(tw, m)
 				all = append(all, m)
-				fmt.Fprintf(tw, "goverbs/memcached\t%d\t%s\t\t\t\t\t%.3f\t%.2f\t\n", size, w.Name(),
+				fmt.Fprintf(tw, "goverbs/memcached\t%d\t%s\t\t\t\t\t\t%.3f\t%.2f\t\n", size, w.Name(),
 					float64(r.GetP50)/float64(m.GetP50), r.OpsPerSec()/m.OpsPerSec())
 			}
 		}
@@ -256,8 +256,12 @@ func row(tw *tabwriter.Writer, r kvbench.Result) {
 	if c := r.CPUPerMillionGets(); c >= 0 {
 		cpu = fmt.Sprintf("%.2f", c)
 	}
-	fmt.Fprintf(tw, "%s\t%d\t%s\t%.2f\t%.2f\t%.1f\t%s\t\t\t\n", r.System, r.ValueSize, r.Workload,
-		float64(r.GetP50.Nanoseconds())/1e3, float64(r.GetP99.Nanoseconds())/1e3, r.OpsPerSec()/1e3, cpu)
+	put := "-"
+	if r.Puts > 0 {
+		put = fmt.Sprintf("%.2f", float64(r.PutP50.Nanoseconds())/1e3)
+	}
+	fmt.Fprintf(tw, "%s\t%d\t%s\t%.2f\t%.2f\t%s\t%.1f\t%s\t\t\t\n", r.System, r.ValueSize, r.Workload,
+		float64(r.GetP50.Nanoseconds())/1e3, float64(r.GetP99.Nanoseconds())/1e3, put, r.OpsPerSec()/1e3, cpu)
 }
 
 // startKVServer starts `goverbs kv serve` as a child process and waits

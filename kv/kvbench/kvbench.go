@@ -53,6 +53,7 @@ type Result struct {
 	Gets, Puts int
 	GetP50     time.Duration
 	GetP99     time.Duration
+	PutP50     time.Duration // 0 without PUTs
 	Elapsed    time.Duration
 	// ServerCPU is the server process's CPU time (user+system) during the
 	// measured phase; -1 if unknown.
@@ -103,6 +104,7 @@ func Run(system string, s Store, w Workload, serverPID int) (Result, error) {
 	}
 	dst := make([]byte, w.ValueSize+64)
 	lat := make([]time.Duration, 0, w.Ops)
+	var putLat []time.Duration
 	cpu0, cpuErr := processCPU(serverPID)
 	start := time.Now()
 	for range w.Ops {
@@ -119,7 +121,10 @@ func Run(system string, s Store, w Workload, serverPID int) (Result, error) {
 			}
 			r.Gets++
 		} else {
-			if err := s.Put(k, val); err != nil {
+			t0 := time.Now()
+			err := s.Put(k, val)
+			putLat = append(putLat, time.Since(t0))
+			if err != nil {
 				return r, fmt.Errorf("%s: put: %w", system, err)
 			}
 			r.Puts++
@@ -133,6 +138,10 @@ func Run(system string, s Store, w Workload, serverPID int) (Result, error) {
 	if len(lat) > 0 {
 		r.GetP50 = lat[len(lat)/2]
 		r.GetP99 = lat[len(lat)*99/100]
+	}
+	slices.Sort(putLat)
+	if len(putLat) > 0 {
+		r.PutP50 = putLat[len(putLat)/2]
 	}
 	return r, nil
 }
