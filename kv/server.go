@@ -513,8 +513,12 @@ func (s *Server) reclaim() {
 	i := 0
 	for ; i < len(s.limbo) && now.Sub(s.limbo[i].at) >= s.cfg.Grace; i++ {
 		s.heap.Put(s.limbo[i].buf)
+		s.limbo[i] = retired{}
 	}
-	s.limbo = append(s.limbo[:0], s.limbo[i:]...)
+	// A queue: dropping the head by reslicing costs nothing, and append
+	// moves the live entries when it grows the array (shifting them down
+	// here instead cost a copy of the whole limbo per PUT).
+	s.limbo = s.limbo[i:]
 }
 
 // alloc takes heap space for a record of n bytes. When the heap is
@@ -531,6 +535,7 @@ func (s *Server) alloc(n int) (mempool.Buf, bool) {
 			return mempool.Buf{}, false
 		}
 		s.heap.Put(s.limbo[0].buf)
+		s.limbo[0] = retired{}
 		s.limbo = s.limbo[1:]
 	}
 }
