@@ -45,28 +45,32 @@ func Plot(file string, rep *Report) error {
 			plots[i][j] = p
 		}
 	}
-	const dpi = 96
-	w, h := 18*vg.Inch, 9*vg.Inch
-	img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(dpi))
-	dc := draw.New(img)
-	// White background, a title line, then the panels.
-	dc.SetColor(color.White)
-	dc.Fill(dc.Rectangle.Path())
-	title := draw.TextStyle{Color: color.Black, Font: plot.DefaultFont, Handler: plot.DefaultTextHandler, XAlign: draw.XCenter, YAlign: draw.YTop}
-	title.Font.Size = vg.Points(14)
 	mode := "polling"
 	if rep.Event {
 		mode = "completion events"
 	}
-	dc.FillText(title, vg.Point{X: w / 2, Y: h - vg.Points(6)},
-		fmt.Sprintf("goverbs bench, %s (%s; %s): lower latency and higher bandwidth are better", rep.Date, rep.Host, mode))
+	return WriteFigure(file, fmt.Sprintf("goverbs bench, %s (%s; %s): lower latency and higher bandwidth are better", rep.Date, rep.Host, mode),
+		18*vg.Inch, 9*vg.Inch, plots)
+}
+
+// WriteFigure draws rows of panels under a title line into a PNG file of
+// w by h, the panels aligned in a grid, on a white background.
+func WriteFigure(file, title string, w, h vg.Length, rows [][]*plot.Plot) error {
+	const dpi = 96
+	img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(dpi))
+	dc := draw.New(img)
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+	ts := draw.TextStyle{Color: color.Black, Font: plot.DefaultFont, Handler: plot.DefaultTextHandler, XAlign: draw.XCenter, YAlign: draw.YTop}
+	ts.Font.Size = vg.Points(14)
+	dc.FillText(ts, vg.Point{X: w / 2, Y: h - vg.Points(6)}, title)
 	body := draw.Crop(dc, 0, 0, 0, -vg.Points(28))
 	tiles := draw.Tiles{Rows: len(rows), Cols: len(rows[0]), PadX: vg.Points(12), PadY: vg.Points(12),
 		PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(8)}
-	canvases := plot.Align(plots, tiles, body)
-	for i := range plots {
-		for j := range plots[i] {
-			plots[i][j].Draw(canvases[i][j])
+	canvases := plot.Align(rows, tiles, body)
+	for i := range rows {
+		for j := range rows[i] {
+			rows[i][j].Draw(canvases[i][j])
 		}
 	}
 	f, err := os.Create(file)

@@ -1,17 +1,13 @@
 package kvbench
 
 import (
-	"image/color"
 	"math"
-	"os"
 	"slices"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/goverbs/goverbs/internal/perftest"
 )
@@ -90,31 +86,7 @@ func Plot(file, title string, results []Result) error {
 		}
 		row[i] = p
 	}
-	const dpi = 96
-	w, h := 16*vg.Inch, 5.5*vg.Inch
-	img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(dpi))
-	dc := draw.New(img)
-	dc.SetColor(color.White)
-	dc.Fill(dc.Rectangle.Path())
-	ts := draw.TextStyle{Color: color.Black, Font: plot.DefaultFont, Handler: plot.DefaultTextHandler, XAlign: draw.XCenter, YAlign: draw.YTop}
-	ts.Font.Size = vg.Points(14)
-	dc.FillText(ts, vg.Point{X: w / 2, Y: h - vg.Points(6)}, title)
-	body := draw.Crop(dc, 0, 0, 0, -vg.Points(28))
-	tiles := draw.Tiles{Rows: 1, Cols: len(row), PadX: vg.Points(12), PadTop: vg.Points(4),
-		PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(8)}
-	canvases := plot.Align([][]*plot.Plot{row}, tiles, body)
-	for j, p := range row {
-		p.Draw(canvases[0][j])
-	}
-	f, err := os.Create(file)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return perftest.WriteFigure(file, title, 16*vg.Inch, 5.5*vg.Inch, [][]*plot.Plot{row})
 }
 
 // sizeTicks marks the value sizes measured.
