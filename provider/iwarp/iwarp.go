@@ -61,7 +61,10 @@
 // Progress: an application polling a CQ drives the connections of its
 // QPs (it reads, places and answers what has arrived), with no goroutine
 // switch on the way; each connection's receive goroutine does the same
-// for an application that sleeps on a CQ or is busy elsewhere.
+// for an application that sleeps on a CQ or is busy elsewhere. A poll
+// that finds the CQ empty makes one read system call per connection of
+// its QPs: a CQ shared by many connections is better waited on (CQ.Wait)
+// than busy-polled.
 package iwarp
 
 import (
