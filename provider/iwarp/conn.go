@@ -179,6 +179,9 @@ func newConn(q *qp, nc *net.TCPConn, crc, ext bool, ird, ord int) *conn {
 	c.rx.msn = [wire.NumQN]uint32{1, 1, 1, 1}
 	c.rxWake = make(chan struct{}, 1)
 	c.readableFn = c.readable
+	// The raw socket is there from the start: a PostSend racing the end
+	// of connection setup transmits through it too.
+	c.rawc, _ = nc.SyscallConn()
 	c.writeFn = c.nbWrite
 	c.lazyTimer = time.AfterFunc(time.Hour, c.flushLazy)
 	c.lazyTimer.Stop()
@@ -192,9 +195,8 @@ func newConn(q *qp, nc *net.TCPConn, crc, ext bool, ird, ord int) *conn {
 // start runs the connection's goroutines, and lets pollers of the QP's
 // CQs receive.
 func (c *conn) start() {
-	if rc, err := c.nc.SyscallConn(); err == nil {
-		c.rawc = rc
-		rc.Control(func(fd uintptr) {
+	if c.rawc != nil {
+		c.rawc.Control(func(fd uintptr) {
 			c.rfd, _ = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
 		})
 	}
@@ -468,6 +470,9 @@ func (c *conn) writeBatch(b *txBatch, nb bool) (left bool, err error) {
 		return false, err
 	}
 	c.nbN, c.nbErr = 0, 0
+	if c.rawc == nil {
+		return false, net.ErrClosed
+	}
 	if err := c.rawc.Write(c.writeFn); err != nil {
 		return false, err
 	}
