@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -339,5 +340,48 @@ func TestDisconnectAfterReceive(t *testing.T) {
 		if wc := a.wait(t, 1)[0]; wc.Status != verbs.WCSuccess || wc.WRID != 2 {
 			t.Fatalf("round %d: the Send the peer received completed with %+v, want success", i, wc)
 		}
+	}
+}
+
+// TestNoDescriptorLeak connects, uses and tears down pairs of QPs many
+// times: each connection holds a descriptor of its own for the socket
+// besides the net package's, and both must be closed once the QPs are
+// destroyed.
+func TestNoDescriptorLeak(t *testing.T) {
+	count := func() int {
+		d, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip("no /proc/self/fd")
+		}
+		return len(d)
+	}
+	round := func() {
+		t.Run("pair", func(t *testing.T) {
+			a, b, ca, cb := connectPair(t, 4096, nil, nil)
+			if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{b.mr.SGE(0, 64)}}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
+				SGList: []verbs.SGE{a.mr.SGE(0, 64)}}}); err != nil {
+				t.Fatal(err)
+			}
+			a.wait(t, 1)
+			b.wait(t, 1)
+			ca.Close()
+			cb.Close()
+			for _, e := range []*pairEnd{a, b} {
+				if err := e.qp.Destroy(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+	round() // the first connection may open descriptors that stay (the runtime's poller)
+	before := count()
+	for range 20 {
+		round()
+	}
+	if after := count(); after > before {
+		t.Fatalf("%d descriptors open after 20 connections, %d before", after, before)
 	}
 }
