@@ -33,7 +33,10 @@
 // value at the moment its current word was read (the Read copies forward,
 // and the version ties the word and the bytes after it to one record) —
 // so GETs of either kind linearize with the slot's switch, and space
-// reused for another record of the key is never taken for current.
+// reused for another record of the key is never taken for current. The
+// argument takes the loads of one Read to be performed in order, as x86
+// performs them; where loads may pass each other (arm64) a mixed read is
+// still caught by the CRC and the version in all but contrived timings.
 package kv
 
 import (
@@ -210,10 +213,12 @@ func (r record) val() []byte {
 	return r[k : k+r.valLen()]
 }
 
-// set fills a record (server side), not yet current.
+// set fills a record (server side), not yet current. The current word is
+// written first and never passes through 0, for readers of reused space.
 func (r record) set(ver uint64, key, val []byte) {
-	clear(r[:recordHeader])
 	binary.LittleEndian.PutUint32(r[recordSuperseded:], 1)
+	clear(r[:recordSuperseded])
+	clear(r[recordSuperseded+4 : recordHeader])
 	binary.LittleEndian.PutUint64(r[0:], ver)
 	binary.LittleEndian.PutUint16(r[8:], uint16(len(key)))
 	binary.LittleEndian.PutUint32(r[12:], uint32(len(val)))

@@ -497,13 +497,18 @@ func (s *Server) retire(n int) {
 }
 
 // markSuperseded sets whether the record in b is its key's current one,
-// with one atomic store that a concurrent reader sees whole.
+// with one atomic operation that a concurrent reader sees whole. Marking
+// it superseded is a swap, an acquire and release barrier, so that the
+// slot's switch that follows cannot be seen before it on any processor
+// (a release store would let later stores pass it where stores are not
+// kept in order, as on arm64).
 func markSuperseded(b mempool.Buf, superseded bool) {
-	v := uint32(0)
+	w := (*uint32)(unsafe.Pointer(&b.Bytes()[recordSuperseded]))
 	if superseded {
-		v = 1
+		atomic.SwapUint32(w, 1)
+		return
 	}
-	atomic.StoreUint32((*uint32)(unsafe.Pointer(&b.Bytes()[recordSuperseded])), v)
+	atomic.StoreUint32(w, 0)
 }
 
 // reclaim returns to the heap the records retired longer than the grace

@@ -403,8 +403,10 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 	}
 	c.addResponses(b)
 	if c.irqHead == c.irqTail && c.lazyAt.Load() != 0 {
+		// The timer stays armed: a poller may have armed it for an
+		// answer queued after this round took the queue, and a timer
+		// that finds nothing to send costs one empty round.
 		c.lazyAt.Store(0)
-		c.lazyTimer.Stop()
 	}
 	finish := false
 	if c.term && c.irqHead == c.irqTail && b.room(c.termLen, 0) {
@@ -554,12 +556,12 @@ func raceRelease(nc *net.TCPConn) { nc.Write(nil) }
 // was closed under the transmitter. The QP moves to the error state.
 func (c *conn) streamBroken() {
 	q := c.q
+	c.abort() // placing stops before toErr flushes (see qp.fail)
 	q.mu.Lock()
 	if q.c == c && !q.destroyed {
 		q.toErr()
 	}
 	q.mu.Unlock()
-	c.abort()
 }
 
 // txBatch is one writev: the headers and trailers in an arena, the

@@ -1,5 +1,11 @@
 package iwarp
 
+import (
+	"errors"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
 // SetMaxPayload makes FPDUs carry at most n bytes of payload, so that
 // tests can cut messages into many segments; it returns a function that
 // restores the default.
@@ -7,4 +13,35 @@ func SetMaxPayload(n int) (restore func()) {
 	prev := maxPayload
 	maxPayload = n
 	return func() { maxPayload = prev }
+}
+
+// PollBudget is the FPDUs one poll receives at most.
+const PollBudget = pollBudget
+
+// FramesReceived is how many FPDUs the connection of q has received.
+func FramesReceived(q driver.QP) uint64 {
+	if c := q.(*qp).live.Load(); c != nil {
+		return c.rxFrames.Load()
+	}
+	return 0
+}
+
+// HoldReceive takes the receiving of q's connection, as a poller does,
+// until release: the receive goroutine stands aside.
+func HoldReceive(q driver.QP) (release func()) {
+	c := q.(*qp).live.Load()
+	c.rxMu.Lock()
+	return c.rxMu.Unlock
+}
+
+// DrainHeld is a poller's round on q's connection, held by HoldReceive,
+// with budget: the FPDUs it received.
+func DrainHeld(q driver.QP, budget int) (int, error) {
+	c := q.(*qp).live.Load()
+	before := c.rxFrames.Load()
+	err := c.rxDrain(budget)
+	if errors.Is(err, errBudget) {
+		err = nil
+	}
+	return int(c.rxFrames.Load() - before), err
 }

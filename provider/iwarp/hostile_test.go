@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/provider/iwarp/wire"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/verbstest"
@@ -479,5 +480,42 @@ func TestMarkersRefused(t *testing.T) {
 	}
 	if err := <-done; !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Accept returned %v, want it to keep waiting until its context ends", err)
+	}
+}
+
+// TestPollBudget: a poller receives at most a bounded number of FPDUs per
+// poll, so that a peer that keeps sending cannot hold an application's
+// CQ.Poll; what is left waits for the next poll or the receive goroutine.
+// The test holds the connection's receiving itself (the receive goroutine
+// stands aside) and drains 200 zero-length RDMA Writes as polls would.
+func TestPollBudget(t *testing.T) {
+	v := newVictim(t, 4)
+	h := dialHostile(t, v, false, true, false)
+	qp := v.e.QPs[0].Driver()
+	// The RTR first, received the usual way.
+	deadline := time.Now().Add(10 * time.Second)
+	for iwarp.FramesReceived(qp) == 0 && time.Now().Before(deadline) {
+		v.e.RecvCQ.Poll(make([]verbs.WorkCompletion, 1))
+	}
+	const n = 200
+	release := iwarp.HoldReceive(qp)
+	defer release()
+	h.send(bytes.Repeat(h.write(0, 0, nil), n))
+	got, full := 0, 0
+	for got < n && time.Now().Before(deadline) {
+		k, err := iwarp.DrainHeld(qp, iwarp.PollBudget)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k > iwarp.PollBudget {
+			t.Fatalf("one poll received %d FPDUs, more than its budget of %d", k, iwarp.PollBudget)
+		}
+		if k == iwarp.PollBudget {
+			full++
+		}
+		got += k
+	}
+	if got != n || full < n/iwarp.PollBudget {
+		t.Fatalf("received %d of %d FPDUs, %d polls with a full budget", got, n, full)
 	}
 }

@@ -136,10 +136,10 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 		}
 	case driver.QPSErr:
 		q.attr.State = prev
-		q.toErr()
 		if q.c != nil {
-			q.c.abort()
+			q.c.abort() // placing stops before toErr flushes (see fail)
 		}
+		q.toErr()
 	}
 	return nil
 }
@@ -200,12 +200,14 @@ func (q *qp) toErr() {
 // fail moves the QP to the error state on its own, raising ev, and
 // drops its connection. q.mu is held.
 func (q *qp) fail(ev driver.EventType) {
+	// The connection stops placing first: once toErr has flushed a
+	// receive, its buffer is the application's again.
+	if q.c != nil {
+		q.c.abort()
+	}
 	if q.attr.State != driver.QPSErr {
 		q.ctx.event(ev, q.userCtx)
 		q.toErr()
-	}
-	if q.c != nil {
-		q.c.abort()
 	}
 }
 

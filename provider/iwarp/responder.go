@@ -303,7 +303,11 @@ func (c *conn) rxTry(poller bool) error {
 			}
 		}
 		c.rxMissed.Store(false)
-		err := c.rxDrain()
+		budget := 0
+		if poller {
+			budget = pollBudget
+		}
+		err := c.rxDrain(budget)
 		owe, lazy := c.rx.owe, c.rx.lazy
 		c.rx.owe, c.rx.lazy = false, false
 		c.rxMu.Unlock()
@@ -316,6 +320,12 @@ func (c *conn) rxTry(poller bool) error {
 				// and neither posts nor sleeps on a CQ.
 				c.lazyTimer.Reset(lazyAge)
 			}
+		}
+		if err == errBudget {
+			// More may be waiting: the receive goroutine takes it,
+			// whether or not the application polls again.
+			c.kickRx()
+			return nil
 		}
 		if err != nil {
 			return err
@@ -358,15 +368,28 @@ func (c *conn) flushLazy() {
 	}
 }
 
-// rxDrain receives until nothing more has arrived (nil) or receiving
-// ends (the error, kept for every later call). rxMu is held.
-func (c *conn) rxDrain() error {
+// pollBudget bounds the FPDUs one poll receives, so that a peer that
+// keeps sending cannot hold an application's Poll: the receive goroutine
+// is kicked to take over what is left (kickRx).
+const pollBudget = 64
+
+// errBudget ends a poller's round that used up its budget.
+var errBudget = errors.New("poll budget used up")
+
+// rxDrain receives until nothing more has arrived (nil), receiving ends
+// (the error, kept for every later call), or, for a poller, budget FPDUs
+// are done (errBudget). rxMu is held.
+func (c *conn) rxDrain(budget int) error {
 	rx := &c.rx
 	if rx.err != nil {
 		return rx.err
 	}
 	rx.drained = false
+	start := c.rxFrames.Load()
 	for {
+		if budget > 0 && c.rxFrames.Load()-start >= uint64(budget) {
+			return errBudget
+		}
 		if c.aborted.Load() {
 			rx.err = net.ErrClosed
 			return rx.err
@@ -504,7 +527,9 @@ func (c *conn) rxNext() (idle bool, err error) {
 	// What is staged of the payload and trailer is copied out; the rest
 	// is read straight into place.
 	k := min(rx.plen, rx.sEnd-rx.sOff)
-	rx.copyToDst(0, rx.stage[rx.sOff:rx.sOff+k])
+	if err := c.place(rx.stage[rx.sOff : rx.sOff+k]); err != nil {
+		return false, err
+	}
 	rx.sOff += k
 	rx.nseg, rx.at, rx.atOff, rx.got, rx.want = 0, 0, 0, 0, 0
 	t := 0
@@ -527,6 +552,22 @@ func (c *conn) rxNext() (idle bool, err error) {
 		return false, nil
 	}
 	return false, c.rxComplete()
+}
+
+// place copies the first bytes of the payload, staged, into its target,
+// unless the connection was aborted: abort waits for a copy in progress
+// (rxBusy), as for a read, so nothing is placed once it returns.
+func (c *conn) place(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	c.rxBusy.Add(1)
+	defer c.rxBusy.Add(-1)
+	if c.aborted.Load() {
+		return net.ErrClosed
+	}
+	c.rx.copyToDst(0, b)
+	return nil
 }
 
 // dstSeg returns destination segment i from offset off within it (nil
