@@ -535,7 +535,17 @@ func (c *conn) addResponses(b *txBatch) {
 				}
 				last := e.off+n == len(e.src)
 				wire.Hdr(b.header(wire.TaggedLen)).SetTagged(wire.OpReadResponse, last, e.sinkSTag, e.sinkTO+uint64(e.off), n)
-				b.endFrame(&src, uint64(e.off), n)
+				if c.crc {
+					// The memory read may be written while the frame
+					// goes out (a Read of it then returns torn data, as
+					// on any device); its CRC must cover the bytes
+					// sent, so they are copied first.
+					var snap sglist.List
+					snap.One(b.snapshot(e.src[e.off : e.off+n]))
+					b.endFrame(&snap, 0, n)
+				} else {
+					b.endFrame(&src, uint64(e.off), n)
+				}
 				e.off += n
 			}
 		}
@@ -580,6 +590,9 @@ type txBatch struct {
 	hstart  int  // arena offset of the frame being built
 	// The last arena iovec (-1: none), where it starts and ends.
 	arenaIov, arenaStart, arenaEnd int
+	// snap[:nsnap]: copies of memory sent under CRC (snapshot).
+	snap  []byte
+	nsnap int
 }
 
 // frameRef locates a frame in the batch for its CRC: its headers in the
@@ -588,6 +601,41 @@ type frameRef struct {
 	hstart, hlen int
 	p0, p1       int
 	padOff, pad  int
+}
+
+// snapshot copies p into the batch's own memory (allocated the first
+// time) and returns the copy: Read Responses under CRC send what their
+// CRC was computed over. room keeps a batch's bytes within batchBytes.
+func (b *txBatch) snapshot(p []byte) []byte {
+	if b.snap == nil {
+		b.snap = make([]byte, batchBytes)
+	}
+	s := b.snap[b.nsnap : b.nsnap+len(p)]
+	if raceEnabled {
+		copyUnwatched(s, p)
+	} else {
+		copy(s, p)
+	}
+	b.nsnap += len(p)
+	return s
+}
+
+// copyUnwatched copies src into dst out of the race detector's sight: the
+// memory an RDMA Read reads may be written meanwhile by its owner, which
+// RDMA allows (the reader gets torn data), and the detector does not
+// watch the writev that sends such memory without CRC either. (copy's
+// runtime.slicecopy reports to the detector whoever calls it.)
+//
+//go:norace
+func copyUnwatched(dst, src []byte) {
+	n := min(len(dst), len(src))
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		*(*uint64)(unsafe.Pointer(&dst[i])) = *(*uint64)(unsafe.Pointer(&src[i]))
+	}
+	for ; i < n; i++ {
+		dst[i] = src[i]
+	}
 }
 
 // consume drops the first n bytes written from b.bufs.
@@ -609,7 +657,7 @@ func (b *txBatch) consume(n int) {
 func (b *txBatch) reset() {
 	clear(b.iov[:b.niov])
 	b.bufs = nil
-	b.na, b.niov, b.nframes, b.bytes, b.full = 0, 0, 0, 0, false
+	b.na, b.niov, b.nframes, b.bytes, b.full, b.nsnap = 0, 0, 0, 0, false, 0
 	b.arenaIov = -1
 }
 

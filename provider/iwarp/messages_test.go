@@ -385,3 +385,46 @@ func TestNoDescriptorLeak(t *testing.T) {
 		t.Fatalf("%d descriptors open after 20 connections, %d before", after, before)
 	}
 }
+
+// TestReadWhileWrittenWithCRC: with MPA CRCs on, RDMA Reads of memory its
+// owner keeps writing (a kv store's index, say) return torn data, as on
+// any RDMA device, but never a frame whose CRC fails: the responder sends
+// the bytes it computed the CRC over.
+func TestReadWhileWrittenWithCRC(t *testing.T) {
+	prev := iwarp.CRC()
+	iwarp.SetCRC(true)
+	defer iwarp.SetCRC(prev)
+	const size = 64 << 10
+	a, b, _, _ := connectPair(t, 2*size, nil, nil)
+	stop := make(chan struct{})
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		buf := b.mr.Bytes()[:size]
+		for i := byte(0); ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for j := range buf {
+				buf[j] = i
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-wrote
+	}()
+	wr := []verbs.SendWR{{Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, size)},
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}}
+	for i := range 200 {
+		wr[0].WRID = uint64(i)
+		if _, err := a.qp.PostSend(wr); err != nil {
+			t.Fatal(err)
+		}
+		if wc := a.wait(t, 1)[0]; wc.Status != verbs.WCSuccess {
+			t.Fatalf("Read %d of memory being written: %v", i, wc.Status)
+		}
+	}
+}
