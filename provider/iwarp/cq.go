@@ -8,13 +8,6 @@ import (
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
-// Notification arming of a CQ.
-const (
-	unarmed = iota
-	armedAny
-	armedSolicited
-)
-
 // cqe is a completion with what polling it must retire: send queue slots
 // up to and including retire of QP q (nil for receive completions).
 type cqe struct {
@@ -41,7 +34,7 @@ type cq struct {
 	head      int
 	count     int
 	overrun   bool
-	armed     int
+	armed     driver.Arm
 	destroyed bool
 }
 
@@ -73,16 +66,13 @@ func (c *cq) push(e cqe) bool {
 		c.overrun = true
 		c.mu.Unlock()
 		if first {
-			c.ctx.event(driver.EventCQErr, c.userCtx)
+			c.ctx.Event(driver.EventCQErr, c.userCtx)
 		}
 		return false
 	}
 	c.ring[(c.head+c.count)%len(c.ring)] = e
 	c.count++
-	wake := c.armed == armedAny || (c.armed == armedSolicited && (e.wc.Flags&driver.WCSolicited != 0 || e.wc.Status != driver.WCSuccess))
-	if wake {
-		c.armed = unarmed
-	}
+	wake := c.armed.Fire(&e.wc, e.wc.Flags&driver.WCSolicited != 0)
 	c.mu.Unlock()
 	if wake {
 		select {
@@ -189,13 +179,7 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 	if c.destroyed {
 		return driver.ErrClosed
 	}
-	if solicitedOnly {
-		if c.armed != armedAny {
-			c.armed = armedSolicited
-		}
-	} else {
-		c.armed = armedAny
-	}
+	c.armed.Request(solicitedOnly)
 	return nil
 }
 

@@ -132,13 +132,13 @@ func (*provider) Open(name string) (driver.Context, error) {
 	if name != DeviceName {
 		return nil, driver.ErrNoDevice
 	}
-	return &devCtx{events: make(chan driver.AsyncEvent, 64), mrs: map[uint32]*mr{}, nextMR: 1,
+	return &devCtx{EventQueue: driver.NewEventQueue(), mrs: map[uint32]*mr{}, nextMR: 1,
 		qps: map[*qp]bool{}, cqs: map[*cq]bool{}, srqs: map[*srq]bool{}}, nil
 }
 
 // devCtx is an open iWARP device.
 type devCtx struct {
-	events chan driver.AsyncEvent
+	driver.EventQueue // Events, and Event to deliver one
 
 	mu     sync.RWMutex // guards what follows; readers: STag lookups on the data path
 	mrs    map[uint32]*mr
@@ -151,16 +151,6 @@ type devCtx struct {
 }
 
 func (c *devCtx) QueryDevice() driver.DeviceAttr { return deviceAttr }
-
-func (c *devCtx) Events() <-chan driver.AsyncEvent { return c.events }
-
-// event delivers an asynchronous event, dropping it if nobody reads them.
-func (c *devCtx) event(t driver.EventType, element any) {
-	select {
-	case c.events <- driver.AsyncEvent{Type: t, Element: element}:
-	default:
-	}
-}
 
 func (c *devCtx) AllocPD() (driver.PD, error) {
 	c.mu.Lock()

@@ -104,12 +104,7 @@ func (q *qp) Num() uint32 { return q.num }
 func (q *qp) Query() (driver.QPAttr, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.destroyed {
-		return driver.QPAttr{}, driver.ErrClosed
-	}
-	a := q.attr
-	a.CurState = a.State
-	return a, nil
+	return driver.QueryQP(q.attr, q.destroyed)
 }
 
 func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
@@ -118,21 +113,18 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	if q.destroyed {
 		return driver.ErrClosed
 	}
-	next, err := driver.CheckModify(q.attr.State, attr, mask)
+	prev, err := driver.Transition(&q.attr, attr, mask, nil)
 	if err != nil {
 		return err
 	}
-	driver.ApplyAttr(&q.attr, attr, mask)
-	prev := q.attr.State
-	q.attr.State = next
-	switch next {
+	switch q.attr.State {
 	case driver.QPSReset:
 		q.reset()
 	case driver.QPSRTS:
 		q.kick()
 	case driver.QPSSQD:
 		if prev == driver.QPSRTS {
-			q.ctx.event(driver.EventSQDrained, q.userCtx)
+			q.ctx.Event(driver.EventSQDrained, q.userCtx)
 		}
 	case driver.QPSErr:
 		q.attr.State = prev
@@ -206,7 +198,7 @@ func (q *qp) fail(ev driver.EventType) {
 		q.c.abort()
 	}
 	if q.attr.State != driver.QPSErr {
-		q.ctx.event(ev, q.userCtx)
+		q.ctx.Event(ev, q.userCtx)
 		q.toErr()
 	}
 }

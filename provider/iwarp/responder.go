@@ -733,7 +733,7 @@ func (c *conn) protocolError(te *termError) {
 	}
 	c.terminate(te.layer, te.etype, te.ecode, hdr)
 	if q.attr.State != driver.QPSErr {
-		q.ctx.event(te.event, q.userCtx)
+		q.ctx.Event(te.event, q.userCtx)
 		q.toErr()
 	}
 	q.mu.Unlock()
@@ -1329,7 +1329,7 @@ func (c *conn) rxTerminate(h wire.Hdr) error {
 	q.terminated(t.Terminated(), status)
 	q.completeInOrder()
 	if q.attr.State != driver.QPSErr {
-		q.ctx.event(driver.EventQPFatal, q.userCtx)
+		q.ctx.Event(driver.EventQPFatal, q.userCtx)
 		q.toErr()
 	}
 	return errPeerTerminated

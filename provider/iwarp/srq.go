@@ -89,7 +89,7 @@ func (s *srq) take(dst *rwqe) bool {
 	}
 	s.mu.Unlock()
 	if fire {
-		s.ctx.event(driver.EventSRQLimitReached, s.userCtx)
+		s.ctx.Event(driver.EventSRQLimitReached, s.userCtx)
 	}
 	return true
 }
@@ -100,16 +100,11 @@ func (s *srq) Modify(a driver.SRQAttr, mask driver.SRQAttrMask) error {
 	if s.destroyed {
 		return driver.ErrClosed
 	}
-	if mask&driver.SRQAttrMaxWR != 0 {
-		return fmt.Errorf("%w: iwarp SRQs cannot be resized; create a larger one", driver.ErrUnsupported)
+	limit, set, err := driver.SRQLimit(a, mask, uint32(len(s.ring)), "iwarp")
+	if set {
+		s.limit = limit
 	}
-	if mask&driver.SRQAttrLimit != 0 {
-		if a.Limit > uint32(len(s.ring)) {
-			return fmt.Errorf("%w: limit %d above the SRQ's %d entries", driver.ErrInvalidArg, a.Limit, len(s.ring))
-		}
-		s.limit = a.Limit
-	}
-	return nil
+	return err
 }
 
 func (s *srq) Query() (driver.SRQAttr, error) {

@@ -2,13 +2,6 @@ package loop
 
 import "github.com/goverbs/goverbs/verbs/driver"
 
-// Notification arming of a CQ.
-const (
-	unarmed = iota
-	armedAny
-	armedSolicited
-)
-
 // cqe is a completion with what polling it must retire: send queue slots
 // up to and including retire of QP q (nil for receive completions).
 type cqe struct {
@@ -26,7 +19,7 @@ type cq struct {
 	head      int // oldest entry
 	count     int
 	overrun   bool
-	armed     int
+	armed     driver.Arm
 	notify    chan struct{}
 	destroyed bool
 }
@@ -61,14 +54,13 @@ func (c *cq) push(e cqe) bool {
 	if c.count == len(c.ring) {
 		if !c.overrun {
 			c.overrun = true
-			c.ctx.event(driver.EventCQErr, c.userCtx)
+			c.ctx.Event(driver.EventCQErr, c.userCtx)
 		}
 		return false
 	}
 	c.ring[(c.head+c.count)%len(c.ring)] = e
 	c.count++
-	if c.armed == armedAny || (c.armed == armedSolicited && (e.solicited || e.wc.Status != driver.WCSuccess)) {
-		c.armed = unarmed
+	if c.armed.Fire(&e.wc, e.solicited) {
 		select {
 		case c.notify <- struct{}{}:
 		default:
@@ -101,13 +93,7 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 	if c.destroyed {
 		return driver.ErrClosed
 	}
-	if solicitedOnly {
-		if c.armed != armedAny {
-			c.armed = armedSolicited
-		}
-	} else {
-		c.armed = armedAny
-	}
+	c.armed.Request(solicitedOnly)
 	return nil
 }
 

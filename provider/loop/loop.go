@@ -91,32 +91,22 @@ func (*provider) Open(name string) (driver.Context, error) {
 	if name != DeviceName {
 		return nil, driver.ErrNoDevice
 	}
-	return &devCtx{events: make(chan driver.AsyncEvent, 64), mrs: map[uint32]*mr{}, nextMR: 1}, nil
+	return &devCtx{EventQueue: driver.NewEventQueue(), mrs: map[uint32]*mr{}, nextMR: 1}, nil
 }
 
 // devCtx is an open loop device. Its fields are guarded by fab.mu.
 type devCtx struct {
-	events chan driver.AsyncEvent
-	mrs    map[uint32]*mr // by key index (key >> 8)
-	nextMR uint32
-	pds    int
-	cqs    []*cq
-	qps    []*qp
-	srqs   int
-	closed bool
+	driver.EventQueue                // Events, and Event to deliver one
+	mrs               map[uint32]*mr // by key index (key >> 8)
+	nextMR            uint32
+	pds               int
+	cqs               []*cq
+	qps               []*qp
+	srqs              int
+	closed            bool
 }
 
 func (c *devCtx) QueryDevice() driver.DeviceAttr { return deviceAttr }
-
-func (c *devCtx) Events() <-chan driver.AsyncEvent { return c.events }
-
-// event delivers an asynchronous event, dropping it if nobody reads them.
-func (c *devCtx) event(t driver.EventType, element any) {
-	select {
-	case c.events <- driver.AsyncEvent{Type: t, Element: element}:
-	default:
-	}
-}
 
 func (c *devCtx) AllocPD() (driver.PD, error) {
 	fab.mu.Lock()

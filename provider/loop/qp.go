@@ -93,12 +93,7 @@ func (q *qp) Num() uint32 { return q.num }
 func (q *qp) Query() (driver.QPAttr, error) {
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
-	if q.destroyed {
-		return driver.QPAttr{}, driver.ErrClosed
-	}
-	a := q.attr
-	a.CurState = a.State
-	return a, nil
+	return driver.QueryQP(q.attr, q.destroyed)
 }
 
 func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
@@ -107,20 +102,19 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	if q.destroyed {
 		return driver.ErrClosed
 	}
-	next, err := driver.CheckModify(q.attr.State, attr, mask)
+	var peer *qp
+	prev, err := driver.Transition(&q.attr, attr, mask, func(next driver.QPState) error {
+		if next == driver.QPSRTR && q.attr.State == driver.QPSInit {
+			if peer = fab.qps[attr.DestQPNum]; peer == nil || peer == q {
+				return fmt.Errorf("%w: no loop QP %d to connect to", driver.ErrInvalidArg, attr.DestQPNum)
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	var peer *qp
-	if next == driver.QPSRTR && q.attr.State == driver.QPSInit {
-		if peer = fab.qps[attr.DestQPNum]; peer == nil || peer == q {
-			return fmt.Errorf("%w: no loop QP %d to connect to", driver.ErrInvalidArg, attr.DestQPNum)
-		}
-	}
-	driver.ApplyAttr(&q.attr, attr, mask)
-	prev := q.attr.State
-	q.attr.State = next
-	switch next {
+	switch q.attr.State {
 	case driver.QPSReset:
 		q.reset()
 	case driver.QPSRTR:
@@ -132,7 +126,7 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	case driver.QPSSQD:
 		if prev == driver.QPSRTS {
 			// Execution is synchronous: nothing is in flight, the SQ is drained.
-			q.ctx.event(driver.EventSQDrained, q.userCtx)
+			q.ctx.Event(driver.EventSQDrained, q.userCtx)
 		}
 	case driver.QPSErr:
 		q.attr.State = prev
@@ -256,7 +250,7 @@ func (q *qp) completeSend(seq uint64, wc driver.WorkCompletion) {
 // fatal moves the QP to the error state on its own, with EventQPFatal.
 func (q *qp) fatal() {
 	if q.attr.State != driver.QPSErr {
-		q.ctx.event(driver.EventQPFatal, q.userCtx)
+		q.ctx.Event(driver.EventQPFatal, q.userCtx)
 		q.toErr()
 	}
 }

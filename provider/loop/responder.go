@@ -45,7 +45,7 @@ func (p *qp) consumeRecv() {
 // responderErr moves the responder to the error state after a request it
 // could not serve, raising ev.
 func (p *qp) responderErr(ev driver.EventType) {
-	p.ctx.event(ev, p.userCtx)
+	p.ctx.Event(ev, p.userCtx)
 	p.toErr()
 }
 

@@ -1,8 +1,6 @@
 package loop
 
 import (
-	"fmt"
-
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -73,7 +71,7 @@ func (s *srq) consume() {
 	s.head++
 	if s.limit > 0 && s.tail-s.head < uint64(s.limit) {
 		s.limit = 0
-		s.ctx.event(driver.EventSRQLimitReached, s.userCtx)
+		s.ctx.Event(driver.EventSRQLimitReached, s.userCtx)
 	}
 }
 
@@ -83,16 +81,11 @@ func (s *srq) Modify(a driver.SRQAttr, mask driver.SRQAttrMask) error {
 	if s.destroyed {
 		return driver.ErrClosed
 	}
-	if mask&driver.SRQAttrMaxWR != 0 {
-		return fmt.Errorf("%w: loop SRQs cannot be resized", driver.ErrUnsupported)
+	limit, set, err := driver.SRQLimit(a, mask, uint32(len(s.ring)), "loop")
+	if set {
+		s.limit = limit
 	}
-	if mask&driver.SRQAttrLimit != 0 {
-		if a.Limit > uint32(len(s.ring)) {
-			return fmt.Errorf("%w: limit %d above the SRQ's %d entries", driver.ErrInvalidArg, a.Limit, len(s.ring))
-		}
-		s.limit = a.Limit
-	}
-	return nil
+	return err
 }
 
 func (s *srq) Query() (driver.SRQAttr, error) {

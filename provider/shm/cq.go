@@ -83,7 +83,7 @@ func (c *cq) notifyOrOverrun(wc *driver.WorkCompletion, ok bool) bool {
 
 func (c *cq) markOverrun() {
 	if !c.overrun.Swap(true) {
-		c.ctx.event(driver.EventCQErr, c.userCtx)
+		c.ctx.Event(driver.EventCQErr, c.userCtx)
 	}
 }
 

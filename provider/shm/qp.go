@@ -127,12 +127,7 @@ func (q *qp) Num() uint32 { return q.num }
 func (q *qp) Query() (driver.QPAttr, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.destroyed {
-		return driver.QPAttr{}, driver.ErrClosed
-	}
-	a := q.attr
-	a.CurState = a.State
-	return a, nil
+	return driver.QueryQP(q.attr, q.destroyed)
 }
 
 func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
@@ -141,14 +136,11 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	if q.destroyed {
 		return driver.ErrClosed
 	}
-	next, err := driver.CheckModify(q.attr.State, attr, mask)
+	prev, err := driver.Transition(&q.attr, attr, mask, nil)
 	if err != nil {
 		return err
 	}
-	driver.ApplyAttr(&q.attr, attr, mask)
-	prev := q.attr.State
-	q.attr.State = next
-	switch next {
+	switch q.attr.State {
 	case driver.QPSReset:
 		q.reset()
 	case driver.QPSRTR:
@@ -159,7 +151,7 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 		q.sq.Progress(q)
 	case driver.QPSSQD:
 		if prev == driver.QPSRTS {
-			q.ctx.event(driver.EventSQDrained, q.userCtx)
+			q.ctx.Event(driver.EventSQDrained, q.userCtx)
 		}
 	case driver.QPSErr:
 		q.attr.State = prev
@@ -229,7 +221,7 @@ func (q *qp) stopRNR() {
 // fail moves the QP to the error state on its own, raising ev. q.mu is held.
 func (q *qp) fail(ev driver.EventType) {
 	if q.attr.State != driver.QPSErr {
-		q.ctx.event(ev, q.userCtx)
+		q.ctx.Event(ev, q.userCtx)
 		q.toErr()
 	}
 }

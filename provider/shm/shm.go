@@ -124,22 +124,22 @@ func (*provider) Open(name string) (driver.Context, error) {
 		return nil, fmt.Errorf("open the key table read-only: %w", err)
 	}
 	c := &devCtx{
-		events:  make(chan driver.AsyncEvent, 64),
-		keySeg:  keys,
-		keysRO:  keysRO,
-		keys:    viewKeyTable(keys.mem, maxKeys),
-		mrs:     make([]atomic.Pointer[mr], maxKeys),
-		segs:    map[uint32]*segInfo{},
-		nextKey: 1,
-		pid:     os.Getpid(),
+		EventQueue: driver.NewEventQueue(),
+		keySeg:     keys,
+		keysRO:     keysRO,
+		keys:       viewKeyTable(keys.mem, maxKeys),
+		mrs:        make([]atomic.Pointer[mr], maxKeys),
+		segs:       map[uint32]*segInfo{},
+		nextKey:    1,
+		pid:        os.Getpid(),
 	}
 	return c, nil
 }
 
 // devCtx is an open shm device.
 type devCtx struct {
-	pid    int
-	events chan driver.AsyncEvent
+	pid               int
+	driver.EventQueue // Events, and Event to deliver one
 
 	mu      sync.RWMutex // guards what follows; readers: key lookups on the data path
 	keySeg  *segment
@@ -220,15 +220,6 @@ func (si *segInfo) shareable(write bool) (ok, writable bool) {
 }
 
 func (c *devCtx) QueryDevice() driver.DeviceAttr { return deviceAttr }
-
-func (c *devCtx) Events() <-chan driver.AsyncEvent { return c.events }
-
-func (c *devCtx) event(t driver.EventType, element any) {
-	select {
-	case c.events <- driver.AsyncEvent{Type: t, Element: element}:
-	default:
-	}
-}
 
 func (c *devCtx) AllocPD() (driver.PD, error) {
 	c.mu.Lock()

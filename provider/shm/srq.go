@@ -1,7 +1,6 @@
 package shm
 
 import (
-	"fmt"
 	"sync"
 
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -69,7 +68,7 @@ func (s *srq) PostRecv(wrs []driver.RecvWR) (int, error) {
 }
 
 // limitReached raises the limit event a peer reported.
-func (s *srq) limitReached() { s.ctx.event(driver.EventSRQLimitReached, s.userCtx) }
+func (s *srq) limitReached() { s.ctx.Event(driver.EventSRQLimitReached, s.userCtx) }
 
 func (s *srq) Modify(a driver.SRQAttr, mask driver.SRQAttrMask) error {
 	s.mu.Lock()
@@ -77,16 +76,11 @@ func (s *srq) Modify(a driver.SRQAttr, mask driver.SRQAttrMask) error {
 	if s.destroyed {
 		return driver.ErrClosed
 	}
-	if mask&driver.SRQAttrMaxWR != 0 {
-		return fmt.Errorf("%w: shm SRQs cannot be resized", driver.ErrUnsupported)
+	limit, set, err := driver.SRQLimit(a, mask, s.maxWR, "shm")
+	if set {
+		s.ring.h.state.Store(limit)
 	}
-	if mask&driver.SRQAttrLimit != 0 {
-		if a.Limit > s.maxWR {
-			return fmt.Errorf("%w: limit %d above the SRQ's %d entries", driver.ErrInvalidArg, a.Limit, s.maxWR)
-		}
-		s.ring.h.state.Store(a.Limit)
-	}
-	return nil
+	return err
 }
 
 func (s *srq) Query() (driver.SRQAttr, error) {
