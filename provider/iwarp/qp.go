@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/goverbs/goverbs/internal/recvq"
 	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -29,12 +30,10 @@ type qp struct {
 	srq     *srq
 	cap     driver.QPCap
 
-	mu     sync.Mutex // guards what follows
-	attr   driver.QPAttr
-	sq     *swq.Queue
-	rq     []rwqe
-	rqHead uint64
-	rqTail uint64
+	mu   sync.Mutex // guards what follows
+	attr driver.QPAttr
+	sq   *swq.Queue
+	rq   *recvq.Queue // nil with an SRQ
 	// live is the connection whose receiving pollers of the QP's CQs
 	// may drive (conn.pollRx), from its start until its receiver stops.
 	live atomic.Pointer[conn]
@@ -52,24 +51,11 @@ type qp struct {
 }
 
 func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
-	if a.Type != driver.QPTypeRC {
-		return nil, fmt.Errorf("%w: iwarp supports only RC QPs", driver.ErrUnsupported)
-	}
-	scq, ok1 := a.SendCQ.(*cq)
-	rcq, ok2 := a.RecvCQ.(*cq)
-	if !ok1 || !ok2 {
-		return nil, fmt.Errorf("%w: CQs of another provider", driver.ErrInvalidArg)
-	}
-	var s *srq
-	if a.SRQ != nil {
-		if s, ok1 = a.SRQ.(*srq); !ok1 {
-			return nil, fmt.Errorf("%w: SRQ of another provider", driver.ErrInvalidArg)
-		}
+	scq, rcq, s, err := driver.CheckQPInit[*cq, *srq](a, "iwarp", maxSGE, deviceAttr.MaxInlineData)
+	if err != nil {
+		return nil, err
 	}
 	c := a.Cap
-	if c.MaxSendSGE > maxSGE || c.MaxRecvSGE > maxSGE || c.MaxInlineData > uint32(deviceAttr.MaxInlineData) {
-		return nil, fmt.Errorf("%w: capacities %+v beyond the device's (%d SGEs, %d inline bytes)", driver.ErrInvalidArg, c, maxSGE, deviceAttr.MaxInlineData)
-	}
 	q := &qp{ctx: p.ctx, pd: p, userCtx: a.UserCtx, sendCQ: scq, recvCQ: rcq, srq: s, cap: c,
 		num: nextQPN.Add(1) & 0xffffff, sq: swq.New(c, a.SigAll)}
 	// Send with Invalidate is an RDMAP message; the other memory window
@@ -77,10 +63,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	q.sq.MW = true
 	q.req.init(int(c.MaxSendWR))
 	if s == nil {
-		q.rq = make([]rwqe, c.MaxRecvWR)
-		for i := range q.rq {
-			q.rq[i].sge = make([]driver.SGE, 0, c.MaxRecvSGE)
-		}
+		q.rq = recvq.New(int(c.MaxRecvWR), c.MaxRecvSGE)
 	}
 	q.attr.Cap = c
 	p.ctx.mu.Lock()
@@ -146,7 +129,9 @@ func (q *qp) reset() {
 	}
 	q.sq.Reset()
 	q.req.reset()
-	q.rqHead, q.rqTail = 0, 0
+	if q.rq != nil {
+		q.rq.Reset()
+	}
 	q.rxActive, q.rxHeld = false, false
 	q.attr = driver.QPAttr{Cap: q.cap}
 }
@@ -179,10 +164,9 @@ func (q *qp) toErr() {
 		q.rxActive = false
 		q.completeRecv(driver.WorkCompletion{WRID: q.rxWRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
 	}
-	for q.rqHead != q.rqTail {
-		r := &q.rq[q.rqHead%uint64(len(q.rq))]
-		q.rqHead++
-		q.completeRecv(driver.WorkCompletion{WRID: r.wrid, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
+	for r := q.peekRecv(); r != nil; r = q.peekRecv() {
+		q.rq.Pop()
+		q.completeRecv(driver.WorkCompletion{WRID: r.WRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
 	}
 	if q.c != nil {
 		q.c.wakeTx()
@@ -282,21 +266,25 @@ func (q *qp) postRecv(wr *driver.RecvWR) error {
 		return fmt.Errorf("%w: the QP takes its receives from an SRQ: post them there", driver.ErrInvalidArg)
 	case q.attr.State == driver.QPSReset:
 		return fmt.Errorf("%w: the QP is in RESET; move it to INIT first", driver.ErrInvalidState)
-	case q.rqTail-q.rqHead == uint64(len(q.rq)):
-		return driver.ErrQueueFull
 	}
-	if err := driver.CheckRecvWR(wr, q.cap.MaxRecvSGE); err != nil {
+	if err := q.rq.Check(wr); err != nil {
 		return err
 	}
 	if q.attr.State == driver.QPSErr {
 		q.completeRecv(driver.WorkCompletion{WRID: wr.WRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
 		return nil
 	}
-	r := &q.rq[q.rqTail%uint64(len(q.rq))]
-	r.wrid = wr.WRID
-	r.sge = append(r.sge[:0], wr.SGList...)
-	q.rqTail++
+	q.rq.Push(wr)
 	return nil
+}
+
+// peekRecv is the oldest receive of the QP's own queue, nil when none
+// is posted or the QP takes its receives from an SRQ. q.mu is held.
+func (q *qp) peekRecv() *rwqe {
+	if q.rq == nil {
+		return nil
+	}
+	return q.rq.Peek()
 }
 
 // takeRecv removes the next posted receive (from the QP's queue or its
@@ -305,14 +293,8 @@ func (q *qp) takeRecv(dst *rwqe) bool {
 	if q.srq != nil {
 		return q.srq.take(dst)
 	}
-	if q.rqHead == q.rqTail {
-		return false
-	}
-	r := &q.rq[q.rqHead%uint64(len(q.rq))]
-	dst.wrid = r.wrid
-	dst.sge = append(dst.sge[:0], r.sge...)
-	q.rqHead++
-	return true
+	ok, _ := q.rq.Take(dst) // a QP's own queue has no limit
+	return ok
 }
 
 // completeRecv reports a receive completion; a lost one (CQ overrun)

@@ -1098,18 +1098,18 @@ func (c *conn) takeRecv() error {
 		return protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPNoBuffer, driver.EventQPReqErr,
 			"a Send arrived and no receive is posted (iWARP has no RNR retry: post receives before the peer sends)")
 	}
-	q.rxActive, q.rxWRID = true, s.recv.wrid
+	q.rxActive, q.rxWRID = true, s.recv.WRID
 	s.active, s.nseg, s.room, s.placed = true, 0, 0, 0
 	q.ctx.mu.RLock()
 	defer q.ctx.mu.RUnlock()
-	for i := range s.recv.sge {
-		g := &s.recv.sge[i]
+	for i := range s.recv.SGE {
+		g := &s.recv.SGE[i]
 		b, e := q.ctx.spanLocked(g.LKey, q.pd, g.Addr, uint64(g.Length), driver.AccessLocalWrite)
 		if e != accessOK {
 			q.rxActive, s.active = false, false
-			q.completeRecv(driver.WorkCompletion{WRID: s.recv.wrid, Status: driver.WCLocProtErr, Opcode: driver.WCRecv})
+			q.completeRecv(driver.WorkCompletion{WRID: s.recv.WRID, Status: driver.WCLocProtErr, Opcode: driver.WCRecv})
 			return protoErr(wire.LayerDDP, wire.DDPCatastrophic, 0, driver.EventQPAccessErr,
-				"receive buffer %d of WR %#x: %v", i, s.recv.wrid, e)
+				"receive buffer %d of WR %#x: %v", i, s.recv.WRID, e)
 		}
 		s.segs[s.nseg] = b
 		s.nseg++
@@ -1151,7 +1151,7 @@ func (c *conn) completeSendWC(wc driver.WorkCompletion) {
 	q.mu.Lock()
 	if q.rxActive && q.c == c {
 		q.rxActive = false
-		wc.WRID = s.recv.wrid
+		wc.WRID = s.recv.WRID
 		if wc.Status != driver.WCSuccess {
 			wc = driver.WorkCompletion{WRID: wc.WRID, Status: wc.Status, Opcode: driver.WCRecv}
 			q.completeRecv(wc)
@@ -1186,7 +1186,7 @@ func (c *conn) rxImmData(h wire.Hdr) error {
 		return protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPNoBuffer, driver.EventQPReqErr,
 			"an RDMA Write with immediate arrived and no receive is posted")
 	}
-	wc := driver.WorkCompletion{WRID: r.wrid, Opcode: driver.WCRecvRDMAWithImm, Flags: driver.WCWithImm,
+	wc := driver.WorkCompletion{WRID: r.WRID, Opcode: driver.WCRecvRDMAWithImm, Flags: driver.WCWithImm,
 		Imm: d.Imm(), ByteLen: uint32(rx.lastWriteLen), SrcQP: c.remoteQPN.Load()}
 	if h.Opcode() == wire.OpImmDataSE {
 		wc.Flags |= driver.WCSolicited

@@ -4,14 +4,12 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/goverbs/goverbs/internal/recvq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // rwqe is a posted receive.
-type rwqe struct {
-	wrid uint64
-	sge  []driver.SGE
-}
+type rwqe = recvq.WR
 
 // srq is a shared receive queue: a ring of receives that the connection
 // goroutines of several QPs consume.
@@ -21,21 +19,17 @@ type srq struct {
 	userCtx any
 	maxSGE  uint32
 
-	mu         sync.Mutex // guards what follows
-	ring       []rwqe
-	head, tail uint64
-	limit      uint32
-	destroyed  bool
+	mu        sync.Mutex // guards what follows
+	ring      *recvq.Queue
+	destroyed bool
 }
 
 func (p *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
 	if a.MaxSGE > maxSGE {
 		return nil, fmt.Errorf("%w: %d SGEs, the device takes %d", driver.ErrInvalidArg, a.MaxSGE, maxSGE)
 	}
-	s := &srq{ctx: p.ctx, pd: p, userCtx: a.UserCtx, ring: make([]rwqe, a.MaxWR), maxSGE: a.MaxSGE, limit: a.Limit}
-	for i := range s.ring {
-		s.ring[i].sge = make([]driver.SGE, 0, a.MaxSGE)
-	}
+	s := &srq{ctx: p.ctx, pd: p, userCtx: a.UserCtx, ring: recvq.New(int(a.MaxWR), a.MaxSGE), maxSGE: a.MaxSGE}
+	s.ring.Limit = a.Limit
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
 	if p.ctx.closed || p.released {
@@ -52,20 +46,12 @@ func (s *srq) PostRecv(wrs []driver.RecvWR) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range wrs {
-		wr := &wrs[i]
-		switch {
-		case s.destroyed:
+		if s.destroyed {
 			return i, driver.ErrClosed
-		case s.tail-s.head == uint64(len(s.ring)):
-			return i, driver.ErrQueueFull
 		}
-		if err := driver.CheckRecvWR(wr, s.maxSGE); err != nil {
+		if err := s.ring.Post(&wrs[i]); err != nil {
 			return i, err
 		}
-		r := &s.ring[s.tail%uint64(len(s.ring))]
-		r.wrid = wr.WRID
-		r.sge = append(r.sge[:0], wr.SGList...)
-		s.tail++
 	}
 	return len(wrs), nil
 }
@@ -75,23 +61,15 @@ func (s *srq) PostRecv(wrs []driver.RecvWR) (int, error) {
 // remain.
 func (s *srq) take(dst *rwqe) bool {
 	s.mu.Lock()
-	if s.head == s.tail || s.destroyed {
-		s.mu.Unlock()
-		return false
-	}
-	r := &s.ring[s.head%uint64(len(s.ring))]
-	dst.wrid = r.wrid
-	dst.sge = append(dst.sge[:0], r.sge...)
-	s.head++
-	fire := s.limit > 0 && s.tail-s.head < uint64(s.limit)
-	if fire {
-		s.limit = 0
+	ok, fire := false, false
+	if !s.destroyed {
+		ok, fire = s.ring.Take(dst)
 	}
 	s.mu.Unlock()
 	if fire {
 		s.ctx.Event(driver.EventSRQLimitReached, s.userCtx)
 	}
-	return true
+	return ok
 }
 
 func (s *srq) Modify(a driver.SRQAttr, mask driver.SRQAttrMask) error {
@@ -100,9 +78,9 @@ func (s *srq) Modify(a driver.SRQAttr, mask driver.SRQAttrMask) error {
 	if s.destroyed {
 		return driver.ErrClosed
 	}
-	limit, set, err := driver.SRQLimit(a, mask, uint32(len(s.ring)), "iwarp")
+	limit, set, err := driver.SRQLimit(a, mask, uint32(s.ring.Cap()), "iwarp")
 	if set {
-		s.limit = limit
+		s.ring.Limit = limit
 	}
 	return err
 }
@@ -113,7 +91,7 @@ func (s *srq) Query() (driver.SRQAttr, error) {
 	if s.destroyed {
 		return driver.SRQAttr{}, driver.ErrClosed
 	}
-	return driver.SRQAttr{MaxWR: uint32(len(s.ring)), MaxSGE: s.maxSGE, Limit: s.limit}, nil
+	return driver.SRQAttr{MaxWR: uint32(s.ring.Cap()), MaxSGE: s.maxSGE, Limit: s.ring.Limit}, nil
 }
 
 func (s *srq) Destroy() error {

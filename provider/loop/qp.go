@@ -4,15 +4,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/recvq"
 	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
-// rwqe is a receive queue slot.
-type rwqe struct {
-	wrid uint64
-	sge  []driver.SGE
-}
+// rwqe is a posted receive.
+type rwqe = recvq.WR
 
 // qp is a loop queue pair. Its fields are guarded by fab.mu.
 type qp struct {
@@ -29,8 +27,7 @@ type qp struct {
 
 	sq *swq.Queue
 
-	rq             []rwqe
-	rqHead, rqTail uint64
+	rq *recvq.Queue // nil with an SRQ
 
 	peer *qp   // the connected QP, set on the move to RTR
 	link *link // the cm connection, if any
@@ -43,31 +40,15 @@ type qp struct {
 }
 
 func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
-	if a.Type != driver.QPTypeRC {
-		return nil, fmt.Errorf("%w: loop supports only RC QPs", driver.ErrUnsupported)
-	}
-	scq, ok1 := a.SendCQ.(*cq)
-	rcq, ok2 := a.RecvCQ.(*cq)
-	if !ok1 || !ok2 {
-		return nil, fmt.Errorf("%w: CQs of another provider", driver.ErrInvalidArg)
-	}
-	var s *srq
-	if a.SRQ != nil {
-		if s, ok1 = a.SRQ.(*srq); !ok1 {
-			return nil, fmt.Errorf("%w: SRQ of another provider", driver.ErrInvalidArg)
-		}
+	scq, rcq, s, err := driver.CheckQPInit[*cq, *srq](a, "loop", maxSGE, deviceAttr.MaxInlineData)
+	if err != nil {
+		return nil, err
 	}
 	c := a.Cap
-	if c.MaxSendSGE > maxSGE || c.MaxRecvSGE > maxSGE || c.MaxInlineData > uint32(deviceAttr.MaxInlineData) {
-		return nil, driver.ErrInvalidArg
-	}
 	q := &qp{ctx: p.ctx, pd: p, userCtx: a.UserCtx, sendCQ: scq, recvCQ: rcq, srq: s, sigAll: a.SigAll, cap: c}
 	q.sq = swq.New(c, a.SigAll)
 	if s == nil {
-		q.rq = make([]rwqe, c.MaxRecvWR)
-		for i := range q.rq {
-			q.rq[i].sge = make([]driver.SGE, 0, c.MaxRecvSGE)
-		}
+		q.rq = recvq.New(int(c.MaxRecvWR), c.MaxRecvSGE)
 	}
 	q.attr.Cap = c
 	fab.mu.Lock()
@@ -139,7 +120,9 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 func (q *qp) reset() {
 	q.stopRNR()
 	q.sq.Reset()
-	q.rqHead, q.rqTail = 0, 0
+	if q.rq != nil {
+		q.rq.Reset()
+	}
 	q.peer = nil
 	q.rnr.Reset()
 	q.attr = driver.QPAttr{Cap: q.cap}
@@ -153,10 +136,10 @@ func (q *qp) toErr() {
 	}
 	q.attr.State = driver.QPSErr
 	q.stopRNR()
-	for q.rqHead != q.rqTail {
-		r := &q.rq[q.rqHead%uint64(len(q.rq))]
-		q.rqHead++
-		q.completeRecv(driver.WorkCompletion{WRID: r.wrid, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
+	for q.rq != nil && q.rq.Peek() != nil {
+		r := q.rq.Peek()
+		q.rq.Pop()
+		q.completeRecv(driver.WorkCompletion{WRID: r.WRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
 	}
 	q.progress()
 }
@@ -213,20 +196,15 @@ func (q *qp) postRecv(wr *driver.RecvWR) error {
 		return fmt.Errorf("%w: the QP takes its receives from an SRQ", driver.ErrInvalidArg)
 	case q.attr.State == driver.QPSReset:
 		return driver.ErrInvalidState
-	case q.rqTail-q.rqHead == uint64(len(q.rq)):
-		return driver.ErrQueueFull
 	}
-	if err := driver.CheckRecvWR(wr, q.cap.MaxRecvSGE); err != nil {
+	if err := q.rq.Check(wr); err != nil {
 		return err
 	}
 	if q.attr.State == driver.QPSErr {
 		q.completeRecv(driver.WorkCompletion{WRID: wr.WRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
 		return nil
 	}
-	r := &q.rq[q.rqTail%uint64(len(q.rq))]
-	r.wrid = wr.WRID
-	r.sge = append(r.sge[:0], wr.SGList...)
-	q.rqTail++
+	q.rq.Push(wr)
 	return nil
 }
 

@@ -27,10 +27,7 @@ func (p *qp) nextRecv() *rwqe {
 	if p.srq != nil {
 		return p.srq.peek()
 	}
-	if p.rqHead == p.rqTail {
-		return nil
-	}
-	return &p.rq[p.rqHead%uint64(len(p.rq))]
+	return p.rq.Peek()
 }
 
 // consumeRecv removes the receive nextRecv returned.
@@ -39,7 +36,7 @@ func (p *qp) consumeRecv() {
 		p.srq.consume()
 		return
 	}
-	p.rqHead++
+	p.rq.Pop()
 }
 
 // responderErr moves the responder to the error state after a request it
@@ -77,9 +74,9 @@ func (p *qp) receive(q *qp, wr *driver.SendWR, src *sglist.List) driver.WCStatus
 	if r == nil {
 		return swq.RNRWait
 	}
-	wc := recvCompletion(q, wr, r.wrid, driver.WCRecv)
+	wc := recvCompletion(q, wr, r.WRID, driver.WCRecv)
 	var dst sglist.List
-	ok := swq.ResolveSGL(&dst, r.sge, driver.AccessLocalWrite, p)
+	ok := swq.ResolveSGL(&dst, r.SGE, driver.AccessLocalWrite, p)
 	p.consumeRecv()
 	switch {
 	case !ok:
@@ -117,7 +114,7 @@ func (p *qp) write(q *qp, wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 		sglist.Copy(&dst, src)
 	}
 	if withImm {
-		wc := recvCompletion(q, wr, p.nextRecv().wrid, driver.WCRecvRDMAWithImm)
+		wc := recvCompletion(q, wr, p.nextRecv().WRID, driver.WCRecvRDMAWithImm)
 		wc.ByteLen = uint32(n)
 		p.consumeRecv()
 		p.completeRecv(wc)

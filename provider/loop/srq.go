@@ -1,29 +1,26 @@
 package loop
 
 import (
+	"github.com/goverbs/goverbs/internal/recvq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
 // srq is a shared receive queue: a ring of receives several QPs consume.
 // Fields are guarded by fab.mu.
 type srq struct {
-	ctx        *devCtx
-	userCtx    any
-	ring       []rwqe
-	head, tail uint64
-	maxSGE     uint32
-	limit      uint32
-	destroyed  bool
+	ctx       *devCtx
+	userCtx   any
+	ring      *recvq.Queue
+	maxSGE    uint32
+	destroyed bool
 }
 
 func (p *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
 	if a.MaxSGE > maxSGE {
 		return nil, driver.ErrInvalidArg
 	}
-	s := &srq{ctx: p.ctx, userCtx: a.UserCtx, ring: make([]rwqe, a.MaxWR), maxSGE: a.MaxSGE, limit: a.Limit}
-	for i := range s.ring {
-		s.ring[i].sge = make([]driver.SGE, 0, a.MaxSGE)
-	}
+	s := &srq{ctx: p.ctx, userCtx: a.UserCtx, ring: recvq.New(int(a.MaxWR), a.MaxSGE), maxSGE: a.MaxSGE}
+	s.ring.Limit = a.Limit
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
 	if p.ctx.closed || p.released {
@@ -40,37 +37,27 @@ func (s *srq) PostRecv(wrs []driver.RecvWR) (int, error) {
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
 	for i := range wrs {
-		wr := &wrs[i]
-		switch {
-		case s.destroyed:
+		if s.destroyed {
 			return i, driver.ErrClosed
-		case s.tail-s.head == uint64(len(s.ring)):
-			return i, driver.ErrQueueFull
 		}
-		if err := driver.CheckRecvWR(wr, s.maxSGE); err != nil {
+		if err := s.ring.Post(&wrs[i]); err != nil {
 			return i, err
 		}
-		r := &s.ring[s.tail%uint64(len(s.ring))]
-		r.wrid = wr.WRID
-		r.sge = append(r.sge[:0], wr.SGList...)
-		s.tail++
 	}
 	return len(wrs), nil
 }
 
 func (s *srq) peek() *rwqe {
-	if s.head == s.tail || s.destroyed {
+	if s.destroyed {
 		return nil
 	}
-	return &s.ring[s.head%uint64(len(s.ring))]
+	return s.ring.Peek()
 }
 
 // consume takes the receive peek returned and raises the limit event when
 // fewer than the armed limit remain.
 func (s *srq) consume() {
-	s.head++
-	if s.limit > 0 && s.tail-s.head < uint64(s.limit) {
-		s.limit = 0
+	if s.ring.Pop() {
 		s.ctx.Event(driver.EventSRQLimitReached, s.userCtx)
 	}
 }
@@ -81,9 +68,9 @@ func (s *srq) Modify(a driver.SRQAttr, mask driver.SRQAttrMask) error {
 	if s.destroyed {
 		return driver.ErrClosed
 	}
-	limit, set, err := driver.SRQLimit(a, mask, uint32(len(s.ring)), "loop")
+	limit, set, err := driver.SRQLimit(a, mask, uint32(s.ring.Cap()), "loop")
 	if set {
-		s.limit = limit
+		s.ring.Limit = limit
 	}
 	return err
 }
@@ -94,7 +81,7 @@ func (s *srq) Query() (driver.SRQAttr, error) {
 	if s.destroyed {
 		return driver.SRQAttr{}, driver.ErrClosed
 	}
-	return driver.SRQAttr{MaxWR: uint32(len(s.ring)), MaxSGE: s.maxSGE, Limit: s.limit}, nil
+	return driver.SRQAttr{MaxWR: uint32(s.ring.Cap()), MaxSGE: s.maxSGE, Limit: s.ring.Limit}, nil
 }
 
 func (s *srq) Destroy() error {

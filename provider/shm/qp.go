@@ -56,24 +56,11 @@ type qp struct {
 const stateDestroyed = 0xff
 
 func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
-	if a.Type != driver.QPTypeRC {
-		return nil, fmt.Errorf("%w: shm supports only RC QPs", driver.ErrUnsupported)
-	}
-	scq, ok1 := a.SendCQ.(*cq)
-	rcq, ok2 := a.RecvCQ.(*cq)
-	if !ok1 || !ok2 {
-		return nil, fmt.Errorf("%w: CQs of another provider", driver.ErrInvalidArg)
-	}
-	var s *srq
-	if a.SRQ != nil {
-		if s, ok1 = a.SRQ.(*srq); !ok1 {
-			return nil, fmt.Errorf("%w: SRQ of another provider", driver.ErrInvalidArg)
-		}
+	scq, rcq, s, err := driver.CheckQPInit[*cq, *srq](a, "shm", maxSGE, deviceAttr.MaxInlineData)
+	if err != nil {
+		return nil, err
 	}
 	c := a.Cap
-	if c.MaxSendSGE > maxSGE || c.MaxRecvSGE > maxSGE || c.MaxInlineData > uint32(deviceAttr.MaxInlineData) {
-		return nil, driver.ErrInvalidArg
-	}
 	q := &qp{ctx: p.ctx, pd: p, userCtx: a.UserCtx, sendCQ: scq, recvCQ: rcq, srq: s, cap: c,
 		num: nextQPN.Add(1) & 0xffffff, sq: swq.New(c, a.SigAll)}
 	q.rqN = 1

@@ -108,3 +108,30 @@ func SRQLimit(a SRQAttr, mask SRQAttrMask, entries uint32, provider string) (lim
 	}
 	return a.Limit, true, nil
 }
+
+// CheckQPInit checks the parts of CreateQP that depend only on the
+// provider's types and limits: an RC QP, CQs (and an SRQ, if any) of the
+// provider's own types C and S, and capacities within maxSGE
+// scatter/gather entries and maxInline inline bytes. It returns the CQs
+// and the SRQ (the zero S without one); provider names the provider in
+// errors.
+func CheckQPInit[C, S any](a QPInitAttr, provider string, maxSGE, maxInline int) (send, recv C, srq S, err error) {
+	if a.Type != QPTypeRC {
+		return send, recv, srq, fmt.Errorf("%w: %s supports only RC QPs", ErrUnsupported, provider)
+	}
+	var ok1, ok2 bool
+	send, ok1 = a.SendCQ.(C)
+	recv, ok2 = a.RecvCQ.(C)
+	if !ok1 || !ok2 {
+		return send, recv, srq, fmt.Errorf("%w: CQs of another provider", ErrInvalidArg)
+	}
+	if a.SRQ != nil {
+		if srq, ok1 = a.SRQ.(S); !ok1 {
+			return send, recv, srq, fmt.Errorf("%w: SRQ of another provider", ErrInvalidArg)
+		}
+	}
+	if c := a.Cap; c.MaxSendSGE > uint32(maxSGE) || c.MaxRecvSGE > uint32(maxSGE) || c.MaxInlineData > uint32(maxInline) {
+		return send, recv, srq, fmt.Errorf("%w: capacities %+v beyond the device's (%d SGEs, %d inline bytes)", ErrInvalidArg, c, maxSGE, maxInline)
+	}
+	return send, recv, srq, nil
+}
