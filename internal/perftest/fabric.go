@@ -66,9 +66,9 @@ func parseFabric(out string, size int) (*Result, error) {
 		}
 		for i, c := range cols {
 			if c == "usec/xfer" {
-				v, err := strconv.ParseFloat(f[i], 64)
+				v, err := parseFigure("fi_pingpong", c, f[i])
 				if err != nil {
-					return nil, fmt.Errorf("fi_pingpong's usec/xfer is %q: %w", f[i], err)
+					return nil, err
 				}
 				return &Result{Lat: &Latency{Avg: v}}, nil
 			}

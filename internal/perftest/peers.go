@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -87,6 +88,22 @@ func RunPeers(ctx context.Context, ps []Params, timeout time.Duration, progress 
 		}
 	}
 	return out, skipped
+}
+
+// parseFigure reads a peer program's figure s from its column: a finite
+// number, not negative. A peer prints "inf" where its run was too short
+// for its clock (ucx_perftest's bandwidth of a few microseconds); that run
+// is skipped with the reason rather than compared, or written as JSON,
+// which has no infinity.
+func parseFigure(program, column, s string) (float64, error) {
+	v, err := strconv.ParseFloat(s, 64)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%s's %s is %q: %w", program, column, s, err)
+	case math.IsInf(v, 0) || math.IsNaN(v) || v < 0:
+		return 0, fmt.Errorf("%s's %s is %q: not a measurement (a run too short for its clock?)", program, column, s)
+	}
+	return v, nil
 }
 
 // lookPath says why program is missing, naming the Debian package that

@@ -60,10 +60,17 @@ func TestParseUCXBad(t *testing.T) {
 		"[1700000000.1] error: connect failed\n",
 		"iterations,50.0_percentile_lat,avg_lat\n",
 		"iterations,50.0_percentile_lat,avg_lat\n100,abc,1\n",
+		"iterations,50.0_percentile_lat,avg_lat\n100,inf,1\n",
+		"iterations,50.0_percentile_lat,avg_lat\n100,1,-2\n",
 	} {
 		if r, err := parseUCX(out, true); err == nil {
 			t.Errorf("parseUCX(%q) = %+v, want an error", out, r)
 		}
+	}
+	// A bandwidth run too short for ucx_perftest's clock prints inf.
+	bw := "iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr\n50,0,0,0,inf,inf,inf,inf\n"
+	if r, err := parseUCX(bw, false); err == nil {
+		t.Errorf("parseUCX(%q) = %+v, want an error", bw, r)
 	}
 }
 

@@ -3,7 +3,6 @@ package perftest
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 )
 
@@ -85,11 +84,7 @@ func parseUCX(out string, latency bool) (*Result, error) {
 	col := func(suffix string) (float64, error) {
 		for i, h := range header {
 			if h == suffix || strings.HasSuffix(h, "_"+suffix) {
-				v, err := strconv.ParseFloat(strings.TrimSpace(last[i]), 64)
-				if err != nil {
-					return 0, fmt.Errorf("ucx_perftest's %s is %q: %w", h, last[i], err)
-				}
-				return v, nil
+				return parseFigure("ucx_perftest", h, strings.TrimSpace(last[i]))
 			}
 		}
 		return 0, fmt.Errorf("ucx_perftest's output has no %s column", suffix)
