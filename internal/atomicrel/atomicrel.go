@@ -16,3 +16,6 @@ import "sync/atomic"
 
 // StoreUint64 stores v into *p with release order. Load *p with p.Load.
 func StoreUint64(p *atomic.Uint64, v uint64) { storeUint64(p, v) }
+
+// StoreUint32 stores v into *p with release order. Load *p with p.Load.
+func StoreUint32(p *atomic.Uint32, v uint32) { storeUint32(p, v) }

@@ -50,3 +50,17 @@ func TestStoreUint64Publishes(t *testing.T) {
 		t.Fatalf("index %d published, its slot holds %d", b[0], b[1])
 	}
 }
+
+func TestStoreUint32(t *testing.T) {
+	var s struct {
+		before uint32
+		v      atomic.Uint32
+		after  uint32
+	}
+	for _, v := range []uint32{1, 0, 1<<32 - 1, 0x01234567} {
+		StoreUint32(&s.v, v)
+		if got := s.v.Load(); got != v || s.before != 0 || s.after != 0 {
+			t.Fatalf("StoreUint32(%#x): Load %#x, neighbours %#x %#x", v, got, s.before, s.after)
+		}
+	}
+}

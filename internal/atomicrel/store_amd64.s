@@ -8,3 +8,10 @@ TEXT ·storeUint64(SB), NOSPLIT, $0-16
 	MOVQ	v+8(FP), BX
 	MOVQ	BX, 0(AX)
 	RET
+
+// func storeUint32(p *atomic.Uint32, v uint32)
+TEXT ·storeUint32(SB), NOSPLIT, $0-12
+	MOVQ	p+0(FP), AX
+	MOVL	v+8(FP), BX
+	MOVL	BX, 0(AX)
+	RET

@@ -4,8 +4,9 @@
 // and the retirement of slots as completions are polled. A provider
 // supplies the transport through the Engine interface.
 //
-// A Queue is not safe for concurrent use, except Retire: its provider
-// serialises it.
+// A Queue is not safe for concurrent use: its provider serialises Post,
+// Progress and Reset, and, apart from them, the poller of the QP's send
+// CQ serialises Retire.
 package swq
 
 import (
@@ -101,16 +102,12 @@ func (q *Queue) Post(wr *driver.SendWR, mem Memory) error {
 
 // Retire frees the slots up to and including seq, once a completion for
 // seq has been polled. Values that cannot name an executed slot are
-// ignored, so a forged completion cannot free a slot still in use.
+// ignored, so a forged completion cannot free a slot still in use. Calls
+// are serialised (a QP's send completions are polled from one CQ, under
+// its lock), so head has one writer and a release store publishes it.
 func (q *Queue) Retire(seq uint64) {
-	for {
-		h := q.head.Load()
-		if seq < h || seq >= q.next.Load() {
-			return
-		}
-		if q.head.CompareAndSwap(h, seq+1) {
-			return
-		}
+	if seq >= q.head.Load() && seq < q.next.Load() {
+		atomicrel.StoreUint64(&q.head, seq+1)
 	}
 }
 

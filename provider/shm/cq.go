@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/goverbs/goverbs/internal/spin"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -17,7 +18,7 @@ type cq struct {
 	local   *localRing // send completions of this process's QPs
 	n       int
 
-	mu      sync.Mutex // serialises consumers
+	mu      spin.Lock // serialises consumers
 	overrun atomic.Bool
 
 	notifyOnce sync.Once
@@ -107,10 +108,25 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 		return driver.ErrClosed
 	}
 	c.startWaiter()
+	a := uint32(armedAny)
 	if solicitedOnly {
-		c.ring.h.armed.CompareAndSwap(unarmed, armedSolicited)
+		a = armedSolicited
+		if !c.ring.h.armed.CompareAndSwap(unarmed, a) {
+			return nil
+		}
 	} else {
-		c.ring.h.armed.Store(armedAny)
+		c.ring.h.armed.Store(a)
+	}
+	// A send completion whose producer checked the arming before its
+	// release store was visible (see localRing) is reserved already:
+	// notify for it now. (At worst the notification comes for a
+	// completion that was there before the arming, which the caller's
+	// next poll takes.)
+	c.mu.Lock()
+	pending := c.local.pending(solicitedOnly)
+	c.mu.Unlock()
+	if pending {
+		c.ring.fire(a)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package shm
 import (
 	"encoding/binary"
 	"errors"
+	"runtime"
 	"sync/atomic"
 	"unsafe"
 
@@ -155,6 +156,14 @@ func (r *cqRing) consume(wc *driver.WorkCompletion) bool {
 // needs checking, and each entry names its QP, so that polling it frees
 // the send slot without a lookup. A bounded multi-producer queue like
 // cqRing (QPs sharing a CQ post concurrently); the CQ's poller consumes.
+//
+// A producer reserves its slot with a CAS on tail and publishes it with a
+// release store, not a fence, so the check of the CQ's arming that follows
+// may be performed before the slot is visible. pending, which cq.ReqNotify
+// calls after it arms, closes that gap: a slot reserved before the arming
+// is seen there in tail (the CAS and the arming's swap are both locked
+// instructions, totally ordered), and one reserved after it is followed by
+// a check that sees the arming.
 type localRing struct {
 	tail  atomic.Uint64
 	_     [7]uint64
@@ -190,12 +199,33 @@ func (r *localRing) produce(wc *driver.WorkCompletion, q *qp, retire uint64) boo
 				continue
 			}
 			s.wc, s.q, s.retire = *wc, q, retire
-			s.seq.Store(pos + 1)
+			atomicrel.StoreUint64(&s.seq, pos+1)
 			return true
 		case d < 0:
 			return false
 		}
 	}
+}
+
+// pending reports whether completions have been reserved that the
+// consumer has not taken, published or not yet; with failedOnly, whether
+// one of them failed, waiting for those not yet published. The
+// consumer's lock is held.
+func (r *localRing) pending(failedOnly bool) bool {
+	tail := r.tail.Load()
+	if !failedOnly {
+		return tail != r.head
+	}
+	for pos := r.head; pos != tail; pos++ {
+		s := &r.slots[pos&r.mask]
+		for s.seq.Load() != pos+1 {
+			runtime.Gosched() // its producer is between reserving and publishing
+		}
+		if s.wc.Status != driver.WCSuccess {
+			return true
+		}
+	}
+	return false
 }
 
 // consume takes the oldest completion and returns the QP and send slot it
@@ -225,10 +255,15 @@ const (
 func (r *cqRing) notify(solicited, failed bool) {
 	a := r.h.armed.Load()
 	if a == armedAny || (a == armedSolicited && (solicited || failed)) {
-		if r.h.armed.CompareAndSwap(a, unarmed) {
-			r.h.wake.Add(1)
-			futexWake(&r.h.wake)
-		}
+		r.fire(a)
+	}
+}
+
+// fire disarms the CQ, if it is still armed as a, and wakes its waiter.
+func (r *cqRing) fire(a uint32) {
+	if r.h.armed.CompareAndSwap(a, unarmed) {
+		r.h.wake.Add(1)
+		futexWake(&r.h.wake)
 	}
 }
 

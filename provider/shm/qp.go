@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/internal/sglist"
+	"github.com/goverbs/goverbs/internal/spin"
 	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -33,7 +34,11 @@ type qp struct {
 	rq      *recvRing // nil with an SRQ
 	rqN     int
 
-	mu        sync.Mutex // guards what follows
+	// mu guards what follows. It is a spin lock, since PostSend takes
+	// it on every call: hold it only briefly. (A holder that blocks —
+	// a control message to a peer whose socket is full — makes waiters
+	// nap until it lets go.)
+	mu        spin.Lock
 	attr      driver.QPAttr
 	sq        *swq.Queue
 	conn      *conn // the connection, set on the move to RTR
