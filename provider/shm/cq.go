@@ -117,13 +117,12 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 	} else {
 		c.ring.h.armed.Store(a)
 	}
-	// A send completion whose producer checked the arming before its
-	// release store was visible (see localRing) is reserved already:
-	// notify for it now. (At worst the notification comes for a
-	// completion that was there before the arming, which the caller's
-	// next poll takes.)
+	// A completion whose producer checked the arming before its release
+	// store was visible is reserved already (see cqRing.pending): notify
+	// for it now. (At worst the notification comes for a completion that
+	// was there before the arming, which the caller's next poll takes.)
 	c.mu.Lock()
-	pending := c.local.pending(solicitedOnly)
+	pending := c.local.pending(solicitedOnly) || c.ring.pending(solicitedOnly)
 	c.mu.Unlock()
 	if pending {
 		c.ring.fire(a)

@@ -126,11 +126,57 @@ func (r *cqRing) produce(wc *driver.WorkCompletion) bool {
 			}
 			s.wrid, s.status, s.opcode, s.flags = wc.WRID, uint8(wc.Status), uint8(wc.Opcode), uint8(wc.Flags)
 			s.byteLen, s.imm, s.invRKey, s.qpNum, s.srcQP = wc.ByteLen, wc.Imm, wc.InvalidatedRKey, wc.QPNum, wc.SrcQP
-			s.seq.Store(pos + 1)
+			// A release store: see pending for the notification
+			// handshake it leaves to the arming side.
+			atomicrel.StoreUint64(&s.seq, pos+1)
 			return true
 		case d < 0:
 			return false
 		}
+	}
+	return false
+}
+
+// pending reports whether completions have been reserved in the ring
+// that the consumer has not taken; with solicitedOnly, whether one of
+// them is solicited or failed. The consumer's lock is held.
+//
+// Producers publish a slot with a release store and then check the CQ's
+// arming, a check that may be performed before the store is visible; the
+// arming side calls pending after it arms, and notifies if it reports
+// true. A slot reserved before the arming is seen here in tail (the
+// producer's CAS and the arming's swap are locked instructions, totally
+// ordered); one reserved after it is followed by a check that sees the
+// arming. A peer may scribble on the ring: indices that make no sense,
+// or a slot that stays unpublished, count as pending — a notification
+// for nothing at worst.
+func (r *cqRing) pending(solicitedOnly bool) bool {
+	tail := r.h.tail.Load()
+	if tail == r.head {
+		return false
+	}
+	if !solicitedOnly || tail-r.head > r.mask+1 {
+		return true
+	}
+	for pos := r.head; pos != tail; pos++ {
+		s := &r.slots[pos&r.mask]
+		if !awaitPublished(&s.seq, pos+1, maxProduceTries) ||
+			s.flags&uint8(driver.WCSolicited) != 0 || s.status != uint8(driver.WCSuccess) {
+			return true
+		}
+	}
+	return false
+}
+
+// awaitPublished waits until the sequence word seq reads want — a slot
+// reserved whose producer has yet to publish it — yielding in between, at
+// most tries times (0: until it does); false if it never did.
+func awaitPublished(seq *atomic.Uint64, want uint64, tries int) bool {
+	for i := 0; tries == 0 || i < tries; i++ {
+		if seq.Load() == want {
+			return true
+		}
+		runtime.Gosched()
 	}
 	return false
 }
@@ -157,13 +203,8 @@ func (r *cqRing) consume(wc *driver.WorkCompletion) bool {
 // the send slot without a lookup. A bounded multi-producer queue like
 // cqRing (QPs sharing a CQ post concurrently); the CQ's poller consumes.
 //
-// A producer reserves its slot with a CAS on tail and publishes it with a
-// release store, not a fence, so the check of the CQ's arming that follows
-// may be performed before the slot is visible. pending, which cq.ReqNotify
-// calls after it arms, closes that gap: a slot reserved before the arming
-// is seen there in tail (the CAS and the arming's swap are both locked
-// instructions, totally ordered), and one reserved after it is followed by
-// a check that sees the arming.
+// Its producers publish with a release store, as cqRing's do, and pending
+// closes the notification handshake in the same way (cqRing.pending).
 type localRing struct {
 	tail  atomic.Uint64
 	_     [7]uint64
@@ -218,10 +259,8 @@ func (r *localRing) pending(failedOnly bool) bool {
 	}
 	for pos := r.head; pos != tail; pos++ {
 		s := &r.slots[pos&r.mask]
-		for s.seq.Load() != pos+1 {
-			runtime.Gosched() // its producer is between reserving and publishing
-		}
-		if s.wc.Status != driver.WCSuccess {
+		// Its producer, in this process, publishes it soon.
+		if awaitPublished(&s.seq, pos+1, 0) && s.wc.Status != driver.WCSuccess {
 			return true
 		}
 	}
@@ -371,8 +410,10 @@ func (r *recvRing) produce(wr *driver.RecvWR, limit uint64) bool {
 		binary.LittleEndian.PutUint32(s[8:], g.Length)
 		binary.LittleEndian.PutUint32(s[12:], g.LKey)
 	}
-	seq(e).Store(uint32(t + 1))
-	r.h.tail.Store(t + 1)
+	// Release stores: the entry is published by its sequence word, and
+	// nothing waits for either store to be seen.
+	atomicrel.StoreUint32(seq(e), uint32(t+1))
+	atomicrel.StoreUint64(&r.h.tail, t+1)
 	return true
 }
 

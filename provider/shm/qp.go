@@ -2,7 +2,6 @@ package shm
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,7 +49,11 @@ type qp struct {
 	rnrGen    uint64
 	destroyed bool
 
-	rqMu sync.Mutex // serialises receive producers
+	// rqMu serialises the receive queue's producer (PostRecv) with its
+	// flush and reset, so that a receive posted while the QP moves to
+	// the error state is flushed by one or the other. Lock order: mu,
+	// then rqMu.
+	rqMu spin.Lock
 
 	// postState mirrors attr.State, or is stateDestroyed, for PostRecv,
 	// which reads it without q.mu; publish keeps it.
@@ -158,7 +161,9 @@ func (q *qp) reset() {
 	q.stopRNR()
 	q.sq.Reset()
 	if q.rq != nil {
+		q.rqMu.Lock()
 		q.rq.reset()
+		q.rqMu.Unlock()
 	}
 	if c := q.conn; c != nil {
 		// close waits for the connection's goroutines, which may wait
@@ -189,6 +194,8 @@ func (q *qp) flushRecv() {
 	if q.rq == nil {
 		return
 	}
+	q.rqMu.Lock()
+	defer q.rqMu.Unlock()
 	var e recvEntry
 	// The ring holds at most rqN receives. A peer can write the ring's
 	// indices, and one that kept moving the tail ahead of the head would
@@ -243,18 +250,34 @@ func (q *qp) postSend(wr *driver.SendWR) error {
 }
 
 func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
+	if q.srq != nil {
+		return 0, fmt.Errorf("%w: the QP takes its receives from an SRQ", driver.ErrInvalidArg)
+	}
+	q.rqMu.Lock()
+	// The state is read under rqMu: toErr publishes the error state
+	// before its flush takes rqMu, so receives posted here are either
+	// seen by that flush or posted knowing the QP is in the error state.
 	st := q.postState.Load()
-	state := driver.QPState(st)
+	n, err := q.postRecvLocked(wrs, st)
+	q.rqMu.Unlock()
+	if n > 0 && driver.QPState(st) == driver.QPSErr {
+		// A QP in the error state flushes what is posted to it.
+		q.mu.Lock()
+		q.flushRecv()
+		q.mu.Unlock()
+	}
+	return n, err
+}
+
+// postRecvLocked posts wrs to a QP whose published state is st; rqMu is
+// held.
+func (q *qp) postRecvLocked(wrs []driver.RecvWR, st uint32) (int, error) {
 	switch {
 	case st == stateDestroyed:
 		return 0, driver.ErrClosed
-	case q.srq != nil:
-		return 0, fmt.Errorf("%w: the QP takes its receives from an SRQ", driver.ErrInvalidArg)
-	case state == driver.QPSReset:
+	case driver.QPState(st) == driver.QPSReset:
 		return 0, driver.ErrInvalidState
 	}
-	q.rqMu.Lock()
-	defer q.rqMu.Unlock()
 	for i := range wrs {
 		wr := &wrs[i]
 		if err := driver.CheckRecvWR(wr, q.cap.MaxRecvSGE); err != nil {
@@ -264,12 +287,6 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 		if !q.rq.produce(wr, uint64(q.cap.MaxRecvWR)) {
 			return i, driver.ErrQueueFull
 		}
-	}
-	if state == driver.QPSErr {
-		// A QP in the error state flushes what is posted to it.
-		q.mu.Lock()
-		q.flushRecv()
-		q.mu.Unlock()
 	}
 	return len(wrs), nil
 }
