@@ -353,22 +353,48 @@ func (c *Client) readCached(key []byte, loc *recordLoc) (val []byte, ok bool, er
 
 // Put stores value under key (an RPC; the server writes out of place).
 func (c *Client) Put(key, value []byte) error {
-	_, err := c.lockedRPC(opPut, key, value)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, err := c.checkedRPC(opPut, key, value)
+	if err == nil {
+		c.remember(key, slot(r.val()))
+	}
 	return err
+}
+
+// remember takes note of where the server says it stored key's value: the
+// index slot a PUT's reply carries. It is a hint, checked as every cached
+// location is when a GET reads it; a slot that is not a valid heap slot of
+// key's hash (an inline value, an older server's empty reply) is ignored.
+func (c *Client) remember(key []byte, s slot) {
+	h := hashKey(key)
+	loc := &c.locs[h%uint64(len(c.locs))]
+	if len(s) != SlotSize || !s.valid() || s.kind() != kindHeap || s.hash() != h {
+		if loc.hash == h {
+			loc.length = 0 // the value moved inline
+		}
+		return
+	}
+	*loc = recordLoc{hash: h, version: s.version(), addr: s.addr(), rkey: s.rkey(), length: uint32(s.recLen())}
 }
 
 // Delete removes key; ErrNotFound if it was absent.
 func (c *Client) Delete(key []byte) error {
-	_, err := c.lockedRPC(opDel, key, nil)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, err := c.checkedRPC(opDel, key, nil)
+	if err == nil {
+		c.remember(key, nil) // no record to read directly any more
+	}
 	return err
 }
 
-func (c *Client) lockedRPC(op uint8, key, val []byte) (reply, error) {
+// checkedRPC checks the key and the connection and makes the RPC; c.mu is
+// held.
+func (c *Client) checkedRPC(op uint8, key, val []byte) (reply, error) {
 	if len(key) > MaxKey {
 		return nil, ErrKeyTooLarge
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if err := c.alive(); err != nil {
 		return nil, err
 	}

@@ -481,3 +481,46 @@ func TestCachedLocationSuperseded(t *testing.T) {
 		}
 	})
 }
+
+// TestPutRemembersLocation: a PUT's reply tells the client where its heap
+// value went, so the client's next GET of the key reads the record
+// directly (one Read), while a value stored inline, or a deleted key,
+// leaves nothing remembered.
+func TestPutRemembersLocation(t *testing.T) {
+	forEachProvider(t, func(t *testing.T, addr func() string) {
+		a := addr()
+		startServer(t, a, small())
+		c := dial(t, a)
+		key := []byte("put-then-get")
+		for i := range 10 {
+			val := bytes.Repeat([]byte{byte('a' + i)}, 300+i)
+			if err := c.Put(key, val); err != nil {
+				t.Fatal(err)
+			}
+			before := c.CachedGets.Load()
+			got, err := c.Get(key)
+			if err != nil || !bytes.Equal(got, val) {
+				t.Fatalf("round %d: GET %d bytes, %v; want the %d bytes just put", i, len(got), err, len(val))
+			}
+			if c.CachedGets.Load() != before+1 {
+				t.Fatalf("round %d: the GET after a PUT did not read the record where the PUT's reply said it was", i)
+			}
+		}
+		if err := c.Put(key, []byte("tiny")); err != nil { // inline
+			t.Fatal(err)
+		}
+		before := c.CachedGets.Load()
+		if got, err := c.Get(key); err != nil || string(got) != "tiny" {
+			t.Fatalf("GET of an inline value: %q, %v", got, err)
+		}
+		if c.CachedGets.Load() != before {
+			t.Fatal("a GET of an inline value read a remembered heap record")
+		}
+		if err := c.Delete(key); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Get(key); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("GET after DELETE: %v, want ErrNotFound", err)
+		}
+	})
+}

@@ -381,7 +381,14 @@ func (s *Server) apply(req request, out []byte) int {
 		if len(val) > s.cfg.MaxValue {
 			return putReply(out, statusTooLarge, req.id(), nil)
 		}
-		return putReply(out, s.put(key, val), req.id(), nil)
+		// A stored value's reply carries its new index slot, so that the
+		// client's next GET of the key reads the record directly.
+		st, n := s.put(key, val)
+		var loc []byte
+		if st == statusOK {
+			loc = s.slotAt(n)
+		}
+		return putReply(out, st, req.id(), loc)
 	case opDel:
 		s.Dels.Add(1)
 		return putReply(out, s.del(key), req.id(), nil)
@@ -443,12 +450,13 @@ func (s *Server) lookup(key []byte) ([]byte, bool) {
 }
 
 // put stores key and value out of place: a new record (or the slot's
-// inline bytes, which their CRC protects), then the slot.
-func (s *Server) put(key, val []byte) uint8 {
+// inline bytes, which their CRC protects), then the slot, whose number it
+// returns.
+func (s *Server) put(key, val []byte) (uint8, int) {
 	h := hashKey(key)
 	n, found := s.find(key, h)
 	if n < 0 {
-		return statusFull
+		return statusFull, 0
 	}
 	s.reclaim()
 	s.version++
@@ -459,7 +467,7 @@ func (s *Server) put(key, val []byte) uint8 {
 	} else {
 		var ok bool
 		if rec, ok = s.alloc(recordLen(len(key), len(val))); !ok {
-			return statusFull
+			return statusFull, 0
 		}
 		s.write(rec.Bytes()[:recordLen(len(key), len(val))], func(b []byte) { record(b).set(s.version, key, val) })
 		next.setHeap(s.version, h, len(key), len(val), rec.Addr(), recordLen(len(key), len(val)), rec.RKey())
@@ -472,7 +480,7 @@ func (s *Server) put(key, val []byte) uint8 {
 		s.records[n] = rec
 		markSuperseded(rec, false) // current, now that the slot points at it
 	}
-	return statusOK
+	return statusOK, n
 }
 
 func (s *Server) del(key []byte) uint8 {
