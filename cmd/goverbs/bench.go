@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,10 +58,12 @@ result also gives the CPU time per iteration of both processes.
 With no address, bench is self-contained: for every local device it
 starts a bench server (another goverbs process for devices that cross
 processes, such as shm0; a goroutine for loop0) and runs the tests
-against it. With --compare it then runs the same tests on the peers
-that are installed (ucx_perftest over shared memory and TCP, fi_pingpong
-over libfabric's shm and tcp providers, plain Go TCP) and prints their
-figures beside goverbs' with the ratio.
+against it. With --compare it runs each test and size, right after
+goverbs has, on the peers that are installed (ucx_perftest over shared
+memory and TCP, fi_pingpong over libfabric's shm and tcp providers,
+plain Go TCP) and prints their figures beside goverbs' with the ratio:
+on a shared machine, whose speed drifts over a run, each ratio compares
+runs seconds apart.
 
 Across processes or hosts, start a server and point a client at it:
 
@@ -307,23 +310,77 @@ func benchRun(ctx context.Context, e *env, cfg benchConfig) error {
 	prog := newProgress(e)
 	defer prog.done()
 	rep := &perftest.Report{Date: start.Format(time.RFC3339), Host: hostInfo(), Event: cfg.o.Event}
-	n := 0
+	benches := make([]*deviceBench, 0, len(devs))
+	defer func() {
+		for _, b := range benches {
+			b.close()
+		}
+	}()
 	for i, d := range devs {
-		res, err := benchDevice(ctx, cfg, d, plans[i], func(j int, p perftest.Params) {
-			prog.show("[%d/%d] %s %v %d B", n+j+1, total, d.Name, p.Test, p.Size)
-		})
-		n += len(plans[i])
-		rep.Results = append(rep.Results, res...)
+		b, err := openDeviceBench(ctx, cfg, d, plans[i])
 		if err != nil {
-			prog.done()
 			return err
 		}
+		benches = append(benches, b)
 	}
-	if cfg.compare {
-		peerParams := suite.Params(verbs.DeviceAttr{MaxInlineData: 1 << 16})
-		rep.Peers, rep.Skipped = perftest.RunPeers(ctx, peerParams, cfg.timeout, func(what string) {
-			prog.show("comparing: %s", what)
+	n := 0
+	run := func(b *deviceBench, plan []perftest.Params) error {
+		res, err := b.run(ctx, plan, func(_ int, p perftest.Params) {
+			n++
+			prog.show("[%d/%d] %s %v %d B", n, total, b.name, p.Test, p.Size)
 		})
+		rep.Results = append(rep.Results, res...)
+		return err
+	}
+	if !cfg.compare {
+		for _, b := range benches {
+			if err := run(b, b.plan); err != nil {
+				prog.done()
+				return err
+			}
+		}
+	} else {
+		// Each test and size runs on every device and then, at once, on
+		// every peer, so that a ratio compares runs seconds apart, not
+		// the two ends of a suite over which the machine's speed drifts.
+		peerParams := suite.Params(verbs.DeviceAttr{MaxInlineData: 1 << 16})
+		runs, skipped := perftest.PlanPeers(peerParams)
+		rep.Skipped = skipped
+		type placed struct {
+			at  int // the run's place in runs
+			res *perftest.Result
+		}
+		var peerResults []placed
+		for _, g := range testSizes(append(plans, peerParams)) {
+			for _, b := range benches {
+				if err := run(b, g.of(b.plan)); err != nil {
+					prog.done()
+					return err
+				}
+			}
+			for i, r := range runs {
+				if !g.has(r.Params) || ctx.Err() != nil {
+					continue
+				}
+				prog.show("comparing: %s", r)
+				res, skip := r.Run(ctx, cfg.timeout)
+				if skip != nil {
+					rep.Skipped = append(rep.Skipped, *skip)
+					continue
+				}
+				peerResults = append(peerResults, placed{i, res})
+			}
+		}
+		// Report in the plans' order: a device's, and a peer's, tests
+		// together.
+		slices.SortStableFunc(rep.Results, func(a, b *perftest.Result) int {
+			return slices.IndexFunc(benches, func(d *deviceBench) bool { return d.name == a.Device }) -
+				slices.IndexFunc(benches, func(d *deviceBench) bool { return d.name == b.Device })
+		})
+		slices.SortStableFunc(peerResults, func(a, b placed) int { return a.at - b.at })
+		for _, p := range peerResults {
+			rep.Peers = append(rep.Peers, p.res)
+		}
 		rep.Comparisons = perftest.Compare(rep.Results, rep.Peers)
 	}
 	prog.done()
@@ -368,33 +425,96 @@ func benchRun(ctx context.Context, e *env, cfg benchConfig) error {
 // device.
 const runBudget = 500 * time.Millisecond
 
-// benchDevice runs the plan on device d, against cfg.addr or a server of
-// its own.
-func benchDevice(ctx context.Context, cfg benchConfig, d verbs.DeviceInfo, plan []perftest.Params, progress func(int, perftest.Params)) ([]*perftest.Result, error) {
-	addr := cfg.addr
-	if addr == "" {
+// deviceBench is a device opened for bench, with its server: cfg.addr,
+// or one of its own.
+type deviceBench struct {
+	name string
+	plan []perftest.Params
+	cfg  benchConfig
+	dev  *verbs.Context
+	addr string
+	srv  *benchServer // nil against cfg.addr
+}
+
+// openDeviceBench opens device d, whose runs are plan, and starts its
+// server unless cfg names one.
+func openDeviceBench(ctx context.Context, cfg benchConfig, d verbs.DeviceInfo, plan []perftest.Params) (*deviceBench, error) {
+	b := &deviceBench{name: d.Name, plan: plan, cfg: cfg, addr: cfg.addr}
+	if b.addr == "" {
 		srv, err := startBenchServer(ctx, d)
 		if err != nil {
 			return nil, err
 		}
-		defer srv.stop()
-		addr = srv.addr
+		b.srv, b.addr = srv, srv.addr
 	}
 	dev, err := verbs.Open(d.Name)
 	if err != nil {
+		b.close()
 		return nil, err
 	}
-	defer dev.Close()
-	opts := perftest.RunOptions{Timeout: cfg.timeout, Progress: progress}
-	if cfg.o.Iters < 0 && !cfg.compare {
+	b.dev = dev
+	return b, nil
+}
+
+// run runs ps (a part of b.plan) on the device.
+func (b *deviceBench) run(ctx context.Context, ps []perftest.Params, progress func(int, perftest.Params)) ([]*perftest.Result, error) {
+	opts := perftest.RunOptions{Timeout: b.cfg.timeout, Progress: progress}
+	if b.cfg.o.Iters < 0 && !b.cfg.compare {
 		// Peers run perftest's counts: so do comparisons.
 		opts.Budget = runBudget
 	}
-	res, err := perftest.RunAll(ctx, dev, addr, plan, opts)
+	res, err := perftest.RunAll(ctx, b.dev, b.addr, ps, opts)
 	if err != nil {
-		return res, explainRunError(err, addr, cfg)
+		return res, explainRunError(err, b.addr, b.cfg)
 	}
 	return res, nil
+}
+
+// close closes the device and stops its server.
+func (b *deviceBench) close() {
+	if b.dev != nil {
+		b.dev.Close()
+		b.dev = nil
+	}
+	if b.srv != nil {
+		b.srv.stop()
+		b.srv = nil
+	}
+}
+
+// testSize is one test at one message size: a group of the runs that
+// --compare makes one after another.
+type testSize struct {
+	test perftest.Test
+	size int
+}
+
+func (g testSize) has(p perftest.Params) bool { return p.Test == g.test && p.Size == g.size }
+
+// of returns the runs of plan in group g.
+func (g testSize) of(plan []perftest.Params) []perftest.Params {
+	var out []perftest.Params
+	for _, p := range plan {
+		if g.has(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// testSizes returns the groups of the plans' runs, in the order they first
+// appear.
+func testSizes(plans [][]perftest.Params) []testSize {
+	var out []testSize
+	for _, plan := range plans {
+		for _, p := range plan {
+			g := testSize{p.Test, p.Size}
+			if !slices.Contains(out, g) {
+				out = append(out, g)
+			}
+		}
+	}
+	return out
 }
 
 // explainRunError turns a failed run into one line that says what to do.

@@ -46,8 +46,40 @@ func peers() []*peer {
 // run within timeout, and returns their results and what was skipped.
 // progress, if set, is told about each run before it starts.
 func RunPeers(ctx context.Context, ps []Params, timeout time.Duration, progress func(what string)) ([]*Result, []Skip) {
+	runs, skipped := PlanPeers(ps)
+	var out []*Result
+	for _, r := range runs {
+		if ctx.Err() != nil {
+			break
+		}
+		if progress != nil {
+			progress(r.String())
+		}
+		res, skip := r.Run(ctx, timeout)
+		if skip != nil {
+			skipped = append(skipped, *skip)
+			continue
+		}
+		out = append(out, res)
+	}
+	return out, skipped
+}
+
+// PeerRun is one run of a peer on one test and size.
+type PeerRun struct {
+	// Params are the test and size, as goverbs runs them.
+	Params Params
+	peer   *peer
+	test   string // the peer's counterpart of Params.Test
+}
+
+// PlanPeers lists the runs RunPeers makes for ps, peer by peer, and what
+// it skips without running anything: peers that are not installed, and
+// tests a peer has no counterpart of. A caller that runs them itself can
+// interleave them with goverbs' own runs of the same test and size.
+func PlanPeers(ps []Params) ([]PeerRun, []Skip) {
 	var (
-		out     []*Result
+		runs    []PeerRun
 		skipped []Skip
 	)
 	for _, pr := range peers() {
@@ -64,30 +96,35 @@ func RunPeers(ctx context.Context, ps []Params, timeout time.Duration, progress 
 				}
 				continue
 			}
-			if ctx.Err() != nil {
-				return out, skipped
-			}
-			if progress != nil {
-				progress(fmt.Sprintf("%s %s %d B", pr.name(), pt, p.Size))
-			}
-			rctx, cancel := context.WithTimeout(ctx, timeout)
-			r, err := pr.run(rctx, p)
-			if err != nil && rctx.Err() == context.DeadlineExceeded {
-				err = fmt.Errorf("no result within --timeout %v", timeout)
-			}
-			cancel()
-			if err != nil {
-				skipped = append(skipped, Skip{Peer: pr.name(), Test: pt, Size: p.Size, Reason: oneLine(err.Error())})
-				continue
-			}
-			r.Stack, r.Transport, r.Test, r.PeerTest, r.Size, r.Event = pr.stack, pr.transport, p.Test, pt, p.Size, false
-			out = append(out, r)
+			runs = append(runs, PeerRun{Params: p, peer: pr, test: pt})
 		}
 		if len(none) > 0 && len(none) < len(Tests) {
 			skipped = append(skipped, Skip{Peer: pr.name(), Reason: "has no counterpart of " + strings.Join(none, ", ")})
 		}
 	}
-	return out, skipped
+	return runs, skipped
+}
+
+// String names the run: the peer, its test and the size.
+func (r PeerRun) String() string {
+	return fmt.Sprintf("%s %s %d B", r.peer.name(), r.test, r.Params.Size)
+}
+
+// Run measures the peer within timeout. A run that fails is skipped: the
+// Skip says why.
+func (r PeerRun) Run(ctx context.Context, timeout time.Duration) (*Result, *Skip) {
+	p := r.Params
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := r.peer.run(rctx, p)
+	if err != nil {
+		if rctx.Err() == context.DeadlineExceeded {
+			err = fmt.Errorf("no result within --timeout %v", timeout)
+		}
+		return nil, &Skip{Peer: r.peer.name(), Test: r.test, Size: p.Size, Reason: oneLine(err.Error())}
+	}
+	res.Stack, res.Transport, res.Test, res.PeerTest, res.Size, res.Event = r.peer.stack, r.peer.transport, p.Test, r.test, p.Size, false
+	return res, nil
 }
 
 // parseFigure reads a peer program's figure s from its column: a finite
