@@ -524,3 +524,36 @@ func TestPutRemembersLocation(t *testing.T) {
 		}
 	})
 }
+
+// TestRememberTakesOnlyValidHeapSlots: a PUT reply's slot becomes the
+// key's remembered location only if it is a sealed heap slot of the key's
+// hash; anything else forgets what was remembered for the key.
+func TestRememberTakesOnlyValidHeapSlots(t *testing.T) {
+	c := &Client{locs: make([]recordLoc, locEntries)}
+	key := []byte("remembered")
+	h := hashKey(key)
+	loc := &c.locs[h%uint64(len(c.locs))]
+	heap := func(hash uint64) slot {
+		s := make(slot, SlotSize)
+		s.setHeap(7, hash, len(key), 300, 0x1000, recordLen(len(key), 300), 0x42)
+		return s
+	}
+	c.remember(key, heap(h))
+	if *loc != (recordLoc{hash: h, version: 7, addr: 0x1000, rkey: 0x42, length: uint32(recordLen(len(key), 300))}) {
+		t.Fatalf("a valid heap slot was remembered as %+v", *loc)
+	}
+	torn := heap(h)
+	torn[33] ^= 1 // the address, under the slot's CRC
+	inline := make(slot, SlotSize)
+	inline.setInline(8, h, key, []byte("v"))
+	for _, bad := range []struct {
+		name string
+		s    slot
+	}{{"a torn slot", torn}, {"an inline slot", inline}, {"no slot", nil}, {"another key's slot", heap(h + 1)}} {
+		c.remember(key, heap(h))
+		c.remember(key, bad.s)
+		if loc.length != 0 {
+			t.Fatalf("after %s the key's location is still remembered: %+v", bad.name, *loc)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package spin
 import (
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestExclusion: goroutines that increment a plain counter under the lock
@@ -28,7 +29,8 @@ func TestExclusion(t *testing.T) {
 }
 
 // TestWaitsForLongHolder: a waiter gets the lock once a holder that keeps
-// it past the spinning and yielding phases lets go.
+// it for milliseconds — past the waiter's spinning and yielding, into its
+// naps — lets go, and not before.
 func TestWaitsForLongHolder(t *testing.T) {
 	var l Lock
 	l.Lock()
@@ -38,16 +40,14 @@ func TestWaitsForLongHolder(t *testing.T) {
 		close(got)
 		l.Unlock()
 	}()
-	// The waiter cannot have the lock while it is held.
-	for range spins + yields + 10 {
-		select {
-		case <-got:
-			t.Fatal("the waiter took a held lock")
-		default:
-		}
-		if l.TryLock() {
-			t.Fatal("TryLock took a held lock")
-		}
+	time.Sleep(5 * time.Millisecond)
+	select {
+	case <-got:
+		t.Fatal("the waiter took a held lock")
+	default:
+	}
+	if l.TryLock() {
+		t.Fatal("TryLock took a held lock")
 	}
 	l.Unlock()
 	<-got

@@ -111,7 +111,9 @@ func (q *Queue) Retire(seq uint64) {
 	}
 }
 
-// Reset empties the queue without completions.
+// Reset empties the queue without completions. Besides the provider's
+// own lock, the caller holds the lock under which the QP's send CQ is
+// polled, since Retire's release store must not land after the reset.
 func (q *Queue) Reset() {
 	q.head.Store(0)
 	q.next.Store(0)

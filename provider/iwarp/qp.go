@@ -127,7 +127,9 @@ func (q *qp) reset() {
 		q.old = append(q.old, c)
 		q.c = nil
 	}
+	q.sendCQ.mu.Lock() // serialises the reset with Retire (swq.Queue.Reset)
 	q.sq.Reset()
+	q.sendCQ.mu.Unlock()
 	q.req.reset()
 	if q.rq != nil {
 		q.rq.Reset()

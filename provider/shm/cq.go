@@ -108,6 +108,13 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 		return driver.ErrClosed
 	}
 	c.startWaiter()
+	// Under the consumers' lock, which Destroy takes before it unmaps
+	// the ring.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.destroyed.Load() {
+		return driver.ErrClosed
+	}
 	a := uint32(armedAny)
 	if solicitedOnly {
 		a = armedSolicited
@@ -121,10 +128,7 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 	// store was visible is reserved already (see cqRing.pending): notify
 	// for it now. (At worst the notification comes for a completion that
 	// was there before the arming, which the caller's next poll takes.)
-	c.mu.Lock()
-	pending := c.local.pending(solicitedOnly) || c.ring.pending(solicitedOnly)
-	c.mu.Unlock()
-	if pending {
+	if c.local.pending(solicitedOnly) || c.ring.pending(solicitedOnly) {
 		c.ring.fire(a)
 	}
 	return nil

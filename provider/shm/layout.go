@@ -124,11 +124,7 @@ func (r *cqRing) produce(wc *driver.WorkCompletion) bool {
 			if !r.h.tail.CompareAndSwap(pos, pos+1) {
 				continue
 			}
-			s.wrid, s.status, s.opcode, s.flags = wc.WRID, uint8(wc.Status), uint8(wc.Opcode), uint8(wc.Flags)
-			s.byteLen, s.imm, s.invRKey, s.qpNum, s.srcQP = wc.ByteLen, wc.Imm, wc.InvalidatedRKey, wc.QPNum, wc.SrcQP
-			// A release store: see pending for the notification
-			// handshake it leaves to the arming side.
-			atomicrel.StoreUint64(&s.seq, pos+1)
+			s.publish(wc, pos)
 			return true
 		case d < 0:
 			return false
@@ -147,26 +143,37 @@ func (r *cqRing) produce(wc *driver.WorkCompletion) bool {
 // true. A slot reserved before the arming is seen here in tail (the
 // producer's CAS and the arming's swap are locked instructions, totally
 // ordered); one reserved after it is followed by a check that sees the
-// arming. A peer may scribble on the ring: indices that make no sense,
-// or a slot that stays unpublished, count as pending — a notification
-// for nothing at worst.
+// arming. Such a producer has executed its publishing store, which a
+// processor makes visible within nanoseconds, so pending waits for a
+// reserved slot only briefly (publishWait): a slot that a peer reserved
+// and never published, or indices that make no sense, are not pending —
+// a peer scribbling on the ring must not keep waiters from sleeping. (A
+// producer still short of its store checks the arming after it, and so
+// sees it.)
 func (r *cqRing) pending(solicitedOnly bool) bool {
 	tail := r.h.tail.Load()
-	if tail == r.head {
+	if tail == r.head || tail-r.head > r.mask+1 {
 		return false
 	}
-	if !solicitedOnly || tail-r.head > r.mask+1 {
-		return true
-	}
+	waited := false
 	for pos := r.head; pos != tail; pos++ {
 		s := &r.slots[pos&r.mask]
-		if !awaitPublished(&s.seq, pos+1, maxProduceTries) ||
-			s.flags&uint8(driver.WCSolicited) != 0 || s.status != uint8(driver.WCSuccess) {
+		if s.seq.Load() != pos+1 {
+			if waited || !awaitPublished(&s.seq, pos+1, publishWait) {
+				return false // Poll takes slots in order: none after this one
+			}
+			waited = true
+		}
+		if !solicitedOnly || s.flags&uint8(driver.WCSolicited) != 0 || s.status != uint8(driver.WCSuccess) {
 			return true
 		}
 	}
 	return false
 }
+
+// publishWait bounds how long pending waits for a reserved slot to be
+// published: yields of the processor.
+const publishWait = 64
 
 // awaitPublished waits until the sequence word seq reads want — a slot
 // reserved whose producer has yet to publish it — yielding in between, at
@@ -179,6 +186,15 @@ func awaitPublished(seq *atomic.Uint64, want uint64, tries int) bool {
 		runtime.Gosched()
 	}
 	return false
+}
+
+// publish fills the slot reserved at pos with wc and publishes it with a
+// release store (see pending for the notification handshake that leaves
+// to the arming side).
+func (s *cqSlot) publish(wc *driver.WorkCompletion, pos uint64) {
+	s.wrid, s.status, s.opcode, s.flags = wc.WRID, uint8(wc.Status), uint8(wc.Opcode), uint8(wc.Flags)
+	s.byteLen, s.imm, s.invRKey, s.qpNum, s.srcQP = wc.ByteLen, wc.Imm, wc.InvalidatedRKey, wc.QPNum, wc.SrcQP
+	atomicrel.StoreUint64(&s.seq, pos+1)
 }
 
 // consume takes the oldest completion; false if there is none.

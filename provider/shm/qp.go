@@ -50,9 +50,9 @@ type qp struct {
 	destroyed bool
 
 	// rqMu serialises the receive queue's producer (PostRecv) with its
-	// flush and reset, so that a receive posted while the QP moves to
-	// the error state is flushed by one or the other. Lock order: mu,
-	// then rqMu.
+	// reset, and its flush waits for it, so that a receive posted while
+	// the QP moves to the error state is flushed by one or the other.
+	// Lock order: mu, then rqMu; nothing blocks under it.
 	rqMu spin.Lock
 
 	// postState mirrors attr.State, or is stateDestroyed, for PostRecv,
@@ -159,7 +159,9 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 // reset empties both queues without completions.
 func (q *qp) reset() {
 	q.stopRNR()
+	q.sendCQ.mu.Lock() // serialises the reset with Retire (swq.Queue.Reset)
 	q.sq.Reset()
+	q.sendCQ.mu.Unlock()
 	if q.rq != nil {
 		q.rqMu.Lock()
 		q.rq.reset()
@@ -194,8 +196,12 @@ func (q *qp) flushRecv() {
 	if q.rq == nil {
 		return
 	}
+	// Wait out a PostRecv under way, so that what it posted is seen
+	// here; one that starts later reads the error state and flushes
+	// itself. (The consumption below needs no lock: consumers claim
+	// entries with a CAS, as the peer's Sends do.)
 	q.rqMu.Lock()
-	defer q.rqMu.Unlock()
+	q.rqMu.Unlock()
 	var e recvEntry
 	// The ring holds at most rqN receives. A peer can write the ring's
 	// indices, and one that kept moving the tail ahead of the head would
@@ -253,6 +259,11 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 	if q.srq != nil {
 		return 0, fmt.Errorf("%w: the QP takes its receives from an SRQ", driver.ErrInvalidArg)
 	}
+	for i := range wrs {
+		// Before rqMu, which must not be held across its socket writes:
+		// it need only precede the receive's publication.
+		q.ctx.exposeForRecv(wrs[i].SGList)
+	}
 	q.rqMu.Lock()
 	// The state is read under rqMu: toErr publishes the error state
 	// before its flush takes rqMu, so receives posted here are either
@@ -261,9 +272,13 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 	n, err := q.postRecvLocked(wrs, st)
 	q.rqMu.Unlock()
 	if n > 0 && driver.QPState(st) == driver.QPSErr {
-		// A QP in the error state flushes what is posted to it.
+		// A QP in the error state flushes what is posted to it — if it
+		// is still in that state: it may have been reset and reused
+		// since (or destroyed, its ring unmapped).
 		q.mu.Lock()
-		q.flushRecv()
+		if q.attr.State == driver.QPSErr && !q.destroyed {
+			q.flushRecv()
+		}
 		q.mu.Unlock()
 	}
 	return n, err
@@ -283,7 +298,6 @@ func (q *qp) postRecvLocked(wrs []driver.RecvWR, st uint32) (int, error) {
 		if err := driver.CheckRecvWR(wr, q.cap.MaxRecvSGE); err != nil {
 			return i, err
 		}
-		q.ctx.exposeForRecv(wr.SGList)
 		if !q.rq.produce(wr, uint64(q.cap.MaxRecvWR)) {
 			return i, driver.ErrQueueFull
 		}

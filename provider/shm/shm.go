@@ -30,6 +30,14 @@
 // Blocking waits sleep on a futex in the CQ's shared header; a producer
 // makes the wake-up system call only when the CQ is armed.
 //
+// A signaled one-sided operation — its PostSend and the Poll that takes
+// its completion — costs three locked instructions: the QP's spin lock,
+// the reservation of a completion slot, the CQ's spin lock. Completion
+// slots, receive entries and freed send slots are published with release
+// stores, not fences, so a producer may check the CQ's arming before its
+// slot is visible; ReqNotify, after it arms, looks for completions
+// reserved but not yet taken and notifies for them itself.
+//
 // Nothing is left behind, however a process ends: memfds have no name in
 // any file system and are freed with the last mapping, and an abstract
 // address (shm://@name) disappears with its socket. A path address
@@ -411,7 +419,7 @@ func (m *mr) Access() driver.AccessFlags { return m.access }
 // Local lookups of keys take no lock (the data path): before it unmaps a
 // segment, Dereg waits until every QP of the context has passed a point
 // where it holds no reference from before the key was revoked — each QP
-// executes under its mutex, so taking and releasing every QP's mutex once
+// executes under its lock, so taking and releasing every QP's lock once
 // is that grace period.
 func (m *mr) Dereg() error {
 	c := m.ctx
@@ -467,7 +475,7 @@ func (c *devCtx) exposeForRecv(sg []driver.SGE) {
 
 // span returns the local bytes [addr, addr+n) of the region of key, if it
 // belongs to p, grants need and contains the range. It takes no lock:
-// callers hold their QP's mutex, which Dereg waits for before it unmaps.
+// callers hold their QP's lock, which Dereg waits for before it unmaps.
 func (c *devCtx) span(key uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, bool) {
 	m := c.mrs[(key>>8)%maxKeys].Load()
 	if m == nil || m.key != key || m.pd != p || m.access&need != need || addr < m.addr {
