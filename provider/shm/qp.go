@@ -260,8 +260,13 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 		return 0, fmt.Errorf("%w: the QP takes its receives from an SRQ", driver.ErrInvalidArg)
 	}
 	for i := range wrs {
-		// Before rqMu, which must not be held across its socket writes:
-		// it need only precede the receive's publication.
+		// The receive's buffers become shareable before rqMu is taken,
+		// since that can write to sockets; it need only precede the
+		// receive's publication. Only valid WRs count (the loop below
+		// checks them again and stops at the same one).
+		if driver.CheckRecvWR(&wrs[i], q.cap.MaxRecvSGE) != nil {
+			break
+		}
 		q.ctx.exposeForRecv(wrs[i].SGList)
 	}
 	q.rqMu.Lock()
