@@ -6,15 +6,29 @@ import (
 )
 
 func TestStoreUint64(t *testing.T) {
+	testStore[uint64, atomic.Uint64](t, StoreUint64, 1, 0, 1<<64-1, 0x0123456789abcdef)
+}
+
+func TestStoreUint32(t *testing.T) {
+	testStore[uint32, atomic.Uint32](t, StoreUint32, 1, 0, 1<<32-1, 0x01234567)
+}
+
+// testStore stores each of values with store into a word between two
+// others, and checks that the word loads it and its neighbours are
+// untouched.
+func testStore[T uint32 | uint64, A any, PA interface {
+	*A
+	Load() T
+}](t *testing.T, store func(PA, T), values ...T) {
 	var s struct {
-		before uint64
-		v      atomic.Uint64
-		after  uint64
+		before T
+		v      A
+		after  T
 	}
-	for _, v := range []uint64{1, 0, 1<<64 - 1, 0x0123456789abcdef} {
-		StoreUint64(&s.v, v)
-		if got := s.v.Load(); got != v || s.before != 0 || s.after != 0 {
-			t.Fatalf("StoreUint64(%#x): Load %#x, neighbours %#x %#x", v, got, s.before, s.after)
+	for _, v := range values {
+		store(&s.v, v)
+		if got := PA(&s.v).Load(); got != v || s.before != 0 || s.after != 0 {
+			t.Fatalf("store %#x: Load %#x, neighbours %#x %#x", v, got, s.before, s.after)
 		}
 	}
 }
@@ -48,19 +62,5 @@ func TestStoreUint64Publishes(t *testing.T) {
 	}
 	if b, ok := <-bad; ok {
 		t.Fatalf("index %d published, its slot holds %d", b[0], b[1])
-	}
-}
-
-func TestStoreUint32(t *testing.T) {
-	var s struct {
-		before uint32
-		v      atomic.Uint32
-		after  uint32
-	}
-	for _, v := range []uint32{1, 0, 1<<32 - 1, 0x01234567} {
-		StoreUint32(&s.v, v)
-		if got := s.v.Load(); got != v || s.before != 0 || s.after != 0 {
-			t.Fatalf("StoreUint32(%#x): Load %#x, neighbours %#x %#x", v, got, s.before, s.after)
-		}
 	}
 }
