@@ -364,14 +364,15 @@ func (c *Client) Put(key, value []byte) error {
 
 // remember takes note of where the server says it stored key's value: the
 // index slot a PUT's reply carries. It is a hint, checked as every cached
-// location is when a GET reads it; a slot that is not a valid heap slot of
-// key's hash (an inline value, an older server's empty reply) is ignored.
+// location is when a GET reads it. Anything but a valid heap slot of key's
+// hash (an inline value, a deleted key, an older server's empty reply)
+// forgets what was remembered for the key.
 func (c *Client) remember(key []byte, s slot) {
 	h := hashKey(key)
 	loc := &c.locs[h%uint64(len(c.locs))]
 	if len(s) != SlotSize || !s.valid() || s.kind() != kindHeap || s.hash() != h {
 		if loc.hash == h {
-			loc.length = 0 // the value moved inline
+			loc.length = 0
 		}
 		return
 	}

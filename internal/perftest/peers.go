@@ -42,29 +42,6 @@ func peers() []*peer {
 	}
 }
 
-// RunPeers runs every peer on each of ps it has a counterpart for, each
-// run within timeout, and returns their results and what was skipped.
-// progress, if set, is told about each run before it starts.
-func RunPeers(ctx context.Context, ps []Params, timeout time.Duration, progress func(what string)) ([]*Result, []Skip) {
-	runs, skipped := PlanPeers(ps)
-	var out []*Result
-	for _, r := range runs {
-		if ctx.Err() != nil {
-			break
-		}
-		if progress != nil {
-			progress(r.String())
-		}
-		res, skip := r.Run(ctx, timeout)
-		if skip != nil {
-			skipped = append(skipped, *skip)
-			continue
-		}
-		out = append(out, res)
-	}
-	return out, skipped
-}
-
 // PeerRun is one run of a peer on one test and size.
 type PeerRun struct {
 	// Params are the test and size, as goverbs runs them.
@@ -73,10 +50,11 @@ type PeerRun struct {
 	test   string // the peer's counterpart of Params.Test
 }
 
-// PlanPeers lists the runs RunPeers makes for ps, peer by peer, and what
-// it skips without running anything: peers that are not installed, and
-// tests a peer has no counterpart of. A caller that runs them itself can
-// interleave them with goverbs' own runs of the same test and size.
+// PlanPeers lists the runs of every installed peer on each of ps it has a
+// counterpart for, peer by peer, and what it skips without running
+// anything: peers that are not installed, and tests a peer has no
+// counterpart of. The caller runs them (PeerRun.Run), interleaved with
+// goverbs' own runs of the same test and size.
 func PlanPeers(ps []Params) ([]PeerRun, []Skip) {
 	var (
 		runs    []PeerRun
