@@ -1,8 +1,10 @@
 package shm_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/verbstest"
@@ -149,5 +151,109 @@ func BenchmarkSendRecv(b *testing.B) {
 			for p.A.SendCQ.Poll(wc[:1]) == 0 {
 			}
 		}
+	}
+}
+
+// BenchmarkSendRecvWait is a ping-pong of 64-byte Sends in which both
+// sides sleep in CQ.Wait for each message instead of polling: the wake-up
+// path (the peer's futex wake, the CQ's waiter, the woken goroutine).
+// ns/op is one round trip.
+func BenchmarkSendRecvWait(b *testing.B) {
+	const size = 64
+	h := verbstest.Harness{Device: "shm0", Addr: addr}
+	p := h.NewPair(b, verbstest.PairOptions{Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16}})
+	a, rb := p.A, p.B.(*verbstest.Local)
+	regions := make([]verbstest.Region, 4)
+	for i, e := range []verbstest.Endpoint{a, a, rb, rb} {
+		r, err := e.NewRegion(size, verbs.AccessLocalWrite)
+		if err != nil {
+			b.Fatal(err)
+		}
+		regions[i] = r
+	}
+	// Side i sends from regions[2i] and receives into regions[2i+1].
+	// Every Send is signaled; a shm Send is done when PostSend returns,
+	// so its completion is polled at once.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type side struct {
+		l    *verbstest.Local
+		send []verbs.SendWR
+		recv []verbs.RecvWR
+		wc   []verbs.WorkCompletion
+	}
+	sides := [2]*side{}
+	for i, l := range []*verbstest.Local{a, rb} {
+		s := &side{l: l,
+			send: []verbs.SendWR{{Opcode: verbs.OpSend, Flags: verbs.SendInline | verbs.SendSignaled, SGList: []verbs.SGE{regions[2*i].SGE(0, size)}}},
+			recv: []verbs.RecvWR{{SGList: []verbs.SGE{regions[2*i+1].SGE(0, size)}}},
+			wc:   make([]verbs.WorkCompletion, 1)}
+		for range 4 {
+			if _, err := l.QPs[0].PostRecv(s.recv); err != nil {
+				b.Fatal(err)
+			}
+		}
+		sides[i] = s
+	}
+	// await takes one receive completion, sleeping for it, and posts the
+	// receive again.
+	await := func(s *side) error {
+		if _, err := s.l.RecvCQ.Wait(ctx, s.wc); err != nil {
+			return err
+		}
+		if s.wc[0].Status != verbs.WCSuccess {
+			return fmt.Errorf("receive: %v", s.wc[0].Status)
+		}
+		_, err := s.l.QPs[0].PostRecv(s.recv)
+		return err
+	}
+	// send posts the side's Send and takes its completion.
+	send := func(s *side) error {
+		if _, err := s.l.QPs[0].PostSend(s.send); err != nil {
+			return err
+		}
+		if s.l.SendCQ.Poll(s.wc) != 1 || s.wc[0].Status != verbs.WCSuccess {
+			return fmt.Errorf("send: no successful completion when PostSend returned")
+		}
+		return nil
+	}
+	echoDone := make(chan error, 1)
+	stop := make(chan struct{})
+	go func() {
+		s := sides[1]
+		for {
+			if err := await(s); err != nil {
+				echoDone <- err
+				return
+			}
+			select {
+			case <-stop:
+				echoDone <- nil
+				return
+			default:
+			}
+			if err := send(s); err != nil {
+				echoDone <- err
+				return
+			}
+		}
+	}()
+	s := sides[0]
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := send(s); err != nil {
+			b.Fatal(err)
+		}
+		if err := await(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "one-way-ns")
+	close(stop)
+	if err := send(s); err != nil {
+		b.Fatal(err)
+	}
+	if err := <-echoDone; err != nil {
+		b.Fatal(err)
 	}
 }

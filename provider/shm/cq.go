@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -163,6 +164,12 @@ func (c *cq) startWaiter() {
 				}
 				select {
 				case c.notify <- struct{}{}:
+					// The token readied the goroutine waiting for it
+					// onto this processor, which the futex wait
+					// would otherwise keep, unused, until the
+					// runtime's monitor took it back (tens of µs):
+					// let the woken goroutine run now.
+					runtime.Gosched()
 				default:
 				}
 			}
