@@ -37,8 +37,10 @@ func TestWaitsForLongHolder(t *testing.T) {
 	got := make(chan struct{})
 	go func() {
 		l.Lock()
-		close(got)
 		l.Unlock()
+		// Closed once the lock is free again, so that TryLock below
+		// finds it free.
+		close(got)
 	}()
 	time.Sleep(5 * time.Millisecond)
 	select {
