@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goverbs/goverbs/internal/spin"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -109,18 +110,40 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 		return driver.ErrClosed
 	}
 	c.startWaiter()
+	_, err := c.arm(solicitedOnly)
+	return err
+}
+
+// Arm implements driver.Sleeper.
+func (c *cq) Arm() (uint32, error) { return c.arm(false) }
+
+// Sleep implements driver.Sleeper: a futex wait on the wake word, which
+// every notification (and Destroy) changes. (The word may be unmapped by
+// a concurrent Destroy, which changes it first: the wait then returns at
+// once, or fails, without touching the memory.)
+func (c *cq) Sleep(ticket uint32, d time.Duration) {
+	if c.destroyed.Load() {
+		return
+	}
+	futexWaitFor(&c.ring.h.wake, ticket, d)
+}
+
+// arm arms the CQ and returns the wake word's value from before: a
+// notification for a completion after the arming changes it.
+func (c *cq) arm(solicitedOnly bool) (uint32, error) {
 	// Under the consumers' lock, which Destroy takes before it unmaps
 	// the ring.
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.destroyed.Load() {
-		return driver.ErrClosed
+		return 0, driver.ErrClosed
 	}
+	ticket := c.ring.h.wake.Load()
 	a := uint32(armedAny)
 	if solicitedOnly {
 		a = armedSolicited
 		if !c.ring.h.armed.CompareAndSwap(unarmed, a) {
-			return nil
+			return ticket, nil
 		}
 	} else {
 		c.ring.h.armed.Store(a)
@@ -132,7 +155,7 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 	if c.local.pending(solicitedOnly) || c.ring.pending(solicitedOnly) {
 		c.ring.fire(a)
 	}
-	return nil
+	return ticket, nil
 }
 
 func (c *cq) Notify() <-chan struct{} {

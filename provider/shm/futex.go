@@ -2,6 +2,7 @@ package shm
 
 import (
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -13,6 +14,16 @@ import (
 // futexWait sleeps while *addr == val, until woken or interrupted.
 func futexWait(addr *atomic.Uint32, val uint32) {
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexOpWait, uintptr(val), 0, 0, 0)
+}
+
+// futexWaitFor is futexWait for at most d (d < 0: no limit).
+func futexWaitFor(addr *atomic.Uint32, val uint32, d time.Duration) {
+	if d < 0 {
+		futexWait(addr, val)
+		return
+	}
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexOpWait, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
 
 // futexWake wakes every waiter on addr.

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors shared by every provider.
@@ -104,6 +105,21 @@ type CQ interface {
 	// Err reports a CQ overrun (ErrCQOverrun) once it has happened.
 	Err() error
 	Destroy() error
+}
+
+// Sleeper is a CQ that can put the calling thread itself to sleep until
+// it is notified, which spares CQ.Wait the hand-off from a waiting
+// goroutine through Notify (a thread woken, then a goroutine readied for
+// another thread). It is optional.
+type Sleeper interface {
+	// Arm arms the CQ for its next completion, as ReqNotify(false) does
+	// but without the Notify channel's token, and returns a ticket.
+	Arm() (ticket uint32, err error)
+	// Sleep blocks the calling thread until the CQ has been notified
+	// since Arm returned ticket (at once if it has), the CQ is
+	// destroyed, or d has passed (d < 0: no limit). It may return
+	// early.
+	Sleep(ticket uint32, d time.Duration)
 }
 
 // QPInitAttr are the creation attributes of a QP (struct ibv_qp_init_attr).
