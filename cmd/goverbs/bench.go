@@ -32,6 +32,7 @@ type benchConfig struct {
 	all     bool
 	o       perftest.Overrides
 	compare bool
+	repeat  int // --compare's rounds
 	json    bool
 	csv     bool
 	plot    string
@@ -63,7 +64,8 @@ goverbs has, on the peers that are installed (ucx_perftest over shared
 memory and TCP, fi_pingpong over libfabric's shm and tcp providers,
 plain Go TCP) and prints their figures beside goverbs' with the ratio:
 on a shared machine, whose speed drifts over a run, each ratio compares
-runs seconds apart.
+runs seconds apart. --repeat n makes n such rounds of each test and size
+and gives each ratio's median and range over them.
 
 Across processes or hosts, start a server and point a client at it:
 
@@ -90,6 +92,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.Value(&inline, "inline", "I", "send messages of up to `bytes` inline; 0: never (default: 236 for Sends, 220\nfor Writes, capped to the device's limit)")
 	fs.Bool(&cfg.o.Event, "event", "e", "wait for completions (CQ.Wait: ReqNotify and the completion channel)\ninstead of busy polling")
 	fs.Bool(&cfg.compare, "compare", "", "also run the installed peers (ucx_perftest, fi_pingpong, Go TCP) on the\nsame tests and sizes, and print their figures with the ratio")
+	fs.Int(&cfg.repeat, "repeat", "", 1, "with --compare, run each test and size `n` times, goverbs and the peers in turn,\nand give the median and range of each ratio")
 	fs.Bool(&cfg.json, "json", "", "print the results as JSON")
 	fs.Bool(&cfg.csv, "csv", "", "print the results as CSV")
 	fs.String(&cfg.plot, "plot", "", "", "draw latency and bandwidth against size into this PNG `file`")
@@ -167,6 +170,10 @@ func (cfg *benchConfig) check() error {
 		return usageError("the server (-l) measures nothing itself: give --compare, --json, --csv and --plot to the client")
 	case cfg.peer && cfg.listen == "":
 		return usageError("--peer needs -l")
+	case cfg.repeat < 1:
+		return usageError("--repeat %d: give at least 1", cfg.repeat)
+	case cfg.repeat > 1 && !cfg.compare:
+		return usageError("--repeat repeats --compare's rounds: give --compare too")
 	case cfg.timeout <= 0:
 		return usageError("--timeout must be positive, got %v", cfg.timeout)
 	case cfg.plot != "" && !strings.HasSuffix(strings.ToLower(cfg.plot), ".png"):
@@ -351,24 +358,37 @@ func benchRun(ctx context.Context, e *env, cfg benchConfig) error {
 			res *perftest.Result
 		}
 		var peerResults []placed
+		var rounds []perftest.Comparison
+		skippedRun := make([]bool, len(runs)) // a peer run that failed is not tried again
 		for _, g := range testSizes(append(plans, peerParams)) {
-			for _, b := range benches {
-				if err := run(b, g.of(b.plan)); err != nil {
-					prog.done()
-					return err
+			for round := range cfg.repeat {
+				ours := len(rep.Results)
+				for _, b := range benches {
+					if err := run(b, g.of(b.plan)); err != nil {
+						prog.done()
+						return err
+					}
 				}
-			}
-			for i, r := range runs {
-				if !g.has(r.Params) || ctx.Err() != nil {
-					continue
+				var theirs []*perftest.Result
+				for i, r := range runs {
+					if !g.has(r.Params) || skippedRun[i] || ctx.Err() != nil {
+						continue
+					}
+					if cfg.repeat > 1 {
+						prog.show("comparing (round %d/%d): %s", round+1, cfg.repeat, r)
+					} else {
+						prog.show("comparing: %s", r)
+					}
+					res, skip := r.Run(ctx, cfg.timeout)
+					if skip != nil {
+						skippedRun[i] = true
+						rep.Skipped = append(rep.Skipped, *skip)
+						continue
+					}
+					peerResults = append(peerResults, placed{i, res})
+					theirs = append(theirs, res)
 				}
-				prog.show("comparing: %s", r)
-				res, skip := r.Run(ctx, cfg.timeout)
-				if skip != nil {
-					rep.Skipped = append(rep.Skipped, *skip)
-					continue
-				}
-				peerResults = append(peerResults, placed{i, res})
+				rounds = append(rounds, perftest.Compare(rep.Results[ours:], theirs)...)
 			}
 		}
 		// Report in the plans' order: a device's, and a peer's, tests
@@ -381,7 +401,7 @@ func benchRun(ctx context.Context, e *env, cfg benchConfig) error {
 		for _, p := range peerResults {
 			rep.Peers = append(rep.Peers, p.res)
 		}
-		rep.Comparisons = perftest.Compare(rep.Results, rep.Peers)
+		rep.Comparisons = perftest.Summarize(rounds)
 	}
 	prog.done()
 	if cfg.plot != "" {

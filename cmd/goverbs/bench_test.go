@@ -365,6 +365,8 @@ func TestBenchUsage(t *testing.T) {
 		{args: []string{"bench", "-n", "0"}, code: 2, stderr: "--iters 0"},
 		{args: []string{"bench", "--plot", "b.jpg"}, code: 2, stderr: "FILE.png"},
 		{args: []string{"bench", "-l", "shm://@x", "--compare"}, code: 2, stderr: "to the client"},
+		{args: []string{"bench", "--repeat", "3"}, code: 2, stderr: "give --compare too"},
+		{args: []string{"bench", "--compare", "--repeat", "0"}, code: 2, stderr: "--repeat 0"},
 		{args: []string{"bench", "shm://@x", "shm://@y"}, code: 2, stderr: "two addresses"},
 	}
 	for _, tt := range tests {

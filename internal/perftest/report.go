@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -59,6 +60,12 @@ type Comparison struct {
 	Value    float64 `json:"peer_value"`
 	// Speedup is how many times faster goverbs is (see Speedup).
 	Speedup float64 `json:"speedup"`
+	// Rounds is how many rounds Summarize merged (1 for a single run):
+	// the figures and Speedup are then their medians, and SpeedupMin and
+	// SpeedupMax the range of the speedups.
+	Rounds     int     `json:"rounds"`
+	SpeedupMin float64 `json:"speedup_min"`
+	SpeedupMax float64 `json:"speedup_max"`
 }
 
 // class is the kind of link a transport is, for pairing peers with
@@ -100,8 +107,9 @@ func Compare(ours, peers []*Result) []Comparison {
 		if best == nil {
 			continue
 		}
+		s := Speedup(best, pr)
 		c := Comparison{Test: pr.Test, Size: pr.Size, Ours: best.Name(), Peer: pr.Name(), PeerTest: pr.PeerTest,
-			Speedup: Speedup(best, pr)}
+			Speedup: s, Rounds: 1, SpeedupMin: s, SpeedupMax: s}
 		c.Value, c.Unit, _ = pr.Figure()
 		if c.Unit == "µs avg" {
 			c.OurValue = best.Lat.Avg
@@ -111,6 +119,57 @@ func Compare(ours, peers []*Result) []Comparison {
 		out = append(out, c)
 	}
 	return out
+}
+
+// Summarize merges the comparisons of rounds of the same runs (the same
+// test, size, device and peer), keeping the order in which each first
+// appears: the merged one has the medians of the figures and of the
+// speedups, and the speedups' range.
+func Summarize(cs []Comparison) []Comparison {
+	type key struct {
+		test       Test
+		size       int
+		ours, peer string
+	}
+	var order []key
+	groups := map[key][]Comparison{}
+	for _, c := range cs {
+		k := key{c.Test, c.Size, c.Ours, c.Peer}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], c)
+	}
+	out := make([]Comparison, 0, len(order))
+	for _, k := range order {
+		g := groups[k]
+		m := g[0]
+		pick := func(f func(Comparison) float64) []float64 {
+			v := make([]float64, len(g))
+			for i, c := range g {
+				v[i] = f(c)
+			}
+			slices.Sort(v)
+			return v
+		}
+		speed := pick(func(c Comparison) float64 { return c.Speedup })
+		m.Rounds = len(g)
+		m.Speedup, m.SpeedupMin, m.SpeedupMax = median(speed), speed[0], speed[len(speed)-1]
+		m.OurValue = median(pick(func(c Comparison) float64 { return c.OurValue }))
+		m.Value = median(pick(func(c Comparison) float64 { return c.Value }))
+		out = append(out, m)
+	}
+	return out
+}
+
+// median is the middle of sorted values (the mean of the middle two of
+// an even count).
+func median(v []float64) float64 {
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
 }
 
 var testDoc = [...]string{
@@ -221,7 +280,16 @@ func WriteComparison(w io.Writer, cs []Comparison, skipped []Skip) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	if len(cs) > 0 {
 		fmt.Fprintf(tw, "Compared in the same run: speed is how many times faster goverbs is (latency: median, or mean where the peer gives only that; bandwidth: average)\n")
-		fmt.Fprintf(tw, " test\t#bytes\tgoverbs\t\tpeer\t\t\tspeed\n")
+		rounds := 1
+		for _, c := range cs {
+			rounds = max(rounds, c.Rounds)
+		}
+		if rounds > 1 {
+			fmt.Fprintf(tw, "Over %d rounds: the figures and the speed are medians of the rounds, the range is the speeds' lowest and highest\n", rounds)
+			fmt.Fprintf(tw, " test\t#bytes\tgoverbs\t\tpeer\t\t\tspeed\trange\n")
+		} else {
+			fmt.Fprintf(tw, " test\t#bytes\tgoverbs\t\tpeer\t\t\tspeed\n")
+		}
 		for _, c := range cs {
 			unit := c.Unit
 			if unit == "µs avg" {
@@ -231,7 +299,15 @@ func WriteComparison(w io.Writer, cs []Comparison, skipped []Skip) error {
 			if c.Speedup > 0 {
 				speed = fmt.Sprintf("%.2f×", c.Speedup)
 			}
-			fmt.Fprintf(tw, " %s\t%d\t%s\t%s %s\t%s\t%s\t%s %s\t%s\n", c.Test, c.Size, c.Ours, num(c.OurValue), unit, c.Peer, c.PeerTest, num(c.Value), unit, speed)
+			line := fmt.Sprintf(" %s\t%d\t%s\t%s %s\t%s\t%s\t%s %s\t%s", c.Test, c.Size, c.Ours, num(c.OurValue), unit, c.Peer, c.PeerTest, num(c.Value), unit, speed)
+			if rounds > 1 {
+				if c.Speedup > 0 {
+					line += fmt.Sprintf("\t%.2f–%.2f× (%d)", c.SpeedupMin, c.SpeedupMax, c.Rounds)
+				} else {
+					line += "\t-"
+				}
+			}
+			fmt.Fprintln(tw, line)
 		}
 	}
 	if len(skipped) > 0 {

@@ -47,6 +47,47 @@ func TestCompare(t *testing.T) {
 	}
 }
 
+// TestSummarize: rounds of the same comparison merge into one with the
+// medians and the speedups' range; others stay apart, in first-seen order.
+func TestSummarize(t *testing.T) {
+	ours, peers := results()
+	var rounds []Comparison
+	for i, typical := range []float64{0.25, 0.5, 0.125} {
+		o := *ours[1]
+		lat := *o.Lat
+		lat.Typical = typical
+		o.Lat = &lat
+		// The read_bw peer only in the first round.
+		n := 1
+		if i == 0 {
+			n = 2
+		}
+		rounds = append(rounds, Compare([]*Result{&o, ours[2]}, peers[:n])...)
+	}
+	cs := Summarize(rounds)
+	if len(cs) != 2 {
+		t.Fatalf("%d comparisons, want 2: %+v", len(cs), cs)
+	}
+	// write_lat: goverbs took 0.25, 0.5, 0.125 µs against UCX's 0.125.
+	if c := cs[0]; c.Test != WriteLat || c.Rounds != 3 || !near(c.Speedup, 0.5) || !near(c.SpeedupMin, 0.25) || !near(c.SpeedupMax, 1) ||
+		!near(c.OurValue, 0.25) || !near(c.Value, 0.125) {
+		t.Errorf("write_lat over 3 rounds: %+v", c)
+	}
+	if c := cs[1]; c.Test != ReadBW || c.Rounds != 1 || !near(c.Speedup, 2) || !near(c.SpeedupMin, 2) || !near(c.SpeedupMax, 2) {
+		t.Errorf("read_bw, one round: %+v", c)
+	}
+	var b bytes.Buffer
+	if err := WriteComparison(&b, cs, nil); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, "Over 3 rounds") || !strings.Contains(out, "0.25–1.00× (3)") || !strings.Contains(out, "2.00–2.00× (1)") {
+		t.Errorf("comparison table over rounds:\n%s", out)
+	}
+	if got := median([]float64{1, 2, 3, 10}); got != 2.5 {
+		t.Errorf("median of an even count: %v, want 2.5", got)
+	}
+}
+
 func TestWriteTable(t *testing.T) {
 	ours, _ := results()
 	var b bytes.Buffer
