@@ -138,11 +138,14 @@ type conn struct {
 	arms      atomic.Uint64 // ReqNotify calls on the QP's CQs
 	lazyAt    atomic.Int64  // when a poller left responses to send (rxTry), or 0
 	lazyTimer *time.Timer   // sends them if nothing else has
-	// Unsignaled Sends and Writes left unconfirmed (needConfirm): the
-	// timer makes the transmitter ask for a confirmation.
+	// Unsignaled Sends and Writes left unconfirmed (needConfirm): a
+	// poller (pollRx), or else the timer, makes the transmitter ask for
+	// a confirmation. confirmSince is when they were first left so
+	// (monotime), or 0.
 	confirmTimer *time.Timer
 	confirmArmed atomic.Bool
 	confirmDue   atomic.Bool
+	confirmSince atomic.Int64
 	rxWake       chan struct{}
 	rfd          int
 	rawc         syscall.RawConn
@@ -248,9 +251,20 @@ func (c *conn) kickCheck() {
 }
 
 // confirmDelay is how long unsignaled Sends and Writes may wait for a
-// confirmation to be asked for: in a stream of them a later request or
-// signaled WR usually covers them first, at no cost.
-const confirmDelay = 50 * time.Microsecond
+// confirmation to be asked for while the application polls: in a stream
+// of them a later request or signaled WR usually covers them first, at
+// no cost, and until it does they only keep their send queue slots
+// (needConfirm asks anyway once half the queue waits). A poller marks
+// the request due (pollRx) and the next post's batch carries it;
+// confirmBackstop is the timer's delay, for an application that stops
+// posting. Each confirmation costs both ends a frame, and each timer
+// that fires wakes a thread, which on a busy machine takes a processor
+// from the pollers: with a 50 µs timer, tcp0's 64 B send_lat averaged
+// 8.3 µs (the median of 12 runs' means), with these 7.0 µs.
+const (
+	confirmDelay    = time.Millisecond
+	confirmBackstop = 10 * time.Millisecond
+)
 
 // confirmNow is the confirmation timer: the transmitter asks for one.
 func (c *conn) confirmNow() {
@@ -429,8 +443,18 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 		if q.req.needConfirm(int(q.cap.MaxSendWR), c.confirmDue.Load()) && q.req.addConfirm(b) {
 			c.confirmDue.Store(false)
 		}
-		if q.req.unconfirmed() && !c.confirmArmed.Swap(true) {
-			c.confirmTimer.Reset(confirmDelay)
+		if q.req.unconfirmed() {
+			if c.confirmSince.Load() == 0 {
+				c.confirmSince.Store(monotime())
+			}
+			if !c.confirmArmed.Swap(true) {
+				c.confirmTimer.Reset(confirmBackstop)
+			}
+		} else if c.confirmSince.Load() != 0 {
+			// Asked for, or nothing left to confirm: a timer that
+			// fires meanwhile has nothing to add.
+			c.confirmSince.Store(0)
+			c.confirmDue.Store(false)
 		}
 	}
 	more = b.full

@@ -393,8 +393,9 @@ const confirmThreshold = 512 << 10
 // else, when none is on its way, if one of them is signaled (its
 // completion is awaited) or due says they have waited long enough. Only
 // unsignaled WRs are left unconfirmed a while: the next request, a later
-// signaled WR's confirmation, or the transmitter's timer (confirmDelay)
-// covers them; their slots stay taken until it does.
+// signaled WR's confirmation, or, once they have waited confirmDelay, a
+// poller's or the timer's request (due) covers them; their slots stay
+// taken until it does.
 func (r *requester) needConfirm(depth int, due bool) bool {
 	if r.coverSeq >= r.execSeq || r.ord == 0 || r.orqLen() >= r.ord {
 		return false

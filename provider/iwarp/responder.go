@@ -358,6 +358,13 @@ func (c *conn) pollRx() {
 	if at := c.lazyAt.Load(); at != 0 && monotime()-at > int64(lazyAge) {
 		c.transmit()
 	}
+	// Unsignaled WRs that have waited confirmDelay: the next transmit
+	// round asks for their confirmation. An application that polls
+	// usually posts soon, and its batch carries the request at no extra
+	// system call; if it does not, the timer sends it (confirmBackstop).
+	if since := c.confirmSince.Load(); since != 0 && monotime()-since > int64(confirmDelay) && c.confirmSince.CompareAndSwap(since, 0) {
+		c.confirmDue.Store(true)
+	}
 }
 
 // flushLazy sends the answers to zero-length Reads a poller left, for an
