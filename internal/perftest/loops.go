@@ -168,6 +168,7 @@ func (e *endpoint) bw(n int, posted, completed []int64) error {
 		}
 	}
 	scnt, ccnt := 0, 0
+	lastSig := -1 // the last signaled work request posted
 	for scnt < n || ccnt < n {
 		for scnt < n && scnt-ccnt < p.TxDepth {
 			// A list of up to PostList work requests, as many as the
@@ -185,6 +186,7 @@ func (e *endpoint) bw(n int, posted, completed []int64) error {
 				w.Flags = base
 				if (scnt+j+1)%cqMod == 0 || scnt+j+1 == n {
 					w.Flags |= verbs.SendSignaled
+					lastSig = scnt + j
 				}
 				posted[scnt+j] = t
 			}
@@ -196,8 +198,10 @@ func (e *endpoint) bw(n int, posted, completed []int64) error {
 		if ccnt == n {
 			break
 		}
-		if ccnt == scnt {
-			// Nothing outstanding: the receiver owes credits.
+		if ccnt == scnt || (credit != nil && lastSig < ccnt) {
+			// Nothing outstanding, or only unsignaled work requests,
+			// whose completions never come: the posting stopped for
+			// want of credits, which the receiver owes.
 			if err := e.spinCredit(credit, e.sent+scnt-p.RxDepth+1); err != nil {
 				return err
 			}

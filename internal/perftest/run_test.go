@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/cm"
+	_ "github.com/goverbs/goverbs/provider/iwarp"
 	_ "github.com/goverbs/goverbs/provider/loop"
 	_ "github.com/goverbs/goverbs/provider/shm"
 	"github.com/goverbs/goverbs/verbs"
@@ -109,6 +110,47 @@ func TestRunPostList(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSendBWCreditStall: on a device without RNR retry (tcp0), send_bw
+// keeps the receiver's credits; with few receives (RxDepth 16) and a
+// signaled Send only every 100, the sender runs out of credits with
+// nothing but unsignaled Sends outstanding, and must wait for credits,
+// not for completions that never come.
+func TestSendBWCreditStall(t *testing.T) {
+	dev, err := verbs.Open("tcp0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := cm.Listen("tcp://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srvCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- Serve(srvCtx, dev, l, ServeOptions{}) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		l.Close()
+		dev.Close()
+	}()
+	cli, err := verbs.Open("tcp0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	p := DefaultParams(SendBW, 8, cli.QueryDevice())
+	p.Iters, p.Warmup, p.RxDepth, p.CQMod = 2000, 0, 16, 100
+	r, err := Run(ctx, cli, l.Addr(), p)
+	if err != nil {
+		t.Fatalf("send_bw with %d receives and one signaled Send in %d: %v", p.RxDepth, p.CQMod, err)
+	}
+	checkResult(t, r, p, "tcp0")
 }
 
 func checkResult(t *testing.T, r *Result, p Params, device string) {
