@@ -15,6 +15,8 @@ type CQ struct {
 	d         driver.CQ
 	users     users
 	destroyed atomic.Bool
+	done      chan struct{} // closed by Destroy, for the goroutines in Wait
+	waiters   atomic.Int32  // goroutines in Wait's Notify path
 }
 
 // Context returns the device context the CQ belongs to.
@@ -57,7 +59,18 @@ func (c *CQ) Wait(ctx context.Context, wc []WorkCompletion) (int, error) {
 }
 
 // notifyWait is Wait through ReqNotify and the Notify channel.
-func (c *CQ) notifyWait(ctx context.Context, wc []WorkCompletion) (int, error) {
+//
+// A notification disarms the CQ and sends one token: when goroutines
+// wait together, the one the token wakes arms the CQ again before it
+// returns, so that the next completion wakes another.
+func (c *CQ) notifyWait(ctx context.Context, wc []WorkCompletion) (n int, err error) {
+	c.waiters.Add(1)
+	woken := false
+	defer func() {
+		if c.waiters.Add(-1) > 0 && woken {
+			c.d.ReqNotify(false)
+		}
+	}()
 	for {
 		if n := c.d.Poll(wc); n > 0 {
 			return n, nil
@@ -73,8 +86,11 @@ func (c *CQ) notifyWait(ctx context.Context, wc []WorkCompletion) (int, error) {
 		}
 		select {
 		case <-c.d.Notify():
+			woken = true
 		case <-ctx.Done():
 			return 0, ctx.Err()
+		case <-c.done:
+			return 0, fmt.Errorf("verbs: CQ wait: %w: the CQ was destroyed", ErrClosed)
 		}
 	}
 }
@@ -117,7 +133,12 @@ func (c *CQ) sleep(ctx context.Context, s driver.Sleeper, wc []WorkCompletion) (
 			return 0, nil
 		}
 		if dl, ok := ctx.Deadline(); ok {
-			d = max(min(d, time.Until(dl)), 0)
+			left := time.Until(dl)
+			if left <= 0 {
+				// Past the deadline, before ctx's own timer says so.
+				return 0, context.DeadlineExceeded
+			}
+			d = min(d, left)
 		}
 		s.Sleep(ticket, d)
 	}
@@ -132,5 +153,6 @@ func (c *CQ) Destroy() error {
 	if c.destroyed.Swap(true) {
 		return fmt.Errorf("verbs: destroy CQ: %w", ErrClosed)
 	}
+	close(c.done)
 	return c.d.Destroy()
 }

@@ -314,6 +314,9 @@ func benchRun(ctx context.Context, e *env, cfg benchConfig) error {
 		}
 		total += len(plans[i])
 	}
+	if cfg.compare {
+		total *= cfg.repeat
+	}
 	prog := newProgress(e)
 	defer prog.done()
 	rep := &perftest.Report{Date: start.Format(time.RFC3339), Host: hostInfo(), Event: cfg.o.Event}

@@ -25,9 +25,13 @@ type cq struct {
 
 	notifyOnce sync.Once
 	notify     chan struct{}
-	stop       atomic.Bool
-	waiter     sync.WaitGroup
-	destroyed  atomic.Bool
+	// armings counts ReqNotify calls: the waiter sends a token only for
+	// a wake-up after one, not for those that Arm asked for (CQ.Wait's
+	// own sleep, woken on the same word).
+	armings   atomic.Uint64
+	stop      atomic.Bool
+	waiter    sync.WaitGroup
+	destroyed atomic.Bool
 }
 
 func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
@@ -110,6 +114,7 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 		return driver.ErrClosed
 	}
 	c.startWaiter()
+	c.armings.Add(1)
 	_, err := c.arm(solicitedOnly)
 	return err
 }
@@ -175,6 +180,7 @@ func (c *cq) startWaiter() {
 		c.waiter.Add(1)
 		go func() {
 			defer c.waiter.Done()
+			var forwarded uint64
 			for !c.stop.Load() {
 				w := h.wake.Load()
 				if w == seen {
@@ -185,6 +191,11 @@ func (c *cq) startWaiter() {
 				if c.stop.Load() {
 					return
 				}
+				a := c.armings.Load()
+				if a == forwarded {
+					continue // a wake-up for Arm's sleepers only
+				}
+				forwarded = a
 				select {
 				case c.notify <- struct{}{}:
 					// The token readied the goroutine waiting for it
@@ -212,6 +223,9 @@ func (c *cq) Destroy() error {
 		return driver.ErrClosed
 	}
 	c.stop.Store(true)
+	// No waiter starts from now on, and one starting now has been added
+	// to c.waiter once this returns.
+	c.notifyOnce.Do(func() {})
 	c.ring.h.wake.Add(1)
 	futexWake(&c.ring.h.wake)
 	c.waiter.Wait()

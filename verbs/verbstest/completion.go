@@ -2,7 +2,9 @@ package verbstest
 
 import (
 	"context"
+	"errors"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,6 +179,104 @@ func testWaitIdleCPU(t *testing.T, h Harness) {
 		t.Fatalf("while a goroutine waited in CQ.Wait for %v the process used %v of CPU: the wait is not idle", wall, cpu)
 	}
 	t.Logf("CPU while waiting: %v in %v", cpu, wall)
+}
+
+// parkedInWait waits until n goroutines of this process are asleep in
+// CQ.Wait on a completion channel (past any sleep of the provider's
+// own), looking at their stacks once a millisecond.
+func parkedInWait(t testing.TB, n int) {
+	t.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	limit := time.NewTimer(timeout)
+	defer limit.Stop()
+	buf := make([]byte, 1<<20)
+	for {
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		parked := 0
+		for _, g := range strings.Split(stacks, "\n\n") {
+			if strings.Contains(g, " [select") && strings.Contains(g, "verbs.(*CQ).notifyWait(") {
+				parked++
+			}
+		}
+		if parked >= n {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-limit.C:
+			t.Fatalf("%d goroutines asleep in CQ.Wait after %v, want %d", parked, timeout, n)
+		}
+	}
+}
+
+// testWaitTogether: two goroutines asleep in CQ.Wait on one CQ are
+// woken one per completion: a completion's notification wakes one of
+// them, and the next completion the other.
+func testWaitTogether(t *testing.T, h Harness) {
+	p, src, dst := sendPair(t, h)
+	postRecv(t, p.A, 0, recvWR(10, dst.SGE(0, 64)))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	waits := []<-chan waitResult{waitInBackground(ctx, p), waitInBackground(ctx, p)}
+	parkedInWait(t, 2)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for i, want := range []uint64{9, 10} {
+		postSend(t, p.B, 0, sendWR(uint64(i+1), src.SGE(0, 16)))
+		select {
+		case r := <-waits[0]:
+			waits = waits[1:]
+			expectOneRecv(t, p, r, want)
+		case r := <-waits[len(waits)-1]:
+			waits = waits[:len(waits)-1]
+			expectOneRecv(t, p, r, want)
+		case <-timer.C:
+			t.Fatalf("Send %d: no CQ.Wait of the %d asleep returned within %v", i+1, len(waits), timeout)
+		}
+	}
+	for i := range 2 {
+		expectSendWC(t, waitOne(t, p.B, SendCQ), uint64(i+1), verbs.WCSend, p.B.QPNum(0))
+	}
+}
+
+// expectOneRecv checks that a background Wait returned the receive of
+// wrid, 16 bytes.
+func expectOneRecv(t testing.TB, p *Pair, r waitResult, wrid uint64) {
+	t.Helper()
+	if r.err != nil || r.n != 1 {
+		t.Fatalf("CQ.Wait returned %d completions, error %v; want 1", r.n, r.err)
+	}
+	expectRecvWC(t, r.wc, wrid, verbs.WCRecv, 16, p.A.QPNum(0), p.B.QPNum(0))
+}
+
+// testWaitDestroyed: a goroutine asleep in CQ.Wait returns ErrClosed when
+// the CQ is destroyed.
+func testWaitDestroyed(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	cq, err := p.A.Ctx.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() {
+		_, err := cq.Wait(context.Background(), make([]verbs.WorkCompletion, 1))
+		res <- err
+	}()
+	parkedInWait(t, 1)
+	if err := cq.Destroy(); err != nil {
+		t.Fatalf("destroy a CQ a goroutine waits on: %v", err)
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case err := <-res:
+		if !errors.Is(err, verbs.ErrClosed) {
+			t.Fatalf("CQ.Wait on a CQ destroyed meanwhile returned %v, want ErrClosed", err)
+		}
+	case <-timer.C:
+		t.Fatalf("CQ.Wait did not return within %v of the CQ's destruction", timeout)
+	}
 }
 
 // testEventDriven: the completion channel drives reception: arm with

@@ -74,6 +74,8 @@ var suite = []testCase{
 	{"Completion/BusyPoll", testBusyPoll},
 	{"Completion/Wait", testWait},
 	{"Completion/WaitIdleCPU", testWaitIdleCPU},
+	{"Completion/WaitTogether", testWaitTogether},
+	{"Completion/WaitDestroyed", testWaitDestroyed},
 	{"Completion/EventDriven", testEventDriven},
 
 	{"SRQ/SharedByQPs", testSRQShared},
