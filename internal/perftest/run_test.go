@@ -18,11 +18,13 @@ import (
 )
 
 // devices are the devices these tests run on, both ends in this process
-// (shm0 works within one process too; goverbs bench runs its server in
-// another, which cmd/goverbs's tests cover).
+// (shm0 and tcp0 work within one process too; goverbs bench runs its
+// server in another, which cmd/goverbs's tests cover). An address
+// without %s is used as it is (tcp0's picks a free port).
 var devices = []struct{ name, addr string }{
 	{"loop0", "loop://perftest-%s"},
 	{"shm0", "shm://@goverbs-perftest-%s"},
+	{"tcp0", "tcp://127.0.0.1:0"},
 }
 
 // startServer serves on device for the test's life and returns the
@@ -33,7 +35,10 @@ func startServer(t testing.TB, device, addrFmt string, o ServeOptions) (string, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := fmt.Sprintf(addrFmt, strings.ReplaceAll(t.Name(), "/", "-"))
+	addr := addrFmt
+	if strings.Contains(addrFmt, "%s") {
+		addr = fmt.Sprintf(addrFmt, strings.ReplaceAll(t.Name(), "/", "-"))
+	}
 	l, err := cm.Listen(addr)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +59,7 @@ func startServer(t testing.TB, device, addrFmt string, o ServeOptions) (string, 
 		l.Close()
 		dev.Close()
 	})
-	return addr, cli
+	return l.Addr(), cli
 }
 
 // TestRun runs every test on every device, polling and waiting, and
