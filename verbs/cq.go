@@ -101,7 +101,9 @@ func (c *CQ) notifyWait(ctx context.Context, wc []WorkCompletion) (n int, err er
 // once, where the channel's hand-off from the CQ's waiter costs another
 // thread's wake-up (2-40 µs on a 2-core virtual machine); but the
 // sleeping thread cannot see ctx end, so its sleep is short: Wait sees
-// ctx end within sleepFor, and an idle Wait wakes once.
+// ctx end within sleepFor, and an idle Wait wakes once. (Like any
+// blocking system call, the sleep holds an OS thread: goroutines that
+// start waiting together hold one each, for up to sleepFor.)
 const sleepFor = time.Millisecond
 
 // sleep is the first part of Wait on a CQ that puts the calling thread to
