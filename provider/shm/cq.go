@@ -125,7 +125,8 @@ func (c *cq) Arm() (uint32, error) { return c.arm(false) }
 // Sleep implements driver.Sleeper: a futex wait on the wake word, which
 // every notification (and Destroy) changes. (The word may be unmapped by
 // a concurrent Destroy, which changes it first: the wait then returns at
-// once, or fails, without touching the memory.)
+// once, or fails, without touching the memory; or, if other memory has
+// been mapped there since, it sleeps for at most d.)
 func (c *cq) Sleep(ticket uint32, d time.Duration) {
 	if c.destroyed.Load() {
 		return
