@@ -43,7 +43,7 @@ type Config struct {
 	// thread, that wake-up costs little: on 1 December, with 95% GETs
 	// and 5% PUTs of 64 B values on a 2-core virtual machine, a PUT's
 	// median was 1.9–2.0 µs with the default Spin and with a server that
-	// always slept (4 KiB: 3.9–8.6 µs either way). With the earlier
+	// always slept (4 KiB: 3.8–8.6 µs either way). With the earlier
 	// hand-off through a waiter goroutine, the sleeping server's was
 	// 31–62 µs. GETs never wake the server either way.
 	Spin time.Duration

@@ -198,10 +198,12 @@ func (e *endpoint) bw(n int, posted, completed []int64) error {
 		if ccnt == n {
 			break
 		}
-		if ccnt == scnt || (credit != nil && lastSig < ccnt) {
-			// Nothing outstanding, or only unsignaled work requests,
-			// whose completions never come: the posting stopped for
-			// want of credits, which the receiver owes.
+		if lastSig < ccnt {
+			// No signaled work request is outstanding (nothing is, or
+			// only unsignaled ones, whose completions never come): the
+			// posting stopped for want of credits, which the receiver
+			// owes. (Without credits the window, at least cqMod wide,
+			// always holds a signaled one.)
 			if err := e.spinCredit(credit, e.sent+scnt-p.RxDepth+1); err != nil {
 				return err
 			}

@@ -183,7 +183,8 @@ func testWaitIdleCPU(t *testing.T, h Harness) {
 
 // parkedInWait waits until n goroutines of this process are asleep in
 // CQ.Wait on a completion channel (past any sleep of the provider's
-// own), looking at their stacks once a millisecond.
+// own), looking at their stacks once a millisecond: it knows them by
+// the frame of verbs' notifyWait, so a rename there must be made here.
 func parkedInWait(t testing.TB, n int) {
 	t.Helper()
 	tick := time.NewTicker(time.Millisecond)
