@@ -28,6 +28,10 @@ type cq struct {
 	qps   atomic.Pointer[[]*qp]
 	qpsMu sync.Mutex
 	empty atomic.Uint32 // polls that found nothing
+	// wakes counts the completions that woke a sleeper (a notification
+	// of an armed CQ): a receive round that woke the application leaves
+	// the answers to zero-length Reads to it (rxTry).
+	wakes atomic.Uint64
 
 	mu        sync.Mutex // guards what follows
 	ring      []cqe
@@ -75,6 +79,7 @@ func (c *cq) push(e cqe) bool {
 	wake := c.armed.Fire(&e.wc, e.wc.Flags&driver.WCSolicited != 0)
 	c.mu.Unlock()
 	if wake {
+		c.wakes.Add(1)
 		select {
 		case c.notify <- struct{}{}:
 		default:

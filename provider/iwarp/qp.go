@@ -84,6 +84,9 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 
 func (q *qp) Num() uint32 { return q.num }
 
+// wakes counts the sleepers that completions of q's CQs have woken.
+func (q *qp) wakes() uint64 { return q.sendCQ.wakes.Load() + q.recvCQ.wakes.Load() }
+
 func (q *qp) Query() (driver.QPAttr, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
