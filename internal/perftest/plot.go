@@ -15,11 +15,40 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
+// series is the line of source name in test t's panel, by size, and its
+// legend: the figure of each size, or the median of the rounds of a run
+// repeated (--repeat).
+func series(t Test, all []*Result, name string) (plotter.XYs, string) {
+	label := name
+	bySize := map[int][]float64{}
+	for _, r := range all {
+		if r.Test != t || r.Name() != name {
+			continue
+		}
+		v, unit, _ := r.Figure()
+		if v <= 0 {
+			continue
+		}
+		if unit == "µs avg" {
+			label = name + " (mean)"
+		}
+		bySize[r.Size] = append(bySize[r.Size], v)
+	}
+	var xys plotter.XYs
+	for size, vs := range bySize {
+		slices.Sort(vs)
+		xys = append(xys, plotter.XY{X: float64(size), Y: median(vs)})
+	}
+	slices.SortFunc(xys, func(a, b plotter.XY) int { return int(a.X - b.X) })
+	return xys, label
+}
+
 // Plot draws the report into a PNG file: one panel per test, the latency
 // tests on the top row (median latency, or the mean for a peer that
 // gives only that, against message size) and the bandwidth tests below
 // (average bandwidth against message size), with a line for goverbs on
-// each device and for each peer. Both axes are logarithmic.
+// each device and for each peer. Both axes are logarithmic. A run
+// repeated (--repeat) is drawn as the median of its rounds.
 func Plot(file string, rep *Report) error {
 	all := append(append([]*Result(nil), rep.Results...), rep.Peers...)
 	// One color and glyph per source, the same in every panel.
@@ -103,25 +132,10 @@ func testPlot(t Test, all []*Result, names []string, style func(string) (color.C
 	p.Add(plotter.NewGrid())
 	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
 	for _, name := range names {
-		var xys plotter.XYs
-		label := name
-		for _, r := range all {
-			if r.Test != t || r.Name() != name {
-				continue
-			}
-			v, unit, _ := r.Figure()
-			if v <= 0 {
-				continue
-			}
-			if unit == "µs avg" {
-				label = name + " (mean)"
-			}
-			xys = append(xys, plotter.XY{X: float64(r.Size), Y: v})
-		}
+		xys, label := series(t, all, name)
 		if len(xys) == 0 {
 			continue
 		}
-		slices.SortFunc(xys, func(a, b plotter.XY) int { return int(a.X - b.X) })
 		for _, xy := range xys {
 			xmin, xmax = min(xmin, xy.X), max(xmax, xy.X)
 			ymin, ymax = min(ymin, xy.Y), max(ymax, xy.Y)

@@ -153,3 +153,25 @@ func TestPlot(t *testing.T) {
 		t.Errorf("%s is not a PNG", file)
 	}
 }
+
+// TestPlotSeriesRounds: a run repeated over rounds (--repeat) is one
+// point per size, the median of the rounds, in order of size.
+func TestPlotSeriesRounds(t *testing.T) {
+	lat := func(size int, typical float64) *Result {
+		return &Result{Stack: "goverbs", Device: "shm0", Transport: "shm", Test: SendLat, Size: size, Iters: 10, Lat: &Latency{Typical: typical}}
+	}
+	all := []*Result{lat(64, 0.5), lat(8, 0.3), lat(64, 0.9), lat(8, 0.1), lat(64, 0.4), lat(8, 0.2)}
+	xys, label := series(SendLat, all, "goverbs shm0")
+	if label != "goverbs shm0" {
+		t.Errorf("label %q", label)
+	}
+	want := []struct{ x, y float64 }{{8, 0.2}, {64, 0.5}}
+	if len(xys) != len(want) {
+		t.Fatalf("points %v, want %v", xys, want)
+	}
+	for i, w := range want {
+		if xys[i].X != w.x || !near(xys[i].Y, w.y) {
+			t.Errorf("point %d: %v, want %v", i, xys[i], w)
+		}
+	}
+}
