@@ -136,7 +136,7 @@ type conn struct {
 	polls     atomic.Uint64 // rounds of pollers: see pollGrace
 	rxFrames  atomic.Uint64 // FPDUs received: see rxSpin
 	arms      atomic.Uint64 // ReqNotify calls on the QP's CQs
-	lazyAt    atomic.Int64  // when a poller left responses to send (rxTry), or 0
+	lazyAt    atomic.Int64  // when responses were left for the next post (rxTry), or 0
 	lazyTimer *time.Timer   // sends them if nothing else has
 	// Unsignaled Sends and Writes left unconfirmed (needConfirm): a
 	// poller (pollRx), or else the timer, makes the transmitter ask for

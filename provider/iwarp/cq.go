@@ -28,10 +28,6 @@ type cq struct {
 	qps   atomic.Pointer[[]*qp]
 	qpsMu sync.Mutex
 	empty atomic.Uint32 // polls that found nothing
-	// wakes counts the completions that woke a sleeper (a notification
-	// of an armed CQ): a receive round that woke the application leaves
-	// the answers to zero-length Reads to it (rxTry).
-	wakes atomic.Uint64
 
 	mu        sync.Mutex // guards what follows
 	ring      []cqe
@@ -56,14 +52,15 @@ func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 	return q, nil
 }
 
-// push adds a completion. If the ring is full the completion is lost: the
-// CQ records the overrun, raises EventCQErr, and push reports false so
+// push adds a completion and reports whether it fired the notification
+// of an armed CQ (woke). If the ring is full the completion is lost: the
+// CQ records the overrun, raises EventCQErr, and push reports !ok so
 // that the caller moves the QP to the error state.
-func (c *cq) push(e cqe) bool {
+func (c *cq) push(e cqe) (ok, woke bool) {
 	c.mu.Lock()
 	if c.destroyed {
 		c.mu.Unlock()
-		return false
+		return false, false
 	}
 	if c.count == len(c.ring) {
 		first := !c.overrun
@@ -72,20 +69,19 @@ func (c *cq) push(e cqe) bool {
 		if first {
 			c.ctx.Event(driver.EventCQErr, c.userCtx)
 		}
-		return false
+		return false, false
 	}
 	c.ring[(c.head+c.count)%len(c.ring)] = e
 	c.count++
 	wake := c.armed.Fire(&e.wc, e.wc.Flags&driver.WCSolicited != 0)
 	c.mu.Unlock()
 	if wake {
-		c.wakes.Add(1)
 		select {
 		case c.notify <- struct{}{}:
 		default:
 		}
 	}
-	return true
+	return true, wake
 }
 
 // attach adds q to the QPs that complete in c.

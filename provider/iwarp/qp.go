@@ -37,6 +37,10 @@ type qp struct {
 	// live is the connection whose receiving pollers of the QP's CQs
 	// may drive (conn.pollRx), from its start until its receiver stops.
 	live atomic.Pointer[conn]
+	// wakes counts the completions of the QP that fired a notification
+	// of an armed CQ: a receive round that did leaves the answers to
+	// zero-length Reads to the application it woke (conn.rxTry).
+	wakes atomic.Uint64
 
 	c        *conn   // the connection, attached by cm before the move to RTR
 	old      []*conn // connections detached by a reset, still winding down
@@ -83,9 +87,6 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 }
 
 func (q *qp) Num() uint32 { return q.num }
-
-// wakes counts the sleepers that completions of q's CQs have woken.
-func (q *qp) wakes() uint64 { return q.sendCQ.wakes.Load() + q.recvCQ.wakes.Load() }
 
 func (q *qp) Query() (driver.QPAttr, error) {
 	q.mu.Lock()
@@ -306,7 +307,16 @@ func (q *qp) takeRecv(dst *rwqe) bool {
 // moves the QP to the error state. q.mu is held.
 func (q *qp) completeRecv(wc driver.WorkCompletion) {
 	wc.QPNum = q.num
-	if !q.recvCQ.push(cqe{wc: wc}) {
+	q.pushed(q.recvCQ.push(cqe{wc: wc}))
+}
+
+// pushed handles the outcome of a push of one of q's completions. q.mu
+// is held.
+func (q *qp) pushed(ok, woke bool) {
+	if woke {
+		q.wakes.Add(1)
+	}
+	if !ok {
 		q.fail(driver.EventQPFatal)
 	}
 }
@@ -315,12 +325,18 @@ func (q *qp) completeRecv(wc driver.WorkCompletion) {
 // slot seq. q.mu is held.
 func (q *qp) Complete(seq uint64, wc driver.WorkCompletion) {
 	wc.QPNum = q.num
-	if !q.sendCQ.push(cqe{wc: wc, q: q, retire: seq}) {
-		q.fail(driver.EventQPFatal)
-	}
+	q.pushed(q.sendCQ.push(cqe{wc: wc, q: q, retire: seq}))
 }
 
 func (q *qp) Destroy() error {
+	// The answers owed to the peer's confirming Reads, left for a next
+	// post that will not come, go out if the transmitter is free: they
+	// complete the peer's Sends and Writes that this side received as
+	// successes. Only a disconnect (Conn.Close) waits for them; without
+	// one, the peer may see those complete flushed.
+	if c := q.live.Load(); c != nil {
+		c.transmit()
+	}
 	q.mu.Lock()
 	if q.destroyed {
 		q.mu.Unlock()

@@ -291,7 +291,8 @@ func (c *conn) wakeRx() {
 // The responses the round queued go out at once, except the answers to
 // zero-length Reads (the confirmations a peer asks for behind its Sends
 // and Writes) when a poller received them, or when the receive
-// goroutine's round woke the application: an application that polls,
+// goroutine's round woke the application (a completion of the QP fired
+// an armed CQ's notification): an application that polls,
 // or has just been woken, usually posts soon, and its next batch carries
 // them at no extra system call; pollRx and a timer send them anyway
 // once lazyAge has passed, and so does an application that goes to
@@ -309,15 +310,17 @@ func (c *conn) rxTry(poller bool) error {
 		if poller {
 			budget = pollBudget
 		}
-		wakes := c.q.wakes()
+		wakes := c.q.wakes.Load()
 		err := c.rxDrain(budget)
 		owe, lazy := c.rx.owe, c.rx.lazy
 		c.rx.owe, c.rx.lazy = false, false
+		// Whether the receive goroutine's round woke the application
+		// with a completion of this QP (and the stream goes on, so
+		// that the application can still post). Writing the answers
+		// itself cost a one-process Send/Recv ping-pong in CQ.Wait an
+		// extra writev per message and 15-20% of its latency.
+		woke := !poller && err == nil && c.q.wakes.Load() != wakes
 		c.rxMu.Unlock()
-		// In one process, the goroutine's own write of the answers
-		// cost a Send/Recv ping-pong in CQ.Wait a writev per message
-		// and 15-20% of its latency.
-		woke := !poller && c.q.wakes() != wakes
 		switch {
 		case owe || (lazy && !poller && !woke):
 			c.transmit()
@@ -343,10 +346,11 @@ func (c *conn) rxTry(poller bool) error {
 	}
 }
 
-// lazyAge bounds how long a poller leaves the answers to zero-length
-// Reads for the application's next post to carry: the next poll after
-// it sends them, and so does a timer (which may fire later, as the
-// runtime's timers do when a process is idle).
+// lazyAge bounds how long a poller (or a receive round that woke the
+// application) leaves the answers to zero-length Reads for the
+// application's next post to carry: the next poll after it sends them,
+// and so does a timer (which may fire later, as the runtime's timers do
+// when a process is idle: about 1 ms).
 const lazyAge = 20 * time.Microsecond
 
 // epoch is the origin of monotime.
@@ -374,8 +378,8 @@ func (c *conn) pollRx() {
 	}
 }
 
-// flushLazy sends the answers to zero-length Reads a poller left, for an
-// application about to sleep.
+// flushLazy sends the answers to zero-length Reads left for the
+// application's next post (rxTry), for an application about to sleep.
 func (c *conn) flushLazy() {
 	if c.lazyAt.Load() != 0 {
 		c.transmit()
