@@ -699,10 +699,16 @@ func (c *conn) rxComplete() error {
 	if err != nil {
 		return err
 	}
+	// Hold the receive completion back only for a Read Request already
+	// staged whole, which this round handles: a peer that sent part of
+	// one and stalls would otherwise keep a received Send from completing.
 	next := wire.Hdr(rx.stage[rx.sOff:rx.sEnd])
-	rx.nextRead = len(next) >= 4 && !next.Tagged() && next.Opcode() == wire.OpReadRequest
+	rx.nextRead = len(next) >= readRequestFPDU && !next.Tagged() && next.Opcode() == wire.OpReadRequest
 	return c.rxEndFrame(h)
 }
+
+// readRequestFPDU is the length of an FPDU carrying a Read Request.
+var readRequestFPDU = wire.FPDULen(wire.HeaderLen(wire.OpReadRequest) - wire.LenFieldLen)
 
 // rxCheckCRC checks the MPA CRC of the FPDU with headers h, its payload
 // in place and its trailer in rx.trailer, when CRCs are in use.
