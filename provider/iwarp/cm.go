@@ -83,7 +83,11 @@ func (l *listener) Accept(ctx context.Context) (driver.ConnRequest, error) {
 			}
 			return nil, err
 		}
-		req, err := readFrame(nc, time.Now().Add(setupTimeout))
+		req, err := readFrame(ctx, nc, time.Now().Add(setupTimeout))
+		if err != nil && ctx.Err() != nil {
+			nc.Close()
+			return nil, ctx.Err()
+		}
 		if err != nil || !req.IsRequest() {
 			nc.Close()
 			continue // not an iWARP peer, or a broken one: wait for the next
@@ -101,10 +105,14 @@ func (l *listener) Accept(ctx context.Context) (driver.ConnRequest, error) {
 	}
 }
 
-// readFrame reads an MPA Request or Reply frame with its private data.
-func readFrame(nc net.Conn, deadline time.Time) (wire.Frame, error) {
+// readFrame reads an MPA Request or Reply frame with its private data,
+// until deadline or the end of ctx.
+func readFrame(ctx context.Context, nc net.Conn, deadline time.Time) (wire.Frame, error) {
 	nc.SetReadDeadline(deadline)
 	defer nc.SetReadDeadline(time.Time{})
+	// After the deadline is set, so that an end of ctx overrides it.
+	stop := context.AfterFunc(ctx, func() { nc.SetReadDeadline(time.Now()) })
+	defer stop()
 	buf := make([]byte, wire.FrameHeaderLen+wire.MaxPrivateData)
 	if _, err := io.ReadFull(nc, buf[:wire.FrameHeaderLen]); err != nil {
 		return nil, fmt.Errorf("%w: reading the MPA frame: %v", driver.ErrDisconnected, err)
@@ -326,7 +334,7 @@ func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.C
 		return nil, dialErr(ctx, fmt.Errorf("%w: sending the MPA Request: %v", driver.ErrDisconnected, err))
 	}
 	nc.SetWriteDeadline(time.Time{})
-	rep, err := readFrame(nc, deadline)
+	rep, err := readFrame(ctx, nc, deadline)
 	if err != nil {
 		nc.Close()
 		return nil, dialErr(ctx, err)

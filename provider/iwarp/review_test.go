@@ -2,8 +2,13 @@ package iwarp_test
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"net"
 	"testing"
 	"time"
+
+	"github.com/goverbs/goverbs/cm"
 
 	"github.com/goverbs/goverbs/provider/iwarp/wire"
 	"github.com/goverbs/goverbs/verbs"
@@ -29,5 +34,36 @@ func TestPartialReadRequestHoldsNoReceive(t *testing.T) {
 	wcs, err := v.e.Completions(verbstest.RecvCQ, 1, 5*time.Second)
 	if err != nil || len(wcs) != 1 || wcs[0].Status != verbs.WCSuccess || wcs[0].WRID != 5 {
 		t.Fatalf("the Send arrived whole and its receive completed with %+v (%v), want a success", wcs, err)
+	}
+}
+
+// TestAcceptSeesContextEnd: Accept returns when its context ends even
+// while a client that connected says nothing (it waited out the MPA
+// Request's 10 s setup timeout).
+func TestAcceptSeesContextEnd(t *testing.T) {
+	l, err := cm.Listen("tcp://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	silent, err := net.Dial("tcp", l.Addr()[len("tcp://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Accept(ctx)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Accept: %v, want the context's end", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Accept did not return 5 s after its context ended")
 	}
 }
