@@ -71,6 +71,11 @@ type conn struct {
 	// arrivals, and the requester absorbs them.
 	segs  map[uint32]*segment
 	segRW map[uint32]bool
+	// retired: mappings absorb replaced or dropped, unmapped once the WR
+	// being executed is done with them (closeRetired): a WR that
+	// resolved one of its SGEs into a mapping may see it replaced while
+	// it resolves the next.
+	retired []*segment
 	// The segment a requester waits for, and whether the peer refused
 	// it. Only that refusal is kept: a peer can send refusals for any
 	// number of segments.
@@ -317,14 +322,14 @@ func (c *conn) absorb() {
 	c.arriveMu.Unlock()
 	if overflow {
 		for id, s := range c.segs {
-			s.close()
+			c.retired = append(c.retired, s)
 			delete(c.segs, id)
 			delete(c.segRW, id)
 		}
 	}
 	for _, r := range arrivals {
 		if old := c.segs[r.id]; old != nil && (r.gone || r.fd >= 0) {
-			old.close()
+			c.retired = append(c.retired, old)
 			delete(c.segs, r.id)
 			delete(c.segRW, r.id)
 		}
@@ -340,6 +345,16 @@ func (c *conn) absorb() {
 			}
 		}
 	}
+}
+
+// closeRetired unmaps the mappings absorb retired; q.mu is held, and no
+// WR is being executed.
+func (c *conn) closeRetired() {
+	for i, s := range c.retired {
+		s.close()
+		c.retired[i] = nil
+	}
+	c.retired = c.retired[:0]
 }
 
 // segment returns the peer's segment id mapped here, writable if asked.
@@ -407,6 +422,7 @@ func (c *conn) close() {
 		c.finish()
 		c.q.mu.Lock()
 		c.absorb()
+		c.closeRetired()
 		c.kc = keyCache{}
 		for id, s := range c.segs {
 			s.close()

@@ -30,6 +30,15 @@ func accepts(s driver.QPState) bool {
 
 // Execute implements swq.Engine: it performs one WR against the peer.
 func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
+	st, n := q.execute(s)
+	if c := q.conn; c != nil && len(c.retired) > 0 {
+		c.closeRetired()
+	}
+	return st, n
+}
+
+// execute is Execute but for the mappings its lookups retire.
+func (q *qp) execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	c := q.conn
 	if c == nil {
 		// A QP moved to RTR by hand: shm QPs are connected with cm, so
