@@ -72,7 +72,9 @@ package iwarp
 import (
 	"crypto/rand"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/goverbs/goverbs/verbs"
@@ -192,6 +194,7 @@ func (c *devCtx) Close() error {
 	}
 	for k, m := range c.mrs {
 		m.valid = false
+		m.revoked.Store(true)
 		delete(c.mrs, k)
 	}
 	return nil
@@ -224,6 +227,9 @@ type mr struct {
 	addr   uint64
 	access driver.AccessFlags
 	valid  bool // guarded by ctx.mu; false once deregistered or invalidated
+	// revoked is !valid for the receivers, which check it before each
+	// placement into the region without ctx.mu (see Dereg).
+	revoked atomic.Bool
 }
 
 func (p *pd) AllocMR(size int, access driver.AccessFlags) (driver.MR, error) {
@@ -268,12 +274,32 @@ func (m *mr) Access() driver.AccessFlags { return m.access }
 func (m *mr) Dereg() error {
 	c := m.ctx
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.mrs[m.stag>>8] != m {
+		c.mu.Unlock()
 		return driver.ErrClosed
 	}
 	m.valid = false
+	m.revoked.Store(true)
 	delete(c.mrs, m.stag>>8)
+	conns := make([]*conn, 0, len(c.qps))
+	for q := range c.qps {
+		if cn := q.live.Load(); cn != nil {
+			conns = append(conns, cn)
+		}
+	}
+	c.mu.Unlock()
+	// Nothing is placed into the region once Dereg returns: a receiver
+	// checks revoked after it has announced a read or copy (rxBusy), so
+	// one that announced later sees it, and one that announced earlier
+	// is waited for. Placement under q.mu (an atomic's result) is
+	// waited for by taking each QP's lock.
+	for _, cn := range conns {
+		for cn.rxBusy.Load() != 0 {
+			runtime.Gosched()
+		}
+		cn.q.mu.Lock()
+		cn.q.mu.Unlock()
+	}
 	return nil
 }
 
@@ -291,31 +317,31 @@ const (
 // span returns the bytes [addr, addr+n) of the valid region of stag, if
 // it belongs to p, grants need and contains the range. c.mu is held for
 // reading.
-func (c *devCtx) spanLocked(stag uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, accessError) {
+func (c *devCtx) spanLocked(stag uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, *mr, accessError) {
 	m := c.mrs[stag>>8]
 	switch {
 	case m == nil || m.stag != stag || !m.valid:
-		return nil, accessBadSTag
+		return nil, nil, accessBadSTag
 	case m.pd != p:
-		return nil, accessNotAssoc
+		return nil, nil, accessNotAssoc
 	case m.access&need != need:
-		return nil, accessRights
+		return nil, nil, accessRights
 	case addr < m.addr:
-		return nil, accessBounds
+		return nil, nil, accessBounds
 	}
 	off := addr - m.addr
 	if off > uint64(len(m.buf)) || n > uint64(len(m.buf))-off {
-		return nil, accessBounds
+		return nil, nil, accessBounds
 	}
-	return m.buf[off : off+n], accessOK
+	return m.buf[off : off+n], m, accessOK
 }
 
 // span is spanLocked for callers that do not hold c.mu.
-func (c *devCtx) span(stag uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, accessError) {
+func (c *devCtx) span(stag uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, *mr, accessError) {
 	c.mu.RLock()
-	b, e := c.spanLocked(stag, p, addr, n, need)
+	b, m, e := c.spanLocked(stag, p, addr, n, need)
 	c.mu.RUnlock()
-	return b, e
+	return b, m, e
 }
 
 // invalidate invalidates the region of stag on p for a Send with
@@ -329,6 +355,7 @@ func (c *devCtx) invalidate(stag uint32, p *pd) bool {
 		return false
 	}
 	m.valid = false
+	m.revoked.Store(true)
 	return true
 }
 

@@ -249,7 +249,7 @@ func (q *qp) kick() {
 // LocalSpan implements swq.Memory: the SGE's bytes in a region of q's PD
 // that grants need (an inline SGE must lie in such a region too).
 func (q *qp) LocalSpan(g *driver.SGE, need driver.AccessFlags) ([]byte, bool) {
-	b, e := q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
+	b, _, e := q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
 	return b, e == accessOK
 }
 

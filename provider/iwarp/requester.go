@@ -59,6 +59,8 @@ type orqEntry struct {
 	id       uint32 // atomic request identifier
 	segs     [maxSGE][]byte
 	nseg     int
+	mrs      [maxSGE]*mr // the regions of segs: placement stops once one is revoked
+	nmr      int
 }
 
 // txCursor is the progress of the transmitter through the WR at the head
@@ -89,6 +91,8 @@ type requester struct {
 	// uncovSignaled: a signaled Send or Write is among them.
 	uncovSignaled bool
 	local         sglist.List
+	localMR       [maxSGE]*mr // the regions of local's SGEs (resolveLocal)
+	nlocalMR      int
 	result        [8]byte
 }
 
@@ -218,6 +222,7 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 		for i := range e.nseg {
 			e.segs[i] = r.local.Seg(i)
 		}
+		e.nmr = copy(e.mrs[:], r.localMR[:r.nlocalMR])
 		r.msn[wire.QNRead]++
 		wire.ReadRequest(b.header(wire.ReadRequestLen)).Set(r.msn[wire.QNRead], e.sinkSTag, e.sinkTO, e.size, wr.RKey, wr.RemoteAddr)
 		b.endFrame(nil, 0, 0)
@@ -232,6 +237,7 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 		for i := range e.nseg {
 			e.segs[i] = r.local.Seg(i)
 		}
+		e.nmr = copy(e.mrs[:], r.localMR[:r.nlocalMR])
 		r.atomicID++
 		e.id = r.atomicID
 		r.msn[wire.QNAtomic]++
@@ -285,12 +291,15 @@ func (q *qp) resolveLocal(s *swq.Slot) bool {
 	}
 	q.ctx.mu.RLock()
 	defer q.ctx.mu.RUnlock()
+	q.req.nlocalMR = 0
 	for i := range s.WR.SGList {
 		g := &s.WR.SGList[i]
-		b, e := q.ctx.spanLocked(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
+		b, m, e := q.ctx.spanLocked(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
 		if e != accessOK || !l.Add(b) {
 			return false
 		}
+		q.req.localMR[i] = m
+		q.req.nlocalMR++
 	}
 	return true
 }
@@ -594,6 +603,15 @@ func (q *qp) atomicDone(id uint32, value uint64) bool {
 	e := &r.orq[r.orqHead%maxRdAtomic]
 	if e.kind != orqAtomic || e.id != id {
 		return false
+	}
+	for _, m := range e.mrs[:e.nmr] {
+		if m.revoked.Load() {
+			// The result buffer was deregistered (Dereg takes q.mu
+			// after it revokes): nothing is written there.
+			r.slot(e.seq).status = driver.WCLocProtErr
+			q.responseDone(8)
+			return true
+		}
 	}
 	binary.NativeEndian.PutUint64(r.result[:], value)
 	var src, dst sglist.List

@@ -51,6 +51,10 @@ const stageLen = 512
 
 // rxState is the receiver's state; only the holder of rxMu touches it.
 type rxState struct {
+	// dstMR[:ndstMR]: the regions rx.dst lies in, whose revocation
+	// (Dereg, invalidation) stops placement (dstRevoked).
+	dstMR  [maxSGE]*mr
+	ndstMR int
 	// hdr holds the headers of the FPDU being handled (and a
 	// Terminate's copy of the terminated headers).
 	hdr [wire.MaxHeaderLen + wire.TerminateMaxLen]byte
@@ -89,6 +93,7 @@ type rxState struct {
 		active bool
 		recv   rwqe
 		segs   [maxSGE][]byte
+		mrs    [maxSGE]*mr // the regions of segs
 		nseg   int
 		room   uint64
 		placed uint64
@@ -105,6 +110,8 @@ type rxState struct {
 		active   bool
 		segs     [maxSGE][]byte
 		nseg     int
+		mrs      [maxSGE]*mr // the regions of segs
+		nmr      int
 		size     uint32
 		placed   uint32
 		sinkSTag uint32
@@ -446,6 +453,9 @@ func (c *conn) sysRead(iov []unix.Iovec) (int, bool, error) {
 	if c.aborted.Load() {
 		return 0, false, net.ErrClosed
 	}
+	if c.rx.planned && c.rx.dstRevoked() {
+		return 0, false, c.rx.revokedErr()
+	}
 	for {
 		n, _, e := unix.Syscall(unix.SYS_READV, uintptr(c.rfd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
 		switch e {
@@ -584,8 +594,31 @@ func (c *conn) place(b []byte) error {
 	if c.aborted.Load() {
 		return net.ErrClosed
 	}
+	if c.rx.dstRevoked() {
+		return c.rx.revokedErr()
+	}
 	c.rx.copyToDst(0, b)
 	return nil
+}
+
+// dstRevoked reports whether a region the payload goes to has been
+// deregistered or invalidated since the FPDU began: nothing more may be
+// placed there. Called between rxBusy's increment and the placement
+// (see Dereg).
+func (rx *rxState) dstRevoked() bool {
+	for _, m := range rx.dstMR[:rx.ndstMR] {
+		if m.revoked.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// revokedErr ends the stream when a region being placed into was
+// deregistered or invalidated under the placement.
+func (rx *rxState) revokedErr() error {
+	return protoErr(wire.LayerDDP, wire.DDPTaggedError, wire.DDPInvalidSTag, driver.EventQPAccessErr,
+		"a region the payload of the FPDU being received goes to was deregistered or invalidated while it was placed")
 }
 
 // dstSeg returns destination segment i from offset off within it (nil
@@ -799,6 +832,8 @@ func (c *conn) protocolError(te *termError) {
 func (c *conn) rxBegin(h wire.Hdr) error {
 	rx := &c.rx
 	rx.ndst, rx.skip, rx.discard = 0, 0, false
+	clear(rx.dstMR[:rx.ndstMR])
+	rx.ndstMR = 0
 	n := h.PayloadLen()
 	var err error
 	switch h.Opcode() {
@@ -925,7 +960,7 @@ func (c *conn) rxWriteBegin(h wire.Hdr) error {
 	q.mu.Lock()
 	ok := q.accepts() && q.attr.AccessFlags&driver.AccessRemoteWrite != 0
 	q.mu.Unlock()
-	b, ae := c.q.ctx.span(h.STag(), q.pd, h.TO(), uint64(n), driver.AccessRemoteWrite)
+	b, m, ae := c.q.ctx.span(h.STag(), q.pd, h.TO(), uint64(n), driver.AccessRemoteWrite)
 	if !ok && ae == accessOK {
 		ae = accessRights
 	}
@@ -935,6 +970,7 @@ func (c *conn) rxWriteBegin(h wire.Hdr) error {
 	}
 	c.rx.dst[0] = b
 	c.rx.ndst = 1
+	c.rx.dstMR[0], c.rx.ndstMR = m, 1
 	return nil
 }
 
@@ -986,6 +1022,7 @@ func (c *conn) rxReadResponseBegin(h wire.Hdr) error {
 		}
 		e := &r.orq[r.orqHead%maxRdAtomic]
 		rx.resp.nseg = copy(rx.resp.segs[:], e.segs[:e.nseg])
+		rx.resp.nmr = copy(rx.resp.mrs[:], e.mrs[:e.nmr])
 		rx.resp.size, rx.resp.placed = e.size, 0
 		rx.resp.sinkSTag, rx.resp.sinkTO = e.sinkSTag, e.sinkTO
 		rx.resp.active = true
@@ -1013,6 +1050,7 @@ func (c *conn) rxReadResponseBegin(h wire.Hdr) error {
 			"Read Response ends after %d bytes of a %d-byte Read", uint64(rx.resp.placed)+uint64(n), rx.resp.size)
 	}
 	rx.ndst = copy(rx.dst[:], rx.resp.segs[:rx.resp.nseg])
+	rx.ndstMR = copy(rx.dstMR[:], rx.resp.mrs[:rx.resp.nmr])
 	rx.skip = uint64(rx.resp.placed)
 	return nil
 }
@@ -1028,6 +1066,7 @@ func (c *conn) rxReadResponseEnd(h wire.Hdr) error {
 	if h.Last() {
 		rx.resp.active = false
 		clear(rx.resp.segs[:rx.resp.nseg])
+		clear(rx.resp.mrs[:rx.resp.nmr])
 		q.mu.Lock()
 		if q.c == c && q.accepts() {
 			q.responseDone(rx.resp.placed)
@@ -1079,6 +1118,7 @@ func (c *conn) rxSendBegin(h wire.Hdr) error {
 			"a Send of more than %d bytes for a %d-byte receive", s.placed+uint64(n), s.room)
 	}
 	rx.ndst = copy(rx.dst[:], s.segs[:s.nseg])
+	rx.ndstMR = copy(rx.dstMR[:], s.mrs[:s.nseg])
 	rx.skip = s.placed
 	return nil
 }
@@ -1137,14 +1177,14 @@ func (c *conn) takeRecv() error {
 	defer q.ctx.mu.RUnlock()
 	for i := range s.recv.SGE {
 		g := &s.recv.SGE[i]
-		b, e := q.ctx.spanLocked(g.LKey, q.pd, g.Addr, uint64(g.Length), driver.AccessLocalWrite)
+		b, m, e := q.ctx.spanLocked(g.LKey, q.pd, g.Addr, uint64(g.Length), driver.AccessLocalWrite)
 		if e != accessOK {
 			q.rxActive, s.active = false, false
 			q.completeRecv(driver.WorkCompletion{WRID: s.recv.WRID, Status: driver.WCLocProtErr, Opcode: driver.WCRecv})
 			return protoErr(wire.LayerDDP, wire.DDPCatastrophic, 0, driver.EventQPAccessErr,
 				"receive buffer %d of WR %#x: %v", i, s.recv.WRID, e)
 		}
-		s.segs[s.nseg] = b
+		s.segs[s.nseg], s.mrs[s.nseg] = b, m
 		s.nseg++
 		s.room += uint64(len(b))
 	}
@@ -1181,6 +1221,7 @@ func (c *conn) completeSendWC(wc driver.WorkCompletion) {
 	s := &c.rx.send
 	s.active = false
 	clear(s.segs[:s.nseg])
+	clear(s.mrs[:s.nseg])
 	q.mu.Lock()
 	if q.rxActive && q.c == c {
 		q.rxActive = false
@@ -1246,7 +1287,7 @@ func (c *conn) rxReadRequest(h wire.Hdr) error {
 	var src []byte
 	if size := r.Size(); size > 0 {
 		var ae accessError
-		src, ae = q.ctx.span(r.SrcSTag(), q.pd, r.SrcTO(), uint64(size), driver.AccessRemoteRead)
+		src, _, ae = q.ctx.span(r.SrcSTag(), q.pd, r.SrcTO(), uint64(size), driver.AccessRemoteRead)
 		if ae == accessOK && q.attr.AccessFlags&driver.AccessRemoteRead == 0 {
 			ae = accessRights
 		}
@@ -1291,7 +1332,7 @@ func (c *conn) rxAtomicRequest(h wire.Hdr) error {
 		return protoErr(wire.LayerRDMAP, wire.RDMAPRemoteOperation, wire.RDMAPUnspecified, driver.EventQPReqErr,
 			"unknown atomic operation %d", a.Op())
 	}
-	b, ae := q.ctx.span(a.STag(), q.pd, a.TO(), 8, driver.AccessRemoteAtomic)
+	b, _, ae := q.ctx.span(a.STag(), q.pd, a.TO(), 8, driver.AccessRemoteAtomic)
 	if ae == accessOK && q.attr.AccessFlags&driver.AccessRemoteAtomic == 0 {
 		ae = accessRights
 	}

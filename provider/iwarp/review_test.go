@@ -3,8 +3,11 @@ package iwarp_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -65,5 +68,89 @@ func TestAcceptSeesContextEnd(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Accept did not return 5 s after its context ended")
+	}
+}
+
+// waitPlaced waits until the first byte of region g reads b.
+func waitPlaced(t *testing.T, v *victim, g guarded, b byte) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); runtime.Gosched() {
+		if got, err := v.e.ReadRegion(g.r.ID, 0, 1); err == nil && got[0] == b {
+			return
+		}
+	}
+	t.Fatalf("the first byte of the region never became %#x", b)
+}
+
+// TestNoPlacementAfterDereg: an RDMA Write whose payload arrives in two
+// parts, the region deregistered in between. Nothing of the second part
+// is placed once Dereg has returned (the receiver kept reading straight
+// into the region): the victim terminates the stream instead.
+func TestNoPlacementAfterDereg(t *testing.T) {
+	v := newVictim(t, 4)
+	g := guard(t, v, 4096, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	h := dialHostile(t, v, false, false, false)
+	const n = 3000
+	f := h.write(g.r.RKey, g.r.Addr, append(bytes.Repeat([]byte{0xee}, 1000), bytes.Repeat([]byte{0xdd}, n-1000)...))
+	h.send(f[:wire.TaggedLen+1000])
+	waitPlaced(t, v, g, 0xee)
+	if err := v.e.DeregRegion(g.r.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.send(f[wire.TaggedLen+1000:])
+	h.expectTerminate(wire.LayerDDP, wire.DDPTaggedError, wire.DDPInvalidSTag)
+	expectVictimError(t, v)
+	b, _ := v.e.ReadRegion(g.r.ID, 0, 4096)
+	if k := bytes.Count(b, []byte{0xdd}); k > 0 {
+		t.Fatalf("%d bytes placed into the region after Dereg returned", k)
+	}
+}
+
+// readFPDU reads the next FPDU the victim sends.
+func (h *hostile) readFPDU() []byte {
+	h.t.Helper()
+	var l [2]byte
+	if _, err := io.ReadFull(h.nc, l[:]); err != nil {
+		h.t.Fatalf("read: %v", err)
+	}
+	n := int(binary.BigEndian.Uint16(l[:]))
+	b := make([]byte, 2+n+wire.Pad(n)+wire.CRCLen)
+	copy(b, l[:])
+	if _, err := io.ReadFull(h.nc, b[2:]); err != nil {
+		h.t.Fatalf("read: %v", err)
+	}
+	return b
+}
+
+// TestNoReadResponseAfterDereg: the Read's sink is deregistered before
+// its response arrives. The response is not placed, and the Read does
+// not complete as a success (it did, into memory no longer registered).
+func TestNoReadResponseAfterDereg(t *testing.T) {
+	v := newVictim(t, 4)
+	g := guard(t, v, 4096, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	h := dialHostile(t, v, false, false, false)
+	if n, err := v.e.PostSend(0, []verbs.SendWR{{WRID: 9, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{g.r.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 0x4242}}); n != 1 {
+		t.Fatalf("post read: %v", err)
+	}
+	var rr wire.ReadRequest
+	for rr == nil {
+		if b := h.readFPDU(); !wire.Hdr(b).Tagged() && wire.Hdr(b).Opcode() == wire.OpReadRequest {
+			rr = wire.ReadRequest(b)
+		}
+	}
+	if err := v.e.DeregRegion(g.r.ID); err != nil {
+		t.Fatal(err)
+	}
+	var hdr [wire.TaggedLen]byte
+	wire.Hdr(hdr[:]).SetTagged(wire.OpReadResponse, true, rr.SinkSTag(), rr.SinkTO(), int(rr.Size()))
+	h.send(h.fpdu(hdr[:], bytes.Repeat([]byte{0xdd}, int(rr.Size()))))
+	wcs, err := v.e.Completions(verbstest.SendCQ, 1, 10*time.Second)
+	if err != nil || len(wcs) != 1 || wcs[0].WRID != 9 || wcs[0].Status == verbs.WCSuccess {
+		t.Fatalf("the Read completed with %+v (%v), want an error", wcs, err)
+	}
+	b, _ := v.e.ReadRegion(g.r.ID, 0, 4096)
+	if k := bytes.Count(b, []byte{0xdd}); k > 0 {
+		t.Fatalf("%d bytes placed into the region after Dereg returned", k)
 	}
 }
