@@ -128,11 +128,14 @@ type conn struct {
 	// counts read system calls in progress (abort waits for them); rfd
 	// is a descriptor of c's own for the socket; rawc waits for it to
 	// become readable; rxEnded: the receive goroutine has stopped
-	// receiving.
+	// receiving; rxStopped (set under rxMu): a disconnect stopped
+	// receiving, so that nothing is placed once it has flushed the
+	// receives and Reads.
 	rxMu      sync.Mutex
 	rxMissed  atomic.Bool
 	rxBusy    atomic.Int32
 	rxEnded   atomic.Bool
+	rxStopped atomic.Bool
 	polls     atomic.Uint64 // rounds of pollers: see pollGrace
 	rxFrames  atomic.Uint64 // FPDUs received: see rxSpin
 	arms      atomic.Uint64 // ReqNotify calls on the QP's CQs
@@ -805,6 +808,14 @@ func (h *connHandle) Done() <-chan struct{}         { return h.c.done }
 // goroutines are waited for.
 func (h *connHandle) Close() error {
 	c, q := h.c, h.c.q
+	// Receiving stops first: the move to the error state flushes the
+	// receive a Send is filling and the outstanding Reads, whose buffers
+	// are then the application's again, while the linger below may last
+	// (a peer that does not read keeps the transmitter from finishing).
+	// A round in progress ends before rxMu is free; none starts after.
+	c.rxMu.Lock()
+	c.rxStopped.Store(true)
+	c.rxMu.Unlock()
 	q.mu.Lock()
 	linger := false
 	if q.c == c && !q.destroyed {

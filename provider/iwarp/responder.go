@@ -213,6 +213,13 @@ func (c *conn) rxRun() error {
 	seenPolls, seenArms := c.polls.Load(), c.arms.Load()
 	var spinUntil time.Time
 	for {
+		if c.rxStopped.Load() {
+			// A disconnect stopped receiving: wait for its abort.
+			for !c.aborted.Load() {
+				<-c.rxWake
+			}
+			return net.ErrClosed
+		}
 		frames := c.rxFrames.Load()
 		if err := c.rxTry(false); err != nil {
 			return err
@@ -313,6 +320,10 @@ func (c *conn) rxTry(poller bool) error {
 			}
 		}
 		c.rxMissed.Store(false)
+		if c.rxStopped.Load() {
+			c.rxMu.Unlock()
+			return nil
+		}
 		budget := 0
 		if poller {
 			budget = pollBudget

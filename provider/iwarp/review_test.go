@@ -154,3 +154,39 @@ func TestNoReadResponseAfterDereg(t *testing.T) {
 		t.Fatalf("%d bytes placed into the region after Dereg returned", k)
 	}
 }
+
+// TestNoPlacementAfterCloseFlush: a Send half received when the
+// application disconnects. Close flushes the receive, and then lingers
+// for its responses to go out (here for as long as it may: the peer
+// reads nothing, and a 32 MiB Read Response fills the socket); the rest
+// of the Send arriving meanwhile is not placed into the buffer whose
+// flush completion the application already has.
+func TestNoPlacementAfterCloseFlush(t *testing.T) {
+	v := newVictim(t, 4)
+	big := guard(t, v, 32<<20, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	g := guard(t, v, 4096, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	h := dialHostile(t, v, false, false, false)
+	if n, err := v.e.PostRecv(0, []verbs.RecvWR{{WRID: 5, SGList: []verbs.SGE{g.r.SGE(0, 4096)}}}); n != 1 {
+		t.Fatalf("post receive: %v", err)
+	}
+	h.send(h.readRequest(uint32(big.r.Len), big.r.RKey, big.r.Addr))
+	const n = 3000
+	f := h.fpdu(h.untagged(wire.OpSend, wire.QNSend, n), append(bytes.Repeat([]byte{0xee}, 1000), bytes.Repeat([]byte{0xdd}, n-1000)...))
+	h.send(f[:wire.UntaggedLen+1000])
+	waitPlaced(t, v, g, 0xee)
+	closed := make(chan struct{})
+	go func() {
+		v.conn.Close()
+		close(closed)
+	}()
+	wcs, err := v.e.Completions(verbstest.RecvCQ, 1, 10*time.Second)
+	if err != nil || len(wcs) != 1 || wcs[0].Status != verbs.WCWRFlushErr {
+		t.Fatalf("receive completion %+v (%v), want it flushed", wcs, err)
+	}
+	h.nc.Write(f[wire.UntaggedLen+1000:])
+	<-closed
+	b, _ := v.e.ReadRegion(g.r.ID, 0, 4096)
+	if k := bytes.Count(b, []byte{0xdd}); k > 0 {
+		t.Fatalf("%d bytes placed into the receive buffer after its flush completion", k)
+	}
+}
