@@ -122,8 +122,25 @@ func (c *conn) sendCtrl(t uint8, a, b uint32) {
 	var m ctrl
 	m.set(t, a, b)
 	c.wmu.Lock()
-	c.sock.Write(m[:])
+	c.writeCtrl(m[:], nil)
 	c.wmu.Unlock()
+}
+
+// ctrlWriteTimeout bounds a control message's write: a peer that has
+// not read its socket for that long while the socket is full (stopped,
+// hung, or hostile) is taken for dead, so that no caller (the reader
+// answering a request, AllocMR pushing a segment, a disconnect) waits
+// on it longer.
+const ctrlWriteTimeout = time.Second
+
+// writeCtrl writes a control message with its descriptors (oob); a write
+// that times out, or fails, closes the socket: the reader sees it end
+// and the QP moves to the error state. wmu is held.
+func (c *conn) writeCtrl(m, oob []byte) {
+	c.sock.SetWriteDeadline(time.Now().Add(ctrlWriteTimeout))
+	if _, _, err := c.sock.WriteMsgUnix(m, oob, nil); err != nil {
+		c.sock.Close()
+	}
 }
 
 // peerError tells the peer its QP must move to the error state (a
@@ -291,9 +308,9 @@ func (c *conn) pushSegmentLocked(id uint32, si *segInfo, wantWrite bool) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if fd >= 0 {
-		c.sock.WriteMsgUnix(m[:], unix.UnixRights(fd), nil)
+		c.writeCtrl(m[:], unix.UnixRights(fd))
 	} else {
-		c.sock.Write(m[:])
+		c.writeCtrl(m[:], nil)
 	}
 }
 

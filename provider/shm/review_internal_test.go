@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/verbs/verbstest"
 )
 
@@ -71,5 +72,66 @@ func TestSendSurvivesRemappedSGE(t *testing.T) {
 	bctx.segMu.Unlock()
 	if wcs := waitWCs(t, p.A, verbstest.SendCQ, 1); wcs[0].WRID != 9 {
 		t.Fatalf("send completion %+v", wcs[0])
+	}
+}
+
+// TestPeerThatDoesNotReadIsDropped: a peer floods segment requests and
+// never reads the answers. The reader blocked writing one while it held
+// the context's segment lock, and every AllocMR, and the connection's
+// close, waited for the peer for ever; now a control write that cannot
+// go out within ctrlWriteTimeout ends the connection.
+func TestPeerThatDoesNotReadIsDropped(t *testing.T) {
+	q := victimQP(t)
+	sock, att := socketPair(t)
+	fds := hostileFDs(t, []byte{fdMedium, fdMedium, fdKeys})
+	if err := unix.Sendmsg(att, validHello(16, 4, 16, false, nil), unix.UnixRights(fds...), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	closeFDs(fds)
+	h, rfds, err := readHello(sock, time.Now().Add(callBound))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := attach(q, sock, h, rfds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.start()
+	defer unix.Close(att)
+	var m ctrl
+	m.set(msgGetSeg, 12345, 0)
+	// Until the victim's socket is full both ways: its reader is blocked
+	// answering (the attacker never reads) and takes no more requests.
+	for full := 0; full < 5000; {
+		if unix.Sendmsg(att, m[:], nil, nil, unix.MSG_DONTWAIT) != nil {
+			full++
+			runtime.Gosched()
+		} else {
+			full = 0
+		}
+	}
+	waitForFrame(t, "shm.(*conn).pushSegmentLocked(")
+	done := make(chan error, 1)
+	go func() {
+		r, err := q.pd.AllocMR(4096, driver.AccessLocalWrite|driver.AccessRemoteRead)
+		if err == nil {
+			r.Dereg()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("AllocMR: %v", err)
+		}
+	case <-time.After(callBound):
+		t.Fatal("AllocMR waits on a peer that does not read its socket")
+	}
+	closed := make(chan struct{})
+	go func() { c.close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(callBound):
+		t.Fatal("closing the connection waits on a peer that does not read its socket")
 	}
 }
