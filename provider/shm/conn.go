@@ -76,6 +76,7 @@ type conn struct {
 	// resolved one of its SGEs into a mapping may see it replaced while
 	// it resolves the next.
 	retired []*segment
+	mapped  int // bytes of the mappings in segs
 	// The segment a requester waits for, and whether the peer refused
 	// it. Only that refusal is kept: a peer can send refusals for any
 	// number of segments.
@@ -87,10 +88,14 @@ type conn struct {
 	overflow     bool       // arrivals were dropped: drop the mappings too
 	dirty        atomic.Bool
 	segNote      chan struct{}
+	// segWaitUntil bounds the waits for segments of the WR being executed
+	// (segment), all of them together; zero between WRs. Guarded by q.mu.
+	segWaitUntil time.Time
 
 	wmu    sync.Mutex // serialises socket writes
 	events chan ctrl
 	done   chan struct{}
+	gone   chan struct{} // closed when the reader sees the socket end
 	ended  atomic.Bool // done is closed
 	// The requester's scratch space, guarded by q.mu: a Send's receive
 	// and its resolved buffers (kept here, not zeroed on the stack for
@@ -171,6 +176,7 @@ func (c *conn) start() {
 func (c *conn) reader() {
 	defer c.wg.Done()
 	defer close(c.events)
+	defer close(c.gone)
 	buf := make([]byte, 64)
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	for {
@@ -339,16 +345,12 @@ func (c *conn) absorb() {
 	c.arriveMu.Unlock()
 	if overflow {
 		for id, s := range c.segs {
-			c.retired = append(c.retired, s)
-			delete(c.segs, id)
-			delete(c.segRW, id)
+			c.retire(id, s)
 		}
 	}
 	for _, r := range arrivals {
 		if old := c.segs[r.id]; old != nil && (r.gone || r.fd >= 0) {
-			c.retired = append(c.retired, old)
-			delete(c.segs, r.id)
-			delete(c.segRW, r.id)
+			c.retire(r.id, old)
 		}
 		switch {
 		case r.gone:
@@ -358,10 +360,41 @@ func (c *conn) absorb() {
 			}
 		default:
 			if s, err := mapPeerSegment(r.fd, 1, r.writable); err == nil {
+				c.makeRoom(len(s.mem))
 				c.segs[r.id], c.segRW[r.id] = s, r.writable
+				c.mapped += len(s.mem)
 			}
 		}
 	}
+}
+
+// Bounds on the peer's segments mapped at once, in number and in bytes:
+// a peer may push as many as it likes, and each takes address space and
+// one of the process's mappings (vm.max_map_count).
+const (
+	maxPeerMappings = 4096
+	maxPeerMapped   = 1 << 40
+)
+
+// makeRoom retires mappings until one of n more bytes fits under the
+// bounds; any mapping can go, since the requester asks the peer again
+// for a segment it needs. q.mu is held.
+func (c *conn) makeRoom(n int) {
+	for id, s := range c.segs {
+		if len(c.segs) < maxPeerMappings && c.mapped+n <= maxPeerMapped {
+			return
+		}
+		c.retire(id, s)
+	}
+}
+
+// retire drops the mapping s of segment id, to be unmapped once the WR
+// being executed is done (closeRetired). q.mu is held.
+func (c *conn) retire(id uint32, s *segment) {
+	c.retired = append(c.retired, s)
+	c.mapped -= len(s.mem)
+	delete(c.segs, id)
+	delete(c.segRW, id)
 }
 
 // closeRetired unmaps the mappings absorb retired; q.mu is held, and no
@@ -389,7 +422,10 @@ func (c *conn) segment(id uint32, write bool) (*segment, bool) {
 		b = 1
 	}
 	c.sendCtrl(msgGetSeg, id, b)
-	t := time.NewTimer(2 * time.Second)
+	if c.segWaitUntil.IsZero() {
+		c.segWaitUntil = time.Now().Add(segWait)
+	}
+	t := time.NewTimer(time.Until(c.segWaitUntil))
 	defer t.Stop()
 	for {
 		select {
@@ -403,11 +439,19 @@ func (c *conn) segment(id uint32, write bool) (*segment, bool) {
 			}
 		case <-c.done:
 			return nil, false
+		case <-c.gone:
+			// The peer died or hung up: handleEvents, which closes
+			// done, waits for q.mu, which this requester holds.
+			return nil, false
 		case <-t.C:
 			return nil, false
 		}
 	}
 }
+
+// segWait bounds how long one WR waits for the peer to send the segments
+// it names.
+const segWait = 2 * time.Second
 
 // procCopy copies between local memory b and the peer's process memory
 // at addr: out writes the peer, else reads it.

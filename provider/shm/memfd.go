@@ -50,6 +50,10 @@ func newSegment(name string, size int) (*segment, error) {
 // mapPeerSegment maps a memfd received from a peer, after checking that it
 // is sealed and at least minSize bytes long. writable maps it read-write,
 // else read-only. The fd is closed; the mapping keeps the memory.
+// maxPeerSegment is the largest peer segment mapped: a region's most
+// (MaxMRSize), and room for its rounding.
+const maxPeerSegment = 1<<36 + 1<<21
+
 func mapPeerSegment(fd int, minSize int, writable bool) (*segment, error) {
 	defer unix.Close(fd)
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
@@ -63,7 +67,7 @@ func mapPeerSegment(fd int, minSize int, writable bool) (*segment, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("fstat peer segment: %w", err)
 	}
-	if st.Size < int64(minSize) || st.Size <= 0 || st.Size > 1<<40 {
+	if st.Size < int64(minSize) || st.Size <= 0 || st.Size > maxPeerSegment {
 		return nil, fmt.Errorf("peer segment has %d bytes, expected at least %d", st.Size, minSize)
 	}
 	prot := unix.PROT_READ

@@ -31,8 +31,13 @@ func accepts(s driver.QPState) bool {
 // Execute implements swq.Engine: it performs one WR against the peer.
 func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	st, n := q.execute(s)
-	if c := q.conn; c != nil && len(c.retired) > 0 {
-		c.closeRetired()
+	if c := q.conn; c != nil {
+		if len(c.retired) > 0 {
+			c.closeRetired()
+		}
+		if !c.segWaitUntil.IsZero() {
+			c.segWaitUntil = time.Time{}
+		}
 	}
 	return st, n
 }

@@ -135,3 +135,85 @@ func TestPeerThatDoesNotReadIsDropped(t *testing.T) {
 		t.Fatal("closing the connection waits on a peer that does not read its socket")
 	}
 }
+
+// TestPeerMappingsBounded: a peer pushes far more segments than anyone
+// needs (the same page under new ids). The requester keeps at most
+// maxPeerMappings of them mapped: it mapped every one, until the process
+// ran out of mappings (vm.max_map_count) and the runtime of memory.
+func TestPeerMappingsBounded(t *testing.T) {
+	p := localHarness().NewPair(t, verbstest.PairOptions{})
+	vq := driverQP(p.A.QPs[0])
+	vq.mu.Lock()
+	vc := vq.conn
+	vq.mu.Unlock()
+	target := newRegion(t, p.B, 4096, driverRemoteAll)
+	local := newRegion(t, p.A, 4096, verbs.AccessLocalWrite)
+	fd := hostileFD(t, fdSmall)
+	defer unix.Close(fd)
+	id := uint32(1 << 20)
+	for round := range 6 {
+		// As the reader hands them over, in batches it does not drop.
+		vc.arriveMu.Lock()
+		for range maxArrivals - 1 {
+			d, err := unix.Dup(fd)
+			if err != nil {
+				vc.arriveMu.Unlock()
+				t.Fatal(err)
+			}
+			vc.arrivals = append(vc.arrivals, segReply{id: id, fd: d})
+			id++
+		}
+		vc.arriveMu.Unlock()
+		vc.dirty.Store(true)
+		postSend(t, p.A, 0, rdma(uint64(round), verbs.OpRDMARead, local.SGE(0, 64), target, 0))
+		if wcs := waitWCs(t, p.A, verbstest.SendCQ, 1); wcs[0].Status != verbs.WCSuccess {
+			t.Fatalf("round %d: Read completed with %v", round, wcs[0].Status)
+		}
+		vq.mu.Lock()
+		n, retired := len(vc.segs), len(vc.retired)
+		vq.mu.Unlock()
+		if n > maxPeerMappings || retired != 0 {
+			t.Fatalf("round %d: %d peer segments mapped (at most %d), %d retired ones left", round, n, maxPeerMappings, retired)
+		}
+	}
+}
+
+// TestDeathWhileAwaitingSegment: the requester waits for a segment the
+// peer was asked for, and the peer dies. Its WRs are flushed within a
+// second: the requester saw the death only when its wait timed out (2 s),
+// since the goroutine that marks the connection ended needs the QP's
+// lock, which the waiting requester holds.
+func TestDeathWhileAwaitingSegment(t *testing.T) {
+	p := localHarness().NewPair(t, verbstest.PairOptions{})
+	bq := driverQP(p.B.(*verbstest.Local).QPs[0])
+	bctx := bq.ctx
+	bq.mu.Lock()
+	bc := bq.conn
+	bq.mu.Unlock()
+	target := newRegion(t, p.B, 4096, driverRemoteAll)
+	local := newRegion(t, p.A, 4096, verbs.AccessLocalWrite)
+	// The peer's key slot names a segment not pushed, and its reader
+	// cannot answer the request for it (segMu).
+	bctx.keys.publish(target.RKey>>8, keyInfo{key: target.RKey, access: driverRemoteAll, kind: kindSegment, segID: 777,
+		addr: target.Addr, length: 4096, pd: bq.pd.id})
+	bctx.segMu.Lock()
+	defer bctx.segMu.Unlock()
+	posted := make(chan struct{})
+	go func() {
+		defer close(posted)
+		p.A.PostSend(0, []verbs.SendWR{rdma(1, verbs.OpRDMAWrite, local.SGE(0, 64), target, 0), rdma(2, verbs.OpRDMAWrite, local.SGE(0, 64), target, 0)})
+	}()
+	waitForFrame(t, "shm.(*conn).segment(")
+	start := time.Now()
+	bc.sock.Close() // what the kernel does when the peer is killed
+	wcs := waitWCs(t, p.A, verbstest.SendCQ, 2)
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the WRs completed %v after the peer died (%v, %v), want within 1 s", d, wcs[0].Status, wcs[1].Status)
+	}
+	for _, wc := range wcs {
+		if wc.Status == verbs.WCSuccess {
+			t.Errorf("WR %d completed as a success", wc.WRID)
+		}
+	}
+	<-posted
+}
