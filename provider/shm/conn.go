@@ -96,7 +96,7 @@ type conn struct {
 	events chan ctrl
 	done   chan struct{}
 	gone   chan struct{} // closed when the reader sees the socket end
-	ended  atomic.Bool // done is closed
+	ended  atomic.Bool   // done is closed
 	// The requester's scratch space, guarded by q.mu: a Send's receive
 	// and its resolved buffers (kept here, not zeroed on the stack for
 	// every WR), and the resolved keys.
