@@ -32,6 +32,8 @@ const (
 	msgSRQLimit = 9 // the receiver's SRQ fell below its limit
 	msgOverrun  = 10
 	msgSegGone  = 11 // a: segment id; the segment was freed, unmap it
+	msgRevoke   = 12 // a: sequence number; a key was revoked: answer once no WR uses it
+	msgRevoked  = 13 // a: the sequence number of the msgRevoke answered
 )
 
 // ctrl is a runtime control message: type, a, b.
@@ -96,7 +98,13 @@ type conn struct {
 	events chan ctrl
 	done   chan struct{}
 	gone   chan struct{} // closed when the reader sees the socket end
-	ended  atomic.Bool   // done is closed
+	// Revocations this side asked the peer to confirm (revokePeer):
+	// one at a time (revokeMu), numbered revokeSeq, the peer's answers
+	// handed over on revokeAck.
+	revokeMu  sync.Mutex
+	revokeSeq uint32
+	revokeAck chan uint32
+	ended     atomic.Bool // done is closed
 	// The requester's scratch space, guarded by q.mu: a Send's receive
 	// and its resolved buffers (kept here, not zeroed on the stack for
 	// every WR), and the resolved keys.
@@ -129,6 +137,43 @@ func (c *conn) sendCtrl(t uint8, a, b uint32) {
 	c.wmu.Lock()
 	c.writeCtrl(m[:], nil)
 	c.wmu.Unlock()
+}
+
+// revokeTimeout bounds how long Dereg waits for a peer to confirm that no
+// WR of its uses the region any more; a peer that does not is taken for
+// dead (its connection ends).
+const revokeTimeout = time.Second
+
+// revokePeer asks the peer to confirm that none of its WRs still uses a
+// key this side revoked, and waits for the answer, the connection's end,
+// or revokeTimeout (which ends the connection). No lock is held: the
+// peer's answer may wait for a WR of its that waits for this process.
+func (c *conn) revokePeer() {
+	c.revokeMu.Lock()
+	defer c.revokeMu.Unlock()
+	if c.ended.Load() {
+		return
+	}
+	c.revokeSeq++
+	seq := c.revokeSeq
+	c.sendCtrl(msgRevoke, seq, 0)
+	t := time.NewTimer(revokeTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case got := <-c.revokeAck:
+			if got == seq {
+				return
+			}
+		case <-c.gone:
+			return
+		case <-c.done:
+			return
+		case <-t.C:
+			c.sock.Close()
+			return
+		}
+	}
 }
 
 // ctrlWriteTimeout bounds a control message's write: a peer that has
@@ -196,6 +241,12 @@ func (c *conn) reader() {
 		case msgGetSeg:
 			closeFDs(fds)
 			c.serveSegment(m.a(), m.b() == 1)
+		case msgRevoked:
+			closeFDs(fds)
+			select {
+			case c.revokeAck <- m.a():
+			default: // nobody waits for it (any more)
+			}
 		case msgSeg, msgSegGone:
 			r := segReply{id: m.a(), fd: -1, writable: m.b() == 1, gone: m.typ() == msgSegGone}
 			if len(fds) == 1 && !r.gone {
@@ -251,6 +302,14 @@ func (c *conn) handleEvents() {
 			if s := c.q.srq; s != nil {
 				s.limitReached()
 			}
+		case msgRevoke:
+			// The peer revoked a key: once a requester's WR holds the
+			// QP's lock no more, later ones see the key revoked (each
+			// WR checks its version), so the peer may reuse the memory.
+			c.q.mu.Lock()
+			c.kc = keyCache{}
+			c.q.mu.Unlock()
+			c.sendCtrl(msgRevoked, m.a(), 0)
 		case msgOverrun:
 			c.q.recvCQ.markOverrun()
 			c.withQP(func(q *qp) { q.fail(driver.EventQPFatal) })

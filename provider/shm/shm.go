@@ -412,9 +412,14 @@ func (m *mr) Bytes() []byte              { return m.buf }
 func (m *mr) Access() driver.AccessFlags { return m.access }
 
 // Dereg revokes the key in the shared table first, so that peers stop
-// using it, then releases the region's segment if no other region lies in
-// it. A peer that mapped the segment keeps its mapping until it next looks
-// the key up; the memory it maps is no longer this process's.
+// using it, then has every connected peer confirm that no WR of its still
+// uses the key (revokePeer: a WR checks the key once, before its copy),
+// then releases the region's segment if no other region lies in it. A
+// peer that does not confirm within revokeTimeout is taken for dead and
+// its connection ended; one that is stopped (SIGSTOP) in the middle of a
+// copy into the region finishes that copy when it resumes. A peer that
+// mapped the segment keeps its mapping until it next looks the key up;
+// the memory it maps is no longer this process's.
 //
 // Local lookups of keys take no lock (the data path): before it unmaps a
 // segment, Dereg waits until every QP of the context has passed a point
@@ -449,6 +454,20 @@ func (m *mr) Dereg() error {
 		qps = append(qps, q)
 	}
 	c.mu.Unlock()
+	// The peers' requesters write and read the region directly, and check
+	// its key once per WR: each peer confirms that no WR of its still
+	// uses the key (a WR that checked it before the revocation may be
+	// copying now, up to a whole message), so that nothing touches the
+	// memory once Dereg returns.
+	c.connMu.Lock()
+	conns := make([]*conn, 0, len(c.conns))
+	for cn := range c.conns {
+		conns = append(conns, cn)
+	}
+	c.connMu.Unlock()
+	for _, cn := range conns {
+		cn.revokePeer()
+	}
 	if dead != nil {
 		for _, q := range qps {
 			q.mu.Lock()
