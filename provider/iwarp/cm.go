@@ -59,50 +59,136 @@ func (*provider) Listen(addr string) (driver.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on tcp://%s: %w", addr, err)
 	}
-	return &listener{l: l.(*net.TCPListener)}, nil
+	return newListener(l.(*net.TCPListener)), nil
 }
 
+// listener accepts TCP connections and reads their MPA Requests
+// concurrently, at most maxHandshakes at a time (the rest wait in the
+// kernel's backlog), so that a client that connects and says nothing
+// holds up no other: Accept hands over the requests in the order their
+// MPA Requests came in. Nothing runs until the first Accept.
 type listener struct {
-	l *net.TCPListener
+	l     *net.TCPListener
+	start sync.Once
+	reqs  chan *request // read requests, for Accept
+	slots chan struct{} // one per handshake under way or request not taken
+	done  chan struct{} // closed by Close
+	ended chan struct{} // closed when accepting ends; err says why
+	err   error
+	wg    sync.WaitGroup
+
+	mu      sync.Mutex
+	shaking map[*net.TCPConn]bool // handshakes under way, closed by Close
+	closed  bool
+}
+
+// maxHandshakes bounds the connections accepted and not yet handed to
+// Accept.
+const maxHandshakes = 64
+
+func newListener(l *net.TCPListener) *listener {
+	return &listener{l: l, reqs: make(chan *request), slots: make(chan struct{}, maxHandshakes),
+		done: make(chan struct{}), ended: make(chan struct{}), shaking: map[*net.TCPConn]bool{}}
 }
 
 func (l *listener) Addr() string { return l.l.Addr().String() }
-func (l *listener) Close() error { return l.l.Close() }
+
+// Close stops accepting, ends the handshakes under way and waits for
+// them.
+func (l *listener) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	close(l.done)
+	err := l.l.Close()
+	for nc := range l.shaking {
+		nc.Close()
+	}
+	l.mu.Unlock()
+	l.wg.Wait()
+	return err
+}
 
 func (l *listener) Accept(ctx context.Context) (driver.ConnRequest, error) {
-	stop := context.AfterFunc(ctx, func() { l.l.SetDeadline(time.Now()) })
-	defer stop()
+	l.start.Do(func() {
+		l.wg.Add(1)
+		go l.acceptLoop()
+	})
+	select {
+	case r := <-l.reqs:
+		<-l.slots
+		return r, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-l.ended:
+		return nil, l.err
+	}
+}
+
+// acceptLoop accepts connections while handshake slots are free.
+func (l *listener) acceptLoop() {
+	defer l.wg.Done()
+	defer close(l.ended)
 	for {
+		select {
+		case l.slots <- struct{}{}:
+		case <-l.done:
+			l.err = fmt.Errorf("%w: the listener is closed", driver.ErrClosed)
+			return
+		}
 		nc, err := l.l.AcceptTCP()
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
+			<-l.slots
 			if errors.Is(err, net.ErrClosed) {
-				return nil, fmt.Errorf("%w: the listener is closed", driver.ErrClosed)
+				err = fmt.Errorf("%w: the listener is closed", driver.ErrClosed)
 			}
-			return nil, err
+			l.err = err
+			return
 		}
-		req, err := readFrame(ctx, nc, time.Now().Add(setupTimeout))
-		if err != nil && ctx.Err() != nil {
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
 			nc.Close()
-			return nil, ctx.Err()
-		}
-		if err != nil || !req.IsRequest() {
-			nc.Close()
-			continue // not an iWARP peer, or a broken one: wait for the next
-		}
-		if req.Flags()&wire.FlagMarkers != 0 {
-			// Markers are not supported: refuse cleanly, as siw does.
-			rej := make(wire.Frame, wire.FrameHeaderLen)
-			rej.SetHeader(wire.KeyRep, wire.FlagReject|req.Flags()&wire.FlagCRC, max(req.Revision(), wire.Revision1), 0)
-			nc.SetWriteDeadline(time.Now().Add(setupTimeout))
-			nc.Write(rej)
-			nc.Close()
+			<-l.slots
 			continue
 		}
-		return newRequest(nc, req), nil
+		l.shaking[nc] = true
+		l.wg.Add(1)
+		l.mu.Unlock()
+		go l.handshake(nc)
 	}
+}
+
+// handshake reads the MPA Request of nc and hands it to Accept; a peer
+// that is not an iWARP one, or asks for markers, is turned away.
+func (l *listener) handshake(nc *net.TCPConn) {
+	defer l.wg.Done()
+	req, err := readFrame(context.Background(), nc, time.Now().Add(setupTimeout))
+	l.mu.Lock()
+	delete(l.shaking, nc)
+	l.mu.Unlock()
+	switch {
+	case err != nil || !req.IsRequest():
+		nc.Close() // not an iWARP peer, or a broken one
+	case req.Flags()&wire.FlagMarkers != 0:
+		// Markers are not supported: refuse cleanly, as siw does.
+		rej := make(wire.Frame, wire.FrameHeaderLen)
+		rej.SetHeader(wire.KeyRep, wire.FlagReject|req.Flags()&wire.FlagCRC, max(req.Revision(), wire.Revision1), 0)
+		nc.SetWriteDeadline(time.Now().Add(setupTimeout))
+		nc.Write(rej)
+		nc.Close()
+	default:
+		select {
+		case l.reqs <- newRequest(nc, req):
+			return // Accept frees the slot
+		case <-l.done:
+			nc.Close()
+		}
+	}
+	<-l.slots
 }
 
 // readFrame reads an MPA Request or Reply frame with its private data,

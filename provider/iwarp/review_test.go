@@ -190,3 +190,20 @@ func TestNoPlacementAfterCloseFlush(t *testing.T) {
 		t.Fatalf("%d bytes placed into the receive buffer after its flush completion", k)
 	}
 }
+
+// TestSilentClientHoldsUpNoOther: a client that connects and says
+// nothing does not hold up the one behind it (the listener read one MPA
+// Request at a time, and waited out the silent one's 10 s).
+func TestSilentClientHoldsUpNoOther(t *testing.T) {
+	v := newVictim(t, 4)
+	silent, err := net.Dial("tcp", v.l.Addr()[len("tcp://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	start := time.Now()
+	dialHostile(t, v, false, false, false)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the connection behind a silent one was accepted after %v", d)
+	}
+}
