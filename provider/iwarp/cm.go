@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/acceptq"
 	"github.com/goverbs/goverbs/provider/iwarp/wire"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -63,132 +64,43 @@ func (*provider) Listen(addr string) (driver.Listener, error) {
 }
 
 // listener accepts TCP connections and reads their MPA Requests
-// concurrently, at most maxHandshakes at a time (the rest wait in the
-// kernel's backlog), so that a client that connects and says nothing
-// holds up no other: Accept hands over the requests in the order their
-// MPA Requests came in. Nothing runs until the first Accept.
+// concurrently (acceptq).
 type listener struct {
-	l     *net.TCPListener
-	start sync.Once
-	reqs  chan *request // read requests, for Accept
-	slots chan struct{} // one per handshake under way or request not taken
-	done  chan struct{} // closed by Close
-	ended chan struct{} // closed when accepting ends; err says why
-	err   error
-	wg    sync.WaitGroup
-
-	mu      sync.Mutex
-	shaking map[*net.TCPConn]bool // handshakes under way, closed by Close
-	closed  bool
+	l *net.TCPListener
+	q *acceptq.Queue[*net.TCPConn, *request]
 }
 
-// maxHandshakes bounds the connections accepted and not yet handed to
-// Accept.
-const maxHandshakes = 64
-
 func newListener(l *net.TCPListener) *listener {
-	return &listener{l: l, reqs: make(chan *request), slots: make(chan struct{}, maxHandshakes),
-		done: make(chan struct{}), ended: make(chan struct{}), shaking: map[*net.TCPConn]bool{}}
+	return &listener{l: l, q: acceptq.New(l.AcceptTCP, l.Close, handshake, func(r *request) { r.nc.Close() })}
 }
 
 func (l *listener) Addr() string { return l.l.Addr().String() }
-
-// Close stops accepting, ends the handshakes under way and waits for
-// them.
-func (l *listener) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return nil
-	}
-	l.closed = true
-	close(l.done)
-	err := l.l.Close()
-	for nc := range l.shaking {
-		nc.Close()
-	}
-	l.mu.Unlock()
-	l.wg.Wait()
-	return err
-}
+func (l *listener) Close() error { return l.q.Close() }
 
 func (l *listener) Accept(ctx context.Context) (driver.ConnRequest, error) {
-	l.start.Do(func() {
-		l.wg.Add(1)
-		go l.acceptLoop()
-	})
-	select {
-	case r := <-l.reqs:
-		<-l.slots
-		return r, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-l.ended:
-		return nil, l.err
+	r, err := l.q.Accept(ctx)
+	if err != nil {
+		return nil, err
 	}
+	return r, nil
 }
 
-// acceptLoop accepts connections while handshake slots are free.
-func (l *listener) acceptLoop() {
-	defer l.wg.Done()
-	defer close(l.ended)
-	for {
-		select {
-		case l.slots <- struct{}{}:
-		case <-l.done:
-			l.err = fmt.Errorf("%w: the listener is closed", driver.ErrClosed)
-			return
-		}
-		nc, err := l.l.AcceptTCP()
-		if err != nil {
-			<-l.slots
-			if errors.Is(err, net.ErrClosed) {
-				err = fmt.Errorf("%w: the listener is closed", driver.ErrClosed)
-			}
-			l.err = err
-			return
-		}
-		l.mu.Lock()
-		if l.closed {
-			l.mu.Unlock()
-			nc.Close()
-			<-l.slots
-			continue
-		}
-		l.shaking[nc] = true
-		l.wg.Add(1)
-		l.mu.Unlock()
-		go l.handshake(nc)
-	}
-}
-
-// handshake reads the MPA Request of nc and hands it to Accept; a peer
-// that is not an iWARP one, or asks for markers, is turned away.
-func (l *listener) handshake(nc *net.TCPConn) {
-	defer l.wg.Done()
+// handshake reads the MPA Request of nc; a peer that is not an iWARP
+// one, or asks for markers, is turned away.
+func handshake(nc *net.TCPConn) (*request, bool) {
 	req, err := readFrame(context.Background(), nc, time.Now().Add(setupTimeout))
-	l.mu.Lock()
-	delete(l.shaking, nc)
-	l.mu.Unlock()
 	switch {
 	case err != nil || !req.IsRequest():
-		nc.Close() // not an iWARP peer, or a broken one
+		return nil, false // not an iWARP peer, or a broken one
 	case req.Flags()&wire.FlagMarkers != 0:
 		// Markers are not supported: refuse cleanly, as siw does.
 		rej := make(wire.Frame, wire.FrameHeaderLen)
 		rej.SetHeader(wire.KeyRep, wire.FlagReject|req.Flags()&wire.FlagCRC, max(req.Revision(), wire.Revision1), 0)
 		nc.SetWriteDeadline(time.Now().Add(setupTimeout))
 		nc.Write(rej)
-		nc.Close()
-	default:
-		select {
-		case l.reqs <- newRequest(nc, req):
-			return // Accept frees the slot
-		case <-l.done:
-			nc.Close()
-		}
+		return nil, false
 	}
-	<-l.slots
+	return newRequest(nc, req), true
 }
 
 // readFrame reads an MPA Request or Reply frame with its private data,

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goverbs/goverbs/internal/acceptq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -236,9 +237,12 @@ func sockAddr(addr string) (*net.UnixAddr, error) {
 	return &net.UnixAddr{Name: addr, Net: "unixpacket"}, nil
 }
 
+// listener accepts connections and reads their requests concurrently
+// (acceptq).
 type listener struct {
 	l    *net.UnixListener
 	addr string
+	q    *acceptq.Queue[*net.UnixConn, *request]
 }
 
 func (*provider) Listen(addr string) (driver.Listener, error) {
@@ -260,31 +264,35 @@ func (*provider) Listen(addr string) (driver.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	return &listener{l: l, addr: addr}, nil
+	return &listener{l: l, addr: addr, q: acceptq.New(l.AcceptUnix, l.Close, readRequest, (*request).discard)}, nil
 }
 
 func (l *listener) Addr() string { return l.addr }
-func (l *listener) Close() error { return l.l.Close() }
+func (l *listener) Close() error { return l.q.Close() }
 
 func (l *listener) Accept(ctx context.Context) (driver.ConnRequest, error) {
-	stop := context.AfterFunc(ctx, func() { l.l.SetDeadline(time.Now()) })
-	defer stop()
-	for {
-		sock, err := l.l.AcceptUnix()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, err
-		}
-		h, fds, err := readHello(sock, time.Now().Add(5*time.Second))
-		if err != nil || h.typ() != msgReq {
-			closeFDs(fds)
-			sock.Close()
-			continue // not a goverbs peer, or a broken one: wait for the next
-		}
-		return &request{sock: sock, hello: h, fds: fds}, nil
+	r, err := l.q.Accept(ctx)
+	if err != nil {
+		return nil, err
 	}
+	return r, nil
+}
+
+// readRequest reads the request a connection opens with; false for one
+// that is not a goverbs peer, or a broken one.
+func readRequest(sock *net.UnixConn) (*request, bool) {
+	h, fds, err := readHello(sock, time.Now().Add(5*time.Second))
+	if err != nil || h.typ() != msgReq {
+		closeFDs(fds)
+		return nil, false
+	}
+	return &request{sock: sock, hello: h, fds: fds}, true
+}
+
+// discard disposes of a request nobody took.
+func (r *request) discard() {
+	closeFDs(r.fds)
+	r.sock.Close()
 }
 
 type request struct {

@@ -1,0 +1,104 @@
+package acceptq_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/goverbs/goverbs/internal/acceptq"
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// queue serves a TCP listener whose handshake is one line of 4 bytes.
+func queue(t *testing.T) (*acceptq.Queue[*net.TCPConn, string], string, chan string) {
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	discarded := make(chan string, 16)
+	q := acceptq.New(l.AcceptTCP, l.Close, func(c *net.TCPConn) (string, bool) {
+		b := make([]byte, 4)
+		if _, err := io.ReadFull(c, b); err != nil || b[0] == 'x' {
+			return "", false
+		}
+		return string(b), true
+	}, func(r string) { discarded <- r })
+	t.Cleanup(func() { q.Close() })
+	return q, l.Addr().String(), discarded
+}
+
+func dial(t *testing.T, addr, hello string) net.Conn {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if hello != "" {
+		if _, err := c.Write([]byte(hello)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+func accept(t *testing.T, q *acceptq.Queue[*net.TCPConn, string]) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return q.Accept(ctx)
+}
+
+// A silent client, and one that is turned away, hold up no other.
+func TestSilentClientHoldsUpNoOther(t *testing.T) {
+	q, addr, _ := queue(t)
+	dial(t, addr, "")
+	dial(t, addr, "xbad")
+	dial(t, addr, "good")
+	if r, err := accept(t, q); r != "good" || err != nil {
+		t.Fatalf("Accept: %q, %v; want good", r, err)
+	}
+}
+
+// Close ends the handshakes under way, discards the requests nobody
+// took, and makes Accept fail with ErrClosed.
+func TestClose(t *testing.T) {
+	q, addr, discarded := queue(t)
+	dial(t, addr, "")
+	dial(t, addr, "one!")
+	dial(t, addr, "two!")
+	if _, err := accept(t, q); err != nil {
+		t.Fatal(err)
+	}
+	// The other request's handshake is done, or about to be: Close
+	// discards it either way, or ends it.
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-discarded:
+		if r != "one!" && r != "two!" {
+			t.Errorf("discarded %q", r)
+		}
+	default:
+		// Closed before its handshake was done: nothing to discard.
+	}
+	if _, err := accept(t, q); !errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("Accept after Close: %v, want ErrClosed", err)
+	}
+}
+
+// Accept returns when its context ends.
+func TestAcceptContext(t *testing.T) {
+	q, _, _ := queue(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := q.Accept(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Accept: %v, want context.Canceled", err)
+	}
+}
