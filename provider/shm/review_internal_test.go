@@ -15,6 +15,13 @@ import (
 
 // Regressions from an adversarial review of the provider.
 
+// connOf returns q's connection.
+func connOf(q *qp) *conn {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.conn
+}
+
 // waitForFrame waits until some goroutine's stack has frame in it.
 func waitForFrame(t *testing.T, frame string) {
 	t.Helper()
@@ -37,9 +44,7 @@ func TestSendSurvivesRemappedSGE(t *testing.T) {
 	p := localHarness().NewPair(t, verbstest.PairOptions{})
 	bq := driverQP(p.B.(*verbstest.Local).QPs[0])
 	bctx := bq.ctx
-	bq.mu.Lock()
-	ac := bq.conn
-	bq.mu.Unlock()
+	ac := connOf(bq)
 	r1 := newRegion(t, p.B, 4096, verbs.AccessLocalWrite)
 	r2 := newRegion(t, p.B, 4096, verbs.AccessLocalWrite)
 	src := newRegion(t, p.A, 4096, verbs.AccessLocalWrite)
@@ -143,9 +148,7 @@ func TestPeerThatDoesNotReadIsDropped(t *testing.T) {
 func TestPeerMappingsBounded(t *testing.T) {
 	p := localHarness().NewPair(t, verbstest.PairOptions{})
 	vq := driverQP(p.A.QPs[0])
-	vq.mu.Lock()
-	vc := vq.conn
-	vq.mu.Unlock()
+	vc := connOf(vq)
 	target := newRegion(t, p.B, 4096, driverRemoteAll)
 	local := newRegion(t, p.A, 4096, verbs.AccessLocalWrite)
 	fd := hostileFD(t, fdSmall)
@@ -187,9 +190,7 @@ func TestDeathWhileAwaitingSegment(t *testing.T) {
 	p := localHarness().NewPair(t, verbstest.PairOptions{})
 	bq := driverQP(p.B.(*verbstest.Local).QPs[0])
 	bctx := bq.ctx
-	bq.mu.Lock()
-	bc := bq.conn
-	bq.mu.Unlock()
+	bc := connOf(bq)
 	target := newRegion(t, p.B, 4096, driverRemoteAll)
 	local := newRegion(t, p.A, 4096, verbs.AccessLocalWrite)
 	// The peer's key slot names a segment not pushed, and its reader
