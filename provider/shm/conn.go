@@ -73,10 +73,14 @@ type conn struct {
 	// arrivals, and the requester absorbs them.
 	segs  map[uint32]*segment
 	segRW map[uint32]bool
-	// retired: mappings absorb replaced or dropped, unmapped once the WR
-	// being executed is done with them (closeRetired): a WR that
-	// resolved one of its SGEs into a mapping may see it replaced while
-	// it resolves the next.
+	// pinned: the mappings the WR being executed resolved its targets
+	// into; retired: those of them absorb replaced or dropped meanwhile,
+	// unmapped once the WR is done (unpin): a WR that resolved one of its
+	// SGEs into a mapping may see it replaced while it resolves the next.
+	// Any other mapping absorb drops is unmapped at once.
+	pinned  [maxSGE + 1]*segment
+	npinned int
+	pinAll  bool // more were pinned than pinned holds: retire defers every one
 	retired []*segment
 	mapped  int // bytes of the mappings in segs
 	// The segment a requester waits for, and whether the peer refused
@@ -104,7 +108,10 @@ type conn struct {
 	revokeMu  sync.Mutex
 	revokeSeq uint32
 	revokeAck chan uint32
-	ended     atomic.Bool // done is closed
+	// revokeWant: the peer's msgRevoke waiting for an answer (0: none),
+	// given by whoever sees first that no WR is under way (answerRevoke).
+	revokeWant atomic.Uint32
+	ended      atomic.Bool // done is closed
 	// The requester's scratch space, guarded by q.mu: a Send's receive
 	// and its resolved buffers (kept here, not zeroed on the stack for
 	// every WR), and the resolved keys.
@@ -139,10 +146,40 @@ func (c *conn) sendCtrl(t uint8, a, b uint32) {
 	c.wmu.Unlock()
 }
 
+// awaitRevokeAnswer answers the peer's msgRevoke once no WR of this
+// side's is under way: at once if the QP's lock is free, else as soon as
+// the WR that holds it is done (the requester answers then, between two
+// WRs: answerRevoke). A WR checks a key's version once, before its copy,
+// so the WRs after that point see the key revoked.
+func (c *conn) awaitRevokeAnswer() {
+	q := c.q
+	for c.revokeWant.Load() != 0 {
+		if q.mu.TryLock() {
+			c.answerRevoke()
+			q.mu.Unlock()
+			return
+		}
+		select {
+		case <-c.gone:
+			return
+		case <-time.After(50 * time.Microsecond):
+		}
+	}
+}
+
+// answerRevoke answers a msgRevoke waiting for it. q.mu is held, and no
+// WR is under way.
+func (c *conn) answerRevoke() {
+	if seq := c.revokeWant.Swap(0); seq != 0 {
+		c.kc = keyCache{}
+		c.sendCtrl(msgRevoked, seq, 0)
+	}
+}
+
 // revokeTimeout bounds how long Dereg waits for a peer to confirm that no
 // WR of its uses the region any more; a peer that does not is taken for
 // dead (its connection ends).
-const revokeTimeout = time.Second
+const revokeTimeout = segWait + time.Second
 
 // revokePeer asks the peer to confirm that none of its WRs still uses a
 // key this side revoked, and waits for the answer, the connection's end,
@@ -303,13 +340,8 @@ func (c *conn) handleEvents() {
 				s.limitReached()
 			}
 		case msgRevoke:
-			// The peer revoked a key: once a requester's WR holds the
-			// QP's lock no more, later ones see the key revoked (each
-			// WR checks its version), so the peer may reuse the memory.
-			c.q.mu.Lock()
-			c.kc = keyCache{}
-			c.q.mu.Unlock()
-			c.sendCtrl(msgRevoked, m.a(), 0)
+			c.revokeWant.Store(m.a())
+			c.awaitRevokeAnswer()
 		case msgOverrun:
 			c.q.recvCQ.markOverrun()
 			c.withQP(func(q *qp) { q.fail(driver.EventQPFatal) })
@@ -447,13 +479,48 @@ func (c *conn) makeRoom(n int) {
 	}
 }
 
-// retire drops the mapping s of segment id, to be unmapped once the WR
-// being executed is done (closeRetired). q.mu is held.
+// retire drops the mapping s of segment id: unmapped now, or once the
+// WR being executed is done if it resolved a target into it. q.mu is
+// held.
 func (c *conn) retire(id uint32, s *segment) {
-	c.retired = append(c.retired, s)
 	c.mapped -= len(s.mem)
 	delete(c.segs, id)
 	delete(c.segRW, id)
+	if c.pinAll {
+		c.retired = append(c.retired, s)
+		return
+	}
+	for _, p := range c.pinned[:c.npinned] {
+		if p == s {
+			c.retired = append(c.retired, s)
+			return
+		}
+	}
+	s.close()
+}
+
+// pin records that the WR being executed resolved a target into s.
+// q.mu is held.
+func (c *conn) pin(s *segment) {
+	for _, p := range c.pinned[:c.npinned] {
+		if p == s {
+			return
+		}
+	}
+	if c.npinned == len(c.pinned) {
+		c.pinAll = true
+		return
+	}
+	c.pinned[c.npinned] = s
+	c.npinned++
+}
+
+// unpin ends the WR's hold on its mappings, unmapping those retired
+// meanwhile. q.mu is held.
+func (c *conn) unpin() {
+	clear(c.pinned[:c.npinned])
+	c.npinned, c.pinAll = 0, false
+	c.closeRetired()
 }
 
 // closeRetired unmaps the mappings absorb retired; q.mu is held, and no

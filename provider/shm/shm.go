@@ -321,6 +321,9 @@ type mr struct {
 	access driver.AccessFlags
 	segID  uint32   // the segment the region lies in (with si)
 	si     *segInfo // the segment the region lies in, or nil (process memory)
+	// recvPosted: a receive was posted into the region, which a peer's
+	// Send may then write (Dereg has such a region's peers confirm).
+	recvPosted atomic.Bool
 }
 
 func (p *pd) AllocMR(size int, access driver.AccessFlags) (driver.MR, error) {
@@ -412,9 +415,10 @@ func (m *mr) Bytes() []byte              { return m.buf }
 func (m *mr) Access() driver.AccessFlags { return m.access }
 
 // Dereg revokes the key in the shared table first, so that peers stop
-// using it, then has every connected peer confirm that no WR of its still
-// uses the key (revokePeer: a WR checks the key once, before its copy),
-// then releases the region's segment if no other region lies in it. A
+// using it, then, for a region peers can reach (remote rights, or a
+// receive posted into it), has every peer of its PD confirm that no WR of
+// its still uses the key (revokePeer: a WR checks the key once, before
+// its copy, and a peer answers between two WRs), then releases the region's segment if no other region lies in it. A
 // peer that does not confirm within revokeTimeout is taken for dead and
 // its connection ended; one that is stopped (SIGSTOP) in the middle of a
 // copy into the region finishes that copy when it resumes. A peer that
@@ -459,12 +463,18 @@ func (m *mr) Dereg() error {
 	// uses the key (a WR that checked it before the revocation may be
 	// copying now, up to a whole message), so that nothing touches the
 	// memory once Dereg returns.
-	c.connMu.Lock()
-	conns := make([]*conn, 0, len(c.conns))
-	for cn := range c.conns {
-		conns = append(conns, cn)
+	// Only peers of the region's PD can reach it, and only a region with
+	// remote rights, or one a receive was posted into.
+	var conns []*conn
+	if m.access&driver.RemoteAccess != 0 || m.recvPosted.Load() {
+		c.connMu.Lock()
+		for cn := range c.conns {
+			if cn.q.pd == m.pd {
+				conns = append(conns, cn)
+			}
+		}
+		c.connMu.Unlock()
 	}
-	c.connMu.Unlock()
 	for _, cn := range conns {
 		cn.revokePeer()
 	}
@@ -482,7 +492,11 @@ func (m *mr) Dereg() error {
 // with the peer whose Send will fill them.
 func (c *devCtx) exposeForRecv(sg []driver.SGE) {
 	for i := range sg {
-		if m := c.mrs[(sg[i].LKey>>8)%maxKeys].Load(); m != nil && m.key == sg[i].LKey && m.si != nil && !m.si.recv.Load() {
+		m := c.mrs[(sg[i].LKey>>8)%maxKeys].Load()
+		if m != nil && m.key == sg[i].LKey && !m.recvPosted.Load() {
+			m.recvPosted.Store(true)
+		}
+		if m != nil && m.key == sg[i].LKey && m.si != nil && !m.si.recv.Load() {
 			c.segMu.Lock()
 			if !m.si.recv.Swap(true) {
 				c.publishSegment(m.segID, m.si, false)
