@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -32,6 +33,7 @@ type Queue[C net.Conn, R any] struct {
 	done  chan struct{} // closed by Close
 	ended chan struct{} // closed when accepting ends; err says why
 	err   error
+	errs  chan error // a failed accept, for the next Accept to report
 	wg    sync.WaitGroup
 
 	mu      sync.Mutex
@@ -46,11 +48,13 @@ type Queue[C net.Conn, R any] struct {
 func New[C net.Conn, R any](accept func() (C, error), closeL func() error, shake func(C) (R, bool), discard func(R)) *Queue[C, R] {
 	return &Queue[C, R]{accept: accept, closeL: closeL, shake: shake, discard: discard,
 		reqs: make(chan R), slots: make(chan struct{}, MaxHandshakes),
-		done: make(chan struct{}), ended: make(chan struct{}), shaking: map[net.Conn]bool{}}
+		done: make(chan struct{}), ended: make(chan struct{}), errs: make(chan error, 1), shaking: map[net.Conn]bool{}}
 }
 
 // Accept waits for a request, the end of ctx, or the end of accepting
-// (an error wrapping driver.ErrClosed once the queue is closed).
+// (an error wrapping driver.ErrClosed once the queue is closed). A
+// failed accept (out of descriptors, say) is reported to one Accept, and
+// accepting goes on after a pause.
 func (q *Queue[C, R]) Accept(ctx context.Context) (R, error) {
 	q.start.Do(func() {
 		q.wg.Add(1)
@@ -61,6 +65,8 @@ func (q *Queue[C, R]) Accept(ctx context.Context) (R, error) {
 	case r := <-q.reqs:
 		<-q.slots
 		return r, nil
+	case err := <-q.errs:
+		return none, err
 	case <-ctx.Done():
 		return none, ctx.Err()
 	case <-q.ended:
@@ -94,6 +100,7 @@ var errClosed = fmt.Errorf("%w: the listener is closed", driver.ErrClosed)
 func (q *Queue[C, R]) loop() {
 	defer q.wg.Done()
 	defer close(q.ended)
+	pause := time.Duration(0)
 	for {
 		select {
 		case q.slots <- struct{}{}:
@@ -105,11 +112,25 @@ func (q *Queue[C, R]) loop() {
 		if err != nil {
 			<-q.slots
 			if errors.Is(err, net.ErrClosed) {
-				err = errClosed
+				q.err = errClosed
+				return
 			}
-			q.err = err
-			return
+			select {
+			case q.errs <- err:
+			default: // an error not reported yet is there already
+			}
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-q.done:
+				t.Stop()
+				q.err = errClosed
+				return
+			}
+			continue
 		}
+		pause = 0
 		q.mu.Lock()
 		if q.closed {
 			q.mu.Unlock()

@@ -102,3 +102,35 @@ func TestAcceptContext(t *testing.T) {
 		t.Fatalf("Accept: %v, want context.Canceled", err)
 	}
 }
+
+// A failed accept is reported to one Accept; the next one takes the
+// connection that waits.
+func TestAcceptErrorPasses(t *testing.T) {
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail, proceed := true, make(chan struct{})
+	q := acceptq.New(func() (*net.TCPConn, error) {
+		if fail {
+			fail = false
+			return nil, errors.New("too many open files")
+		}
+		<-proceed // the first Accept has had its error
+		return l.AcceptTCP()
+	}, l.Close, func(c *net.TCPConn) (string, bool) {
+		b := make([]byte, 4)
+		_, err := io.ReadFull(c, b)
+		return string(b), err == nil
+	}, func(string) {})
+	defer q.Close()
+	dial(t, l.Addr().String(), "good")
+	_, err = accept(t, q)
+	close(proceed)
+	if err == nil || errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("first Accept: %v, want the accept's error", err)
+	}
+	if r, err := accept(t, q); r != "good" || err != nil {
+		t.Fatalf("second Accept: %q, %v; want good", r, err)
+	}
+}
