@@ -73,14 +73,11 @@ type conn struct {
 	// arrivals, and the requester absorbs them.
 	segs  map[uint32]*segment
 	segRW map[uint32]bool
-	// pinned: the mappings the WR being executed resolved its targets
-	// into; retired: those of them absorb replaced or dropped meanwhile,
-	// unmapped once the WR is done (unpin): a WR that resolved one of its
-	// SGEs into a mapping may see it replaced while it resolves the next.
-	// Any other mapping absorb drops is unmapped at once.
-	pinned  [maxSGE + 1]*segment
-	npinned int
-	pinAll  bool // more were pinned than pinned holds: retire defers every one
+	// retired: mappings absorb replaced or dropped while a target of the
+	// WR being executed (dst) lay in them, unmapped once the WR is done
+	// (closeRetired): a WR that resolved one of its SGEs into a mapping
+	// may see it replaced while it resolves the next. Any other mapping
+	// absorb drops is unmapped at once.
 	retired []*segment
 	mapped  int // bytes of the mappings in segs
 	// The segment a requester waits for, and whether the peer refused
@@ -95,8 +92,9 @@ type conn struct {
 	dirty        atomic.Bool
 	segNote      chan struct{}
 	// segWaitUntil bounds the waits for segments of the WR being executed
-	// (segment), all of them together; zero between WRs. Guarded by q.mu.
-	segWaitUntil time.Time
+	// (segment), all of them together, in monotime; zero between WRs.
+	// Guarded by q.mu.
+	segWaitUntil int64
 
 	wmu    sync.Mutex // serialises socket writes
 	events chan ctrl
@@ -486,41 +484,30 @@ func (c *conn) retire(id uint32, s *segment) {
 	c.mapped -= len(s.mem)
 	delete(c.segs, id)
 	delete(c.segRW, id)
-	if c.pinAll {
+	if c.targets(s) {
 		c.retired = append(c.retired, s)
 		return
-	}
-	for _, p := range c.pinned[:c.npinned] {
-		if p == s {
-			c.retired = append(c.retired, s)
-			return
-		}
 	}
 	s.close()
 }
 
-// pin records that the WR being executed resolved a target into s.
-// q.mu is held.
-func (c *conn) pin(s *segment) {
-	for _, p := range c.pinned[:c.npinned] {
-		if p == s {
-			return
+// targets reports whether a target in dst lies in mapping s. Entries
+// that earlier WRs left are compared too (by address only: a stale one
+// only defers the unmapping to the end of the current WR). q.mu is held.
+func (c *conn) targets(s *segment) bool {
+	if len(s.mem) == 0 {
+		return false
+	}
+	lo := uintptr(unsafe.Pointer(&s.mem[0]))
+	hi := lo + uintptr(len(s.mem))
+	for i := range c.dst {
+		if b := c.dst[i].b; len(b) > 0 {
+			if p := uintptr(unsafe.Pointer(&b[0])); p >= lo && p < hi {
+				return true
+			}
 		}
 	}
-	if c.npinned == len(c.pinned) {
-		c.pinAll = true
-		return
-	}
-	c.pinned[c.npinned] = s
-	c.npinned++
-}
-
-// unpin ends the WR's hold on its mappings, unmapping those retired
-// meanwhile. q.mu is held.
-func (c *conn) unpin() {
-	clear(c.pinned[:c.npinned])
-	c.npinned, c.pinAll = 0, false
-	c.closeRetired()
+	return false
 }
 
 // closeRetired unmaps the mappings absorb retired; q.mu is held, and no
@@ -548,10 +535,10 @@ func (c *conn) segment(id uint32, write bool) (*segment, bool) {
 		b = 1
 	}
 	c.sendCtrl(msgGetSeg, id, b)
-	if c.segWaitUntil.IsZero() {
-		c.segWaitUntil = time.Now().Add(segWait)
+	if c.segWaitUntil == 0 {
+		c.segWaitUntil = monotime() + int64(segWait)
 	}
-	t := time.NewTimer(time.Until(c.segWaitUntil))
+	t := time.NewTimer(time.Duration(c.segWaitUntil - monotime()))
 	defer t.Stop()
 	for {
 		select {
@@ -574,6 +561,12 @@ func (c *conn) segment(id uint32, write bool) (*segment, bool) {
 		}
 	}
 }
+
+// epoch is the origin of monotime.
+var epoch = time.Now()
+
+// monotime is a monotonic clock in nanoseconds, never 0.
+func monotime() int64 { return int64(time.Since(epoch)) + 1 }
 
 // segWait bounds how long one WR waits for the peer to send the segments
 // it names.

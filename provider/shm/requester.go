@@ -32,11 +32,11 @@ func accepts(s driver.QPState) bool {
 func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	st, n := q.execute(s)
 	if c := q.conn; c != nil {
-		if c.npinned > 0 || c.pinAll {
-			c.unpin()
+		if len(c.retired) > 0 {
+			c.closeRetired()
 		}
-		if !c.segWaitUntil.IsZero() {
-			c.segWaitUntil = time.Time{}
+		if c.segWaitUntil != 0 {
+			c.segWaitUntil = 0
 		}
 		if c.revokeWant.Load() != 0 {
 			c.answerRevoke()
@@ -169,7 +169,6 @@ func (c *conn) target(t *remote, key uint32, addr, n uint64, need driver.AccessF
 		return false
 	}
 	t.b, t.addr, t.proc = mem[start:start+n], 0, false
-	c.pin(e.seg)
 	return true
 }
 
