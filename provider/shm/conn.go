@@ -92,9 +92,8 @@ type conn struct {
 	dirty        atomic.Bool
 	segNote      chan struct{}
 	// segWaitUntil bounds the waits for segments of the WR being executed
-	// (segment), all of them together, in monotime; zero between WRs.
-	// Guarded by q.mu.
-	segWaitUntil int64
+	// (segment), all of them together; zero between WRs. Guarded by q.mu.
+	segWaitUntil time.Time
 
 	wmu    sync.Mutex // serialises socket writes
 	events chan ctrl
@@ -151,16 +150,21 @@ func (c *conn) sendCtrl(t uint8, a, b uint32) {
 // so the WRs after that point see the key revoked.
 func (c *conn) awaitRevokeAnswer() {
 	q := c.q
+	var tick *time.Ticker
 	for c.revokeWant.Load() != 0 {
 		if q.mu.TryLock() {
 			c.answerRevoke()
 			q.mu.Unlock()
-			return
+			break
+		}
+		if tick == nil {
+			tick = time.NewTicker(50 * time.Microsecond)
+			defer tick.Stop()
 		}
 		select {
 		case <-c.gone:
 			return
-		case <-time.After(50 * time.Microsecond):
+		case <-tick.C:
 		}
 	}
 }
@@ -535,10 +539,10 @@ func (c *conn) segment(id uint32, write bool) (*segment, bool) {
 		b = 1
 	}
 	c.sendCtrl(msgGetSeg, id, b)
-	if c.segWaitUntil == 0 {
-		c.segWaitUntil = monotime() + int64(segWait)
+	if c.segWaitUntil.IsZero() {
+		c.segWaitUntil = time.Now().Add(segWait)
 	}
-	t := time.NewTimer(time.Duration(c.segWaitUntil - monotime()))
+	t := time.NewTimer(time.Until(c.segWaitUntil))
 	defer t.Stop()
 	for {
 		select {
@@ -561,12 +565,6 @@ func (c *conn) segment(id uint32, write bool) (*segment, bool) {
 		}
 	}
 }
-
-// epoch is the origin of monotime.
-var epoch = time.Now()
-
-// monotime is a monotonic clock in nanoseconds, never 0.
-func monotime() int64 { return int64(time.Since(epoch)) + 1 }
 
 // segWait bounds how long one WR waits for the peer to send the segments
 // it names.

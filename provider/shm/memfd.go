@@ -47,13 +47,14 @@ func newSegment(name string, size int) (*segment, error) {
 	return &segment{fd: fd, mem: mem}, nil
 }
 
-// mapPeerSegment maps a memfd received from a peer, after checking that it
-// is sealed and at least minSize bytes long. writable maps it read-write,
-// else read-only. The fd is closed; the mapping keeps the memory.
 // maxPeerSegment is the largest peer segment mapped: a region's most
 // (MaxMRSize), and room for its rounding.
 const maxPeerSegment = 1<<36 + 1<<21
 
+// mapPeerSegment maps a memfd received from a peer, after checking that it
+// is sealed, at least minSize bytes long and at most maxPeerSegment.
+// writable maps it read-write, else read-only. The fd is closed; the
+// mapping keeps the memory.
 func mapPeerSegment(fd int, minSize int, writable bool) (*segment, error) {
 	defer unix.Close(fd)
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)

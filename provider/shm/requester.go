@@ -35,8 +35,8 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 		if len(c.retired) > 0 {
 			c.closeRetired()
 		}
-		if c.segWaitUntil != 0 {
-			c.segWaitUntil = 0
+		if !c.segWaitUntil.IsZero() {
+			c.segWaitUntil = time.Time{}
 		}
 		if c.revokeWant.Load() != 0 {
 			c.answerRevoke()
@@ -45,7 +45,9 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	return st, n
 }
 
-// execute is Execute but for the mappings its lookups retire.
+// execute is Execute but for what Execute does between two WRs: unmap
+// the mappings the WR's lookups dropped, end its bound on segment waits,
+// and answer a revocation the peer waits for (awaitRevokeAnswer).
 func (q *qp) execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	c := q.conn
 	if c == nil {

@@ -38,6 +38,42 @@ func waitForFrame(t *testing.T, frame string) {
 	t.Fatalf("no goroutine reached %s", frame)
 }
 
+// pushSegment has c send its peer segment id as the descriptor fd.
+func pushSegment(c *conn, id uint32, fd int) {
+	var m ctrl
+	m.set(msgSeg, id, 1)
+	c.wmu.Lock()
+	c.sock.WriteMsgUnix(m[:], unix.UnixRights(fd), nil)
+	c.wmu.Unlock()
+}
+
+// stallOnSegment has A post n RDMA Writes to a region of B whose key
+// slot names a segment B never sent (777), and which B's reader cannot
+// send (segMu is held until the test ends), and waits until A's
+// requester waits for it. It returns B's connection, and a channel that
+// PostSend's return closes.
+func stallOnSegment(t *testing.T, p *verbstest.Pair, n int) (*conn, <-chan struct{}) {
+	t.Helper()
+	bq := driverQP(p.B.(*verbstest.Local).QPs[0])
+	target := newRegion(t, p.B, 4096, driverRemoteAll)
+	local := newRegion(t, p.A, 4096, verbs.AccessLocalWrite)
+	bq.ctx.keys.publish(target.RKey>>8, keyInfo{key: target.RKey, access: driverRemoteAll, kind: kindSegment, segID: 777,
+		addr: target.Addr, length: 4096, pd: bq.pd.id})
+	bq.ctx.segMu.Lock()
+	t.Cleanup(bq.ctx.segMu.Unlock)
+	wrs := make([]verbs.SendWR, n)
+	for i := range wrs {
+		wrs[i] = rdma(uint64(i+1), verbs.OpRDMAWrite, local.SGE(0, 64), target, 0)
+	}
+	posted := make(chan struct{})
+	go func() {
+		defer close(posted)
+		p.A.PostSend(0, wrs)
+	}()
+	waitForFrame(t, "shm.(*conn).segment(")
+	return connOf(bq), posted
+}
+
 // TestSendSurvivesRemappedSGE: a Send into a receive of two SGEs whose
 // first SGE's segment the peer sends again (a new mapping replaces the
 // old) while the requester resolves the second one. The old mapping, into
@@ -67,11 +103,7 @@ func TestSendSurvivesRemappedSGE(t *testing.T) {
 	waitForFrame(t, "shm.(*conn).segment(")
 	push := func(id uint32) {
 		fd := hostileFD(t, fdLarge)
-		var m ctrl
-		m.set(msgSeg, id, 1)
-		ac.wmu.Lock()
-		ac.sock.WriteMsgUnix(m[:], unix.UnixRights(fd), nil)
-		ac.wmu.Unlock()
+		pushSegment(ac, id, fd)
 		unix.Close(fd)
 	}
 	push(s1)  // the first SGE's segment again: absorb replaces its mapping
@@ -191,23 +223,7 @@ func TestPeerMappingsBounded(t *testing.T) {
 // lock, which the waiting requester holds.
 func TestDeathWhileAwaitingSegment(t *testing.T) {
 	p := localHarness().NewPair(t, verbstest.PairOptions{})
-	bq := driverQP(p.B.(*verbstest.Local).QPs[0])
-	bctx := bq.ctx
-	bc := connOf(bq)
-	target := newRegion(t, p.B, 4096, driverRemoteAll)
-	local := newRegion(t, p.A, 4096, verbs.AccessLocalWrite)
-	// The peer's key slot names a segment not pushed, and its reader
-	// cannot answer the request for it (segMu).
-	bctx.keys.publish(target.RKey>>8, keyInfo{key: target.RKey, access: driverRemoteAll, kind: kindSegment, segID: 777,
-		addr: target.Addr, length: 4096, pd: bq.pd.id})
-	bctx.segMu.Lock()
-	defer bctx.segMu.Unlock()
-	posted := make(chan struct{})
-	go func() {
-		defer close(posted)
-		p.A.PostSend(0, []verbs.SendWR{rdma(1, verbs.OpRDMAWrite, local.SGE(0, 64), target, 0), rdma(2, verbs.OpRDMAWrite, local.SGE(0, 64), target, 0)})
-	}()
-	waitForFrame(t, "shm.(*conn).segment(")
+	bc, posted := stallOnSegment(t, p, 2)
 	start := time.Now()
 	bc.sock.Close() // what the kernel does when the peer is killed
 	wcs := waitWCs(t, p.A, verbstest.SendCQ, 2)
@@ -318,32 +334,14 @@ func mapsCount(t *testing.T) int {
 // was done, whether the WR used it or not.
 func TestPeerMappingsBoundedDuringWait(t *testing.T) {
 	p := localHarness().NewPair(t, verbstest.PairOptions{})
-	bq := driverQP(p.B.(*verbstest.Local).QPs[0])
-	bctx := bq.ctx
-	bc := connOf(bq)
-	target := newRegion(t, p.B, 4096, driverRemoteAll)
-	local := newRegion(t, p.A, 4096, verbs.AccessLocalWrite)
-	bctx.keys.publish(target.RKey>>8, keyInfo{key: target.RKey, access: driverRemoteAll, kind: kindSegment, segID: 777,
-		addr: target.Addr, length: 4096, pd: bq.pd.id})
-	bctx.segMu.Lock()
-	defer bctx.segMu.Unlock()
 	base := mapsCount(t)
-	posted := make(chan struct{})
-	go func() {
-		defer close(posted)
-		p.A.PostSend(0, []verbs.SendWR{rdma(1, verbs.OpRDMAWrite, local.SGE(0, 64), target, 0)})
-	}()
-	waitForFrame(t, "shm.(*conn).segment(")
+	bc, posted := stallOnSegment(t, p, 1)
 	fd := hostileFD(t, fdSmall)
 	defer unix.Close(fd)
 	const pushes = 3 * maxPeerMappings
 	peak := 0
 	for i := range pushes {
-		var m ctrl
-		m.set(msgSeg, uint32(1<<20+i), 0)
-		bc.wmu.Lock()
-		bc.sock.WriteMsgUnix(m[:], unix.UnixRights(fd), nil)
-		bc.wmu.Unlock()
+		pushSegment(bc, uint32(1<<20+i), fd)
 		if i%256 == 0 {
 			peak = max(peak, mapsCount(t)-base)
 		}
