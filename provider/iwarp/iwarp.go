@@ -193,7 +193,6 @@ func (c *devCtx) Close() error {
 		q.destroyLocked()
 	}
 	for k, m := range c.mrs {
-		m.valid = false
 		m.revoked.Store(true)
 		delete(c.mrs, k)
 	}
@@ -226,9 +225,9 @@ type mr struct {
 	buf    []byte
 	addr   uint64
 	access driver.AccessFlags
-	valid  bool // guarded by ctx.mu; false once deregistered or invalidated
-	// revoked is !valid for the receivers, which check it before each
-	// placement into the region without ctx.mu (see Dereg).
+	// revoked: deregistered or invalidated. Set under ctx.mu; receivers
+	// also check it without ctx.mu before each placement into the region
+	// (see Dereg).
 	revoked atomic.Bool
 }
 
@@ -260,7 +259,7 @@ func (p *pd) register(buf []byte, access driver.AccessFlags) (driver.MR, error) 
 	}
 	c.nextMR = (idx + 1) & 0xffffff
 	m := &mr{ctx: c, pd: p, stag: idx<<8 | uint32(key[0]), buf: buf,
-		addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access, valid: true}
+		addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access}
 	c.mrs[idx] = m
 	return m, nil
 }
@@ -278,7 +277,6 @@ func (m *mr) Dereg() error {
 		c.mu.Unlock()
 		return driver.ErrClosed
 	}
-	m.valid = false
 	m.revoked.Store(true)
 	delete(c.mrs, m.stag>>8)
 	conns := make([]*conn, 0, len(c.qps))
@@ -320,7 +318,7 @@ const (
 func (c *devCtx) spanLocked(stag uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, *mr, accessError) {
 	m := c.mrs[stag>>8]
 	switch {
-	case m == nil || m.stag != stag || !m.valid:
+	case m == nil || m.stag != stag || m.revoked.Load():
 		return nil, nil, accessBadSTag
 	case m.pd != p:
 		return nil, nil, accessNotAssoc
@@ -351,10 +349,9 @@ func (c *devCtx) invalidate(stag uint32, p *pd) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m := c.mrs[stag>>8]
-	if m == nil || m.stag != stag || !m.valid || m.pd != p {
+	if m == nil || m.stag != stag || m.revoked.Load() || m.pd != p {
 		return false
 	}
-	m.valid = false
 	m.revoked.Store(true)
 	return true
 }

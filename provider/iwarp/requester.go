@@ -63,6 +63,16 @@ type orqEntry struct {
 	nmr      int
 }
 
+// setSink makes r's resolved local SG list (resolveLocal) the entry's
+// sink: where the response's data goes.
+func (e *orqEntry) setSink(r *requester) {
+	e.nseg = r.local.N()
+	for i := range e.nseg {
+		e.segs[i] = r.local.Seg(i)
+	}
+	e.nmr = copy(e.mrs[:], r.localMR[:r.nlocalMR])
+}
+
 // txCursor is the progress of the transmitter through the WR at the head
 // of the send queue, when a batch filled up in the middle of it.
 type txCursor struct {
@@ -218,11 +228,7 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 		if len(wr.SGList) > 0 {
 			e.sinkSTag, e.sinkTO = wr.SGList[0].LKey, wr.SGList[0].Addr
 		}
-		e.nseg = r.local.N()
-		for i := range e.nseg {
-			e.segs[i] = r.local.Seg(i)
-		}
-		e.nmr = copy(e.mrs[:], r.localMR[:r.nlocalMR])
+		e.setSink(r)
 		r.msn[wire.QNRead]++
 		wire.ReadRequest(b.header(wire.ReadRequestLen)).Set(r.msn[wire.QNRead], e.sinkSTag, e.sinkTO, e.size, wr.RKey, wr.RemoteAddr)
 		b.endFrame(nil, 0, 0)
@@ -233,11 +239,7 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 			return swq.RNRWait, 0
 		}
 		e := r.pushORQ(orqAtomic)
-		e.nseg = r.local.N()
-		for i := range e.nseg {
-			e.segs[i] = r.local.Seg(i)
-		}
-		e.nmr = copy(e.mrs[:], r.localMR[:r.nlocalMR])
+		e.setSink(r)
 		r.atomicID++
 		e.id = r.atomicID
 		r.msn[wire.QNAtomic]++
