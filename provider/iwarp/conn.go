@@ -117,6 +117,13 @@ type conn struct {
 	closing bool
 
 	tb txBatch // the transmitter's
+	// pinMu guards pins: the regions whose memory the batch in tb sends
+	// straight from (Read Responses without CRC), until the batch is
+	// written or dropped; Dereg waits for its region to leave them
+	// (revokeRead). pinned says pins is not empty.
+	pinMu  sync.Mutex
+	pins   []*mr
+	pinned atomic.Bool
 	// finishPending: the batch left in tb ends the stream.
 	finishPending bool
 	writeFn       func(fd uintptr) bool // nbWrite as a value, made once
@@ -171,6 +178,7 @@ type irqEntry struct {
 	sinkSTag uint32
 	sinkTO   uint64
 	src      []byte // the memory read
+	mr       *mr    // the region of src
 	off      int    // bytes of it sent
 	id       uint32 // atomic request identifier
 	value    uint64 // atomic original value
@@ -181,6 +189,7 @@ func newConn(q *qp, nc *net.TCPConn, crc, ext bool, ird, ord int) *conn {
 	c := &conn{q: q, nc: nc, crc: crc, ext: ext, ird: min(ird, maxRdAtomic), ord: min(ord, maxRdAtomic),
 		rtrSeen: make(chan struct{}), wake: make(chan struct{}, 1), txDone: make(chan struct{}), done: make(chan struct{})}
 	c.irq = make([]irqEntry, c.ird)
+	c.pins = make([]*mr, 0, c.ird)
 	c.rfd = -1
 	c.rx.msn = [wire.NumQN]uint32{1, 1, 1, 1}
 	c.rxWake = make(chan struct{}, 1)
@@ -332,6 +341,7 @@ func (c *conn) txLoop() {
 			more, stop := c.txRound(false)
 			if stop {
 				c.txStopped = true
+				c.unpin()
 				c.txMu.Unlock()
 				return
 			}
@@ -357,7 +367,9 @@ func (c *conn) transmit() {
 	more, stop := false, c.txStopped
 	if !stop {
 		more, stop = c.txRound(true)
-		c.txStopped = stop
+		if c.txStopped = stop; stop {
+			c.unpin()
+		}
 	}
 	c.txMu.Unlock()
 	if more || stop {
@@ -390,6 +402,9 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 			c.nc.CloseWrite()
 			return false, true
 		}
+	}
+	if c.pinned.Load() {
+		c.unpin() // the batch is written
 	}
 	b.reset()
 	q.mu.Lock()
@@ -483,6 +498,9 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 			c.finishPending = finish
 			return true, false
 		}
+		if c.pinned.Load() {
+			c.unpin() // the batch is written
+		}
 	}
 	if finish {
 		c.nc.CloseWrite()
@@ -554,6 +572,18 @@ func (c *conn) addResponses(b *txBatch) {
 			wire.AtomicResponse(b.header(wire.AtomicRespLen)).Set(c.q.req.msn[wire.QNAtomic], e.id, e.value)
 			b.endFrame(nil, 0, 0)
 		case irqRead:
+			if e.mr != nil {
+				// Pinned first, then checked: a Dereg that revokes
+				// the region after the check finds it pinned.
+				if !c.crc {
+					c.pin(e.mr)
+				}
+				if e.mr.revoked.Load() {
+					// Dereg ends the stream (revokeRead): nothing
+					// more of the region goes out.
+					return
+				}
+			}
 			src.One(e.src)
 			for first := true; first || e.off < len(e.src); first = false {
 				n := min(len(e.src)-e.off, maxPayload)
@@ -578,6 +608,107 @@ func (c *conn) addResponses(b *txBatch) {
 		}
 		*e = irqEntry{}
 		c.irqHead++
+	}
+}
+
+// pin records that the batch being built sends bytes straight from m.
+// c.txMu is held.
+func (c *conn) pin(m *mr) {
+	c.pinMu.Lock()
+	if n := len(c.pins); n == 0 || c.pins[n-1] != m {
+		c.pins = append(c.pins, m)
+	}
+	c.pinned.Store(true)
+	c.pinMu.Unlock()
+}
+
+// unpin empties pins: the batch is written, or will not be. c.txMu is
+// held.
+func (c *conn) unpin() {
+	c.pinMu.Lock()
+	clear(c.pins)
+	c.pins = c.pins[:0]
+	c.pinned.Store(false)
+	c.pinMu.Unlock()
+}
+
+// pinning reports whether the batch being written sends bytes of m.
+func (c *conn) pinning(m *mr) bool {
+	c.pinMu.Lock()
+	defer c.pinMu.Unlock()
+	for _, p := range c.pins {
+		if p == m {
+			return true
+		}
+	}
+	return false
+}
+
+// owes reports whether a Read Response from m is queued, wholly or in
+// part unsent. q.mu is held.
+func (c *conn) owes(m *mr) bool {
+	for i := c.irqHead; i != c.irqTail; i++ {
+		if c.irq[i%uint64(len(c.irq))].mr == m {
+			return true
+		}
+	}
+	return false
+}
+
+// revokeRead keeps the bytes of m, which Dereg has revoked, from going
+// out once Dereg returns, although the peer's Reads of it are under
+// way. A response still owed ends the stream instead, with the
+// Terminate a Read Request naming m would now get, and the QP fails
+// (receiving stops first, as for a disconnect, since the move to the
+// error state flushes the receives). Bytes of m in the batch being
+// written are waited for; if the peer does not take them (or the
+// Terminate) within terminateTimeout, the connection is dropped. q.mu
+// must not be held.
+func (c *conn) revokeRead(m *mr) {
+	q := c.q
+	q.mu.Lock()
+	owed := q.c == c && !q.destroyed && c.owes(m)
+	q.mu.Unlock()
+	if owed {
+		c.rxMu.Lock()
+		c.rxStopped.Store(true)
+		c.rxMu.Unlock()
+		q.mu.Lock()
+		if q.c == c && !q.destroyed {
+			for i := c.irqHead; i != c.irqTail; i++ {
+				if c.irq[i%uint64(len(c.irq))].mr == m {
+					for j := i; j != c.irqTail; j++ {
+						c.irq[j%uint64(len(c.irq))] = irqEntry{}
+					}
+					c.irqTail = i
+					break
+				}
+			}
+			c.terminate(wire.LayerRDMAP, wire.RDMAPRemoteProtect, rdmapCode(accessBadSTag), nil)
+			if q.attr.State != driver.QPSErr {
+				q.ctx.Event(driver.EventQPAccessErr, q.userCtx)
+				q.toErr()
+			}
+		}
+		q.mu.Unlock()
+	}
+	deadline := time.Now().Add(terminateTimeout)
+	for d := 10 * time.Microsecond; c.pinning(m); d = min(2*d, time.Millisecond) {
+		if time.Now().After(deadline) {
+			c.abort()
+			return
+		}
+		time.Sleep(d)
+	}
+	if owed {
+		t := time.NewTimer(time.Until(deadline))
+		select {
+		case <-c.txDone:
+		case <-c.done:
+		case <-t.C:
+		}
+		t.Stop()
+		c.abort()
 	}
 }
 

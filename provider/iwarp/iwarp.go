@@ -297,6 +297,9 @@ func (m *mr) Dereg() error {
 		}
 		cn.q.mu.Lock()
 		cn.q.mu.Unlock()
+		// Nor is anything of it sent: the peer's Reads of it are cut
+		// short.
+		cn.revokeRead(m)
 	}
 	return nil
 }

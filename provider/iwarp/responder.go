@@ -1296,9 +1296,10 @@ func (c *conn) rxReadRequest(h wire.Hdr) error {
 			"more Read Requests outstanding than the IRD of %d this side offered", len(c.irq))
 	}
 	var src []byte
+	var m *mr
 	if size := r.Size(); size > 0 {
 		var ae accessError
-		src, _, ae = q.ctx.span(r.SrcSTag(), q.pd, r.SrcTO(), uint64(size), driver.AccessRemoteRead)
+		src, m, ae = q.ctx.span(r.SrcSTag(), q.pd, r.SrcTO(), uint64(size), driver.AccessRemoteRead)
 		if ae == accessOK && q.attr.AccessFlags&driver.AccessRemoteRead == 0 {
 			ae = accessRights
 		}
@@ -1307,7 +1308,7 @@ func (c *conn) rxReadRequest(h wire.Hdr) error {
 				"RDMA Read of %d bytes at STag %#x offset %#x: %v", size, r.SrcSTag(), r.SrcTO(), ae)
 		}
 	}
-	c.irq[c.irqTail%uint64(len(c.irq))] = irqEntry{kind: irqRead, sinkSTag: r.SinkSTag(), sinkTO: r.SinkTO(), src: src}
+	c.irq[c.irqTail%uint64(len(c.irq))] = irqEntry{kind: irqRead, sinkSTag: r.SinkSTag(), sinkTO: r.SinkTO(), src: src, mr: m}
 	c.irqTail++
 	if len(src) > 0 {
 		c.rx.owe = true

@@ -207,3 +207,50 @@ func TestSilentClientHoldsUpNoOther(t *testing.T) {
 		t.Fatalf("the connection behind a silent one was accepted after %v", d)
 	}
 }
+
+// TestNoReadResponseFromDeregisteredRegion: the peer's Read of a 32 MiB
+// region is under way, its socket full, when the region is deregistered
+// and its memory reused. Nothing written to the memory after Dereg
+// returns reaches the peer (the transmitter went on sending the rest of
+// the response from it): the stream ends with a Terminate, or, when the
+// peer takes nothing for 2 s, without.
+func TestNoReadResponseFromDeregisteredRegion(t *testing.T) {
+	v := newVictim(t, 4)
+	big := guard(t, v, 32<<20, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	h := dialHostile(t, v, false, false, false)
+	h.send(h.readRequest(uint32(big.r.Len), big.r.RKey, big.r.Addr))
+	if b := h.readFPDU(); !wire.Hdr(b).Tagged() || wire.Hdr(b).Opcode() != wire.OpReadResponse {
+		t.Fatalf("the victim sent %x, want a Read Response", b[:min(len(b), wire.TaggedLen)])
+	}
+	t0 := time.Now()
+	if err := v.e.DeregRegion(big.r.ID); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Fatalf("Dereg took %v: it waits for the response in the socket for 2 s at most", d)
+	}
+	if err := v.e.WriteRegion(big.r.ID, 0, bytes.Repeat([]byte{0xdd}, big.r.Len)); err != nil {
+		t.Fatal(err)
+	}
+	leaked := 0
+	for {
+		var l [2]byte
+		if _, err := io.ReadFull(h.nc, l[:]); err != nil {
+			break
+		}
+		n := int(binary.BigEndian.Uint16(l[:]))
+		b := make([]byte, 2+n+wire.Pad(n)+wire.CRCLen)
+		copy(b, l[:])
+		if _, err := io.ReadFull(h.nc, b[2:]); err != nil {
+			break
+		}
+		if wire.Hdr(b).Tagged() && wire.Hdr(b).Opcode() == wire.OpReadResponse && 2+n >= wire.TaggedLen {
+			leaked += bytes.Count(b[wire.TaggedLen:2+n], []byte{0xdd})
+		}
+	}
+	if leaked > 0 {
+		t.Fatalf("%d bytes written to the region after its Dereg went out in the Read Response", leaked)
+	}
+	expectVictimError(t, v)
+}
+
