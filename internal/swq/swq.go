@@ -242,6 +242,20 @@ func (q *Queue) Progress(e Engine) {
 	q.busy = false
 }
 
+// FailNext completes the WR at the head of the unexecuted ones — the one
+// Execute returned RNRWait for, part done — with st, as if Execute had
+// returned st, for a transport that gave up on it (its retries ran out).
+// It reports false, and does nothing, inside Progress or with nothing
+// queued. The caller moves the QP to the error state, flushing the rest.
+func (q *Queue) FailNext(e Engine, st driver.WCStatus) bool {
+	seq := q.next.Load()
+	if q.busy || seq == q.tail {
+		return false
+	}
+	q.report(e, &q.slots[seq&q.mask], seq+1, st, 0)
+	return true
+}
+
 // report publishes next, seq, and reports the completion of slot s, just
 // before it.
 func (q *Queue) report(e Engine, s *Slot, seq uint64, st driver.WCStatus, n uint32) {

@@ -1,6 +1,7 @@
 package iwarp
 
 import (
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"net"
@@ -103,6 +104,9 @@ type conn struct {
 
 	closeOnce sync.Once
 	aborted   atomic.Bool
+	// timedOut: the stream failed with ETIMEDOUT (setUserTimeout), seen
+	// by the transmitter or the receiver, whichever fails the QP.
+	timedOut atomic.Bool
 
 	// Guarded by q.mu: the responses the receiver queued for the
 	// transmitter, and the Terminate that ends the stream.
@@ -392,7 +396,7 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 	if len(b.bufs) > 0 {
 		left, err := c.writeBatch(b, nb)
 		if err != nil {
-			c.streamBroken()
+			c.streamBroken(err)
 			return false, true
 		}
 		if left {
@@ -491,7 +495,7 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 		b.bufs = b.iov[:b.niov]
 		left, err := c.writeBatch(b, nb)
 		if err != nil {
-			c.streamBroken()
+			c.streamBroken(err)
 			return false, true
 		}
 		if left {
@@ -722,14 +726,53 @@ func raceRelease(nc *net.TCPConn) { nc.Write(nil) }
 
 // streamBroken handles a failed write: the peer is gone or the stream
 // was closed under the transmitter. The QP moves to the error state.
-func (c *conn) streamBroken() {
+func (c *conn) streamBroken(err error) {
 	q := c.q
+	if errors.Is(err, unix.ETIMEDOUT) {
+		c.timedOut.Store(true) // before the receive goroutine sees the end
+	}
 	c.abort() // placing stops before toErr flushes (see qp.fail)
 	q.mu.Lock()
 	if q.c == c && !q.destroyed {
+		if c.timedOut.Load() {
+			q.req.timedOut()
+		}
 		q.toErr()
 	}
 	q.mu.Unlock()
+}
+
+// minUserTimeout is the least time tcp0 lets the peer leave data
+// unacknowledged, or its window closed, before the connection times out:
+// TCP's own retransmissions over a lossy path need that long, which is
+// more than a QP's Timeout and RetryCnt allow by default (14 and 7:
+// 0.55 s).
+var minUserTimeout = 4 * time.Second
+
+// userTimeout is the TCP_USER_TIMEOUT of a QP whose local ACK timeout is
+// timeout (encoded: 4.096 µs × 2^timeout; 0 is infinite) and whose
+// transport retry count is retries: the time IB gives a request before
+// it completes with WCRetryExcErr, 4.096 µs × 2^timeout × (retries+1),
+// and at least minUserTimeout; 0 for no timeout.
+func userTimeout(timeout, retries uint8) time.Duration {
+	if timeout == 0 {
+		return 0
+	}
+	d := 4096 * time.Nanosecond << min(timeout, 31) * time.Duration(int(min(retries, 7))+1)
+	return max(d, minUserTimeout)
+}
+
+// setUserTimeout makes the kernel end the connection when data sent
+// stays unacknowledged, or the peer's window closed (a peer that stops
+// reading but answers the probes), for d: the stream then fails with
+// ETIMEDOUT, and the WR waiting on the peer with WCRetryExcErr. 0: never.
+func (c *conn) setUserTimeout(d time.Duration) {
+	if c.rawc == nil {
+		return
+	}
+	c.rawc.Control(func(fd uintptr) {
+		unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(d.Milliseconds()))
+	})
 }
 
 // txBatch is one writev: the headers and trailers in an arena, the
@@ -912,8 +955,16 @@ func (b *txBatch) computeCRCs() {
 // state if it still uses this connection, and done closes.
 func (c *conn) finish() {
 	q := c.q
+	c.rxMu.Lock()
+	if errors.Is(c.rx.err, unix.ETIMEDOUT) {
+		c.timedOut.Store(true)
+	}
+	c.rxMu.Unlock()
 	q.mu.Lock()
 	if q.c == c && !q.destroyed {
+		if c.timedOut.Load() {
+			q.req.timedOut()
+		}
 		q.toErr()
 	}
 	q.mu.Unlock()

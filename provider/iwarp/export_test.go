@@ -2,6 +2,7 @@ package iwarp
 
 import (
 	"errors"
+	"time"
 
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -13,6 +14,15 @@ func SetMaxPayload(n int) (restore func()) {
 	prev := maxPayload
 	maxPayload = n
 	return func() { maxPayload = prev }
+}
+
+// SetMinUserTimeout sets the least TCP_USER_TIMEOUT of a connection, so
+// that tests can see a QP time out in less than its default 4 s; it
+// returns a function that restores the default.
+func SetMinUserTimeout(d time.Duration) (restore func()) {
+	prev := minUserTimeout
+	minUserTimeout = d
+	return func() { minUserTimeout = prev }
 }
 
 // PollBudget is the FPDUs one poll receives at most.

@@ -104,6 +104,9 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	if err != nil {
 		return err
 	}
+	if mask&(driver.QPAttrTimeout|driver.QPAttrRetryCnt) != 0 && q.c != nil {
+		q.c.setUserTimeout(userTimeout(q.attr.Timeout, q.attr.RetryCnt))
+	}
 	switch q.attr.State {
 	case driver.QPSReset:
 		q.reset()
@@ -160,7 +163,13 @@ func (q *qp) toErr() {
 		return
 	}
 	q.attr.State = driver.QPSErr
+	expired := q.req.expired && q.req.cur.active
+	q.req.expired = false
 	q.req.flush(q)
+	if expired {
+		// The WR the connection timed out in, after those before it.
+		q.sq.FailNext(q, driver.WCRetryExcErr)
+	}
 	q.sq.Progress(q)
 	if q.rxHeld {
 		q.rxHeld = false

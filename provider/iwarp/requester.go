@@ -90,6 +90,7 @@ type requester struct {
 	confSeq    uint64    // the slots before confSeq are confirmed
 	coverSeq   uint64    // the slots before coverSeq are covered by a request's response
 	failing    bool      // a WR failed locally: stop, then move to the error state
+	expired    bool      // the connection timed out in the middle of the WR at cur (timedOut)
 	cur        txCursor
 	msn        [wire.NumQN]uint32 // MSNs sent, per queue
 	atomicID   uint32
@@ -524,6 +525,21 @@ func (r *requester) flush(q *qp) {
 	r.cur = txCursor{}
 	r.coverSeq, r.confSeq = r.execSeq, r.execSeq
 	r.failing = false
+}
+
+// timedOut gives the first WR the peer has not confirmed the status of a
+// request whose transport retries ran out: the connection timed out
+// (TCP_USER_TIMEOUT). That is the first executed WR not confirmed, or
+// else the one the transmitter is in the middle of (toErr completes it
+// in order). The caller then fails the QP, flushing the rest.
+func (r *requester) timedOut() {
+	if k := max(r.doneSeq, r.confSeq); k < r.execSeq {
+		if t := r.slot(k); t.status == driver.WCSuccess {
+			t.status = driver.WCRetryExcErr
+		}
+		return
+	}
+	r.expired = r.cur.active
 }
 
 // terminated applies a Terminate from the peer to the WR it names: that

@@ -13,6 +13,7 @@ import (
 
 	"github.com/goverbs/goverbs/cm"
 
+	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/provider/iwarp/wire"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/verbstest"
@@ -254,3 +255,23 @@ func TestNoReadResponseFromDeregisteredRegion(t *testing.T) {
 	expectVictimError(t, v)
 }
 
+// TestPeerThatStopsReadingTimesOut: a peer that takes nothing more, yet
+// whose TCP answers the zero-window probes (a stopped process), keeps a
+// Write outstanding only for the QP's timeout and retries (here cm's
+// Timeout 14 and RetryCnt 7: 0.55 s); the Write then completes with
+// WCRetryExcErr and the QP fails (the Write stayed outstanding for good).
+func TestPeerThatStopsReadingTimesOut(t *testing.T) {
+	defer iwarp.SetMinUserTimeout(0)()
+	v := newVictim(t, 4)
+	src := guard(t, v, 32<<20, verbs.AccessLocalWrite)
+	dialHostile(t, v, false, false, false)
+	if n, err := v.e.PostSend(0, []verbs.SendWR{{WRID: 7, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{src.r.SGE(0, src.r.Len)}, RemoteAddr: 0x1000, RKey: 0x4242}}); n != 1 {
+		t.Fatalf("post write: %v", err)
+	}
+	wcs, err := v.e.Completions(verbstest.SendCQ, 1, 20*time.Second)
+	if err != nil || len(wcs) != 1 || wcs[0].WRID != 7 || wcs[0].Status != verbs.WCRetryExcErr {
+		t.Fatalf("the Write completed with %+v (%v), want a retry-exceeded error", wcs, err)
+	}
+	expectVictimError(t, v)
+}
