@@ -151,9 +151,14 @@ func (q *Queue[C, R]) handshake(c C) {
 	r, ok := q.shake(c)
 	q.mu.Lock()
 	delete(q.shaking, c)
+	closed := q.closed // and Close has closed c
 	q.mu.Unlock()
-	if !ok {
-		c.Close()
+	if !ok || closed {
+		if ok {
+			q.discard(r)
+		} else {
+			c.Close()
+		}
 		<-q.slots
 		return
 	}
