@@ -100,6 +100,51 @@ func (q *Queue) Post(wr *driver.SendWR, mem Memory) error {
 	return nil
 }
 
+// DirectEngine is an Engine that performs some WRs at once, straight
+// from the poster's WR (PostDirect).
+type DirectEngine interface {
+	Engine
+	// ExecuteDirect performs wr as Execute performs a slot's WR, and
+	// reports true; or, for a WR it cannot perform at once without
+	// waiting (one that may meet receiver-not-ready, or completes
+	// later), does nothing and reports false. An inline WR's local
+	// memory, like Post's copy of it, needs no right.
+	ExecuteDirect(wr *driver.SendWR) (driver.WCStatus, uint32, bool)
+}
+
+// PostDirect posts wr and executes it at once, when nothing waits in the
+// queue before it and the QP is in RTS: the WR takes a slot, which the
+// send queue's depth counts until its completion (or a later one) is
+// polled, but is not copied into it. handled false: it did nothing, and
+// the caller posts wr the usual way (Post, then Progress).
+func (q *Queue) PostDirect(wr *driver.SendWR, e DirectEngine) (handled bool, err error) {
+	if q.busy || q.next.Load() != q.tail || e.State() != driver.QPSRTS || e.Stalled() {
+		return false, nil
+	}
+	if err := driver.CheckSendWR(wr, &q.cap, q.MW); err != nil {
+		return true, err
+	}
+	if q.tail-q.head.Load() >= uint64(q.cap.MaxSendWR) {
+		return true, driver.ErrQueueFull
+	}
+	q.busy = true
+	st, n, ok := e.ExecuteDirect(wr)
+	q.busy = false
+	if !ok {
+		return false, nil
+	}
+	seq := q.tail
+	q.tail++
+	atomicrel.StoreUint64(&q.next, q.tail)
+	if st != driver.WCSuccess || q.sigAll || wr.Flags&driver.SendSignaled != 0 {
+		e.Complete(seq, driver.WorkCompletion{WRID: wr.WRID, Status: st, Opcode: wr.Opcode.CompletionOpcode(), ByteLen: n})
+		if st != driver.WCSuccess {
+			e.Fail()
+		}
+	}
+	return true, nil
+}
+
 // Retire frees the slots up to and including seq, once a completion for
 // seq has been polled. Values that cannot name an executed slot are
 // ignored, so a forged completion cannot free a slot still in use. Calls
@@ -135,8 +180,12 @@ func ResolveLocal(l *sglist.List, s *Slot, mem Memory) bool {
 
 // LocalNeed is the right slot s needs of its local memory:
 // AccessLocalWrite where the WR writes it (Reads and atomics).
-func LocalNeed(s *Slot) driver.AccessFlags {
-	if s.WR.Opcode.ReadsLocal() {
+func LocalNeed(s *Slot) driver.AccessFlags { return NeedOf(s.WR.Opcode) }
+
+// NeedOf is the right a WR of op needs of its local memory:
+// AccessLocalWrite where it writes it (Reads and atomics).
+func NeedOf(op driver.Opcode) driver.AccessFlags {
+	if op.ReadsLocal() {
 		return 0
 	}
 	return driver.AccessLocalWrite

@@ -234,6 +234,14 @@ func (q *qp) fail(ev driver.EventType) {
 func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if len(wrs) == 1 && !q.destroyed {
+		if handled, err := q.sq.PostDirect(&wrs[0], q); handled {
+			if err != nil {
+				return 0, err
+			}
+			return 1, nil
+		}
+	}
 	for i := range wrs {
 		if err := q.postSend(&wrs[i]); err != nil {
 			q.sq.Progress(q)

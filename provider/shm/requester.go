@@ -30,7 +30,38 @@ func accepts(s driver.QPState) bool {
 
 // Execute implements swq.Engine: it performs one WR against the peer.
 func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
-	st, n := q.execute(s)
+	st, n := q.execute(&s.WR, s)
+	q.afterWR()
+	return st, n
+}
+
+// ExecuteDirect implements swq.DirectEngine: RDMA Writes, Reads and
+// atomics with one SGE (or none) never wait, and are performed at once.
+func (q *qp) ExecuteDirect(wr *driver.SendWR) (driver.WCStatus, uint32, bool) {
+	switch wr.Opcode {
+	case driver.OpRDMAWrite, driver.OpRDMARead, driver.OpAtomicCmpAndSwp, driver.OpAtomicFetchAndAdd:
+	default:
+		return 0, 0, false
+	}
+	if len(wr.SGList) > 1 {
+		return 0, 0, false
+	}
+	st, n := q.execute(wr, nil)
+	q.afterWR()
+	if st == inlineOutside {
+		return 0, 0, false // Post refuses it
+	}
+	return st, n, true
+}
+
+// inlineOutside is the status execute returns for an inline WR of the
+// poster whose memory lies outside the PD's regions, which Post refuses.
+const inlineOutside driver.WCStatus = 253
+
+// afterWR is what Execute does between two WRs: unmap the mappings the
+// WR's lookups dropped, end its bound on segment waits, and answer a
+// revocation the peer waits for (awaitRevokeAnswer).
+func (q *qp) afterWR() {
 	if c := q.conn; c != nil {
 		if len(c.retired) > 0 {
 			c.closeRetired()
@@ -42,13 +73,12 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 			c.answerRevoke()
 		}
 	}
-	return st, n
 }
 
-// execute is Execute but for what Execute does between two WRs: unmap
-// the mappings the WR's lookups dropped, end its bound on segment waits,
-// and answer a revocation the peer waits for (awaitRevokeAnswer).
-func (q *qp) execute(s *swq.Slot) (driver.WCStatus, uint32) {
+// execute performs wr, of slot s, or of the poster when s is nil
+// (ExecuteDirect: its local memory is resolved here, an inline WR's with
+// no right needed, as Post checks it before its copy).
+func (q *qp) execute(wr *driver.SendWR, s *swq.Slot) (driver.WCStatus, uint32) {
 	c := q.conn
 	if c == nil {
 		// A QP moved to RTR by hand: shm QPs are connected with cm, so
@@ -61,17 +91,26 @@ func (q *qp) execute(s *swq.Slot) (driver.WCStatus, uint32) {
 		q.toErr()
 		return driver.WCWRFlushErr, 0
 	}
-	wr := &s.WR
 	local := &q.local
-	if len(wr.SGList) == 1 && !s.IsInline {
+	inline := wr.Flags&driver.SendInline != 0
+	if len(wr.SGList) == 1 && (s == nil || !inline) {
 		// swq.ResolveLocal's common case, without its calls through
 		// swq.Memory.
+		need := swq.NeedOf(wr.Opcode)
+		if inline {
+			need = 0
+		}
 		g := &wr.SGList[0]
-		b, ok := q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), swq.LocalNeed(s))
+		b, ok := q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
 		if !ok {
+			if inline {
+				return inlineOutside, 0
+			}
 			return driver.WCLocProtErr, 0
 		}
 		local.One(b)
+	} else if s == nil {
+		local.Reset()
 	} else if !swq.ResolveLocal(local, s, q) {
 		return driver.WCLocProtErr, 0
 	}

@@ -94,20 +94,27 @@ func testInline(t *testing.T, h Harness) {
 // testInlineUnregistered: an inline SGE must lie inside a region
 // registered on the QP's PD (goverbs' deviation from ibverbs, for memory
 // safety): one that does not is refused at post time with ErrInvalidArg,
-// and nothing is sent.
+// and nothing is sent; the same for an inline RDMA Write.
 func testInlineUnregistered(t *testing.T, h Harness) {
 	p := h.NewPair(t, PairOptions{})
 	src := newRegion(t, p.A, 64, localRW)
 	dst := newRegion(t, p.B, 64, localRW)
+	target := newRegion(t, p.B, 64, remoteAll)
 	postRecv(t, p.B, 0, recvWR(9, dst.SGE(0, 64)))
 	// Address 0x1000 is never memory a Go program may read.
 	wr := sendWR(1, verbs.SGE{Addr: 0x1000, Length: 16, LKey: src.LKey})
 	wr.Flags |= verbs.SendInline
 	n, err := p.A.PostSend(0, []verbs.SendWR{wr})
 	expectRefused(t, "inline Send from unregistered memory", n, err, verbs.ErrInvalidArg)
+	wr = writeWR(2, target, 0, verbs.SGE{Addr: 0x1000, Length: 16, LKey: src.LKey})
+	wr.Flags |= verbs.SendInline | verbs.SendSignaled
+	n, err = p.A.PostSend(0, []verbs.SendWR{wr})
+	expectRefused(t, "inline RDMA Write from unregistered memory", n, err, verbs.ErrInvalidArg)
 	expectEmpty(t, p.A, SendCQ)
 	expectEmpty(t, p.B, RecvCQ)
 	expectZero(t, p.B, dst, 0, 64, "receive buffer")
+	expectZero(t, p.B, target, 0, 64, "RDMA Write target")
+	expectState(t, p.A, 0, verbs.QPSRTS)
 }
 
 // testInlineTooLarge: an inline payload larger than MaxInlineData is
