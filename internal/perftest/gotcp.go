@@ -244,7 +244,7 @@ func serveGoTCP(ctx context.Context, c net.Conn, p Params) error {
 // half the round trip, with perftest's statistics.
 func tcpPingPong(c net.Conn, p Params) (*Result, error) {
 	buf := make([]byte, p.Size)
-	posted := make([]int64, p.total())
+	posted := stamps(p.total())
 	t0 := time.Now()
 	var cpu0 time.Duration
 	for i := range p.total() {
