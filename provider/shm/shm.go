@@ -498,7 +498,10 @@ func (c *devCtx) exposeForRecv(sg []driver.SGE) {
 		}
 		if m != nil && m.key == sg[i].LKey && m.si != nil && !m.si.recv.Load() {
 			c.segMu.Lock()
-			if !m.si.recv.Swap(true) {
+			// Only while the segment lives: a Dereg since the lookup
+			// may have dropped it, and then closes its descriptor,
+			// whose number another file may take.
+			if c.segs[m.segID] == m.si && !m.si.recv.Swap(true) {
 				c.publishSegment(m.segID, m.si, false)
 			}
 			c.segMu.Unlock()
