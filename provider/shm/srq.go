@@ -19,6 +19,10 @@ type srq struct {
 
 	mu        sync.Mutex // serialises producers and Modify
 	destroyed bool
+	// armed: the limit is armed and its event has not been raised
+	// since, which a peer's report (limitReached) then does once.
+	// Guarded by mu.
+	armed bool
 }
 
 func (p *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
@@ -32,6 +36,7 @@ func (p *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
 	}
 	s := &srq{ctx: p.ctx, userCtx: a.UserCtx, seg: seg, ring: initRecvRing(seg.mem, n, int(a.MaxSGE)), n: n, maxWR: a.MaxWR, maxSGE: a.MaxSGE}
 	s.ring.h.state.Store(a.Limit)
+	s.armed = a.Limit > 0
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
 	if p.ctx.closed || p.released {
@@ -67,8 +72,21 @@ func (s *srq) PostRecv(wrs []driver.RecvWR) (int, error) {
 	return len(wrs), nil
 }
 
-// limitReached raises the limit event a peer reported.
-func (s *srq) limitReached() { s.ctx.Event(driver.EventSRQLimitReached, s.userCtx) }
+// limitReached raises the limit event a peer reported: once per arming,
+// and only once the shared limit word says the reporter disarmed it, so
+// that a peer sending report after report cannot fill the context's
+// event queue (and push out the events after them).
+func (s *srq) limitReached() {
+	s.mu.Lock()
+	fire := s.armed && !s.destroyed && s.ring.h.state.Load() == 0
+	if fire {
+		s.armed = false
+	}
+	s.mu.Unlock()
+	if fire {
+		s.ctx.Event(driver.EventSRQLimitReached, s.userCtx)
+	}
+}
 
 func (s *srq) Modify(a driver.SRQAttr, mask driver.SRQAttrMask) error {
 	s.mu.Lock()
@@ -79,6 +97,7 @@ func (s *srq) Modify(a driver.SRQAttr, mask driver.SRQAttrMask) error {
 	limit, set, err := driver.SRQLimit(a, mask, s.maxWR, "shm")
 	if set {
 		s.ring.h.state.Store(limit)
+		s.armed = limit > 0
 	}
 	return err
 }
