@@ -41,10 +41,25 @@
 // the requester learns from a later Read Response: when a Send or Write
 // is not followed by a Read or atomic of its own, the requester adds a
 // zero-length RDMA Read (legal on every iWARP peer) and completes the
-// Send or Write when its response arrives — at once for a signaled WR,
-// within 50 µs for unsignaled ones, which a later request usually covers
+// Send or Write when its response arrives — at once for a signaled WR;
+// for unsignaled ones within a millisecond while the application polls
+// (10 ms when it does not), and a later request usually covers them
 // first. That is how a remote error (a bad STag, a receive too small)
 // reaches the WR that caused it.
+//
+// Timeouts: the QP's Timeout and RetryCnt (cm sets 14 and 7) become the
+// socket's TCP_USER_TIMEOUT, 4.096 µs × 2^Timeout × (RetryCnt+1) but at
+// least 4 s, since TCP's own retransmissions over a lossy path take that
+// long; Timeout 0 never times out. Data the peer leaves unacknowledged
+// that long, or a window it keeps closed (a peer whose process is
+// stopped still answers TCP's probes), ends the connection: the WR it
+// held up completes with WCRetryExcErr, the rest are flushed.
+//
+// Dereg: nothing is placed into a region once its Dereg has returned,
+// and nothing of it is sent: a Read Response from it still queued, or
+// part sent, ends the stream with a Terminate (invalid STag) and the QP
+// fails; bytes of it already in a writev are waited for, up to 2 s for a
+// peer that reads nothing, after which the connection is dropped.
 //
 // Copies: the receiver reads what has arrived, up to 512 bytes, into a
 // stage, and copies the payload it holds once into the registered memory
