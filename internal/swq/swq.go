@@ -175,12 +175,8 @@ func ResolveLocal(l *sglist.List, s *Slot, mem Memory) bool {
 		l.One(s.Inline)
 		return true
 	}
-	return ResolveSGL(l, s.WR.SGList, LocalNeed(s), mem)
+	return ResolveSGL(l, s.WR.SGList, NeedOf(s.WR.Opcode), mem)
 }
-
-// LocalNeed is the right slot s needs of its local memory:
-// AccessLocalWrite where the WR writes it (Reads and atomics).
-func LocalNeed(s *Slot) driver.AccessFlags { return NeedOf(s.WR.Opcode) }
 
 // NeedOf is the right a WR of op needs of its local memory:
 // AccessLocalWrite where it writes it (Reads and atomics).
@@ -294,15 +290,14 @@ func (q *Queue) Progress(e Engine) {
 // FailNext completes the WR at the head of the unexecuted ones — the one
 // Execute returned RNRWait for, part done — with st, as if Execute had
 // returned st, for a transport that gave up on it (its retries ran out).
-// It reports false, and does nothing, inside Progress or with nothing
-// queued. The caller moves the QP to the error state, flushing the rest.
-func (q *Queue) FailNext(e Engine, st driver.WCStatus) bool {
+// It does nothing inside Progress or with nothing queued. The caller
+// moves the QP to the error state, flushing the rest.
+func (q *Queue) FailNext(e Engine, st driver.WCStatus) {
 	seq := q.next.Load()
 	if q.busy || seq == q.tail {
-		return false
+		return
 	}
 	q.report(e, &q.slots[seq&q.mask], seq+1, st, 0)
-	return true
 }
 
 // report publishes next, seq, and reports the completion of slot s, just

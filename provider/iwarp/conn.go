@@ -105,8 +105,16 @@ type conn struct {
 	closeOnce sync.Once
 	aborted   atomic.Bool
 	// timedOut: the stream failed with ETIMEDOUT (setUserTimeout), seen
-	// by the transmitter or the receiver, whichever fails the QP.
+	// by the transmitter or the receiver, whichever fails the QP, or a
+	// request went unanswered for ackTimeout (checkResponses).
 	timedOut atomic.Bool
+	// Guarded by q.mu: the QP's timeout (setUserTimeout), and the timer
+	// that checks, while requests are outstanding, that the peer
+	// answers; respFrames is rxFrames when it was last armed.
+	ackTimeout time.Duration
+	respTimer  *time.Timer
+	respArmed  bool
+	respFrames uint64
 
 	// Guarded by q.mu: the responses the receiver queued for the
 	// transmitter, and the Terminate that ends the stream.
@@ -124,10 +132,10 @@ type conn struct {
 	// pinMu guards pins: the regions whose memory the batch in tb sends
 	// straight from (Read Responses without CRC), until the batch is
 	// written or dropped; Dereg waits for its region to leave them
-	// (revokeRead). pinned says pins is not empty.
+	// (revokeRead). pinned (guarded by txMu) says pins is not empty.
 	pinMu  sync.Mutex
 	pins   []*mr
-	pinned atomic.Bool
+	pinned bool
 	// finishPending: the batch left in tb ends the stream.
 	finishPending bool
 	writeFn       func(fd uintptr) bool // nbWrite as a value, made once
@@ -183,9 +191,12 @@ type irqEntry struct {
 	sinkTO   uint64
 	src      []byte // the memory read
 	mr       *mr    // the region of src
-	off      int    // bytes of it sent
-	id       uint32 // atomic request identifier
-	value    uint64 // atomic original value
+	// req is the Read Request's headers, which a Terminate that cuts the
+	// response short names (revokeRead).
+	req   [wire.ReadRequestLen]byte
+	off   int    // bytes of it sent
+	id    uint32 // atomic request identifier
+	value uint64 // atomic original value
 }
 
 // newConn makes the connection of q over nc with what MPA negotiated.
@@ -206,6 +217,8 @@ func newConn(q *qp, nc *net.TCPConn, crc, ext bool, ird, ord int) *conn {
 	c.lazyTimer.Stop()
 	c.confirmTimer = time.AfterFunc(time.Hour, c.confirmNow)
 	c.confirmTimer.Stop()
+	c.respTimer = time.AfterFunc(time.Hour, c.checkResponses)
+	c.respTimer.Stop()
 	nc.SetNoDelay(true)
 	nc.SetKeepAlive(true)
 	return c
@@ -311,6 +324,7 @@ func (c *conn) abort() {
 	c.closeOnce.Do(func() { c.nc.Close() })
 	c.lazyTimer.Stop()
 	c.confirmTimer.Stop()
+	c.respTimer.Stop()
 	c.wakeTx()
 	c.wakeRx()
 	// A read in progress on c's own descriptor may still be placing
@@ -407,7 +421,7 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 			return false, true
 		}
 	}
-	if c.pinned.Load() {
+	if c.pinned {
 		c.unpin() // the batch is written
 	}
 	b.reset()
@@ -478,6 +492,7 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 			c.confirmSince.Store(0)
 			c.confirmDue.Store(false)
 		}
+		c.armResponseCheck()
 	}
 	more = b.full
 	closing := c.closing
@@ -502,7 +517,7 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 			c.finishPending = finish
 			return true, false
 		}
-		if c.pinned.Load() {
+		if c.pinned {
 			c.unpin() // the batch is written
 		}
 	}
@@ -518,6 +533,7 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 func (c *conn) writeBatch(b *txBatch, nb bool) (left bool, err error) {
 	if !nb {
 		_, err := b.bufs.WriteTo(c.nc)
+		c.noteErr(err)
 		return false, err
 	}
 	c.nbN, c.nbErr = 0, 0
@@ -530,6 +546,7 @@ func (c *conn) writeBatch(b *txBatch, nb bool) (left bool, err error) {
 	switch c.nbErr {
 	case 0, unix.EAGAIN, unix.EINTR:
 	default:
+		c.noteErr(c.nbErr)
 		return false, c.nbErr
 	}
 	b.consume(c.nbN)
@@ -622,7 +639,7 @@ func (c *conn) pin(m *mr) {
 	if n := len(c.pins); n == 0 || c.pins[n-1] != m {
 		c.pins = append(c.pins, m)
 	}
-	c.pinned.Store(true)
+	c.pinned = true
 	c.pinMu.Unlock()
 }
 
@@ -632,7 +649,7 @@ func (c *conn) unpin() {
 	c.pinMu.Lock()
 	clear(c.pins)
 	c.pins = c.pins[:0]
-	c.pinned.Store(false)
+	c.pinned = false
 	c.pinMu.Unlock()
 }
 
@@ -679,8 +696,12 @@ func (c *conn) revokeRead(m *mr) {
 		c.rxMu.Unlock()
 		q.mu.Lock()
 		if q.c == c && !q.destroyed {
+			// The Terminate names the Read Request, so that the peer
+			// fails that Read, not the WR before it.
+			var req [wire.ReadRequestLen]byte
 			for i := c.irqHead; i != c.irqTail; i++ {
-				if c.irq[i%uint64(len(c.irq))].mr == m {
+				if e := &c.irq[i%uint64(len(c.irq))]; e.mr == m {
+					req = e.req
 					for j := i; j != c.irqTail; j++ {
 						c.irq[j%uint64(len(c.irq))] = irqEntry{}
 					}
@@ -688,7 +709,7 @@ func (c *conn) revokeRead(m *mr) {
 					break
 				}
 			}
-			c.terminate(wire.LayerRDMAP, wire.RDMAPRemoteProtect, rdmapCode(accessBadSTag), nil)
+			c.terminate(wire.LayerRDMAP, wire.RDMAPRemoteProtect, rdmapCode(accessBadSTag), wire.Hdr(req[:]))
 			if q.attr.State != driver.QPSErr {
 				q.ctx.Event(driver.EventQPAccessErr, q.userCtx)
 				q.toErr()
@@ -708,11 +729,40 @@ func (c *conn) revokeRead(m *mr) {
 		t := time.NewTimer(time.Until(deadline))
 		select {
 		case <-c.txDone:
+			// The Terminate is out and the stream half closed: what
+			// the peer sent meanwhile is read and dropped until it
+			// closes too, so that closing with it unread does not
+			// reset the stream and lose the Terminate (as in
+			// protocolError).
+			c.drainUntil(deadline)
 		case <-c.done:
 		case <-t.C:
 		}
 		t.Stop()
 		c.abort()
+	}
+}
+
+// drainUntil reads and drops what the peer sends until it closes its
+// side, or until deadline, once receiving has stopped (rxStopped): on
+// c's own descriptor, which does not wait, so that no deadline of the
+// socket's, which pollers and the receive goroutine set and clear, is
+// involved.
+func (c *conn) drainUntil(deadline time.Time) {
+	c.rxMu.Lock()
+	defer c.rxMu.Unlock()
+	var drain [4096]byte
+	for nap := 10 * time.Microsecond; c.rfd >= 0 && time.Now().Before(deadline); {
+		n, err := unix.Read(c.rfd, drain[:])
+		switch {
+		case err == unix.EAGAIN || err == unix.EINTR:
+			time.Sleep(nap)
+			nap = min(2*nap, time.Millisecond)
+		case err != nil || n == 0:
+			return
+		default:
+			nap = 10 * time.Microsecond
+		}
 	}
 }
 
@@ -727,18 +777,61 @@ func raceRelease(nc *net.TCPConn) { nc.Write(nil) }
 // streamBroken handles a failed write: the peer is gone or the stream
 // was closed under the transmitter. The QP moves to the error state.
 func (c *conn) streamBroken(err error) {
+	c.noteErr(err)
+	// The receive goroutine, which abort ends, fails the QP (finish):
+	// by then it has noted its own error, which may be the one that
+	// says why the stream ended (the kernel reports a timeout to one
+	// system call, and EPIPE to the rest).
+	c.abort()
+}
+
+// noteErr notes a socket error that says the connection timed out
+// (setUserTimeout), whichever system call it came to.
+func (c *conn) noteErr(err error) {
+	if err != nil && errors.Is(err, unix.ETIMEDOUT) {
+		c.timedOut.Store(true)
+	}
+}
+
+// armResponseCheck starts the check that the peer answers the
+// requests outstanding (Reads, atomics, and the zero-length Reads that
+// confirm Sends and Writes). q.mu is held.
+func (c *conn) armResponseCheck() {
+	if c.ackTimeout > 0 && !c.respArmed && c.q.req.orqLen() > 0 {
+		c.respArmed = true
+		c.respFrames = c.rxFrames.Load()
+		c.respTimer.Reset(c.ackTimeout)
+	}
+}
+
+// checkResponses is the response timer, every timeout while requests
+// are outstanding: if the oldest is older than the QP's timeout and
+// nothing at all has come from the peer since the last check, the
+// connection has timed out (its TCP may still acknowledge, as a stopped
+// process's does): it ends, and the WR that waited completes with
+// WCRetryExcErr (finish). A request thus times out after one to two
+// timeouts of silence.
+func (c *conn) checkResponses() {
 	q := c.q
-	if errors.Is(err, unix.ETIMEDOUT) {
-		c.timedOut.Store(true) // before the receive goroutine sees the end
-	}
-	c.abort() // placing stops before toErr flushes (see qp.fail)
 	q.mu.Lock()
-	if q.c == c && !q.destroyed {
-		if c.timedOut.Load() {
-			q.req.timedOut()
-		}
-		q.toErr()
+	if q.c != c || c.aborted.Load() || c.ackTimeout == 0 || q.req.orqLen() == 0 {
+		c.respArmed = false
+		q.mu.Unlock()
+		return
 	}
+	r := &q.req
+	age := time.Duration(monotime() - r.orq[r.orqHead%maxRdAtomic].sent)
+	frames := c.rxFrames.Load()
+	if frames == c.respFrames && age >= c.ackTimeout {
+		c.timedOut.Store(true)
+		q.mu.Unlock()
+		c.abort()
+		return
+	}
+	// Silence must last a whole period: the peer's frames are counted
+	// from one check to the next.
+	c.respFrames = frames
+	c.respTimer.Reset(c.ackTimeout)
 	q.mu.Unlock()
 }
 
@@ -766,7 +859,11 @@ func userTimeout(timeout, retries uint8) time.Duration {
 // stays unacknowledged, or the peer's window closed (a peer that stops
 // reading but answers the probes), for d: the stream then fails with
 // ETIMEDOUT, and the WR waiting on the peer with WCRetryExcErr. 0: never.
+// A request the peer's TCP takes but that nothing answers for d (the
+// peer's process is stopped) ends the connection the same way
+// (checkResponses). q.mu is held.
 func (c *conn) setUserTimeout(d time.Duration) {
+	c.ackTimeout = d
 	if c.rawc == nil {
 		return
 	}
@@ -956,9 +1053,7 @@ func (b *txBatch) computeCRCs() {
 func (c *conn) finish() {
 	q := c.q
 	c.rxMu.Lock()
-	if errors.Is(c.rx.err, unix.ETIMEDOUT) {
-		c.timedOut.Store(true)
-	}
+	c.noteErr(c.rx.err)
 	c.rxMu.Unlock()
 	q.mu.Lock()
 	if q.c == c && !q.destroyed {

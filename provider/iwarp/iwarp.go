@@ -51,15 +51,19 @@
 // socket's TCP_USER_TIMEOUT, 4.096 µs × 2^Timeout × (RetryCnt+1) but at
 // least 4 s, since TCP's own retransmissions over a lossy path take that
 // long; Timeout 0 never times out. Data the peer leaves unacknowledged
-// that long, or a window it keeps closed (a peer whose process is
-// stopped still answers TCP's probes), ends the connection: the WR it
-// held up completes with WCRetryExcErr, the rest are flushed.
+// that long, a window it keeps closed, or a request (a Read, an atomic,
+// or the Read that confirms Sends and Writes) it leaves unanswered while
+// nothing at all comes from it for that long (a peer whose process is
+// stopped still has its TCP acknowledge and answer probes) ends the
+// connection: the WR it held up completes with WCRetryExcErr, the rest
+// are flushed.
 //
 // Dereg: nothing is placed into a region once its Dereg has returned,
 // and nothing of it is sent: a Read Response from it still queued, or
-// part sent, ends the stream with a Terminate (invalid STag) and the QP
-// fails; bytes of it already in a writev are waited for, up to 2 s for a
-// peer that reads nothing, after which the connection is dropped.
+// part sent, ends the stream with a Terminate (invalid STag) that names
+// the Read Request, so that the peer fails that Read, and the QP fails;
+// bytes of it already in a writev are waited for, up to 2 s for a peer
+// that reads nothing, after which the connection is dropped.
 //
 // Copies: the receiver reads what has arrived, up to 512 bytes, into a
 // stage, and copies the payload it holds once into the registered memory

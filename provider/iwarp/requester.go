@@ -61,6 +61,7 @@ type orqEntry struct {
 	nseg     int
 	mrs      [maxSGE]*mr // the regions of segs: placement stops once one is revoked
 	nmr      int
+	sent     int64 // when it was built into a batch (monotime)
 }
 
 // setSink makes r's resolved local SG list (resolveLocal) the entry's
@@ -380,7 +381,7 @@ func (q *qp) writeMessage(b *txBatch, wr *driver.SendWR, t *wrTrack, length uint
 func (r *requester) pushORQ(k orqKind) *orqEntry {
 	e := &r.orq[r.orqTail%maxRdAtomic]
 	r.orqTail++
-	*e = orqEntry{kind: k}
+	*e = orqEntry{kind: k, sent: monotime()}
 	return e
 }
 

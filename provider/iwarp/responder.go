@@ -182,6 +182,10 @@ func (c *conn) rxLoop() {
 	if errors.As(err, &te) {
 		c.protocolError(te)
 	}
+	// The socket closes first (abort waits for a writev in progress), so
+	// that a Dereg that no longer finds the connection live has nothing
+	// of its region still going out (revokeRead).
+	c.abort()
 	c.q.live.CompareAndSwap(c, nil)
 	c.rxMu.Lock()
 	unix.Close(c.rfd)
@@ -278,6 +282,7 @@ func (c *conn) readable(fd uintptr) bool {
 	}
 	var b [1]byte
 	_, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	c.noteErr(e)
 	c.rxWaited = e == unix.EAGAIN || e == unix.EINTR
 	return !c.rxWaited
 }
@@ -483,6 +488,7 @@ func (c *conn) sysRead(iov []unix.Iovec) (int, bool, error) {
 		case unix.EAGAIN:
 			return 0, false, nil
 		}
+		c.noteErr(e)
 		return 0, false, e
 	}
 }
@@ -1308,7 +1314,9 @@ func (c *conn) rxReadRequest(h wire.Hdr) error {
 				"RDMA Read of %d bytes at STag %#x offset %#x: %v", size, r.SrcSTag(), r.SrcTO(), ae)
 		}
 	}
-	c.irq[c.irqTail%uint64(len(c.irq))] = irqEntry{kind: irqRead, sinkSTag: r.SinkSTag(), sinkTO: r.SinkTO(), src: src, mr: m}
+	e := &c.irq[c.irqTail%uint64(len(c.irq))]
+	*e = irqEntry{kind: irqRead, sinkSTag: r.SinkSTag(), sinkTO: r.SinkTO(), src: src, mr: m}
+	copy(e.req[:], h)
 	c.irqTail++
 	if len(src) > 0 {
 		c.rx.owe = true

@@ -260,13 +260,44 @@ func TestNoReadResponseFromDeregisteredRegion(t *testing.T) {
 // Write outstanding only for the QP's timeout and retries (here cm's
 // Timeout 14 and RetryCnt 7: 0.55 s); the Write then completes with
 // WCRetryExcErr and the QP fails (the Write stayed outstanding for good).
+// The application busy-polls, so that the receive side may be the one the
+// kernel tells of the timeout (the Write was then flushed instead).
 func TestPeerThatStopsReadingTimesOut(t *testing.T) {
 	defer iwarp.SetMinUserTimeout(0)()
+	for range 3 {
+		v := newVictim(t, 4)
+		src := guard(t, v, 32<<20, verbs.AccessLocalWrite)
+		dialHostile(t, v, false, false, false)
+		if n, err := v.e.PostSend(0, []verbs.SendWR{{WRID: 7, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{src.r.SGE(0, src.r.Len)}, RemoteAddr: 0x1000, RKey: 0x4242}}); n != 1 {
+			t.Fatalf("post write: %v", err)
+		}
+		wc := make([]verbs.WorkCompletion, 4)
+		deadline := time.Now().Add(20 * time.Second)
+		for v.e.SendCQ.Poll(wc) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the Write never completed")
+			}
+		}
+		if wc[0].WRID != 7 || wc[0].Status != verbs.WCRetryExcErr {
+			t.Fatalf("the Write completed with %+v, want a retry-exceeded error", wc[0])
+		}
+		expectVictimError(t, v)
+	}
+}
+
+// TestSmallWriteToStoppedPeerTimesOut: a 64-byte Write whose bytes, and
+// the Read that asks for its confirmation, the peer's TCP takes and
+// acknowledges, but that nothing answers (the peer's process is
+// stopped), completes with WCRetryExcErr after the QP's timeout: TCP's
+// own timeout never fires, as nothing stays unacknowledged.
+func TestSmallWriteToStoppedPeerTimesOut(t *testing.T) {
+	defer iwarp.SetMinUserTimeout(0)()
 	v := newVictim(t, 4)
-	src := guard(t, v, 32<<20, verbs.AccessLocalWrite)
+	src := guard(t, v, 4096, verbs.AccessLocalWrite)
 	dialHostile(t, v, false, false, false)
 	if n, err := v.e.PostSend(0, []verbs.SendWR{{WRID: 7, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
-		SGList: []verbs.SGE{src.r.SGE(0, src.r.Len)}, RemoteAddr: 0x1000, RKey: 0x4242}}); n != 1 {
+		SGList: []verbs.SGE{src.r.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 0x4242}}); n != 1 {
 		t.Fatalf("post write: %v", err)
 	}
 	wcs, err := v.e.Completions(verbstest.SendCQ, 1, 20*time.Second)
@@ -274,4 +305,76 @@ func TestPeerThatStopsReadingTimesOut(t *testing.T) {
 		t.Fatalf("the Write completed with %+v (%v), want a retry-exceeded error", wcs, err)
 	}
 	expectVictimError(t, v)
+}
+
+// TestDeregFailsTheReadItCuts: a Write, then a 32 MiB Read whose region
+// the responder deregisters while the response goes out. The Read fails
+// with a remote access error and the Write, which was placed, succeeds
+// (the Terminate named no request, and the peer blamed the Write).
+func TestDeregFailsTheReadItCuts(t *testing.T) {
+	for range 3 {
+		a, b, _, _ := connectPair(t, 1<<16, nil, nil)
+		const size = 32 << 20
+		big, err := b.pd.AllocMR(size, verbs.AccessLocalWrite|verbs.RemoteAccess)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range big.Bytes() {
+			big.Bytes()[i] = 0x5a
+		}
+		sink, err := a.pd.AllocMR(size, verbs.AccessLocalWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.qp.PostSend([]verbs.SendWR{
+			{WRID: 1, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 64)},
+				RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
+			{WRID: 2, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled, SGList: []verbs.SGE{sink.SGE(0, size)},
+				RemoteAddr: big.Addr(), RKey: big.RKey()},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		// The response has begun arriving (the kernel's writes into the
+		// sink are invisible to the race detector).
+		sb := sink.Bytes()
+		for deadline := time.Now().Add(10 * time.Second); sb[0] != 0x5a && time.Now().Before(deadline); {
+			runtime.Gosched()
+		}
+		if err := big.Dereg(); err != nil {
+			t.Fatal(err)
+		}
+		wcs := a.wait(t, 2)
+		if wcs[0].WRID != 1 || wcs[0].Status != verbs.WCSuccess {
+			t.Fatalf("the Write completed with %+v, want a success", wcs[0])
+		}
+		if wcs[1].WRID != 2 || (wcs[1].Status != verbs.WCRemAccessErr && wcs[1].Status != verbs.WCSuccess) {
+			t.Fatalf("the Read completed with %+v, want a remote access error (or a success, had it ended first)", wcs[1])
+		}
+	}
+}
+
+// TestDeregTerminateSurvivesPeerTraffic: what the peer sends once the
+// responder, cutting a Read short for a Dereg, has stopped receiving is
+// read and dropped before the socket closes, so that the Terminate
+// reaches the peer (closing with it unread reset the stream, and the
+// Terminate was lost).
+func TestDeregTerminateSurvivesPeerTraffic(t *testing.T) {
+	v := newVictim(t, 4)
+	big := guard(t, v, 32<<20, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	h := dialHostile(t, v, false, false, false)
+	h.send(h.readRequest(uint32(big.r.Len), big.r.RKey, big.r.Addr))
+	if b := h.readFPDU(); !wire.Hdr(b).Tagged() || wire.Hdr(b).Opcode() != wire.OpReadResponse {
+		t.Fatalf("the victim sent %x, want a Read Response", b[:min(len(b), wire.TaggedLen)])
+	}
+	done := make(chan error, 1)
+	go func() { done <- v.e.DeregRegion(big.r.ID) }()
+	expectVictimError(t, v) // receiving has stopped
+	h.send(h.readRequest(0, 0, 0))
+	term := h.expectTerminate(wire.LayerRDMAP, wire.RDMAPRemoteProtect, wire.RDMAPInvalidSTag)
+	if wire.Hdr(term[wire.TerminateLen:]).Opcode() != wire.OpReadRequest {
+		t.Fatalf("the Terminate names %v, want the Read Request", wire.Hdr(term[wire.TerminateLen:]).Opcode())
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
