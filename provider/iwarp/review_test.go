@@ -209,13 +209,10 @@ func TestSilentClientHoldsUpNoOther(t *testing.T) {
 	}
 }
 
-// TestNoReadResponseFromDeregisteredRegion: the peer's Read of a 32 MiB
-// region is under way, its socket full, when the region is deregistered
-// and its memory reused. Nothing written to the memory after Dereg
-// returns reaches the peer (the transmitter went on sending the rest of
-// the response from it): the stream ends with a Terminate, or, when the
-// peer takes nothing for 2 s, without.
-func TestNoReadResponseFromDeregisteredRegion(t *testing.T) {
+// bigReadUnderWay has a hostile peer Read a victim's 32 MiB region and
+// take the first FPDU of the response.
+func bigReadUnderWay(t *testing.T) (*victim, guarded, *hostile) {
+	t.Helper()
 	v := newVictim(t, 4)
 	big := guard(t, v, 32<<20, verbs.AccessLocalWrite|verbs.RemoteAccess)
 	h := dialHostile(t, v, false, false, false)
@@ -223,6 +220,17 @@ func TestNoReadResponseFromDeregisteredRegion(t *testing.T) {
 	if b := h.readFPDU(); !wire.Hdr(b).Tagged() || wire.Hdr(b).Opcode() != wire.OpReadResponse {
 		t.Fatalf("the victim sent %x, want a Read Response", b[:min(len(b), wire.TaggedLen)])
 	}
+	return v, big, h
+}
+
+// TestNoReadResponseFromDeregisteredRegion: the peer's Read of a 32 MiB
+// region is under way, its socket full, when the region is deregistered
+// and its memory reused. Nothing written to the memory after Dereg
+// returns reaches the peer (the transmitter went on sending the rest of
+// the response from it): the stream ends with a Terminate, or, when the
+// peer takes nothing for 2 s, without.
+func TestNoReadResponseFromDeregisteredRegion(t *testing.T) {
+	v, big, h := bigReadUnderWay(t)
 	t0 := time.Now()
 	if err := v.e.DeregRegion(big.r.ID); err != nil {
 		t.Fatal(err)
@@ -359,13 +367,7 @@ func TestDeregFailsTheReadItCuts(t *testing.T) {
 // reaches the peer (closing with it unread reset the stream, and the
 // Terminate was lost).
 func TestDeregTerminateSurvivesPeerTraffic(t *testing.T) {
-	v := newVictim(t, 4)
-	big := guard(t, v, 32<<20, verbs.AccessLocalWrite|verbs.RemoteAccess)
-	h := dialHostile(t, v, false, false, false)
-	h.send(h.readRequest(uint32(big.r.Len), big.r.RKey, big.r.Addr))
-	if b := h.readFPDU(); !wire.Hdr(b).Tagged() || wire.Hdr(b).Opcode() != wire.OpReadResponse {
-		t.Fatalf("the victim sent %x, want a Read Response", b[:min(len(b), wire.TaggedLen)])
-	}
+	v, big, h := bigReadUnderWay(t)
 	done := make(chan error, 1)
 	go func() { done <- v.e.DeregRegion(big.r.ID) }()
 	expectVictimError(t, v) // receiving has stopped
