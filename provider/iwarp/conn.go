@@ -691,31 +691,36 @@ func (c *conn) revokeRead(m *mr) {
 	owed := q.c == c && !q.destroyed && c.owes(m)
 	q.mu.Unlock()
 	if owed {
+		// Under both locks, receiving stops and the response is cut
+		// (the transmitter may have built the rest of it meanwhile:
+		// then nothing is cut, and the pins below cover it).
+		owed = false
 		c.rxMu.Lock()
-		c.rxStopped.Store(true)
-		c.rxMu.Unlock()
 		q.mu.Lock()
 		if q.c == c && !q.destroyed {
-			// The Terminate names the Read Request, so that the peer
-			// fails that Read, not the WR before it.
-			var req [wire.ReadRequestLen]byte
 			for i := c.irqHead; i != c.irqTail; i++ {
-				if e := &c.irq[i%uint64(len(c.irq))]; e.mr == m {
-					req = e.req
-					for j := i; j != c.irqTail; j++ {
-						c.irq[j%uint64(len(c.irq))] = irqEntry{}
-					}
-					c.irqTail = i
-					break
+				e := &c.irq[i%uint64(len(c.irq))]
+				if e.mr != m {
+					continue
 				}
-			}
-			c.terminate(wire.LayerRDMAP, wire.RDMAPRemoteProtect, rdmapCode(accessBadSTag), wire.Hdr(req[:]))
-			if q.attr.State != driver.QPSErr {
-				q.ctx.Event(driver.EventQPAccessErr, q.userCtx)
-				q.toErr()
+				owed = true
+				c.rxStopped.Store(true)
+				// The Terminate names the Read Request, so that the
+				// peer fails that Read, not the WR before it.
+				c.terminate(wire.LayerRDMAP, wire.RDMAPRemoteProtect, rdmapCode(accessBadSTag), wire.Hdr(e.req[:]))
+				for j := i; j != c.irqTail; j++ {
+					c.irq[j%uint64(len(c.irq))] = irqEntry{}
+				}
+				c.irqTail = i
+				if q.attr.State != driver.QPSErr {
+					q.ctx.Event(driver.EventQPAccessErr, q.userCtx)
+					q.toErr()
+				}
+				break
 			}
 		}
 		q.mu.Unlock()
+		c.rxMu.Unlock()
 	}
 	deadline := time.Now().Add(terminateTimeout)
 	for d := 10 * time.Microsecond; c.pinning(m); d = min(2*d, time.Millisecond) {
@@ -725,20 +730,28 @@ func (c *conn) revokeRead(m *mr) {
 		}
 		time.Sleep(d)
 	}
-	if owed {
-		t := time.NewTimer(time.Until(deadline))
-		select {
-		case <-c.txDone:
-			// The Terminate is out and the stream half closed: what
-			// the peer sent meanwhile is read and dropped until it
-			// closes too, so that closing with it unread does not
-			// reset the stream and lose the Terminate (as in
-			// protocolError).
-			c.drainUntil(deadline)
-		case <-c.done:
-		case <-t.C:
-		}
-		t.Stop()
+	if !owed {
+		return
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-c.txDone:
+		// The Terminate is out and the stream half closed, and nothing
+		// of m goes out any more. What the peer sends meanwhile is read
+		// and dropped, for a while or until it closes, so that closing
+		// with it unread does not reset the stream and lose the
+		// Terminate (as in protocolError); that need not hold up
+		// Dereg. (The receive goroutine, which lives until abort, keeps
+		// wg from reaching zero before this Add.)
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.drainUntil(time.Now().Add(closeLinger))
+			c.abort()
+		}()
+	case <-c.done:
+	case <-t.C:
 		c.abort()
 	}
 }
@@ -822,7 +835,7 @@ func (c *conn) checkResponses() {
 	r := &q.req
 	age := time.Duration(monotime() - r.orq[r.orqHead%maxRdAtomic].sent)
 	frames := c.rxFrames.Load()
-	if frames == c.respFrames && age >= c.ackTimeout {
+	if frames == c.respFrames && age >= c.ackTimeout && !c.bytesInFlight() {
 		c.timedOut.Store(true)
 		q.mu.Unlock()
 		c.abort()
@@ -833,6 +846,23 @@ func (c *conn) checkResponses() {
 	c.respFrames = frames
 	c.respTimer.Reset(c.ackTimeout)
 	q.mu.Unlock()
+}
+
+// bytesInFlight reports whether the socket holds bytes either way: sent
+// and not yet acknowledged, or not sent (the request may not have reached
+// the peer yet, behind a large message on a slow path; a peer that
+// stops taking them is TCP_USER_TIMEOUT's to end), or received and not
+// yet read (the answer may be there, this side slow to read it).
+func (c *conn) bytesInFlight() bool {
+	busy := false
+	if c.rawc != nil {
+		c.rawc.Control(func(fd uintptr) {
+			out, err1 := unix.IoctlGetInt(int(fd), unix.SIOCOUTQ)
+			in, err2 := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+			busy = out > 0 || in > 0 || err1 != nil || err2 != nil
+		})
+	}
+	return busy
 }
 
 // minUserTimeout is the least time tcp0 lets the peer leave data
@@ -1055,6 +1085,15 @@ func (c *conn) finish() {
 	c.rxMu.Lock()
 	c.noteErr(c.rx.err)
 	c.rxMu.Unlock()
+	// The transmitter's error may say why the stream ended (the kernel
+	// reports a timeout to one system call): it stops once aborted.
+	c.abort()
+	t := time.NewTimer(terminateTimeout)
+	select {
+	case <-c.txDone:
+	case <-t.C:
+	}
+	t.Stop()
 	q.mu.Lock()
 	if q.c == c && !q.destroyed {
 		if c.timedOut.Load() {

@@ -53,8 +53,9 @@
 // long; Timeout 0 never times out. Data the peer leaves unacknowledged
 // that long, a window it keeps closed, or a request (a Read, an atomic,
 // or the Read that confirms Sends and Writes) it leaves unanswered while
-// nothing at all comes from it for that long (a peer whose process is
-// stopped still has its TCP acknowledge and answer probes) ends the
+// nothing at all comes from it for that long and the socket holds no
+// bytes either way (a peer whose process is stopped still has its TCP
+// acknowledge and answer probes; a slow path only delays) ends the
 // connection: the WR it held up completes with WCRetryExcErr, the rest
 // are flushed.
 //

@@ -380,3 +380,63 @@ func TestDeregTerminateSurvivesPeerTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSlowPeerIsNotTimedOut: a healthy peer on a slow path (it reads the
+// stream at some 6 MB/s, and answers each confirming Read at once) is
+// not timed out while an 8 MiB Write, and the Read behind it, take longer
+// than the QP's timeout (0.55 s) to reach it: they sit in the socket, and
+// nothing comes from the peer meanwhile (the Write failed with
+// WCRetryExcErr).
+func TestSlowPeerIsNotTimedOut(t *testing.T) {
+	defer iwarp.SetMinUserTimeout(0)()
+	v := newVictim(t, 4)
+	src := guard(t, v, 8<<20, verbs.AccessLocalWrite)
+	h := dialHostile(t, v, false, false, false)
+	if n, err := v.e.PostSend(0, []verbs.SendWR{{WRID: 7, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{src.r.SGE(0, src.r.Len)}, RemoteAddr: 0x1000, RKey: 0x4242}}); n != 1 {
+		t.Fatalf("post write: %v", err)
+	}
+	done := make(chan []verbs.WorkCompletion, 1)
+	go func() {
+		wcs, _ := v.e.Completions(verbstest.SendCQ, 1, 15*time.Second)
+		done <- wcs
+	}()
+	for {
+		select {
+		case wcs := <-done:
+			if len(wcs) != 1 || wcs[0].WRID != 7 || wcs[0].Status != verbs.WCSuccess {
+				t.Fatalf("the Write to a slow, healthy peer completed with %+v, want a success", wcs)
+			}
+			return
+		default:
+		}
+		b := h.readFPDU()
+		switch {
+		case !wire.Hdr(b).Tagged() && wire.Hdr(b).Opcode() == wire.OpReadRequest:
+			r := wire.ReadRequest(b)
+			var hdr [wire.TaggedLen]byte
+			wire.Hdr(hdr[:]).SetTagged(wire.OpReadResponse, true, r.SinkSTag(), r.SinkTO(), 0)
+			h.send(h.fpdu(hdr[:], nil))
+		case !wire.Hdr(b).Tagged() && wire.Hdr(b).Opcode() == wire.OpTerminate:
+			t.Fatal("the victim terminated the stream")
+		}
+		time.Sleep(10 * time.Millisecond) // the slow path: some 64 KiB per 10 ms
+	}
+}
+
+// TestDeregReturnsBeforeQuietPeerCloses: a Dereg that cuts a Read short
+// returns once the Terminate is out, though the peer keeps its side open
+// (it waited for the peer to close, 2 s).
+func TestDeregReturnsBeforeQuietPeerCloses(t *testing.T) {
+	v, big, h := bigReadUnderWay(t)
+	done := make(chan time.Duration, 1)
+	start := time.Now()
+	go func() {
+		v.e.DeregRegion(big.r.ID)
+		done <- time.Since(start)
+	}()
+	h.expectTerminate(wire.LayerRDMAP, wire.RDMAPRemoteProtect, wire.RDMAPInvalidSTag)
+	if d := <-done; d > time.Second {
+		t.Fatalf("Dereg returned %v after it began, its Terminate long out: it waited for the peer to close", d)
+	}
+}
