@@ -739,17 +739,12 @@ func (c *conn) revokeRead(m *mr) {
 	case <-c.txDone:
 		// The Terminate is out and the stream half closed, and nothing
 		// of m goes out any more. What the peer sends meanwhile is read
-		// and dropped, for a while or until it closes, so that closing
-		// with it unread does not reset the stream and lose the
-		// Terminate (as in protocolError); that need not hold up
-		// Dereg. (The receive goroutine, which lives until abort, keeps
-		// wg from reaching zero before this Add.)
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			c.drainUntil(time.Now().Add(closeLinger))
-			c.abort()
-		}()
+		// and dropped until it closes (a goverbs peer does at once), or
+		// for closeLinger, so that closing with it unread does not
+		// reset the stream and lose the Terminate (as in
+		// protocolError).
+		c.drainUntil(time.Now().Add(closeLinger))
+		c.abort()
 	case <-c.done:
 	case <-t.C:
 		c.abort()

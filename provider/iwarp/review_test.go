@@ -425,8 +425,8 @@ func TestSlowPeerIsNotTimedOut(t *testing.T) {
 }
 
 // TestDeregReturnsBeforeQuietPeerCloses: a Dereg that cuts a Read short
-// returns once the Terminate is out, though the peer keeps its side open
-// (it waited for the peer to close, 2 s).
+// returns soon after the Terminate is out (200 ms at most), though the
+// peer keeps its side open (it waited for the peer to close, 2 s).
 func TestDeregReturnsBeforeQuietPeerCloses(t *testing.T) {
 	v, big, h := bigReadUnderWay(t)
 	done := make(chan time.Duration, 1)
