@@ -665,6 +665,16 @@ func (c *conn) pinning(m *mr) bool {
 	return false
 }
 
+// holds reports whether a Read Response from m is queued, or its bytes
+// in the batch being written.
+func (c *conn) holds(m *mr) bool {
+	q := c.q
+	q.mu.Lock()
+	owed := q.c == c && !q.destroyed && c.owes(m)
+	q.mu.Unlock()
+	return owed || c.pinning(m)
+}
+
 // owes reports whether a Read Response from m is queued, wholly or in
 // part unsent. q.mu is held.
 func (c *conn) owes(m *mr) bool {

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,19 +22,26 @@ import (
 // A hostile peer: a raw TCP client that does the MPA handshake by hand
 // with a goverbs endpoint (the victim) and then sends what it likes.
 
-// victim is a goverbs endpoint with one QP accepting a connection.
+// victim is a goverbs endpoint with QPs accepting connections: conn is
+// the first one's, more the others'.
 type victim struct {
 	e        *verbstest.Local
 	l        *cm.Listener
 	accepted chan error
 	conn     *cm.Conn
+	mu       sync.Mutex
+	more     []*cm.Conn // guarded by mu
 }
 
 // newVictim makes the endpoint and starts accepting one connection with
 // ird Read and atomic responder resources.
-func newVictim(t testing.TB, ird uint8) *victim {
+func newVictim(t testing.TB, ird uint8) *victim { return newVictimN(t, ird, 1) }
+
+// newVictimN is newVictim with n QPs, accepting a connection each, in
+// order; each dialHostile takes the next.
+func newVictimN(t testing.TB, ird uint8, n int) *victim {
 	t.Helper()
-	opts := verbstest.PairOptions{}.Defaults()
+	opts := verbstest.PairOptions{QPs: n}.Defaults()
 	e, err := verbstest.NewLocal("tcp0", opts, false)
 	if err != nil {
 		t.Fatalf("victim endpoint: %v", err)
@@ -43,22 +51,41 @@ func newVictim(t testing.TB, ird uint8) *victim {
 		e.Close()
 		t.Fatalf("listen: %v", err)
 	}
-	v := &victim{e: e, l: l, accepted: make(chan error, 1)}
+	v := &victim{e: e, l: l, accepted: make(chan error, n)}
 	t.Cleanup(func() {
 		l.Close()
 		if v.conn != nil {
 			v.conn.Close()
+		}
+		v.mu.Lock()
+		more := v.more
+		v.mu.Unlock()
+		for _, c := range more {
+			c.Close()
 		}
 		e.Close()
 	})
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		req, err := l.Accept(ctx)
-		if err == nil {
-			v.conn, err = req.Accept(e.QPs[0], &cm.Param{ResponderResources: ird})
+		for i := range n {
+			req, err := l.Accept(ctx)
+			var c *cm.Conn
+			if err == nil {
+				c, err = req.Accept(e.QPs[i], &cm.Param{ResponderResources: ird})
+			}
+			if i == 0 {
+				v.conn = c
+			} else if c != nil {
+				v.mu.Lock()
+				v.more = append(v.more, c)
+				v.mu.Unlock()
+			}
+			v.accepted <- err
+			if err != nil {
+				return
+			}
 		}
-		v.accepted <- err
 	}()
 	return v
 }

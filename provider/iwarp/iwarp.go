@@ -317,10 +317,23 @@ func (m *mr) Dereg() error {
 		}
 		cn.q.mu.Lock()
 		cn.q.mu.Unlock()
-		// Nor is anything of it sent: the peer's Reads of it are cut
-		// short.
-		cn.revokeRead(m)
 	}
+	// Nor is anything of it sent: the peer's Reads of it are cut short,
+	// on every connection that sends or owes some at once (each may wait
+	// for its peer). One that does neither now never will: the region's
+	// revocation keeps new Read Requests of it out and its bytes out of
+	// new batches.
+	var wg sync.WaitGroup
+	for _, cn := range conns {
+		if cn.holds(m) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cn.revokeRead(m)
+			}()
+		}
+	}
+	wg.Wait()
 	return nil
 }
 

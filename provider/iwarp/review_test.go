@@ -440,3 +440,26 @@ func TestDeregReturnsBeforeQuietPeerCloses(t *testing.T) {
 		t.Fatalf("Dereg returned %v after it began, its Terminate long out: it waited for the peer to close", d)
 	}
 }
+
+// TestDeregCutsReadsOnAllConnectionsAtOnce: two peers Read the same
+// 32 MiB region, then read nothing more. Dereg cuts both short at once,
+// so it waits for peers that take nothing once (2 s), not once per
+// connection.
+func TestDeregCutsReadsOnAllConnectionsAtOnce(t *testing.T) {
+	v := newVictimN(t, 4, 2)
+	big := guard(t, v, 32<<20, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	for range 2 {
+		h := dialHostile(t, v, false, false, false)
+		h.send(h.readRequest(uint32(big.r.Len), big.r.RKey, big.r.Addr))
+		if b := h.readFPDU(); !wire.Hdr(b).Tagged() || wire.Hdr(b).Opcode() != wire.OpReadResponse {
+			t.Fatalf("the victim sent %x, want a Read Response", b[:min(len(b), wire.TaggedLen)])
+		}
+	}
+	start := time.Now()
+	if err := v.e.DeregRegion(big.r.ID); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 3500*time.Millisecond {
+		t.Fatalf("Dereg took %v: it cut the two Reads one after the other", d)
+	}
+}
