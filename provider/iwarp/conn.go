@@ -670,20 +670,22 @@ func (c *conn) pinning(m *mr) bool {
 func (c *conn) holds(m *mr) bool {
 	q := c.q
 	q.mu.Lock()
-	owed := q.c == c && !q.destroyed && c.owes(m)
+	_, owed := c.owed(m)
+	owed = owed && q.c == c && !q.destroyed
 	q.mu.Unlock()
 	return owed || c.pinning(m)
 }
 
-// owes reports whether a Read Response from m is queued, wholly or in
-// part unsent. q.mu is held.
-func (c *conn) owes(m *mr) bool {
+// owed finds the first Read Response from m queued, wholly or in part
+// unsent: its position in the queue, and whether there is one. q.mu is
+// held.
+func (c *conn) owed(m *mr) (uint64, bool) {
 	for i := c.irqHead; i != c.irqTail; i++ {
 		if c.irq[i%uint64(len(c.irq))].mr == m {
-			return true
+			return i, true
 		}
 	}
-	return false
+	return 0, false
 }
 
 // revokeRead keeps the bytes of m, which Dereg has revoked, from going
@@ -697,41 +699,28 @@ func (c *conn) owes(m *mr) bool {
 // must not be held.
 func (c *conn) revokeRead(m *mr) {
 	q := c.q
+	// Under both locks, receiving stops and a response still owed is cut
+	// (the transmitter may have built the rest of it since holds looked:
+	// then nothing is cut, and the pins below cover it).
+	c.rxMu.Lock()
 	q.mu.Lock()
-	owed := q.c == c && !q.destroyed && c.owes(m)
-	q.mu.Unlock()
-	if owed {
-		// Under both locks, receiving stops and the response is cut
-		// (the transmitter may have built the rest of it meanwhile:
-		// then nothing is cut, and the pins below cover it).
-		owed = false
-		c.rxMu.Lock()
-		q.mu.Lock()
-		if q.c == c && !q.destroyed {
-			for i := c.irqHead; i != c.irqTail; i++ {
-				e := &c.irq[i%uint64(len(c.irq))]
-				if e.mr != m {
-					continue
-				}
-				owed = true
-				c.rxStopped.Store(true)
-				// The Terminate names the Read Request, so that the
-				// peer fails that Read, not the WR before it.
-				c.terminate(wire.LayerRDMAP, wire.RDMAPRemoteProtect, rdmapCode(accessBadSTag), wire.Hdr(e.req[:]))
-				for j := i; j != c.irqTail; j++ {
-					c.irq[j%uint64(len(c.irq))] = irqEntry{}
-				}
-				c.irqTail = i
-				if q.attr.State != driver.QPSErr {
-					q.ctx.Event(driver.EventQPAccessErr, q.userCtx)
-					q.toErr()
-				}
-				break
-			}
+	i, owed := c.owed(m)
+	if owed = owed && q.c == c && !q.destroyed; owed {
+		c.rxStopped.Store(true)
+		// The Terminate names the Read Request, so that the peer fails
+		// that Read, not the WR before it.
+		c.terminate(wire.LayerRDMAP, wire.RDMAPRemoteProtect, rdmapCode(accessBadSTag), wire.Hdr(c.irq[i%uint64(len(c.irq))].req[:]))
+		for j := i; j != c.irqTail; j++ {
+			c.irq[j%uint64(len(c.irq))] = irqEntry{}
 		}
-		q.mu.Unlock()
-		c.rxMu.Unlock()
+		c.irqTail = i
+		if q.attr.State != driver.QPSErr {
+			q.ctx.Event(driver.EventQPAccessErr, q.userCtx)
+			q.toErr()
+		}
 	}
+	q.mu.Unlock()
+	c.rxMu.Unlock()
 	deadline := time.Now().Add(terminateTimeout)
 	for d := 10 * time.Microsecond; c.pinning(m); d = min(2*d, time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -1107,7 +1096,6 @@ func (c *conn) finish() {
 		q.toErr()
 	}
 	q.mu.Unlock()
-	c.abort()
 	close(c.done)
 }
 

@@ -282,7 +282,9 @@ func (c *conn) readable(fd uintptr) bool {
 	}
 	var b [1]byte
 	_, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-	c.noteErr(e)
+	if e == unix.ETIMEDOUT {
+		c.noteErr(e)
+	}
 	c.rxWaited = e == unix.EAGAIN || e == unix.EINTR
 	return !c.rxWaited
 }
