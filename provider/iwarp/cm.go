@@ -238,19 +238,22 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 		r.nc.Close()
 		return nil, fmt.Errorf("%w: %d bytes of private data with the MPA blocks, at most %d", driver.ErrPrivateData, len(pd), wire.MaxPrivateData)
 	}
-	c := newConn(q, r.nc, crc, ext, ird, ord)
+	c, err := newConn(q, r.nc, crc, ext, ird, ord)
+	if err != nil {
+		r.nc.Close()
+		return nil, err
+	}
 	c.wantRTR = rtr
 	remote := driver.ConnParam{PrivateData: append([]byte(nil), s.private...),
 		ResponderResources: uint8(min(s.ird, 255)), InitiatorDepth: uint8(min(s.ord, 255))}
 	p.QPNum = q.num
 	if err := q.attach(c); err != nil {
-		r.nc.Close()
+		c.discard()
 		return nil, err
 	}
 	fail := func(err error) (driver.Conn, error) {
 		q.detach(c)
-		c.abort()
-		c.wait()
+		c.discard()
 		return nil, err
 	}
 	if err := driver.ConnectRTR(q, p, remote); err != nil {
@@ -366,25 +369,29 @@ func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.C
 		rtr = wire.RTRWrite
 	}
 	crc := rep.Flags()&wire.FlagCRC != 0 || CRC()
-	c := newConn(q, nc, crc, ext, ird, min(wantOrd, s.ird))
+	c, err := newConn(q, nc, crc, ext, ird, min(wantOrd, s.ird))
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
 	c.initiator = true
 	c.rtrOut = rtr
 	c.gate.Store(true)
 	c.remoteQPN.Store(remote.QPNum)
 	p.QPNum = q.num
 	if err := q.attach(c); err != nil {
-		nc.Close()
+		c.discard()
 		return nil, err
 	}
 	if err := driver.ConnectRC(q, p, remote); err != nil {
 		q.detach(c)
-		nc.Close()
+		c.discard()
 		return nil, err
 	}
 	if !stop() {
 		// The context ended as the connection came up.
 		q.detach(c)
-		nc.Close()
+		c.discard()
 		return nil, ctx.Err()
 	}
 	c.start()

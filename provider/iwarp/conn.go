@@ -138,15 +138,14 @@ type conn struct {
 	pinned bool
 	// finishPending: the batch left in tb ends the stream.
 	finishPending bool
-	writeFn       func(fd uintptr) bool // nbWrite as a value, made once
-	nbN           int                   // nbWrite's result
+	wdeadline     time.Time // the transmitter's writes fail after it (a Terminate's)
+	nbN           int       // nbWrite's result
 	nbErr         unix.Errno
 
 	// Receiving: rxMu makes one goroutine at a time the receiver;
 	// rxMissed tells the holder that another wanted to receive; rxBusy
-	// counts read system calls in progress (abort waits for them); rfd
-	// is a descriptor of c's own for the socket; rawc waits for it to
-	// become readable; rxEnded: the receive goroutine has stopped
+	// counts read system calls and placements in progress (abort waits
+	// for them); rxEnded: the receive goroutine has stopped
 	// receiving; rxStopped (set under rxMu): a disconnect stopped
 	// receiving, so that nothing is placed once it has flushed the
 	// receives and Reads.
@@ -169,11 +168,12 @@ type conn struct {
 	confirmDue   atomic.Bool
 	confirmSince atomic.Int64
 	rxWake       chan struct{}
-	rfd          int
-	rawc         syscall.RawConn
-	readableFn   func(fd uintptr) bool
-	rxWaited     bool    // readable waited for the socket (the receive goroutine's)
 	rx           rxState // guarded by rxMu
+
+	// sk is the socket, out of the runtime's poller (see sock); nc, the
+	// net package's descriptor of it, is closed once the connection
+	// starts.
+	sk *sock
 }
 
 // irqKind is the kind of a queued response.
@@ -200,19 +200,18 @@ type irqEntry struct {
 }
 
 // newConn makes the connection of q over nc with what MPA negotiated.
-func newConn(q *qp, nc *net.TCPConn, crc, ext bool, ird, ord int) *conn {
-	c := &conn{q: q, nc: nc, crc: crc, ext: ext, ird: min(ird, maxRdAtomic), ord: min(ord, maxRdAtomic),
+// Until start, the caller disposes of it with discard.
+func newConn(q *qp, nc *net.TCPConn, crc, ext bool, ird, ord int) (*conn, error) {
+	sk, err := newSock(nc)
+	if err != nil {
+		return nil, err
+	}
+	c := &conn{sk: sk, q: q, nc: nc, crc: crc, ext: ext, ird: min(ird, maxRdAtomic), ord: min(ord, maxRdAtomic),
 		rtrSeen: make(chan struct{}), wake: make(chan struct{}, 1), txDone: make(chan struct{}), done: make(chan struct{})}
 	c.irq = make([]irqEntry, c.ird)
 	c.pins = make([]*mr, 0, c.ird)
-	c.rfd = -1
 	c.rx.msn = [wire.NumQN]uint32{1, 1, 1, 1}
 	c.rxWake = make(chan struct{}, 1)
-	c.readableFn = c.readable
-	// The raw socket is there from the start: a PostSend racing the end
-	// of connection setup transmits through it too.
-	c.rawc, _ = nc.SyscallConn()
-	c.writeFn = c.nbWrite
 	c.lazyTimer = time.AfterFunc(time.Hour, c.flushLazy)
 	c.lazyTimer.Stop()
 	c.confirmTimer = time.AfterFunc(time.Hour, c.confirmNow)
@@ -221,21 +220,19 @@ func newConn(q *qp, nc *net.TCPConn, crc, ext bool, ird, ord int) *conn {
 	c.respTimer.Stop()
 	nc.SetNoDelay(true)
 	nc.SetKeepAlive(true)
-	return c
+	return c, nil
+}
+
+// discard disposes of a connection that never started.
+func (c *conn) discard() {
+	c.abort()
+	c.sk.release()
 }
 
 // start runs the connection's goroutines, and lets pollers of the QP's
 // CQs receive.
 func (c *conn) start() {
-	if c.rawc != nil {
-		c.rawc.Control(func(fd uintptr) {
-			c.rfd, _ = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
-		})
-	}
-	if c.rfd < 0 {
-		// Out of descriptors: the connection fails at once.
-		c.rx.err = fmt.Errorf("iwarp: no descriptor for the socket")
-	}
+	c.closeOnce.Do(func() { c.nc.Close() }) // out of the runtime's poller
 	c.q.live.Store(c)
 	c.wg.Add(2)
 	go c.rxLoop()
@@ -322,6 +319,7 @@ func (c *conn) abort() {
 	}
 	c.kickMu.Unlock()
 	c.closeOnce.Do(func() { c.nc.Close() })
+	c.sk.shutdown()
 	c.lazyTimer.Stop()
 	c.confirmTimer.Stop()
 	c.respTimer.Stop()
@@ -417,7 +415,7 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 			return true, false
 		}
 		if c.finishPending {
-			c.nc.CloseWrite()
+			c.sk.closeWrite()
 			return false, true
 		}
 	}
@@ -502,10 +500,10 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 			b.computeCRCs()
 		}
 		if finish && !closing {
-			c.nc.SetWriteDeadline(time.Now().Add(terminateTimeout))
+			c.wdeadline = time.Now().Add(terminateTimeout)
 		}
 		if raceEnabled {
-			raceRelease(c.nc)
+			c.sk.control(raceRelease)
 		}
 		b.bufs = b.iov[:b.niov]
 		left, err := c.writeBatch(b, nb)
@@ -522,7 +520,7 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 		}
 	}
 	if finish {
-		c.nc.CloseWrite()
+		c.sk.closeWrite()
 		return false, true
 	}
 	return more, false
@@ -531,18 +529,26 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 // writeBatch writes b.bufs: all of it, or with nb as much as the socket
 // takes at once (left: some is left in b.bufs).
 func (c *conn) writeBatch(b *txBatch, nb bool) (left bool, err error) {
-	if !nb {
-		_, err := b.bufs.WriteTo(c.nc)
-		c.noteErr(err)
-		return false, err
+	for {
+		left, err = c.writeOnce(b)
+		if nb || !left || err != nil {
+			return left, err
+		}
+		// The socket is full: wait for room.
+		if err := c.sk.waitOut(c.wdeadline); err != nil {
+			return false, err
+		}
 	}
+}
+
+// writeOnce is one writev of b.bufs that does not wait.
+func (c *conn) writeOnce(b *txBatch) (left bool, err error) {
 	c.nbN, c.nbErr = 0, 0
-	if c.rawc == nil {
+	if !c.sk.enter() {
 		return false, net.ErrClosed
 	}
-	if err := c.rawc.Write(c.writeFn); err != nil {
-		return false, err
-	}
+	c.nbWrite(uintptr(c.sk.fd))
+	c.sk.exit()
 	switch c.nbErr {
 	case 0, unix.EAGAIN, unix.EINTR:
 	default:
@@ -554,7 +560,7 @@ func (c *conn) writeBatch(b *txBatch, nb bool) (left bool, err error) {
 }
 
 // nbWrite is one writev of the batch that does not wait for the socket.
-func (c *conn) nbWrite(fd uintptr) bool {
+func (c *conn) nbWrite(fd uintptr) {
 	b := &c.tb
 	n := min(len(b.bufs), len(b.wiov))
 	k := 0
@@ -567,7 +573,7 @@ func (c *conn) nbWrite(fd uintptr) bool {
 		k++
 	}
 	if k == 0 {
-		return true
+		return
 	}
 	r, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&b.wiov[0])), uintptr(k))
 	if e == 0 {
@@ -575,7 +581,6 @@ func (c *conn) nbWrite(fd uintptr) bool {
 	}
 	c.nbErr = e
 	clear(b.wiov[:k])
-	return true
 }
 
 // addResponses builds the queued Read and Atomic Responses into b, in
@@ -759,8 +764,8 @@ func (c *conn) drainUntil(deadline time.Time) {
 	c.rxMu.Lock()
 	defer c.rxMu.Unlock()
 	var drain [4096]byte
-	for nap := 10 * time.Microsecond; c.rfd >= 0 && time.Now().Before(deadline); {
-		n, err := unix.Read(c.rfd, drain[:])
+	for nap := 10 * time.Microsecond; time.Now().Before(deadline); {
+		n, err := c.sk.read(drain[:])
 		switch {
 		case err == unix.EAGAIN || err == unix.EINTR:
 			time.Sleep(nap)
@@ -778,8 +783,9 @@ func (c *conn) drainUntil(deadline time.Time) {
 // write(2) and read(2) for the race detector but not writev(2), so with
 // both ends in one process the detector would otherwise not see that a
 // receiver's completion follows what the sender's goroutines did. A
-// write of nothing, just before the writev, is a write(2) of nothing.
-func raceRelease(nc *net.TCPConn) { nc.Write(nil) }
+// write of nothing to the socket, just before the writev, is a
+// write(2) of nothing.
+func raceRelease(fd int) { syscall.Write(fd, nil) }
 
 // streamBroken handles a failed write: the peer is gone or the stream
 // was closed under the transmitter. The QP moves to the error state.
@@ -849,13 +855,11 @@ func (c *conn) checkResponses() {
 // yet read (the answer may be there, this side slow to read it).
 func (c *conn) bytesInFlight() bool {
 	busy := false
-	if c.rawc != nil {
-		c.rawc.Control(func(fd uintptr) {
-			out, err1 := unix.IoctlGetInt(int(fd), unix.SIOCOUTQ)
-			in, err2 := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
-			busy = out > 0 || in > 0 || err1 != nil || err2 != nil
-		})
-	}
+	c.sk.control(func(fd int) {
+		out, err1 := unix.IoctlGetInt(fd, unix.SIOCOUTQ)
+		in, err2 := unix.IoctlGetInt(fd, unix.SIOCINQ)
+		busy = out > 0 || in > 0 || err1 != nil || err2 != nil
+	})
 	return busy
 }
 
@@ -888,11 +892,8 @@ func userTimeout(timeout, retries uint8) time.Duration {
 // (checkResponses). q.mu is held.
 func (c *conn) setUserTimeout(d time.Duration) {
 	c.ackTimeout = d
-	if c.rawc == nil {
-		return
-	}
-	c.rawc.Control(func(fd uintptr) {
-		unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(d.Milliseconds()))
+	c.sk.control(func(fd int) {
+		unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(d.Milliseconds()))
 	})
 }
 

@@ -344,9 +344,9 @@ func TestDisconnectAfterReceive(t *testing.T) {
 }
 
 // TestNoDescriptorLeak connects, uses and tears down pairs of QPs many
-// times: each connection holds a descriptor of its own for the socket
-// besides the net package's, and both must be closed once the QPs are
-// destroyed.
+// times: each connection holds descriptors of its own (the socket, and
+// the two epoll instances that watch it), and closes the net package's
+// once it starts; all must be closed once the QPs are destroyed.
 func TestNoDescriptorLeak(t *testing.T) {
 	count := func() int {
 		d, err := os.ReadDir("/proc/self/fd")

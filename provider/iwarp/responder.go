@@ -188,8 +188,7 @@ func (c *conn) rxLoop() {
 	c.abort()
 	c.q.live.CompareAndSwap(c, nil)
 	c.rxMu.Lock()
-	unix.Close(c.rfd)
-	c.rfd = -1
+	c.sk.release()
 	c.rxMu.Unlock()
 }
 
@@ -252,11 +251,11 @@ func (c *conn) rxRun() error {
 			}
 			spinUntil = time.Time{}
 		}
-		err := c.rawc.Read(c.readableFn)
+		err := c.sk.waitIn()
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				// A poller kicked the goroutine (kickRx).
-				c.nc.SetReadDeadline(time.Time{})
+				c.sk.unkick()
 				continue
 			}
 			c.rxMu.Lock()
@@ -270,29 +269,10 @@ func (c *conn) rxRun() error {
 	}
 }
 
-// readable is the receive goroutine's test, after the runtime has reset
-// the socket's readiness, for whether there is anything to read (or an
-// end or error to learn of); false makes it wait for the socket.
-func (c *conn) readable(fd uintptr) bool {
-	if c.rxWaited {
-		// Called again after a wait: the socket has become readable
-		// (or a poller took what came, and the round finds nothing).
-		c.rxWaited = false
-		return true
-	}
-	var b [1]byte
-	_, _, e := unix.Syscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1, unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-	if e == unix.ETIMEDOUT {
-		c.noteErr(e)
-	}
-	c.rxWaited = e == unix.EAGAIN || e == unix.EINTR
-	return !c.rxWaited
-}
-
 // kickRx makes the receive goroutine run a round, for a poller that
 // found the stream ended.
 func (c *conn) kickRx() {
-	c.nc.SetReadDeadline(time.Unix(1, 0))
+	c.sk.kick()
 	c.wakeRx()
 }
 
@@ -475,14 +455,14 @@ func (c *conn) sysRead(iov []unix.Iovec) (int, bool, error) {
 		return 0, false, c.rx.revokedErr()
 	}
 	for {
-		n, _, e := unix.Syscall(unix.SYS_READV, uintptr(c.rfd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+		n, _, e := unix.Syscall(unix.SYS_READV, uintptr(c.sk.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
 		switch e {
 		case 0:
 			if n == 0 {
 				return 0, true, io.EOF
 			}
 			if raceEnabled {
-				raceAcquire(c.rfd)
+				raceAcquire(c.sk.fd)
 			}
 			return int(n), true, nil
 		case unix.EINTR:
@@ -823,13 +803,16 @@ func (c *conn) protocolError(te *termError) {
 	}
 	q.mu.Unlock()
 	deadline := time.Now().Add(terminateTimeout)
-	c.nc.SetReadDeadline(deadline)
 	var drain [4096]byte
 	for {
-		_, err := c.nc.Read(drain[:])
-		if errors.Is(err, os.ErrDeadlineExceeded) && time.Now().Before(deadline) {
-			c.nc.SetReadDeadline(deadline) // a poller's kick (kickRx)
-			continue
+		n, err := c.sk.read(drain[:])
+		if err == unix.EAGAIN || err == unix.EINTR {
+			err = c.sk.waitInUntil(deadline)
+			if errors.Is(err, os.ErrDeadlineExceeded) && time.Now().Before(deadline) {
+				err = nil // a poller's kick (kickRx)
+			}
+		} else if err == nil && n == 0 {
+			break
 		}
 		if err != nil {
 			break
