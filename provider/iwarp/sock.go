@@ -99,6 +99,11 @@ func (w *watch) open(fd int, events uint32) error {
 		return fmt.Errorf("iwarp: epoll for the socket: %w", err)
 	}
 	f := os.NewFile(uintptr(ep), "iwarp-epoll")
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		// Not in the runtime's poller, so nothing could wait for it.
+		f.Close()
+		return fmt.Errorf("iwarp: epoll for the socket: %w", err)
+	}
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
