@@ -173,7 +173,8 @@ type conn struct {
 	// sk is the socket, out of the runtime's poller (see sock); nc, the
 	// net package's descriptor of it, is closed once the connection
 	// starts.
-	sk *sock
+	sk      *sock
+	started bool // start has run (set and read by setup's goroutine)
 }
 
 // irqKind is the kind of a queued response.
@@ -223,15 +224,22 @@ func newConn(q *qp, nc *net.TCPConn, crc, ext bool, ird, ord int) (*conn, error)
 	return c, nil
 }
 
-// discard disposes of a connection that never started.
+// discard disposes of a connection that setup gives up on: it aborts it
+// and, once started, waits for its goroutines (the receive goroutine
+// releases the socket); before, it releases the socket itself.
 func (c *conn) discard() {
 	c.abort()
+	if c.started {
+		c.wait()
+		return
+	}
 	c.sk.release()
 }
 
 // start runs the connection's goroutines, and lets pollers of the QP's
 // CQs receive.
 func (c *conn) start() {
+	c.started = true
 	c.closeOnce.Do(func() { c.nc.Close() }) // out of the runtime's poller
 	c.q.live.Store(c)
 	c.wg.Add(2)

@@ -7,9 +7,14 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"runtime"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/cm"
 
@@ -461,5 +466,105 @@ func TestDeregCutsReadsOnAllConnectionsAtOnce(t *testing.T) {
 	}
 	if d := time.Since(start); d > 3500*time.Millisecond {
 		t.Fatalf("Dereg took %v: it cut the two Reads one after the other", d)
+	}
+}
+
+// TestAcceptFailingAfterStartClosesOnce: an initiator that completes MPA
+// but closes before its RTR makes Accept fail after the connection has
+// started. The connection's descriptors must be closed once: before the
+// fix, both Accept's failure path and the receive goroutine closed the
+// socket's, the second time under whoever had reused the number (here,
+// the test's own descriptors, which a goroutine keeps opening).
+func TestAcceptFailingAfterStartClosesOnce(t *testing.T) {
+	maxFD := func() int {
+		d, _ := os.ReadDir("/proc/self/fd")
+		m := 0
+		for _, e := range d {
+			if n, err := strconv.Atoi(e.Name()); err == nil && n > m {
+				m = n
+			}
+		}
+		return m
+	}
+	v := newVictim(t, 4)
+	h := dialHostile(t, v, false, false, true) // no RTR: Accept waits, started
+	limit := maxFD()
+	var stop atomic.Bool
+	got := make(chan []int)
+	go func() {
+		var kept []int
+		for !stop.Load() {
+			fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				continue
+			}
+			if fd <= limit {
+				kept = append(kept, fd) // a number the victim freed
+			} else {
+				unix.Close(fd)
+			}
+		}
+		got <- kept
+	}()
+	h.nc.Close()
+	err := <-v.accepted
+	stop.Store(true)
+	kept := <-got
+	if err == nil {
+		t.Fatal("Accept succeeded without the initiator's RTR")
+	}
+	for _, fd := range kept {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+			t.Errorf("descriptor %d, opened by the test, was closed under it: %v", fd, err)
+		} else {
+			unix.Close(fd)
+		}
+	}
+}
+
+// TestNoDescriptorLeakAfterDestroyOrReset: QPs destroyed without a
+// disconnect, and connections the peer resets, leave no descriptor open.
+func TestNoDescriptorLeakAfterDestroyOrReset(t *testing.T) {
+	count := func() int {
+		d, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip("no /proc/self/fd")
+		}
+		return len(d)
+	}
+	for _, mode := range []string{"destroy", "reset"} {
+		round := func() {
+			t.Run(mode, func(t *testing.T) {
+				if mode == "destroy" {
+					a, b, _, _ := connectPair(t, 4096, nil, nil)
+					for _, e := range []*pairEnd{a, b} {
+						if err := e.qp.Destroy(); err != nil {
+							t.Fatal(err)
+						}
+					}
+					return
+				}
+				v := newVictim(t, 4)
+				h := dialHostile(t, v, false, false, false)
+				h.nc.(*net.TCPConn).SetLinger(0) // close with a reset
+				h.nc.Close()
+				select {
+				case <-v.conn.Done():
+				case <-time.After(5 * time.Second):
+					t.Fatal("the connection did not end after the peer reset it")
+				}
+				if err := v.e.QPs[0].Destroy(); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+		round() // the first round may open descriptors that stay (the runtime's poller)
+		before := count()
+		for range 10 {
+			round()
+		}
+		if after := count(); after > before {
+			t.Errorf("%s: %d descriptors open after 10 rounds, %d before", mode, after, before)
+		}
 	}
 }

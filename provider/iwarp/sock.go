@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -40,6 +41,7 @@ type sock struct {
 	in, out watch // input; room to write
 	busy    atomic.Int32
 	closed  atomic.Bool
+	release func() // closes the descriptors, once
 }
 
 // watch is an epoll instance that watches the socket for one kind of
@@ -62,6 +64,7 @@ func newSock(nc *net.TCPConn) (*sock, error) {
 		return nil, err
 	}
 	s := &sock{fd: -1}
+	s.release = sync.OnceFunc(s.closeAll)
 	var derr error
 	if err := rc.Control(func(fd uintptr) {
 		s.fd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
@@ -129,21 +132,23 @@ func (s *sock) exit() { s.busy.Add(-1) }
 
 // shutdown makes every later enter fail, waits for the system calls in
 // progress (none waits), and wakes the goroutines waiting for the socket
-// (their waits fail with net.ErrClosed). fd stays open until release.
+// (their waits fail with net.ErrClosed). Every caller waits, not only the
+// first: one may release fd as soon as its shutdown returns. fd stays
+// open until release.
 func (s *sock) shutdown() {
-	if s.closed.Swap(true) {
-		return
-	}
+	first := !s.closed.Swap(true)
 	for s.busy.Load() != 0 {
 		runtime.Gosched()
 	}
-	s.in.f.Close()
-	s.out.f.Close()
+	if first {
+		s.in.f.Close()
+		s.out.f.Close()
+	}
 }
 
-// release closes the socket's descriptors, after shutdown and once
-// nothing reads it any more.
-func (s *sock) release() {
+// closeAll closes the socket's descriptors (release, once), after
+// shutdown and once nothing reads it any more.
+func (s *sock) closeAll() {
 	s.closed.Store(true)
 	for _, w := range []*watch{&s.in, &s.out} {
 		if w.f != nil {
