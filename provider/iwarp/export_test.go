@@ -2,6 +2,7 @@ package iwarp
 
 import (
 	"errors"
+	"runtime"
 	"time"
 
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -37,7 +38,7 @@ func FramesReceived(q driver.QP) uint64 {
 }
 
 // HoldReceive takes the receiving of q's connection, as a poller does,
-// until release: the receive goroutine stands aside.
+// until release: the receive goroutine waits.
 func HoldReceive(q driver.QP) (release func()) {
 	c := q.(*qp).live.Load()
 	c.rxMu.Lock()
@@ -54,4 +55,25 @@ func DrainHeld(q driver.QP, budget int) (int, error) {
 		err = nil
 	}
 	return int(c.rxFrames.Load() - before), err
+}
+
+// AbortWithSocketCallHeld announces a system call on the socket of q's
+// connection, as the transmitter does before its writev, then aborts the
+// connection in a goroutine (as a Close does: the abort waits for the
+// call) and, once the abort has begun, kicks the receive goroutine (as a
+// poller that found the stream ended does), which then ends. It returns
+// the socket's descriptor, a channel closed when the abort returns, and
+// the function that ends the call; ok false: q has no live connection.
+func AbortWithSocketCallHeld(q driver.QP) (fd int, aborted <-chan struct{}, end func(), ok bool) {
+	c := q.(*qp).live.Load()
+	if c == nil || !c.sk.enter() {
+		return -1, nil, nil, false
+	}
+	done := make(chan struct{})
+	go func() { c.abort(); close(done) }()
+	for !c.sk.closed.Load() {
+		runtime.Gosched()
+	}
+	c.kickRx()
+	return c.sk.fd, done, c.sk.exit, true
 }

@@ -343,18 +343,35 @@ func TestDisconnectAfterReceive(t *testing.T) {
 	}
 }
 
+// openDescriptors counts the process's open descriptors.
+func openDescriptors(t *testing.T) int {
+	d, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	return len(d)
+}
+
+// leavesNoDescriptor runs round once (which may open descriptors that
+// stay: the runtime's poller's), then n more times, and fails the test
+// if more descriptors are open after them than before.
+func leavesNoDescriptor(t *testing.T, what string, n int, round func()) {
+	t.Helper()
+	round()
+	before := openDescriptors(t)
+	for range n {
+		round()
+	}
+	if after := openDescriptors(t); after > before {
+		t.Errorf("%s: %d descriptors open after %d rounds, %d before", what, after, n, before)
+	}
+}
+
 // TestNoDescriptorLeak connects, uses and tears down pairs of QPs many
 // times: each connection holds descriptors of its own (the socket, and
 // the two epoll instances that watch it), and closes the net package's
 // once it starts; all must be closed once the QPs are destroyed.
 func TestNoDescriptorLeak(t *testing.T) {
-	count := func() int {
-		d, err := os.ReadDir("/proc/self/fd")
-		if err != nil {
-			t.Skip("no /proc/self/fd")
-		}
-		return len(d)
-	}
 	round := func() {
 		t.Run("pair", func(t *testing.T) {
 			a, b, ca, cb := connectPair(t, 4096, nil, nil)
@@ -376,14 +393,7 @@ func TestNoDescriptorLeak(t *testing.T) {
 			}
 		})
 	}
-	round() // the first connection may open descriptors that stay (the runtime's poller)
-	before := count()
-	for range 20 {
-		round()
-	}
-	if after := count(); after > before {
-		t.Fatalf("%d descriptors open after 20 connections, %d before", after, before)
-	}
+	leavesNoDescriptor(t, "connections", 20, round)
 }
 
 // TestReadWhileWrittenWithCRC: with MPA CRCs on, RDMA Reads of memory its

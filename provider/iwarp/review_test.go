@@ -525,13 +525,6 @@ func TestAcceptFailingAfterStartClosesOnce(t *testing.T) {
 // TestNoDescriptorLeakAfterDestroyOrReset: QPs destroyed without a
 // disconnect, and connections the peer resets, leave no descriptor open.
 func TestNoDescriptorLeakAfterDestroyOrReset(t *testing.T) {
-	count := func() int {
-		d, err := os.ReadDir("/proc/self/fd")
-		if err != nil {
-			t.Skip("no /proc/self/fd")
-		}
-		return len(d)
-	}
 	for _, mode := range []string{"destroy", "reset"} {
 		round := func() {
 			t.Run(mode, func(t *testing.T) {
@@ -558,13 +551,37 @@ func TestNoDescriptorLeakAfterDestroyOrReset(t *testing.T) {
 				}
 			})
 		}
-		round() // the first round may open descriptors that stay (the runtime's poller)
-		before := count()
-		for range 10 {
-			round()
-		}
-		if after := count(); after > before {
-			t.Errorf("%s: %d descriptors open after 10 rounds, %d before", mode, after, before)
+		leavesNoDescriptor(t, mode, 10, round)
+	}
+}
+
+// TestConcurrentAbortWaitsForWriter: while one abort (a Close, Destroy or
+// Modify to the error state) waits for a system call announced on the
+// socket (a writev between sock.enter and its call), the receive
+// goroutine ends (a poller's kick finds the connection aborted). Its own
+// abort must wait too: rxLoop closes the socket's descriptor right after
+// it, which would leave the writev to run on a closed, or reused,
+// descriptor number. Before the fix, the second abort returned at once
+// and the descriptor was closed under the writer in every run.
+func TestConcurrentAbortWaitsForWriter(t *testing.T) {
+	_, b, _, _ := connectPair(t, 4096, nil, nil)
+	fd, aborted, end, ok := iwarp.AbortWithSocketCallHeld(b.qp.Driver())
+	if !ok {
+		t.Fatal("no live connection to hold a system call on")
+	}
+	// Nothing signals that the descriptor was not closed: look for a while
+	// (the receive goroutine, unblocked, ends within microseconds).
+	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); runtime.Gosched() {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+			t.Errorf("descriptor %d closed while a system call on it was announced: %v", fd, err)
+			break
 		}
 	}
+	select {
+	case <-aborted:
+		t.Error("the first abort returned while a system call on the socket was announced")
+	default:
+	}
+	end()
+	<-aborted
 }
