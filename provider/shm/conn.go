@@ -382,13 +382,13 @@ func (c *conn) serveSegment(id uint32, write bool) {
 }
 
 // pushSegmentLocked sends segment id to the peer: only a segment with
-// remote rights or receive buffers is ever handed out, writable only when
-// a region on it may be written by the peer (or, with wantWrite false,
-// whenever it may); otherwise the message carries no descriptor. ctx.segMu
-// is held.
+// remote rights or receive buffers, and a region of the QP's PD, is ever
+// handed out, writable only when a region on it may be written by the
+// peer (or, with wantWrite false, whenever it may); otherwise the message
+// carries no descriptor. ctx.segMu is held.
 func (c *conn) pushSegmentLocked(id uint32, si *segInfo, wantWrite bool) {
 	fd, writable := -1, false
-	if si != nil {
+	if si.inPD(c.q.pd) {
 		if ok, w := si.shareable(true); ok && w {
 			fd, writable = si.seg.fd, true
 		} else if ok, _ := si.shareable(false); ok && !wantWrite {
@@ -420,7 +420,7 @@ func (c *conn) pushShareable() {
 	ctx.segMu.Lock()
 	defer ctx.segMu.Unlock()
 	for id, si := range ctx.segs {
-		if ok, _ := si.shareable(false); ok {
+		if ok, _ := si.shareable(false); ok && si.inPD(c.q.pd) {
 			c.pushSegmentLocked(id, si, false)
 		}
 	}

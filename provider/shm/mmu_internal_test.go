@@ -174,25 +174,21 @@ func TestReadOnlyRegionMappedReadOnly(t *testing.T) {
 // answer without a descriptor, for reading or writing, and so does one
 // that asks for a segment that does not exist; one that asks to write a
 // read-only region's segment gets a read-only descriptor, which the
-// kernel refuses to map writable.
+// kernel refuses to map writable. A segment whose regions all belong to
+// another PD than the QP's is neither pushed to its peer nor served.
 func TestPrivateRegionNeverShared(t *testing.T) {
 	p := localHarness().NewPair(t, verbstest.PairOptions{})
 	b := p.B.(*verbstest.Local)
 	bctx := driverQP(b.QPs[0]).ctx
 	c := driverQP(p.A.QPs[0]).conn
 
-	// ask sends a raw request for segment id and returns the answer,
-	// taken from the arrivals before the requester sees it.
+	// await takes the next answer or push for segment id from the
+	// arrivals, before the requester sees it (it posts nothing, and so
+	// takes none); ask sends a raw request for segment id and awaits the
+	// answer.
 	q := driverQP(p.A.QPs[0])
-	ask := func(id uint32, write bool) segReply {
+	await := func(id uint32) segReply {
 		t.Helper()
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		w := uint32(0)
-		if write {
-			w = 1
-		}
-		c.sendCtrl(msgGetSeg, id, w)
 		timer := time.NewTimer(waitLimit)
 		defer timer.Stop()
 		for {
@@ -211,6 +207,17 @@ func TestPrivateRegionNeverShared(t *testing.T) {
 				t.Fatalf("no answer to the request for segment %d", id)
 			}
 		}
+	}
+	ask := func(id uint32, write bool) segReply {
+		t.Helper()
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		w := uint32(0)
+		if write {
+			w = 1
+		}
+		c.sendCtrl(msgGetSeg, id, w)
+		return await(id)
 	}
 
 	priv := newRegion(t, p.B, 256, verbs.AccessLocalWrite)
@@ -240,5 +247,57 @@ func TestPrivateRegionNeverShared(t *testing.T) {
 			unix.Munmap(m)
 		}
 		t.Fatalf("mapping the read-only descriptor writable: %v, want EACCES", err)
+	}
+
+	// A region of another PD, with every remote right, is not the
+	// business of a peer of this QP's PD: neither pushed nor served.
+	pd2, err := b.Ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd2.Dealloc()
+	other, err := pd2.AllocMR(256, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Dereg()
+	otherID := segmentOf(t, bctx, other.RKey())
+	for _, write := range []bool{false, true} {
+		if r := ask(otherID, write); r.fd >= 0 {
+			unix.Close(r.fd)
+			t.Fatalf("a peer of another PD asking for a region's segment (write %v) got a descriptor", write)
+		}
+	}
+
+	// Once the last region of the QP's PD leaves a segment that regions
+	// of another PD keep alive, the peer is told it is gone.
+	shared, err := b.PD.AllocMR(256, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sharedID := segmentOf(t, bctx, shared.RKey())
+	q.mu.Lock()
+	pushed := await(sharedID) // pushed at once: a region the peer may read
+	q.mu.Unlock()
+	if pushed.fd < 0 || pushed.gone {
+		t.Fatalf("the peer of the QP's PD got %+v for a segment with a region it may read, want a descriptor", pushed)
+	}
+	unix.Close(pushed.fd)
+	kept, err := pd2.RegMR(shared.Bytes(), verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Dereg()
+	if segmentOf(t, bctx, kept.RKey()) != sharedID {
+		t.Fatal("a region registered inside an AllocMR region is not in its segment")
+	}
+	if err := shared.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	q.mu.Lock()
+	gone := await(sharedID)
+	q.mu.Unlock()
+	if !gone.gone {
+		t.Fatalf("after the last region of the QP's PD left segment %d the peer got %+v, want it gone", sharedID, gone)
 	}
 }

@@ -2,9 +2,11 @@
 // two processes on one host, with the data path entirely in user space.
 //
 // Remotely accessible memory lives in shared memory. Each AllocMR is its
-// own memfd, sealed against resizing; its owner hands it to each peer when
-// it becomes shareable (or when the connection is made), so that even a
-// first access needs nothing from the target, and the peer maps it
+// own memfd, sealed against resizing; its owner hands it to each peer of
+// the PDs with regions in it when it becomes shareable (or when the
+// connection is made), so that even a first access needs nothing from the
+// target, and takes it back from a PD's peers once no region of that PD
+// lies in it. The peer maps it
 // read-only unless a region on it grants remote write or atomic access or
 // the peer must place a Send in it, so that the MMU, not only a check in
 // code, enforces the right. Regions without remote
@@ -190,16 +192,29 @@ func (c *devCtx) forget(cn *conn) {
 	c.connMu.Unlock()
 }
 
-// publishSegment pushes segment id to every connected peer once it may be
-// shared (or shared writable); gone tells them it was freed. segMu is held.
-func (c *devCtx) publishSegment(id uint32, si *segInfo, gone bool) {
+// publishSegment pushes segment id to every connected peer of a PD with a
+// region in it (of only, if not nil), once it may be shared (or shared
+// writable); gone tells every peer that it was freed. segMu is held.
+func (c *devCtx) publishSegment(id uint32, si *segInfo, gone bool, only *pd) {
 	c.connMu.Lock()
 	defer c.connMu.Unlock()
 	for cn := range c.conns {
 		if gone {
 			cn.sendCtrl(msgSegGone, id, 0)
-		} else {
+		} else if ok, _ := si.shareable(false); ok && si.inPD(cn.q.pd) && (only == nil || cn.q.pd == only) {
 			cn.pushSegmentLocked(id, si, false)
+		}
+	}
+}
+
+// withdrawSegment tells the peers of p's QPs that segment id, which holds
+// no region of p any more, is gone for them. segMu is held.
+func (c *devCtx) withdrawSegment(id uint32, p *pd) {
+	c.connMu.Lock()
+	defer c.connMu.Unlock()
+	for cn := range c.conns {
+		if cn.q.pd == p {
+			cn.sendCtrl(msgSegGone, id, 0)
 		}
 	}
 }
@@ -212,8 +227,14 @@ type segInfo struct {
 	seg    *segment
 	access driver.AccessFlags // guarded by devCtx.segMu
 	refs   int                // regions registered in it; guarded by devCtx.segMu
+	pds    map[*pd]int        // of those, per PD; guarded by devCtx.segMu
 	recv   atomic.Bool
 }
+
+// inPD reports whether a region of p lies in the segment: only the peers
+// of p's QPs, whose keys must name regions of p, are ever handed it.
+// devCtx.segMu is held.
+func (si *segInfo) inPD(p *pd) bool { return si != nil && si.pds[p] > 0 }
 
 // shareable says whether a peer may map the segment, and whether
 // writable: only segments with remote rights or receive buffers are ever
@@ -397,9 +418,16 @@ func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID u
 			before := si.access
 			si.access |= access & driver.RemoteAccess
 			si.refs++
+			if si.pds == nil {
+				si.pds = map[*pd]int{}
+			}
+			si.pds[p]++
 			m.si, m.segID = si, segID
-			if si.access != before {
-				c.publishSegment(segID, si, false)
+			switch {
+			case si.access != before:
+				c.publishSegment(segID, si, false, nil)
+			case si.pds[p] == 1:
+				c.publishSegment(segID, si, false, p) // news only to p's peers
 			}
 		}
 		c.segMu.Unlock()
@@ -448,8 +476,12 @@ func (m *mr) Dereg() error {
 		c.segMu.Lock()
 		if si.refs--; si.refs == 0 {
 			delete(c.segs, m.segID)
-			c.publishSegment(m.segID, nil, true)
+			c.publishSegment(m.segID, nil, true, nil)
 			dead = si.seg
+		} else if si.pds[m.pd]--; si.pds[m.pd] == 0 {
+			// The last region of m's PD in it: its peers may unmap it.
+			delete(si.pds, m.pd)
+			c.withdrawSegment(m.segID, m.pd)
 		}
 		c.segMu.Unlock()
 	}
@@ -502,7 +534,7 @@ func (c *devCtx) exposeForRecv(sg []driver.SGE) {
 			// may have dropped it, and then closes its descriptor,
 			// whose number another file may take.
 			if c.segs[m.segID] == m.si && !m.si.recv.Swap(true) {
-				c.publishSegment(m.segID, m.si, false)
+				c.publishSegment(m.segID, m.si, false, nil)
 			}
 			c.segMu.Unlock()
 		}
