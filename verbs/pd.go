@@ -109,6 +109,9 @@ func (p *PD) CreateQP(attr QPInitAttr) (*QP, error) {
 	if attr.SRQ == nil && c.MaxRecvWR == 0 {
 		return nil, fmt.Errorf("verbs: create QP: %w: MaxRecvWR must be at least 1 without an SRQ", ErrInvalidArg)
 	}
+	if attr.SRQ != nil && attr.SRQ.pd != p {
+		return nil, fmt.Errorf("verbs: create QP: %w: the SRQ belongs to another PD; create it on the QP's PD, whose memory its receives must be in", ErrInvalidArg)
+	}
 	q := &QP{pd: p, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ}
 	da := driver.QPInitAttr{Type: QPTypeRC, SendCQ: attr.SendCQ.d, RecvCQ: attr.RecvCQ.d, Cap: c, SigAll: attr.SigAll, UserCtx: q}
 	if attr.SRQ != nil {

@@ -1,6 +1,7 @@
 package verbstest
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/goverbs/goverbs/verbs"
@@ -116,4 +117,54 @@ func testSRQLimit(t *testing.T, h Harness) {
 	postSRQ(t, p, dst, 8, 8)
 	send(9)
 	expectLimitEvent(false, "again without re-arming")
+}
+
+// testSRQOtherPD: a QP cannot draw its receives from an SRQ of another
+// PD (a PD's objects are used only with each other: a Send is placed
+// only into memory of the receiving QP's PD). CreateQP refuses it with
+// ErrInvalidArg and takes nothing: the other PD can be deallocated at
+// once, and a QP of the SRQ's own PD gets the SRQ.
+func testSRQOtherPD(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapSRQ, "CapSRQ")
+	ctx, err := verbs.Open(h.Device)
+	if err != nil {
+		t.Fatalf("open %s: %v", h.Device, err)
+	}
+	defer ctx.Close()
+	pd1, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd2, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := ctx.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srq, err := pd2.CreateSRQ(verbs.SRQInitAttr{MaxWR: 4, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attr := verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, SRQ: srq, Cap: verbs.QPCap{MaxSendWR: 4, MaxSendSGE: 1}}
+	if q, err := pd1.CreateQP(attr); !errors.Is(err, verbs.ErrInvalidArg) {
+		if q != nil {
+			q.Destroy()
+		}
+		t.Fatalf("CreateQP on one PD with an SRQ of another: %v, want ErrInvalidArg", err)
+	}
+	if err := pd1.Dealloc(); err != nil {
+		t.Fatalf("deallocating the PD after the refused CreateQP: %v", err)
+	}
+	q, err := pd2.CreateQP(attr)
+	if err != nil {
+		t.Fatalf("CreateQP on the SRQ's own PD: %v", err)
+	}
+	if err := q.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srq.Destroy(); err != nil {
+		t.Fatalf("destroying the SRQ once its QP is gone: %v", err)
+	}
 }

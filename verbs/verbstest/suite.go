@@ -80,6 +80,7 @@ var suite = []testCase{
 
 	{"SRQ/SharedByQPs", testSRQShared},
 	{"SRQ/LimitEvent", testSRQLimit},
+	{"SRQ/OtherPD", testSRQOtherPD},
 
 	{"DataPath/ZeroAlloc", testZeroAlloc},
 
