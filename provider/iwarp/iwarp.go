@@ -86,7 +86,12 @@
 // for an application that sleeps on a CQ or is busy elsewhere. A poll
 // that finds the CQ empty makes one read system call per connection of
 // its QPs: a CQ shared by many connections is better waited on (CQ.Wait)
-// than busy-polled.
+// than busy-polled. Once a connection is up its socket is out of the Go
+// runtime's poller, which wakes a thread at every segment that arrives on
+// a socket it watches: two epoll instances of the connection's own watch
+// it for input and for room, armed only when the receive goroutine or the
+// transmitter is about to wait, so that the messages of an application
+// that polls wake no thread.
 package iwarp
 
 import (
