@@ -446,8 +446,9 @@ func (c *conn) absorb() {
 			c.retire(r.id, old)
 		}
 		switch {
-		case r.gone:
-		case r.fd < 0:
+		case r.fd < 0 || r.gone:
+			// No descriptor, or the segment freed or withdrawn (its
+			// regions for this QP's PD deregistered): a refusal.
 			if c.awaitingSet && r.id == c.awaiting {
 				c.awaitRefused = true
 			}

@@ -269,6 +269,36 @@ func TestPrivateRegionNeverShared(t *testing.T) {
 		}
 	}
 
+	// Nor does a region of the QP's PD that peers do not reach (local
+	// rights only, no receive posted) inside another PD's segment hand
+	// the peer that segment, though the other PD's region may be written
+	// remotely; a receive posted into it does, writable.
+	host, err := pd2.AllocMR(256, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Dereg()
+	hostID := segmentOf(t, bctx, host.RKey())
+	local, err := b.PD.RegMR(host.Bytes()[:64], verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Dereg()
+	if r := ask(hostID, true); r.fd >= 0 {
+		unix.Close(r.fd)
+		t.Fatal("a local-only region of the QP's PD in another PD's remotely writable segment handed the peer that segment")
+	}
+	if _, err := b.QPs[0].PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{local.SGE(0, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	q.mu.Lock()
+	recv := await(hostID)
+	q.mu.Unlock()
+	if recv.fd < 0 || !recv.writable {
+		t.Fatalf("a receive posted into the QP's PD's region handed the peer %+v, want a writable descriptor", recv)
+	}
+	unix.Close(recv.fd)
+
 	// Once the last region of the QP's PD leaves a segment that regions
 	// of another PD keep alive, the peer is told it is gone.
 	shared, err := b.PD.AllocMR(256, verbs.AccessLocalWrite|verbs.AccessRemoteRead)

@@ -3,10 +3,12 @@
 //
 // Remotely accessible memory lives in shared memory. Each AllocMR is its
 // own memfd, sealed against resizing; its owner hands it to each peer of
-// the PDs with regions in it when it becomes shareable (or when the
+// the PDs with regions in it that peers reach (remote rights, or a receive
+// posted into it) when it becomes shareable (or when the
 // connection is made), so that even a first access needs nothing from the
-// target, and takes it back from a PD's peers once no region of that PD
-// lies in it. The peer maps it
+// target, and tells a PD's peers to unmap it once no region of that PD
+// that they reach lies in it (a hostile process may keep its mapping,
+// and its descriptor). The peer maps it
 // read-only unless a region on it grants remote write or atomic access or
 // the peer must place a Send in it, so that the MMU, not only a check in
 // code, enforces the right. Regions without remote
@@ -227,14 +229,43 @@ type segInfo struct {
 	seg    *segment
 	access driver.AccessFlags // guarded by devCtx.segMu
 	refs   int                // regions registered in it; guarded by devCtx.segMu
-	pds    map[*pd]int        // of those, per PD; guarded by devCtx.segMu
+	pds    map[*pd]int        // of those, per PD, the ones peers reach (see reaches); guarded by devCtx.segMu
 	recv   atomic.Bool
 }
 
-// inPD reports whether a region of p lies in the segment: only the peers
-// of p's QPs, whose keys must name regions of p, are ever handed it.
-// devCtx.segMu is held.
+// inPD reports whether a region of p that peers reach lies in the
+// segment: only the peers of p's QPs, whose keys must name regions of p,
+// are ever handed it, and only for such a region. devCtx.segMu is held.
 func (si *segInfo) inPD(p *pd) bool { return si != nil && si.pds[p] > 0 }
+
+// count adds m, which peers have come to reach (it has remote rights, or
+// a receive was posted into it), to its PD's count in the segment, once,
+// and reports whether it is the PD's first. devCtx.segMu is held.
+func (si *segInfo) count(m *mr) bool {
+	if m.counted {
+		return false
+	}
+	m.counted = true
+	if si.pds == nil {
+		si.pds = map[*pd]int{}
+	}
+	si.pds[m.pd]++
+	return si.pds[m.pd] == 1
+}
+
+// uncount takes m out of its PD's count at its Dereg, and reports whether
+// it was the PD's last. devCtx.segMu is held.
+func (si *segInfo) uncount(m *mr) bool {
+	if !m.counted {
+		return false
+	}
+	m.counted = false
+	if si.pds[m.pd]--; si.pds[m.pd] > 0 {
+		return false
+	}
+	delete(si.pds, m.pd)
+	return true
+}
 
 // shareable says whether a peer may map the segment, and whether
 // writable: only segments with remote rights or receive buffers are ever
@@ -345,6 +376,9 @@ type mr struct {
 	// recvPosted: a receive was posted into the region, which a peer's
 	// Send may then write (Dereg has such a region's peers confirm).
 	recvPosted atomic.Bool
+	// counted: m is in its segment's pds (it has remote rights, or a
+	// receive was posted into it); guarded by devCtx.segMu.
+	counted bool
 }
 
 func (p *pd) AllocMR(size int, access driver.AccessFlags) (driver.MR, error) {
@@ -418,15 +452,12 @@ func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID u
 			before := si.access
 			si.access |= access & driver.RemoteAccess
 			si.refs++
-			if si.pds == nil {
-				si.pds = map[*pd]int{}
-			}
-			si.pds[p]++
 			m.si, m.segID = si, segID
+			first := access&driver.RemoteAccess != 0 && si.count(m)
 			switch {
 			case si.access != before:
 				c.publishSegment(segID, si, false, nil)
-			case si.pds[p] == 1:
+			case first:
 				c.publishSegment(segID, si, false, p) // news only to p's peers
 			}
 		}
@@ -478,9 +509,9 @@ func (m *mr) Dereg() error {
 			delete(c.segs, m.segID)
 			c.publishSegment(m.segID, nil, true, nil)
 			dead = si.seg
-		} else if si.pds[m.pd]--; si.pds[m.pd] == 0 {
-			// The last region of m's PD in it: its peers may unmap it.
-			delete(si.pds, m.pd)
+		} else if si.uncount(m) {
+			// The last region of m's PD in it that peers reach: its
+			// peers are told to unmap it.
 			c.withdrawSegment(m.segID, m.pd)
 		}
 		c.segMu.Unlock()
@@ -525,19 +556,29 @@ func (m *mr) Dereg() error {
 func (c *devCtx) exposeForRecv(sg []driver.SGE) {
 	for i := range sg {
 		m := c.mrs[(sg[i].LKey>>8)%maxKeys].Load()
-		if m != nil && m.key == sg[i].LKey && !m.recvPosted.Load() {
-			m.recvPosted.Store(true)
+		if m == nil || m.key != sg[i].LKey || m.recvPosted.Load() {
+			continue // the region's first receive has been seen to
 		}
-		if m != nil && m.key == sg[i].LKey && m.si != nil && !m.si.recv.Load() {
-			c.segMu.Lock()
-			// Only while the segment lives: a Dereg since the lookup
-			// may have dropped it, and then closes its descriptor,
-			// whose number another file may take.
-			if c.segs[m.segID] == m.si && !m.si.recv.Swap(true) {
-				c.publishSegment(m.segID, m.si, false, nil)
+		m.recvPosted.Store(true)
+		if m.si == nil {
+			continue
+		}
+		c.segMu.Lock()
+		// The segment is published only while it lives: a Dereg since
+		// the lookup may have dropped it, and then closes its
+		// descriptor, whose number another file may take. Nor is a
+		// region counted that its Dereg has taken out of the table
+		// (before it takes segMu), which would not uncount it.
+		if c.segs[m.segID] == m.si && c.mrs[(m.key>>8)%maxKeys].Load() == m {
+			newPD := m.si.count(m)
+			switch {
+			case !m.si.recv.Swap(true):
+				c.publishSegment(m.segID, m.si, false, nil) // now writable
+			case newPD:
+				c.publishSegment(m.segID, m.si, false, m.pd)
 			}
-			c.segMu.Unlock()
 		}
+		c.segMu.Unlock()
 	}
 }
 
