@@ -316,9 +316,11 @@ func (c *conn) wakeTx() {
 }
 
 // abort ends the connection at once, without a Terminate: the socket is
-// closed (which waits for any read or write in progress to return, so
-// that nothing is placed after abort returns) and both goroutines stop.
-// It may be called with q.mu held.
+// shut to every later system call, and those in progress, reads and
+// placements included, are waited for (none waits), so that nothing is
+// placed or sent after abort returns; both goroutines stop, and the
+// receive goroutine releases the descriptors as it ends. It may be
+// called with q.mu held.
 func (c *conn) abort() {
 	c.aborted.Store(true)
 	c.kickMu.Lock()
