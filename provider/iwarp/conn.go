@@ -766,10 +766,9 @@ func (c *conn) revokeRead(m *mr) {
 }
 
 // drainUntil reads and drops what the peer sends until it closes its
-// side, or until deadline, once receiving has stopped (rxStopped): on
-// c's own descriptor, which does not wait, so that no deadline of the
-// socket's, which pollers and the receive goroutine set and clear, is
-// involved.
+// side, or until deadline, once receiving has stopped (rxStopped), with
+// reads that do not wait and naps between them: not through the socket's
+// input watch, whose one waiter and deadline are the receive goroutine's.
 func (c *conn) drainUntil(deadline time.Time) {
 	c.rxMu.Lock()
 	defer c.rxMu.Unlock()

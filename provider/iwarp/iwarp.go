@@ -90,8 +90,8 @@
 // runtime's poller, which wakes a thread at every segment that arrives on
 // a socket it watches: two epoll instances of the connection's own watch
 // it for input and for room, armed only when the receive goroutine or the
-// transmitter is about to wait, so that the messages of an application
-// that polls wake no thread.
+// transmitter is about to wait, so that while an application polls, the
+// segments that arrive wake no thread.
 package iwarp
 
 import (

@@ -196,26 +196,25 @@ func (c *devCtx) forget(cn *conn) {
 
 // publishSegment pushes segment id to every connected peer of a PD with a
 // region in it (of only, if not nil), once it may be shared (or shared
-// writable); gone tells every peer that it was freed. segMu is held.
-func (c *devCtx) publishSegment(id uint32, si *segInfo, gone bool, only *pd) {
+// writable). segMu is held.
+func (c *devCtx) publishSegment(id uint32, si *segInfo, only *pd) {
 	c.connMu.Lock()
 	defer c.connMu.Unlock()
 	for cn := range c.conns {
-		if gone {
-			cn.sendCtrl(msgSegGone, id, 0)
-		} else if ok, _ := si.shareable(false); ok && si.inPD(cn.q.pd) && (only == nil || cn.q.pd == only) {
+		if ok, _ := si.shareable(false); ok && si.inPD(cn.q.pd) && (only == nil || cn.q.pd == only) {
 			cn.pushSegmentLocked(id, si, false)
 		}
 	}
 }
 
-// withdrawSegment tells the peers of p's QPs that segment id, which holds
-// no region of p any more, is gone for them. segMu is held.
-func (c *devCtx) withdrawSegment(id uint32, p *pd) {
+// withdrawSegment tells the peers of only's QPs (every peer, if only is
+// nil) that segment id is gone for them: freed, or holding no region of
+// only that they reach any more. segMu is held.
+func (c *devCtx) withdrawSegment(id uint32, only *pd) {
 	c.connMu.Lock()
 	defer c.connMu.Unlock()
 	for cn := range c.conns {
-		if cn.q.pd == p {
+		if only == nil || cn.q.pd == only {
 			cn.sendCtrl(msgSegGone, id, 0)
 		}
 	}
@@ -456,9 +455,9 @@ func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID u
 			first := access&driver.RemoteAccess != 0 && si.count(m)
 			switch {
 			case si.access != before:
-				c.publishSegment(segID, si, false, nil)
+				c.publishSegment(segID, si, nil)
 			case first:
-				c.publishSegment(segID, si, false, p) // news only to p's peers
+				c.publishSegment(segID, si, p) // news only to p's peers
 			}
 		}
 		c.segMu.Unlock()
@@ -507,7 +506,7 @@ func (m *mr) Dereg() error {
 		c.segMu.Lock()
 		if si.refs--; si.refs == 0 {
 			delete(c.segs, m.segID)
-			c.publishSegment(m.segID, nil, true, nil)
+			c.withdrawSegment(m.segID, nil)
 			dead = si.seg
 		} else if si.uncount(m) {
 			// The last region of m's PD in it that peers reach: its
@@ -573,9 +572,9 @@ func (c *devCtx) exposeForRecv(sg []driver.SGE) {
 			newPD := m.si.count(m)
 			switch {
 			case !m.si.recv.Swap(true):
-				c.publishSegment(m.segID, m.si, false, nil) // now writable
+				c.publishSegment(m.segID, m.si, nil) // now writable
 			case newPD:
-				c.publishSegment(m.segID, m.si, false, m.pd)
+				c.publishSegment(m.segID, m.si, m.pd)
 			}
 		}
 		c.segMu.Unlock()
