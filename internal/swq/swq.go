@@ -121,6 +121,10 @@ func (q *Queue) PostDirect(wr *driver.SendWR, e DirectEngine) (handled bool, err
 	if q.busy || q.next.Load() != q.tail || e.State() != driver.QPSRTS || e.Stalled() {
 		return false, nil
 	}
+	// Post's checks, written out: as a function of their own, shared with
+	// Post, with report's completion below instead of the one built here,
+	// a Read8 PostSend took 864 instructions rather than 806 (callgrind),
+	// neither being inlined.
 	if err := driver.CheckSendWR(wr, &q.cap, q.MW); err != nil {
 		return true, err
 	}
