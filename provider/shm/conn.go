@@ -442,6 +442,15 @@ func (c *conn) absorb() {
 		}
 	}
 	for _, r := range arrivals {
+		if old := c.segs[r.id]; old != nil && !r.gone && r.fd >= 0 && c.segRW[r.id] == r.writable {
+			// The segment again, as it is mapped: the peer pushed it
+			// when the connection started and then answered a request
+			// for it sent before that push arrived. (An id is not
+			// reused before its msgSegGone, which this side reads
+			// first, and a sealed segment's size cannot change.)
+			unix.Close(r.fd)
+			continue
+		}
 		if old := c.segs[r.id]; old != nil && (r.gone || r.fd >= 0) {
 			c.retire(r.id, old)
 		}

@@ -407,3 +407,64 @@ func TestSRQLimitEventOncePerArming(t *testing.T) {
 	ds.Destroy()
 	dp.Dealloc()
 }
+
+// TestRepeatedSegmentKeepsMapping: the peer pushes a segment the
+// requester has mapped, as it is mapped (as when its push at the start
+// of the connection crosses an answer to a request for it). The mapping
+// is kept, nothing is retired or remapped, and the descriptor is closed;
+// the same segment pushed with other rights is mapped anew.
+func TestRepeatedSegmentKeepsMapping(t *testing.T) {
+	p := localHarness().NewPair(t, verbstest.PairOptions{})
+	vq := driverQP(p.A.QPs[0])
+	vc := connOf(vq)
+	target := newRegion(t, p.B, 4096, driverRemoteAll)
+	local := newRegion(t, p.A, 4096, verbs.AccessLocalWrite)
+	read := func(id uint64) {
+		t.Helper()
+		postSend(t, p.A, 0, rdma(id, verbs.OpRDMARead, local.SGE(0, 64), target, 0))
+		if wcs := waitWCs(t, p.A, verbstest.SendCQ, 1); wcs[0].Status != verbs.WCSuccess {
+			t.Fatalf("Read %d completed with %v", id, wcs[0].Status)
+		}
+	}
+	read(1)
+	vq.mu.Lock()
+	if len(vc.segs) != 1 {
+		vq.mu.Unlock()
+		t.Fatalf("%d peer segments mapped after one Read, want 1", len(vc.segs))
+	}
+	var id uint32
+	var mapped *segment
+	for i, s := range vc.segs {
+		id, mapped = i, s
+	}
+	writable := vc.segRW[id]
+	vq.mu.Unlock()
+	before := openFDs(t)
+	push := func(writable bool) {
+		t.Helper()
+		fd := hostileFD(t, fdSmall)
+		vc.arriveMu.Lock()
+		vc.arrivals = append(vc.arrivals, segReply{id: id, fd: fd, writable: writable})
+		vc.arriveMu.Unlock()
+		vc.dirty.Store(true)
+	}
+	push(writable)
+	read(2)
+	vq.mu.Lock()
+	same, retired := vc.segs[id] == mapped, len(vc.retired)
+	vq.mu.Unlock()
+	if !same || retired != 0 {
+		t.Fatalf("after the same segment again: mapping kept %v, %d retired; want kept, none", same, retired)
+	}
+	if n := openFDs(t); n != before {
+		t.Fatalf("%d memfd descriptors open after the repeated push, %d before: it was kept", n, before)
+	}
+	push(!writable)
+	read(3)
+	vq.mu.Lock()
+	same = vc.segs[id] == mapped
+	vq.mu.Unlock()
+	if same {
+		t.Fatal("the segment pushed with other rights was not mapped anew")
+	}
+}
