@@ -314,23 +314,3 @@ func (q *Queue) report(e Engine, s *Slot, seq uint64, st driver.WCStatus, n uint
 // Waiting reports whether WRs are posted that have not been executed.
 // The caller serialises it with Post and Progress.
 func (q *Queue) Waiting() bool { return q.next.Load() != q.tail }
-
-// RNR counts receiver-not-ready retries of the WR at the head of a queue.
-type RNR struct {
-	retries int
-}
-
-// Next returns RNRWait while the WR may be retried under the QP's
-// RNRRetry count (RNRRetryInfinite: forever), and WCRNRRetryExcErr when
-// the retries are spent.
-func (r *RNR) Next(rnrRetry uint8) driver.WCStatus {
-	if rnrRetry != driver.RNRRetryInfinite && r.retries >= int(rnrRetry) {
-		r.retries = 0
-		return driver.WCRNRRetryExcErr
-	}
-	r.retries++
-	return RNRWait
-}
-
-// Reset clears the retry count.
-func (r *RNR) Reset() { r.retries = 0 }

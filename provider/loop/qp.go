@@ -2,7 +2,6 @@ package loop
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/goverbs/goverbs/internal/recvq"
 	"github.com/goverbs/goverbs/internal/swq"
@@ -34,8 +33,6 @@ type qp struct {
 
 	rnr       swq.RNR
 	result    [8]byte // an atomic's result on its way to the local buffer
-	rnrTimer  *time.Timer
-	rnrGen    uint64
 	destroyed bool
 }
 
@@ -46,6 +43,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	}
 	c := a.Cap
 	q := &qp{ctx: p.ctx, pd: p, userCtx: a.UserCtx, sendCQ: scq, recvCQ: rcq, srq: s, sigAll: a.SigAll, cap: c}
+	q.rnr.Init(q.rnrExpired)
 	q.sq = swq.New(c, a.SigAll)
 	if s == nil {
 		q.rq = recvq.New(int(c.MaxRecvWR), c.MaxRecvSGE)
@@ -144,13 +142,8 @@ func (q *qp) toErr() {
 	q.progress()
 }
 
-func (q *qp) stopRNR() {
-	if q.rnrTimer != nil {
-		q.rnrTimer.Stop()
-		q.rnrTimer = nil
-	}
-	q.rnrGen++
-}
+// stopRNR cancels a pending RNR retry. fab.mu is held.
+func (q *qp) stopRNR() { q.rnr.Stop() }
 
 func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 	fab.mu.Lock()

@@ -1,8 +1,6 @@
 package loop
 
 import (
-	"time"
-
 	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -21,7 +19,7 @@ func (q *qp) progress() {
 func (q *qp) State() driver.QPState { return q.attr.State }
 
 // Stalled implements swq.Engine: an RNR retry is pending.
-func (q *qp) Stalled() bool { return q.rnrTimer != nil }
+func (q *qp) Stalled() bool { return q.rnr.Waiting() }
 
 // Complete implements swq.Engine.
 func (q *qp) Complete(seq uint64, wc driver.WorkCompletion) { q.completeSend(seq, wc) }
@@ -73,20 +71,17 @@ func (q *qp) LocalSpan(g *driver.SGE, need driver.AccessFlags) ([]byte, bool) {
 // RNRRetry count, then fails with WCRNRRetryExcErr.
 func (q *qp) rnrCheck(st driver.WCStatus) driver.WCStatus {
 	if st != swq.RNRWait {
-		q.rnr.Reset()
+		q.rnr.Answered()
 		return st
 	}
-	if st = q.rnr.Next(q.attr.RNRRetry); st != swq.RNRWait {
-		return st
+	return q.rnr.Wait(q.attr.RNRRetry, q.peer.attr.MinRNRTimer.Duration())
+}
+
+// rnrExpired retries the stalled WR once its RNR wait is over.
+func (q *qp) rnrExpired() {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	if !q.destroyed && q.rnr.Expired() {
+		q.progress()
 	}
-	gen := q.rnrGen
-	q.rnrTimer = time.AfterFunc(q.peer.attr.MinRNRTimer.Duration(), func() {
-		fab.mu.Lock()
-		defer fab.mu.Unlock()
-		if q.rnrGen == gen && !q.destroyed {
-			q.rnrTimer = nil
-			q.progress()
-		}
-	})
-	return st
 }

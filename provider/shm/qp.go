@@ -3,7 +3,6 @@ package shm
 import (
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/internal/spin"
@@ -45,8 +44,6 @@ type qp struct {
 	rnr       swq.RNR
 	result    [8]byte     // an atomic's result on its way to the local buffer
 	local     sglist.List // the local side of the WR being executed
-	rnrTimer  *time.Timer
-	rnrGen    uint64
 	destroyed bool
 
 	// rqMu serialises the receive queue's producer (PostRecv) with its
@@ -71,6 +68,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	c := a.Cap
 	q := &qp{ctx: p.ctx, pd: p, userCtx: a.UserCtx, sendCQ: scq, recvCQ: rcq, srq: s, cap: c,
 		num: nextQPN.Add(1) & 0xffffff, sq: swq.New(c, a.SigAll)}
+	q.rnr.Init(q.rnrExpired)
 	q.rqN = 1
 	if s == nil {
 		q.rqN = pow2(int(c.MaxRecvWR))
@@ -215,13 +213,8 @@ func (q *qp) flushRecv() {
 	}
 }
 
-func (q *qp) stopRNR() {
-	if q.rnrTimer != nil {
-		q.rnrTimer.Stop()
-		q.rnrTimer = nil
-	}
-	q.rnrGen++
-}
+// stopRNR cancels a pending RNR retry. q.mu is held.
+func (q *qp) stopRNR() { q.rnr.Stop() }
 
 // fail moves the QP to the error state on its own, raising ev. q.mu is held.
 func (q *qp) fail(ev driver.EventType) {

@@ -18,7 +18,7 @@ import (
 func (q *qp) State() driver.QPState { return q.attr.State }
 
 // Stalled implements swq.Engine: an RNR retry is pending.
-func (q *qp) Stalled() bool { return q.rnrTimer != nil }
+func (q *qp) Stalled() bool { return q.rnr.Waiting() }
 
 // Fail implements swq.Engine.
 func (q *qp) Fail() { q.toErr() }
@@ -145,23 +145,20 @@ func (q *qp) LocalSpan(g *driver.SGE, need driver.AccessFlags) ([]byte, bool) {
 // RNR timer, up to the QP's RNRRetry count.
 func (q *qp) rnrCheck(st driver.WCStatus) driver.WCStatus {
 	if st != swq.RNRWait {
-		q.rnr.Reset()
+		q.rnr.Answered()
 		return st
 	}
-	if st = q.rnr.Next(q.attr.RNRRetry); st != swq.RNRWait {
-		return st
-	}
-	gen := q.rnrGen
 	d := driver.RNRTimer(q.conn.peerHdr.attrs.Load() & 31).Duration()
-	q.rnrTimer = time.AfterFunc(d, func() {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		if q.rnrGen == gen && !q.destroyed {
-			q.rnrTimer = nil
-			q.sq.Progress(q)
-		}
-	})
-	return st
+	return q.rnr.Wait(q.attr.RNRRetry, d)
+}
+
+// rnrExpired retries the stalled WR once its RNR wait is over.
+func (q *qp) rnrExpired() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.destroyed && q.rnr.Expired() {
+		q.sq.Progress(q)
+	}
 }
 
 // remote is peer memory a request names: a mapped slice, or a range of
