@@ -13,6 +13,7 @@ import (
 type CQ struct {
 	ctx       *Context
 	d         driver.CQ
+	sleeper   driver.Sleeper // d, if it can put the caller to sleep itself
 	users     users
 	destroyed atomic.Bool
 	done      chan struct{} // closed by Destroy, for the goroutines in Wait
@@ -50,7 +51,7 @@ func (c *CQ) Wait(ctx context.Context, wc []WorkCompletion) (int, error) {
 	if len(wc) == 0 {
 		return 0, fmt.Errorf("verbs: CQ wait: %w: empty completion slice", ErrInvalidArg)
 	}
-	if s, ok := c.d.(driver.Sleeper); ok {
+	if s := c.sleeper; s != nil {
 		if n, err := c.sleep(ctx, s, wc); n > 0 || err != nil {
 			return n, err
 		}

@@ -116,6 +116,7 @@ func (c *Context) CreateCQ(cqe int) (*CQ, error) {
 		return nil, fmt.Errorf("verbs: create CQ: %w", err)
 	}
 	cq.d = d
+	cq.sleeper, _ = d.(driver.Sleeper)
 	return cq, nil
 }
 

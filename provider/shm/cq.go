@@ -119,8 +119,14 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 	return err
 }
 
-// Arm implements driver.Sleeper.
-func (c *cq) Arm() (uint32, error) { return c.arm(false) }
+// Arm implements driver.Sleeper. It starts the notification goroutine
+// too, which CQ.Wait needs once a wait outlasts its own sleep: starting it
+// at the first Wait, rather than at the first long one, keeps its one-time
+// allocations out of whatever loop is running by then.
+func (c *cq) Arm() (uint32, error) {
+	c.startWaiter()
+	return c.arm(false)
+}
 
 // Sleep implements driver.Sleeper: a futex wait on the wake word, which
 // every notification (and Destroy) changes. (The word may be unmapped by
