@@ -215,17 +215,20 @@ var loopFuncs = []string{"sendLat", "writeLat", "opLat", "bw", "recvBW"}
 // profile started, in calls that came from a measured loop, on any
 // goroutine: the client's loop or the server's. Its own allocations do
 // not count.
-func loopAllocs() int64 {
+func loopAllocs() (int64, map[string]int64) {
 	runtime.GC()
 	runtime.GC() // the profile lags up to two cycles
 	n, _ := runtime.MemProfile(nil, true)
 	recs := make([]runtime.MemProfileRecord, n+64)
 	n, _ = runtime.MemProfile(recs, true)
 	var total int64
+	where := make(map[string]int64)
 	for _, r := range recs[:n] {
 		frames := runtime.CallersFrames(r.Stack())
+		var stack strings.Builder
 		for {
 			f, more := frames.Next()
+			fmt.Fprintf(&stack, "\t%s:%d\n", f.Function, f.Line)
 			if strings.HasSuffix(f.Function, "perftest.loopAllocs") {
 				break
 			}
@@ -241,6 +244,7 @@ func loopAllocs() int64 {
 			}
 			if fn, ok := strings.CutPrefix(f.Function, "github.com/goverbs/goverbs/internal/perftest.(*endpoint)."); ok && slices.Contains(loopFuncs, fn) {
 				total += r.AllocObjects
+				where[stack.String()] += r.AllocObjects
 				break
 			}
 			if !more {
@@ -248,7 +252,7 @@ func loopAllocs() int64 {
 			}
 		}
 	}
-	return total
+	return total, where
 }
 
 // TestLoopsAllocateNothing: the measured loops allocate nothing per
@@ -280,9 +284,10 @@ func TestLoopsAllocateNothing(t *testing.T) {
 					}
 					defer e.close()
 					var at [2]int64
+					var where [2]map[string]int64
 					marks := 0
 					e.hook = func() {
-						at[marks] = loopAllocs()
+						at[marks], where[marks] = loopAllocs()
 						marks++
 					}
 					res, err := e.measure(preposted)
@@ -297,6 +302,11 @@ func TestLoopsAllocateNothing(t *testing.T) {
 					}
 					if n := at[1] - at[0]; n*100 > int64(p.Iters) {
 						t.Errorf("%d allocations in the loops' %d measured iterations", n, p.Iters)
+						for stack, k := range where[1] {
+							if d := k - where[0][stack]; d > 0 {
+								t.Logf("%d allocated at\n%s", d, stack)
+							}
+						}
 					} else if n > 0 {
 						t.Logf("%d allocations in %d iterations", n, p.Iters)
 					}

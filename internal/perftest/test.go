@@ -238,6 +238,10 @@ func (p Params) total() int { return p.Warmup + p.Iters }
 // so that write_lat's polled word lies inside it.
 func (p Params) area() int { return max(64, (p.Size+63)&^63) }
 
+// regionLen is the length of each side's one registered region: the two
+// data areas and the control area.
+func (p Params) regionLen() int { return 2*p.area() + ctrlArea }
+
 // ErrUnsupported marks a test, size or parameter the device or the
 // benchmark cannot run; the message says what to do instead.
 var ErrUnsupported = errors.New("not supported")
@@ -259,8 +263,8 @@ func (p Params) Check(dev string, a verbs.DeviceAttr) error {
 		return bad("size %d: give -s of at least 1 byte", p.Size)
 	case uint64(p.Size) > a.MaxMsgSize:
 		return bad("size %d B is more than device %s carries in one message (max_msg_sz %d B): give a smaller -s", p.Size, dev, a.MaxMsgSize)
-	case uint64(2*p.area()) > a.MaxMRSize:
-		return bad("size %d B needs a %d-byte region, more than device %s registers (max_mr_size %d B): give a smaller -s", p.Size, 2*p.area(), dev, a.MaxMRSize)
+	case uint64(p.regionLen()) > a.MaxMRSize:
+		return bad("size %d B needs a %d-byte region, more than device %s registers (max_mr_size %d B): give a smaller -s", p.Size, p.regionLen(), dev, a.MaxMRSize)
 	case p.Test.Latency() && p.Iters < 5:
 		return bad("-n %d: a latency test needs at least 5 iterations", p.Iters)
 	case p.Iters < 1 || p.Warmup < 0:
