@@ -585,7 +585,14 @@ func (c *conn) nbWrite(fd uintptr) {
 	if k == 0 {
 		return
 	}
-	r, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&b.wiov[0])), uintptr(k))
+	// A raw system call, which the runtime is not told of: on the
+	// non-blocking socket it cannot block, and entering and leaving a
+	// system call the runtime's way costs more than the call's own
+	// overhead: a round trip of BenchmarkSendRecvLatency64Poll (both
+	// ends in one process) took 13.8 µs rather than 15.2, in six
+	// interleaved runs; across processes no change showed. It lasts up
+	// to the kernel's loopback delivery, a few µs.
+	r, _, e := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&b.wiov[0])), uintptr(k))
 	if e == 0 {
 		c.nbN = int(r)
 	}

@@ -74,7 +74,15 @@ func newSock(nc *net.TCPConn) (*sock, error) {
 	if derr != nil {
 		return nil, fmt.Errorf("iwarp: no descriptor for the socket: %w", derr)
 	}
-	if err = s.in.open(s.fd, unix.EPOLLIN|unix.EPOLLRDHUP); err == nil {
+	// The net package's sockets are non-blocking already (the flag
+	// belongs to the open file, which the duplicate shares); readv and
+	// writev are raw system calls that rely on it, so it is set here
+	// rather than assumed.
+	err = unix.SetNonblock(s.fd, true)
+	if err == nil {
+		err = s.in.open(s.fd, unix.EPOLLIN|unix.EPOLLRDHUP)
+	}
+	if err == nil {
 		err = s.out.open(s.fd, unix.EPOLLOUT)
 	}
 	if err != nil {
