@@ -27,8 +27,11 @@ type cq struct {
 	notify     chan struct{}
 	// armings counts ReqNotify calls: the waiter sends a token only for
 	// a wake-up after one, not for those that Arm asked for (CQ.Wait's
-	// own sleep, woken on the same word).
+	// own sleep, woken on the same word). Between the token for one and
+	// the next, it waits for nudge rather than on the word, so that
+	// those wake-ups do not wake its thread too.
 	armings   atomic.Uint64
+	nudge     chan struct{}
 	stop      atomic.Bool
 	waiter    sync.WaitGroup
 	destroyed atomic.Bool
@@ -40,7 +43,8 @@ func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &cq{ctx: c, userCtx: userCtx, seg: seg, ring: initCQRing(seg.mem, n), local: newLocalRing(n), n: n, notify: make(chan struct{}, 1)}
+	q := &cq{ctx: c, userCtx: userCtx, seg: seg, ring: initCQRing(seg.mem, n), local: newLocalRing(n), n: n,
+		notify: make(chan struct{}, 1), nudge: make(chan struct{}, 1)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -115,6 +119,7 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 	}
 	c.startWaiter()
 	c.armings.Add(1)
+	c.nudgeWaiter()
 	_, err := c.arm(solicitedOnly)
 	return err
 }
@@ -122,7 +127,8 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 // Arm implements driver.Sleeper. It starts the notification goroutine
 // too, which CQ.Wait needs once a wait outlasts its own sleep: starting it
 // at the first Wait, rather than at the first long one, keeps its one-time
-// allocations out of whatever loop is running by then.
+// allocations out of whatever loop is running by then. (It waits for a
+// ReqNotify, not on the futex, so Arm's sleepers do not wake it.)
 func (c *cq) Arm() (uint32, error) {
 	c.startWaiter()
 	return c.arm(false)
@@ -189,6 +195,12 @@ func (c *cq) startWaiter() {
 			defer c.waiter.Done()
 			var forwarded uint64
 			for !c.stop.Load() {
+				if c.armings.Load() == forwarded {
+					// Every ReqNotify has had its token: wait for
+					// the next, not for the futex word.
+					<-c.nudge
+					continue
+				}
 				w := h.wake.Load()
 				if w == seen {
 					futexWait(&h.wake, w)
@@ -198,11 +210,10 @@ func (c *cq) startWaiter() {
 				if c.stop.Load() {
 					return
 				}
-				a := c.armings.Load()
-				if a == forwarded {
-					continue // a wake-up for Arm's sleepers only
-				}
-				forwarded = a
+				// A wake-up since the last token, for this arming or
+				// (at worst a spurious token) for Arm's sleepers
+				// before it.
+				forwarded = c.armings.Load()
 				select {
 				case c.notify <- struct{}{}:
 					// The token readied the goroutine waiting for it
@@ -216,6 +227,15 @@ func (c *cq) startWaiter() {
 			}
 		}()
 	})
+}
+
+// nudgeWaiter tells the notification goroutine that a ReqNotify (or
+// Destroy) came; the channel holds one nudge, which is enough.
+func (c *cq) nudgeWaiter() {
+	select {
+	case c.nudge <- struct{}{}:
+	default:
+	}
 }
 
 func (c *cq) Err() error {
@@ -233,6 +253,7 @@ func (c *cq) Destroy() error {
 	// No waiter starts from now on, and one starting now has been added
 	// to c.waiter once this returns.
 	c.notifyOnce.Do(func() {})
+	c.nudgeWaiter()
 	c.ring.h.wake.Add(1)
 	futexWake(&c.ring.h.wake)
 	c.waiter.Wait()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -242,4 +243,64 @@ func TestWaitReturnsWhenCancelled(t *testing.T) {
 		t.Fatalf("Wait after the cancelled ones: %d, %v", n, err)
 	}
 	expectWC(t, wc[0], 3, verbs.WCSuccess)
+}
+
+// notifierState returns the state of the goroutine that forwards cq's
+// notifications ("chan receive", "syscall", ...), once it has run, or
+// fails.
+func notifierState(t *testing.T) string {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); runtime.Gosched() {
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if !strings.Contains(g, "startWaiter.func1") {
+				continue
+			}
+			header, _, _ := strings.Cut(g, "\n")
+			_, state, _ := strings.Cut(header, "[")
+			state, _, _ = strings.Cut(state, "]")
+			state, _, _ = strings.Cut(state, ",")
+			if state != "runnable" && state != "running" {
+				return state
+			}
+		}
+	}
+	t.Fatal("no notification goroutine came to rest")
+	return ""
+}
+
+// TestSleepersLeaveNotifierAlone: the wake-ups CQ.Wait's own sleep asks
+// for (Arm) do not wake the CQ's notification goroutine, which Arm starts:
+// until a ReqNotify it waits on a channel, not in futex(2) on the wake
+// word, where every such wake-up would wake its thread too. After a
+// ReqNotify it forwards the next completion's notification.
+func TestSleepersLeaveNotifierAlone(t *testing.T) {
+	p := localHarness().NewPair(t, verbstest.PairOptions{})
+	src := newRegion(t, p.B, 64, verbs.AccessLocalWrite)
+	dst := newRegion(t, p.A, 64, verbs.AccessLocalWrite)
+	cq := driverQP(p.A.QPs[0]).recvCQ
+	for i := range 3 {
+		postRecv(t, p.A, 0, recv(uint64(i), dst.SGE(0, 64)))
+		ticket, err := cq.Arm()
+		if err != nil {
+			t.Fatal(err)
+		}
+		postSend(t, p.B, 0, send(uint64(i), src.SGE(0, 8)))
+		cq.Sleep(ticket, waitLimit) // returns at the Send's notification
+		expectWC(t, waitWCs(t, p.A, verbstest.RecvCQ, 1)[0], uint64(i), verbs.WCSuccess)
+		if st := notifierState(t); st != "chan receive" {
+			t.Fatalf("round %d: after a notification for Arm, the notification goroutine is in state %q, want chan receive (woken by every sleeper's notification)", i, st)
+		}
+	}
+	postRecv(t, p.A, 0, recv(9, dst.SGE(0, 64)))
+	if err := p.A.RecvCQ.ReqNotify(false); err != nil {
+		t.Fatal(err)
+	}
+	postSend(t, p.B, 0, send(9, src.SGE(0, 8)))
+	select {
+	case <-p.A.RecvCQ.Notify():
+	case <-time.After(waitLimit):
+		t.Fatal("no token on the completion channel after ReqNotify and a completion")
+	}
+	expectWC(t, waitWCs(t, p.A, verbstest.RecvCQ, 1)[0], 9, verbs.WCSuccess)
 }
