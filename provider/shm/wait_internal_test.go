@@ -245,27 +245,36 @@ func TestWaitReturnsWhenCancelled(t *testing.T) {
 	expectWC(t, wc[0], 3, verbs.WCSuccess)
 }
 
-// notifierState returns the state of the goroutine that forwards cq's
-// notifications ("chan receive", "syscall", ...), once it has run, or
-// fails.
-func notifierState(t *testing.T) string {
-	t.Helper()
+// notifiers returns the notification goroutines of this process's CQs,
+// by goroutine id, with their states ("chan receive", "syscall", ...).
+func notifiers() map[string]string {
 	buf := make([]byte, 1<<20)
+	out := map[string]string{}
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if !strings.Contains(g, "startWaiter.func1") {
+			continue
+		}
+		header, _, _ := strings.Cut(g, "\n")
+		id, state, _ := strings.Cut(strings.TrimPrefix(header, "goroutine "), " [")
+		state, _, _ = strings.Cut(state, "]")
+		state, _, _ = strings.Cut(state, ",")
+		out[id] = state
+	}
+	return out
+}
+
+// notifierState returns the state of the one notification goroutine not
+// in before, once it has come to rest, or fails.
+func notifierState(t *testing.T, before map[string]string) string {
+	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); runtime.Gosched() {
-		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-			if !strings.Contains(g, "startWaiter.func1") {
-				continue
-			}
-			header, _, _ := strings.Cut(g, "\n")
-			_, state, _ := strings.Cut(header, "[")
-			state, _, _ = strings.Cut(state, "]")
-			state, _, _ = strings.Cut(state, ",")
-			if state != "runnable" && state != "running" {
+		for id, state := range notifiers() {
+			if _, old := before[id]; !old && state != "runnable" && state != "running" {
 				return state
 			}
 		}
 	}
-	t.Fatal("no notification goroutine came to rest")
+	t.Fatal("no new notification goroutine came to rest")
 	return ""
 }
 
@@ -279,6 +288,7 @@ func TestSleepersLeaveNotifierAlone(t *testing.T) {
 	src := newRegion(t, p.B, 64, verbs.AccessLocalWrite)
 	dst := newRegion(t, p.A, 64, verbs.AccessLocalWrite)
 	cq := driverQP(p.A.QPs[0]).recvCQ
+	before := notifiers() // other CQs' (none, unless a test left one)
 	for i := range 3 {
 		postRecv(t, p.A, 0, recv(uint64(i), dst.SGE(0, 64)))
 		ticket, err := cq.Arm()
@@ -288,7 +298,7 @@ func TestSleepersLeaveNotifierAlone(t *testing.T) {
 		postSend(t, p.B, 0, send(uint64(i), src.SGE(0, 8)))
 		cq.Sleep(ticket, waitLimit) // returns at the Send's notification
 		expectWC(t, waitWCs(t, p.A, verbstest.RecvCQ, 1)[0], uint64(i), verbs.WCSuccess)
-		if st := notifierState(t); st != "chan receive" {
+		if st := notifierState(t, before); st != "chan receive" {
 			t.Fatalf("round %d: after a notification for Arm, the notification goroutine is in state %q, want chan receive (woken by every sleeper's notification)", i, st)
 		}
 	}
