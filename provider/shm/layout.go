@@ -308,7 +308,15 @@ const (
 // notify wakes the owner's waiter if the CQ is armed for this completion.
 // It makes a system call only when a waiter asked for one.
 func (r *cqRing) notify(solicited, failed bool) {
-	a := r.h.armed.Load()
+	if a := r.h.armed.Load(); a != unarmed {
+		r.notifyArmed(a, solicited, failed) // out of line: notify inlines
+	}
+}
+
+// notifyArmed is notify for a CQ armed as a.
+//
+//go:noinline
+func (r *cqRing) notifyArmed(a uint32, solicited, failed bool) {
 	if a == armedAny || (a == armedSolicited && (solicited || failed)) {
 		r.fire(a)
 	}

@@ -148,6 +148,11 @@ func (q *qp) rnrCheck(st driver.WCStatus) driver.WCStatus {
 		q.rnr.Answered()
 		return st
 	}
+	return q.rnrWait() // out of line: rnrCheck inlines
+}
+
+// rnrWait starts the wait before a receiver-not-ready retry.
+func (q *qp) rnrWait() driver.WCStatus {
 	d := driver.RNRTimer(q.conn.peerHdr.attrs.Load() & 31).Duration()
 	return q.rnr.Wait(q.attr.RNRRetry, d)
 }
