@@ -208,6 +208,21 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestMaxValueLimit: a server refuses a MaxValue above MaxValueLimit, and
+// a client refuses a server that describes larger messages (it would
+// allocate buffers of that size).
+func TestMaxValueLimit(t *testing.T) {
+	if _, err := Listen(addrs()["loop"](), Config{MaxValue: MaxValueLimit + 1}); err == nil || !strings.Contains(err.Error(), "MaxValueLimit") {
+		t.Fatalf("Listen with MaxValue over the limit: %v", err)
+	}
+	for _, maxMsg := range []int{requestHeader + MaxKey + MaxValueLimit + 1, 1<<32 - 1} {
+		b := indexInfo{slotsPerBucket: 4, buckets: 16, maxMsg: maxMsg, addr: 4096, rkey: 1}.encode()
+		if _, err := decodeInfo(b); !errors.Is(err, errInfo) {
+			t.Fatalf("decodeInfo of a %d-byte largest message: %v, want errInfo", maxMsg, err)
+		}
+	}
+}
+
 // TestReconnect: a client whose server restarts at the same address
 // reconnects by itself; while the server is gone it gets ErrServerGone.
 func TestReconnect(t *testing.T) {

@@ -52,6 +52,10 @@ const (
 	InlineCap = SlotSize - inlineOff
 	// MaxKey is the longest key.
 	MaxKey = 250
+	// MaxValueLimit bounds a server's MaxValue. Each client holds three
+	// buffers the size of the server's largest message, so a client
+	// refuses a server that says its values are larger.
+	MaxValueLimit = 64 << 20
 	// recordHeader is the size of a heap record's header.
 	recordHeader = 24
 

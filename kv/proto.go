@@ -120,7 +120,8 @@ func decodeInfo(b []byte) (indexInfo, error) {
 		addr:           binary.LittleEndian.Uint64(b[16:]),
 		rkey:           binary.LittleEndian.Uint32(b[24:]),
 	}
-	if i.slotsPerBucket < 1 || i.slotsPerBucket > 64 || i.buckets < 1 || i.maxMsg < requestHeader+MaxKey {
+	if i.slotsPerBucket < 1 || i.slotsPerBucket > 64 || i.buckets < 1 ||
+		i.maxMsg < requestHeader+MaxKey || i.maxMsg > requestHeader+MaxKey+MaxValueLimit {
 		return indexInfo{}, errInfo
 	}
 	return i, nil

@@ -24,7 +24,8 @@ type Config struct {
 	// is full fails with ErrTableFull.
 	Buckets        int
 	SlotsPerBucket int
-	// MaxValue is the largest value (default 64 KiB).
+	// MaxValue is the largest value (default 64 KiB, at most
+	// MaxValueLimit).
 	MaxValue int
 	// HeapBytes is the size of the value heap (default 64 MiB), split
 	// among power-of-two size classes up to the largest record.
@@ -132,6 +133,9 @@ type serverConn struct {
 // example shm://@kv or tcp://:7000).
 func Listen(addr string, cfg Config) (*Server, error) {
 	cfg.defaults()
+	if cfg.MaxValue > MaxValueLimit {
+		return nil, fmt.Errorf("kv: MaxValue %d is more than MaxValueLimit (%d bytes): store larger values in pieces", cfg.MaxValue, MaxValueLimit)
+	}
 	dev, err := cm.Device(addr)
 	if err != nil {
 		return nil, err
