@@ -47,3 +47,42 @@ func TestReplyAndCtrl(t *testing.T) {
 		t.Error("a report decoded as a done message")
 	}
 }
+
+// FuzzWire: the bench protocol's decoders (the server's of a client's
+// request, the client's of the server's reply and of control messages)
+// never panic, and what they accept re-encodes to the same fields; a
+// request the server's Check accepts describes a run it can set up.
+func FuzzWire(f *testing.F) {
+	p := DefaultParams(WriteBW, 4096, attr)
+	f.Add([]byte(encodeRequest(p, remoteBuf{addr: 1 << 40, rkey: 7}, true)), byte(ctrlDone))
+	f.Add(encodeReply(remoteBuf{addr: 4096, rkey: 1}), byte(ctrlReport))
+	b := make([]byte, ctrlLen)
+	encodeCtrl(b, ctrlReport, ctrlMsg{cpu: 5, pid: 9})
+	f.Add(b, byte(ctrlReport))
+	f.Fuzz(func(t *testing.T, data []byte, kind byte) {
+		if p, rb, credits, err := decodeRequest(data); err == nil {
+			q, grb, gcredits, err := decodeRequest(encodeRequest(p, rb, credits))
+			if err != nil || q != p || grb != rb || gcredits != credits {
+				t.Fatalf("request %+v re-decodes as %+v, %v", p, q, err)
+			}
+			if p.Check("fuzz", attr) == nil {
+				if p.Size < 1 || p.Iters < 1 || p.TxDepth < 1 || p.RxDepth < 1 || p.cqMod() < 1 ||
+					uint64(p.regionLen()) > attr.MaxMRSize || p.total() < p.Iters {
+					t.Fatalf("Check accepted %+v", p)
+				}
+			}
+		}
+		if rb, err := decodeReply(data); err == nil {
+			if got, err := decodeReply(encodeReply(rb)); err != nil || got != rb {
+				t.Fatalf("reply %+v re-decodes as %+v, %v", rb, got, err)
+			}
+		}
+		if m, err := decodeCtrl(data, kind); err == nil {
+			out := make([]byte, ctrlLen)
+			encodeCtrl(out, kind, m)
+			if got, err := decodeCtrl(out, kind); err != nil || got != m {
+				t.Fatalf("control message %+v re-decodes as %+v, %v", m, got, err)
+			}
+		}
+	})
+}
