@@ -585,19 +585,38 @@ func (c *conn) nbWrite(fd uintptr) {
 	if k == 0 {
 		return
 	}
-	// A raw system call, which the runtime is not told of: on the
-	// non-blocking socket it cannot block, and entering and leaving a
-	// system call the runtime's way costs more than the call's own
-	// overhead: a round trip of BenchmarkSendRecvLatency64Poll (both
-	// ends in one process) took 13.8 µs rather than 15.2, in six
-	// interleaved runs; across processes no change showed. It lasts up
-	// to the kernel's loopback delivery, a few µs.
-	r, _, e := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&b.wiov[0])), uintptr(k))
+	r, e := sockIO(unix.SYS_WRITEV, fd, b.wiov[:k])
 	if e == 0 {
 		c.nbN = int(r)
 	}
 	c.nbErr = e
 	clear(b.wiov[:k])
+}
+
+// rawIOMax is the most bytes sockIO moves with a raw system call.
+const rawIOMax = 64 << 10
+
+// sockIO is one readv or writev (trap) of iov on the non-blocking socket
+// fd. Up to rawIOMax bytes it is a raw system call, which the runtime is
+// not told of: on the non-blocking socket it cannot block, and entering
+// and leaving a system call the runtime's way costs more than a small
+// call's own overhead (a round trip of BenchmarkSendRecvLatency64Poll,
+// both ends in one process, took 13.8 µs rather than 15.2 in six
+// interleaved runs; across processes no change showed). Larger calls,
+// whose copies take long enough for the runtime to want the processor
+// back (for another goroutine, or to stop the world), tell it.
+func sockIO(trap, fd uintptr, iov []unix.Iovec) (uintptr, syscall.Errno) {
+	n := uint64(0)
+	for i := range iov {
+		n += uint64(iov[i].Len)
+	}
+	p, k := uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov))
+	if n <= rawIOMax {
+		r, _, e := unix.RawSyscall(trap, fd, p, k)
+		return r, e
+	}
+	r, _, e := unix.Syscall(trap, fd, p, k)
+	return r, e
 }
 
 // addResponses builds the queued Read and Atomic Responses into b, in

@@ -463,8 +463,7 @@ func (c *conn) sysRead(iov []unix.Iovec) (int, bool, error) {
 		return 0, false, c.rx.revokedErr()
 	}
 	for {
-		// Raw, as nbWrite's writev: the socket is non-blocking.
-		n, _, e := unix.RawSyscall(unix.SYS_READV, uintptr(c.sk.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+		n, e := sockIO(unix.SYS_READV, uintptr(c.sk.fd), iov)
 		switch e {
 		case 0:
 			if n == 0 {
