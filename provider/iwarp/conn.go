@@ -110,11 +110,15 @@ type conn struct {
 	timedOut atomic.Bool
 	// Guarded by q.mu: the QP's timeout (setUserTimeout), and the timer
 	// that checks, while requests are outstanding, that the peer
-	// answers; respFrames is rxFrames when it was last armed.
-	ackTimeout time.Duration
-	respTimer  *time.Timer
-	respArmed  bool
-	respFrames uint64
+	// answers; respFrames and respAnswers are rxFrames and rxAnswers at
+	// the last check, and respStalls counts the checks in a row that
+	// found no answer though the peer could have given one.
+	ackTimeout  time.Duration
+	respTimer   *time.Timer
+	respArmed   bool
+	respFrames  uint64
+	respAnswers uint64
+	respStalls  int
 
 	// Guarded by q.mu: the responses the receiver queued for the
 	// transmitter, and the Terminate that ends the stream.
@@ -156,6 +160,7 @@ type conn struct {
 	rxStopped atomic.Bool
 	polls     atomic.Uint64 // rounds of pollers: see pollGrace
 	rxFrames  atomic.Uint64 // FPDUs received: see rxSpin
+	rxAnswers atomic.Uint64 // of those, Read and Atomic Responses
 	arms      atomic.Uint64 // ReqNotify calls on the QP's CQs
 	lazyAt    atomic.Int64  // when responses were left for the next post (rxTry), or 0
 	lazyTimer *time.Timer   // sends them if nothing else has
@@ -847,18 +852,27 @@ func (c *conn) noteErr(err error) {
 func (c *conn) armResponseCheck() {
 	if c.ackTimeout > 0 && !c.respArmed && c.q.req.orqLen() > 0 {
 		c.respArmed = true
-		c.respFrames = c.rxFrames.Load()
+		c.respFrames, c.respAnswers, c.respStalls = c.rxFrames.Load(), c.rxAnswers.Load(), 0
 		c.respTimer.Reset(c.ackTimeout)
 	}
 }
 
+// answerStalls is how many checks in a row (each a QP timeout apart) may
+// find no answer, while the peer sends other traffic, before the
+// connection is taken for timed out.
+const answerStalls = 4
+
 // checkResponses is the response timer, every timeout while requests
-// are outstanding: if the oldest is older than the QP's timeout and
-// nothing at all has come from the peer since the last check, the
-// connection has timed out (its TCP may still acknowledge, as a stopped
-// process's does): it ends, and the WR that waited completes with
-// WCRetryExcErr (finish). A request thus times out after one to two
-// timeouts of silence.
+// are outstanding. The oldest request is older than the QP's timeout, and
+// nothing of the connection's is in the socket either way (the request
+// has reached the peer, and no answer waits to be read): if nothing at
+// all has come from the peer since the last check (its TCP may still
+// acknowledge, as a stopped process's does), or no Read or Atomic
+// Response has for answerStalls checks in a row (a peer that keeps
+// sending but answers nothing), the connection has timed out: it ends,
+// and the WR that waited completes with WCRetryExcErr (finish). A request
+// thus times out after one to two timeouts of silence, or some five of
+// traffic without answers.
 func (c *conn) checkResponses() {
 	q := c.q
 	q.mu.Lock()
@@ -869,8 +883,15 @@ func (c *conn) checkResponses() {
 	}
 	r := &q.req
 	age := time.Duration(monotime() - r.orq[r.orqHead%maxRdAtomic].sent)
-	frames := c.rxFrames.Load()
-	if frames == c.respFrames && age >= c.ackTimeout && !c.bytesInFlight() {
+	frames, answers := c.rxFrames.Load(), c.rxAnswers.Load()
+	due := age >= c.ackTimeout && !c.bytesInFlight()
+	switch {
+	case answers != c.respAnswers:
+		c.respStalls = 0
+	case due:
+		c.respStalls++
+	}
+	if due && (frames == c.respFrames || c.respStalls >= answerStalls) {
 		c.timedOut.Store(true)
 		q.mu.Unlock()
 		c.abort()
@@ -878,7 +899,7 @@ func (c *conn) checkResponses() {
 	}
 	// Silence must last a whole period: the peer's frames are counted
 	// from one check to the next.
-	c.respFrames = frames
+	c.respFrames, c.respAnswers = frames, answers
 	c.respTimer.Reset(c.ackTimeout)
 	q.mu.Unlock()
 }

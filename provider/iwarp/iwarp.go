@@ -52,12 +52,13 @@
 // least 4 s, since TCP's own retransmissions over a lossy path take that
 // long; Timeout 0 never times out. Data the peer leaves unacknowledged
 // that long, a window it keeps closed, or a request (a Read, an atomic,
-// or the Read that confirms Sends and Writes) it leaves unanswered while
-// nothing at all comes from it for that long and the socket holds no
-// bytes either way (a peer whose process is stopped still has its TCP
-// acknowledge and answer probes; a slow path only delays) ends the
-// connection: the WR it held up completes with WCRetryExcErr, the rest
-// are flushed.
+// or the Read that confirms Sends and Writes) it leaves unanswered, once
+// the socket holds no bytes either way, while nothing at all comes from
+// it for that long (a peer whose process is stopped still has its TCP
+// acknowledge and answer probes; a slow path only delays) or while no
+// answer to any request comes for four times that (a peer that keeps
+// sending but answers nothing) ends the connection: the WR it held up
+// completes with WCRetryExcErr, the rest are flushed.
 //
 // Dereg: nothing is placed into a region once its Dereg has returned,
 // and nothing of it is sent: a Read Response from it still queued, or

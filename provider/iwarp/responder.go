@@ -780,6 +780,9 @@ func (c *conn) rxCheckCRC(h wire.Hdr) error {
 func (c *conn) rxEndFrame(h wire.Hdr) error {
 	rx := &c.rx
 	c.rxFrames.Add(1)
+	if op := h.Opcode(); op == wire.OpReadResponse || op == wire.OpAtomicResponse {
+		c.rxAnswers.Add(1)
+	}
 	held := rx.held
 	rx.held = false
 	err := c.rxEnd(h)

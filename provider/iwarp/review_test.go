@@ -585,3 +585,47 @@ func TestConcurrentAbortWaitsForWriter(t *testing.T) {
 	end()
 	<-aborted
 }
+
+// TestPeerThatNeverAnswersTimesOut: a peer that keeps sending (RDMA
+// Writes, every 20 ms) but never answers a Read keeps it outstanding only
+// for a few of the QP's timeouts (here 0.55 s): the Read then completes
+// with WCRetryExcErr and the QP fails. (The peer's traffic used to keep
+// the Read outstanding for good: only silence timed a request out.)
+func TestPeerThatNeverAnswersTimesOut(t *testing.T) {
+	defer iwarp.SetMinUserTimeout(0)()
+	v := newVictim(t, 4)
+	sink := guard(t, v, 4096, verbs.AccessLocalWrite)
+	target := guard(t, v, 4096, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	h := dialHostile(t, v, false, false, false)
+	if n, err := v.e.PostSend(0, []verbs.SendWR{{WRID: 7, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{sink.r.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 0x4242}}); n != 1 {
+		t.Fatalf("post read: %v", err)
+	}
+	done := make(chan []verbs.WorkCompletion, 1)
+	go func() {
+		wcs, _ := v.e.Completions(verbstest.SendCQ, 1, 20*time.Second)
+		done <- wcs
+	}()
+	start := time.Now()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	writes := 0
+	for {
+		select {
+		case wcs := <-done:
+			if len(wcs) != 1 || wcs[0].WRID != 7 || wcs[0].Status != verbs.WCRetryExcErr {
+				t.Fatalf("the unanswered Read completed with %+v, want a retry-exceeded error", wcs)
+			}
+			t.Logf("the Read timed out after %v, the peer having sent %d Writes meanwhile", time.Since(start).Round(time.Millisecond), writes)
+			if writes < 10 {
+				t.Fatalf("the peer sent only %d Writes before the timeout: the test did not keep it talking", writes)
+			}
+			expectVictimError(t, v)
+			return
+		case <-tick.C:
+			if _, err := h.nc.Write(h.write(target.r.RKey, target.r.Addr, []byte("still here"))); err == nil {
+				writes++
+			}
+		}
+	}
+}
