@@ -208,17 +208,34 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// TestMaxValueLimit: a server refuses a MaxValue above MaxValueLimit, and
-// a client refuses a server that describes larger messages (it would
-// allocate buffers of that size).
+// TestMaxValueLimit: a server takes values of MaxValueLimit bytes, with
+// a key of MaxKey, and refuses a MaxValue above it; a client refuses a
+// server that describes larger messages (it would allocate buffers of
+// that size), saying why.
 func TestMaxValueLimit(t *testing.T) {
+	for _, name := range []string{"loop", "shm"} {
+		a := addrs()[name]()
+		startServer(t, a, Config{MaxValue: MaxValueLimit, HeapBytes: 3 * MaxValueLimit, Buckets: 16, RecvDepth: 2})
+		c := dial(t, a)
+		key := bytes.Repeat([]byte("k"), MaxKey)
+		val := bytes.Repeat([]byte{7}, MaxValueLimit)
+		if err := c.Put(key, val); err != nil {
+			t.Fatalf("%s: Put of MaxValueLimit bytes under a %d-byte key: %v", name, MaxKey, err)
+		}
+		if got, err := c.Get(key); err != nil || !bytes.Equal(got, val) {
+			t.Fatalf("%s: Get of MaxValueLimit bytes: %d bytes, %v", name, len(got), err)
+		}
+		if err := c.Put(key, append(val, 1)); !errors.Is(err, ErrValueTooLarge) {
+			t.Fatalf("%s: Put of MaxValueLimit+1 bytes: %v, want ErrValueTooLarge", name, err)
+		}
+	}
 	if _, err := Listen(addrs()["loop"](), Config{MaxValue: MaxValueLimit + 1}); err == nil || !strings.Contains(err.Error(), "MaxValueLimit") {
 		t.Fatalf("Listen with MaxValue over the limit: %v", err)
 	}
 	for _, maxMsg := range []int{requestHeader + MaxKey + MaxValueLimit + 1, 1<<32 - 1} {
 		b := indexInfo{slotsPerBucket: 4, buckets: 16, maxMsg: maxMsg, addr: 4096, rkey: 1}.encode()
-		if _, err := decodeInfo(b); !errors.Is(err, errInfo) {
-			t.Fatalf("decodeInfo of a %d-byte largest message: %v, want errInfo", maxMsg, err)
+		if _, err := decodeInfo(b); !errors.Is(err, errInfo) || !strings.Contains(err.Error(), "MaxValueLimit") {
+			t.Fatalf("decodeInfo of a %d-byte largest message: %v, want errInfo naming MaxValueLimit", maxMsg, err)
 		}
 	}
 }

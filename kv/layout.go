@@ -52,10 +52,13 @@ const (
 	InlineCap = SlotSize - inlineOff
 	// MaxKey is the longest key.
 	MaxKey = 250
-	// MaxValueLimit bounds a server's MaxValue. Each client holds three
-	// buffers the size of the server's largest message, so a client
-	// refuses a server that says its values are larger.
-	MaxValueLimit = 64 << 20
+	// MaxValueLimit bounds a server's MaxValue: 1 MiB, memcached's
+	// default item size. A server registers receive buffers of its
+	// largest message for 64 clients (2 × RecvDepth × 64 of them, 2 GiB
+	// at the limit with the default RecvDepth), and each client holds
+	// three, so a client refuses a server that says its values are
+	// larger.
+	MaxValueLimit = 1 << 20
 	// recordHeader is the size of a heap record's header.
 	recordHeader = 24
 

@@ -3,6 +3,7 @@ package kv
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 )
 
 // The RPC protocol over send/recv, and the server's description of its
@@ -120,9 +121,11 @@ func decodeInfo(b []byte) (indexInfo, error) {
 		addr:           binary.LittleEndian.Uint64(b[16:]),
 		rkey:           binary.LittleEndian.Uint32(b[24:]),
 	}
-	if i.slotsPerBucket < 1 || i.slotsPerBucket > 64 || i.buckets < 1 ||
-		i.maxMsg < requestHeader+MaxKey || i.maxMsg > requestHeader+MaxKey+MaxValueLimit {
+	if i.slotsPerBucket < 1 || i.slotsPerBucket > 64 || i.buckets < 1 || i.maxMsg < requestHeader+MaxKey {
 		return indexInfo{}, errInfo
+	}
+	if v := i.maxMsg - requestHeader - MaxKey; v > MaxValueLimit {
+		return indexInfo{}, fmt.Errorf("%w: it takes values of up to %d bytes, more than MaxValueLimit (%d): serve them with a smaller MaxValue", errInfo, v, MaxValueLimit)
 	}
 	return i, nil
 }
