@@ -111,14 +111,16 @@ type conn struct {
 	// Guarded by q.mu: the QP's timeout (setUserTimeout), and the timer
 	// that checks, while requests are outstanding, that the peer
 	// answers; respFrames and respAnswers are rxFrames and rxAnswers at
-	// the last check, and respStalls counts the checks in a row that
-	// found no answer though the peer could have given one.
+	// the last check, respStalls counts the checks in a row that found
+	// no answer though the peer could have given one, and stallBytes is
+	// rxBytes at the first of them.
 	ackTimeout  time.Duration
 	respTimer   *time.Timer
 	respArmed   bool
 	respFrames  uint64
 	respAnswers uint64
 	respStalls  int
+	stallBytes  uint64
 
 	// Guarded by q.mu: the responses the receiver queued for the
 	// transmitter, and the Terminate that ends the stream.
@@ -161,6 +163,7 @@ type conn struct {
 	polls     atomic.Uint64 // rounds of pollers: see pollGrace
 	rxFrames  atomic.Uint64 // FPDUs received: see rxSpin
 	rxAnswers atomic.Uint64 // of those, Read and Atomic Responses
+	rxBytes   atomic.Uint64 // their payload bytes
 	arms      atomic.Uint64 // ReqNotify calls on the QP's CQs
 	lazyAt    atomic.Int64  // when responses were left for the next post (rxTry), or 0
 	lazyTimer *time.Timer   // sends them if nothing else has
@@ -857,10 +860,16 @@ func (c *conn) armResponseCheck() {
 	}
 }
 
-// answerStalls is how many checks in a row (each a QP timeout apart) may
-// find no answer, while the peer sends other traffic, before the
-// connection is taken for timed out.
-const answerStalls = 4
+// A peer that sends other traffic but no answer is taken for timed out
+// after answerStalls checks in a row (each a QP timeout apart) have found
+// no answer, and more than answerSlack bytes have come since the first:
+// more than a healthy peer can have queued ahead of its answer (its
+// socket's send buffer, 4 MiB by Linux's default, and its transmitter's
+// batch, 2 MiB for goverbs), so that a slow path only delays.
+const (
+	answerStalls = 4
+	answerSlack  = 32 << 20
+)
 
 // checkResponses is the response timer, every timeout while requests
 // are outstanding. The oldest request is older than the QP's timeout, and
@@ -868,11 +877,12 @@ const answerStalls = 4
 // has reached the peer, and no answer waits to be read): if nothing at
 // all has come from the peer since the last check (its TCP may still
 // acknowledge, as a stopped process's does), or no Read or Atomic
-// Response has for answerStalls checks in a row (a peer that keeps
-// sending but answers nothing), the connection has timed out: it ends,
-// and the WR that waited completes with WCRetryExcErr (finish). A request
-// thus times out after one to two timeouts of silence, or some five of
-// traffic without answers.
+// Response has for answerStalls checks in a row while more than
+// answerSlack bytes came (a peer that keeps sending but answers
+// nothing), the connection has timed out: it ends, and the WR that
+// waited completes with WCRetryExcErr (finish). A request thus times out
+// after one to two timeouts of silence, or some five of traffic without
+// answers.
 func (c *conn) checkResponses() {
 	q := c.q
 	q.mu.Lock()
@@ -883,15 +893,19 @@ func (c *conn) checkResponses() {
 	}
 	r := &q.req
 	age := time.Duration(monotime() - r.orq[r.orqHead%maxRdAtomic].sent)
-	frames, answers := c.rxFrames.Load(), c.rxAnswers.Load()
+	frames, answers, bytes := c.rxFrames.Load(), c.rxAnswers.Load(), c.rxBytes.Load()
 	due := age >= c.ackTimeout && !c.bytesInFlight()
 	switch {
 	case answers != c.respAnswers:
 		c.respStalls = 0
 	case due:
+		if c.respStalls == 0 {
+			c.stallBytes = bytes
+		}
 		c.respStalls++
 	}
-	if due && (frames == c.respFrames || c.respStalls >= answerStalls) {
+	talkedPast := c.respStalls >= answerStalls && bytes-c.stallBytes > answerSlack
+	if due && (frames == c.respFrames || talkedPast) {
 		c.timedOut.Store(true)
 		q.mu.Unlock()
 		c.abort()

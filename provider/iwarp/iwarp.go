@@ -56,9 +56,11 @@
 // the socket holds no bytes either way, while nothing at all comes from
 // it for that long (a peer whose process is stopped still has its TCP
 // acknowledge and answer probes; a slow path only delays) or while no
-// answer to any request comes for four times that (a peer that keeps
-// sending but answers nothing) ends the connection: the WR it held up
-// completes with WCRetryExcErr, the rest are flushed.
+// answer to any request comes for four times that and more than 32 MiB
+// of other traffic does (a peer that keeps sending but answers nothing;
+// one that sends less, slowly, looks like a slow path, and only delays)
+// ends the connection: the WR it held up completes with WCRetryExcErr,
+// the rest are flushed.
 //
 // Dereg: nothing is placed into a region once its Dereg has returned,
 // and nothing of it is sent: a Read Response from it still queued, or

@@ -780,6 +780,7 @@ func (c *conn) rxCheckCRC(h wire.Hdr) error {
 func (c *conn) rxEndFrame(h wire.Hdr) error {
 	rx := &c.rx
 	c.rxFrames.Add(1)
+	c.rxBytes.Add(uint64(h.PayloadLen()))
 	if op := h.Opcode(); op == wire.OpReadResponse || op == wire.OpAtomicResponse {
 		c.rxAnswers.Add(1)
 	}

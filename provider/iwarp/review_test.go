@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -587,15 +588,18 @@ func TestConcurrentAbortWaitsForWriter(t *testing.T) {
 }
 
 // TestPeerThatNeverAnswersTimesOut: a peer that keeps sending (RDMA
-// Writes, every 20 ms) but never answers a Read keeps it outstanding only
-// for a few of the QP's timeouts (here 0.55 s): the Read then completes
-// with WCRetryExcErr and the QP fails. (The peer's traffic used to keep
-// the Read outstanding for good: only silence timed a request out.)
+// Writes of 64 KiB every millisecond) but never answers a Read keeps it
+// outstanding only for a few of the QP's timeouts (here 0.55 s), once it
+// has sent more than any healthy peer can have queued ahead of an answer
+// (answerSlack): the Read then completes with WCRetryExcErr and the QP
+// fails. (The peer's traffic used to keep the Read outstanding for good:
+// only silence timed a request out.)
 func TestPeerThatNeverAnswersTimesOut(t *testing.T) {
 	defer iwarp.SetMinUserTimeout(0)()
 	v := newVictim(t, 4)
 	sink := guard(t, v, 4096, verbs.AccessLocalWrite)
-	target := guard(t, v, 4096, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	const chunk = 16 << 10
+	target := guard(t, v, chunk, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	h := dialHostile(t, v, false, false, false)
 	if n, err := v.e.PostSend(0, []verbs.SendWR{{WRID: 7, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
 		SGList: []verbs.SGE{sink.r.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 0x4242}}); n != 1 {
@@ -603,29 +607,184 @@ func TestPeerThatNeverAnswersTimesOut(t *testing.T) {
 	}
 	done := make(chan []verbs.WorkCompletion, 1)
 	go func() {
-		wcs, _ := v.e.Completions(verbstest.SendCQ, 1, 20*time.Second)
+		wcs, _ := v.e.Completions(verbstest.SendCQ, 1, 30*time.Second)
 		done <- wcs
 	}()
 	start := time.Now()
-	tick := time.NewTicker(20 * time.Millisecond)
+	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
-	writes := 0
+	write := h.write(target.r.RKey, target.r.Addr, bytes.Repeat([]byte{0xa5}, chunk))
+	sent := 0
 	for {
 		select {
 		case wcs := <-done:
 			if len(wcs) != 1 || wcs[0].WRID != 7 || wcs[0].Status != verbs.WCRetryExcErr {
 				t.Fatalf("the unanswered Read completed with %+v, want a retry-exceeded error", wcs)
 			}
-			t.Logf("the Read timed out after %v, the peer having sent %d Writes meanwhile", time.Since(start).Round(time.Millisecond), writes)
-			if writes < 10 {
-				t.Fatalf("the peer sent only %d Writes before the timeout: the test did not keep it talking", writes)
-			}
+			t.Logf("the Read timed out after %v, the peer having sent %d MiB meanwhile", time.Since(start).Round(time.Millisecond), sent>>20)
 			expectVictimError(t, v)
 			return
 		case <-tick.C:
-			if _, err := h.nc.Write(h.write(target.r.RKey, target.r.Addr, []byte("still here"))); err == nil {
-				writes++
+			for range 4 {
+				if _, err := h.nc.Write(write); err != nil {
+					break
+				}
+				sent += chunk
 			}
+		}
+	}
+}
+
+// slowProxy forwards a TCP connection to server: what the client sends
+// at full speed, what the server sends at rate bytes a second, read from
+// the server no faster, so that the server's data waits in its own
+// socket as on a slow path.
+func slowProxy(t *testing.T, server string, rate int) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+			return rc.Control(func(fd uintptr) {
+				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 64<<10)
+			})
+		}}
+		s, err := d.Dial("tcp", server)
+		if err != nil {
+			c.Close()
+			return
+		}
+		t.Cleanup(func() { c.Close(); s.Close() })
+		go io.Copy(s, c)
+		go func() {
+			buf := make([]byte, 4096)
+			next := time.Now()
+			for {
+				n, err := s.Read(buf)
+				if n > 0 {
+					if _, err := c.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+				next = next.Add(time.Duration(n) * time.Second / time.Duration(rate)) // pacing, not synchronisation
+				time.Sleep(time.Until(next))
+			}
+		}()
+	}()
+	return l.Addr().String()
+}
+
+// TestSlowPathReadBehindWrites: a healthy goverbs peer W on a slow path
+// (256 KB/s towards the requester R) has 1 MiB of RDMA Writes queued for
+// R when R posts a 64-byte Read of W. W's Read Response waits, in W's
+// transmitter and socket, behind its Writes, while R receives W's Writes
+// steadily and no answer: for longer than answerStalls of R's timeouts
+// (0.55 s), yet less than answerSlack bytes. The Read succeeds.
+func TestSlowPathReadBehindWrites(t *testing.T) {
+	defer iwarp.SetMinUserTimeout(0)()
+	opts := verbstest.PairOptions{}.Defaults()
+	w, err := verbstest.NewLocal("tcp0", opts, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	r, err := verbstest.NewLocal("tcp0", opts, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	l, err := cm.Listen("tcp://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	acc := make(chan error, 1)
+	go func() { acc <- w.Accept(l, opts) }()
+	if err := r.Dial("tcp://"+slowProxy(t, l.Addr()[len("tcp://"):], 256<<10), opts); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-acc; err != nil {
+		t.Fatal(err)
+	}
+	// W's own timeout is long (Timeout 20: 34 s): only R's is under test.
+	for _, m := range []struct {
+		a    verbs.QPAttr
+		mask verbs.QPAttrMask
+	}{
+		{verbs.QPAttr{State: verbs.QPSSQD}, verbs.QPAttrState},
+		{verbs.QPAttr{State: verbs.QPSSQD, Timeout: 20}, verbs.QPAttrState | verbs.QPAttrTimeout},
+		{verbs.QPAttr{State: verbs.QPSRTS}, verbs.QPAttrState},
+	} {
+		if err := w.QPs[0].Modify(&m.a, m.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const wlen, nw = 256 << 10, 4
+	src, err := w.NewRegion(wlen, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := r.NewRegion(wlen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := r.NewRegion(64, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteRegion(src.ID, 0, bytes.Repeat([]byte{0x5a}, wlen)); err != nil {
+		t.Fatal(err)
+	}
+	var wrs []verbs.SendWR
+	for i := range nw {
+		wrs = append(wrs, verbs.SendWR{WRID: uint64(i), Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{src.SGE(0, wlen)}, RemoteAddr: dst.Addr, RKey: dst.RKey})
+	}
+	if n, err := w.PostSend(0, wrs); n != nw {
+		t.Fatalf("post the Writes: %d, %v", n, err)
+	}
+	// The Read goes once the Writes have begun to arrive.
+	for deadline := time.Now().Add(10 * time.Second); ; runtime.Gosched() {
+		b, err := r.ReadRegion(dst.ID, 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b[0] == 0x5a {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no Write arrived")
+		}
+	}
+	start := time.Now()
+	if n, err := r.PostSend(0, []verbs.SendWR{{WRID: 99, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{sink.SGE(0, 64)}, RemoteAddr: src.Addr, RKey: src.RKey}}); n != 1 {
+		t.Fatalf("post the Read: %v", err)
+	}
+	wcs, err := r.Completions(verbstest.SendCQ, 1, 60*time.Second)
+	if err != nil || len(wcs) != 1 {
+		t.Fatalf("the Read: %v, %v", wcs, err)
+	}
+	t.Logf("the Read completed with %v after %v", wcs[0].Status, time.Since(start).Round(time.Millisecond))
+	if wcs[0].Status != verbs.WCSuccess {
+		t.Fatalf("the Read of a healthy peer on a slow path completed with %v", wcs[0].Status)
+	}
+	wwcs, err := w.Completions(verbstest.SendCQ, nw, 60*time.Second)
+	if err != nil || len(wwcs) != nw {
+		t.Fatalf("the Writes: %d completions, %v", len(wwcs), err)
+	}
+	for _, wc := range wwcs {
+		if wc.Status != verbs.WCSuccess {
+			t.Fatalf("Write %d completed with %v", wc.WRID, wc.Status)
 		}
 	}
 }
