@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // goverbsBin is the goverbs command built once by TestMain; the tests run it
@@ -43,7 +45,16 @@ func testMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
 		return 1
 	}
-	return m.Run()
+	code := m.Run()
+	if code == 0 {
+		// The commands run in this process too (demo, bench, ping): they
+		// must leave no goroutine behind.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			return 1
+		}
+	}
+	return code
 }
 
 // goverbs runs the built command with args and returns its output and
