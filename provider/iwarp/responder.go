@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goverbs/goverbs/internal/atomicrel"
 	"github.com/goverbs/goverbs/provider/iwarp/wire"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -779,10 +780,11 @@ func (c *conn) rxCheckCRC(h wire.Hdr) error {
 // with the held receive completion released after it.
 func (c *conn) rxEndFrame(h wire.Hdr) error {
 	rx := &c.rx
-	c.rxFrames.Add(1)
-	c.rxBytes.Add(uint64(h.PayloadLen()))
+	// One writer (under rxMu): release stores, not locked additions.
+	atomicrel.StoreUint64(&c.rxFrames, c.rxFrames.Load()+1)
+	atomicrel.StoreUint64(&c.rxBytes, c.rxBytes.Load()+uint64(h.PayloadLen()))
 	if op := h.Opcode(); op == wire.OpReadResponse || op == wire.OpAtomicResponse {
-		c.rxAnswers.Add(1)
+		atomicrel.StoreUint64(&c.rxAnswers, c.rxAnswers.Load()+1)
 	}
 	held := rx.held
 	rx.held = false
