@@ -111,9 +111,9 @@ type conn struct {
 	// Guarded by q.mu: the QP's timeout (setUserTimeout), and the timer
 	// that checks, while requests are outstanding, that the peer
 	// answers; respFrames and respAnswers are rxFrames and rxAnswers at
-	// the last check, respStalls counts the checks in a row that found
-	// no answer though the peer could have given one, and stallBytes is
-	// rxBytes at the first of them.
+	// the last check, respStalls counts the checks since the last answer
+	// that found none though the peer could have given one, and
+	// stallBytes is rxBytes at the first of them.
 	ackTimeout  time.Duration
 	respTimer   *time.Timer
 	respArmed   bool
@@ -861,7 +861,8 @@ func (c *conn) armResponseCheck() {
 }
 
 // A peer that sends other traffic but no answer is taken for timed out
-// after answerStalls checks in a row (each a QP timeout apart) have found
+// once answerStalls checks since its last answer (each a QP timeout
+// apart; those that found bytes in the socket do not count) have found
 // no answer, and more than answerSlack bytes have come since the first:
 // more than a healthy peer can have queued ahead of its answer (its
 // socket's send buffer, 4 MiB by Linux's default, and its transmitter's
@@ -877,7 +878,7 @@ const (
 // has reached the peer, and no answer waits to be read): if nothing at
 // all has come from the peer since the last check (its TCP may still
 // acknowledge, as a stopped process's does), or no Read or Atomic
-// Response has for answerStalls checks in a row while more than
+// Response has for answerStalls such checks while more than
 // answerSlack bytes came (a peer that keeps sending but answers
 // nothing), the connection has timed out: it ends, and the WR that
 // waited completes with WCRetryExcErr (finish). A request thus times out
