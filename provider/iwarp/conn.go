@@ -145,8 +145,6 @@ type conn struct {
 	// finishPending: the batch left in tb ends the stream.
 	finishPending bool
 	wdeadline     time.Time // the transmitter's writes fail after it (a Terminate's)
-	nbN           int       // nbWrite's result
-	nbErr         unix.Errno
 
 	// Receiving: rxMu makes one goroutine at a time the receiver;
 	// rxMissed tells the holder that another wanted to receive; rxBusy
@@ -561,24 +559,23 @@ func (c *conn) writeBatch(b *txBatch, nb bool) (left bool, err error) {
 
 // writeOnce is one writev of b.bufs that does not wait.
 func (c *conn) writeOnce(b *txBatch) (left bool, err error) {
-	c.nbN, c.nbErr = 0, 0
 	if !c.sk.enter() {
 		return false, net.ErrClosed
 	}
-	c.nbWrite(uintptr(c.sk.fd))
+	n, e := c.nbWrite(uintptr(c.sk.fd))
 	c.sk.exit()
-	switch c.nbErr {
+	switch e {
 	case 0, unix.EAGAIN, unix.EINTR:
 	default:
-		c.noteErr(c.nbErr)
-		return false, c.nbErr
+		c.noteErr(e)
+		return false, e
 	}
-	b.consume(c.nbN)
+	b.consume(n)
 	return len(b.bufs) > 0, nil
 }
 
 // nbWrite is one writev of the batch that does not wait for the socket.
-func (c *conn) nbWrite(fd uintptr) {
+func (c *conn) nbWrite(fd uintptr) (int, unix.Errno) {
 	b := &c.tb
 	n := min(len(b.bufs), len(b.wiov))
 	k := 0
@@ -591,14 +588,14 @@ func (c *conn) nbWrite(fd uintptr) {
 		k++
 	}
 	if k == 0 {
-		return
+		return 0, 0
 	}
 	r, e := sockIO(unix.SYS_WRITEV, fd, b.wiov[:k])
-	if e == 0 {
-		c.nbN = int(r)
-	}
-	c.nbErr = e
 	clear(b.wiov[:k])
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), 0
 }
 
 // rawIOMax is the most bytes sockIO moves with a raw system call.

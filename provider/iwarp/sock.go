@@ -173,20 +173,18 @@ func (s *sock) closeAll() {
 func (s *sock) waitIn() error { return s.wait(&s.in) }
 
 // waitInUntil is waitIn until deadline, which a kick brings forward.
-func (s *sock) waitInUntil(deadline time.Time) error {
-	if err := s.in.f.SetReadDeadline(deadline); err != nil {
-		return net.ErrClosed
-	}
-	return s.wait(&s.in)
-}
+func (s *sock) waitInUntil(deadline time.Time) error { return s.waitUntil(&s.in, deadline) }
 
 // waitOut waits until the socket has room to write (or an error), or
 // until deadline (the zero time: none): os.ErrDeadlineExceeded.
-func (s *sock) waitOut(deadline time.Time) error {
-	if err := s.out.f.SetReadDeadline(deadline); err != nil {
+func (s *sock) waitOut(deadline time.Time) error { return s.waitUntil(&s.out, deadline) }
+
+// waitUntil is wait with deadline set on w's epoll file.
+func (s *sock) waitUntil(w *watch, deadline time.Time) error {
+	if err := w.f.SetReadDeadline(deadline); err != nil {
 		return net.ErrClosed
 	}
-	return s.wait(&s.out)
+	return s.wait(w)
 }
 
 // kick ends a waitIn in progress, or the next, at once with
