@@ -207,6 +207,19 @@ func (c *devCtx) publishSegment(id uint32, si *segInfo, only *pd) {
 	}
 }
 
+// announceSegment publishes segment id after a region of p came to be
+// reached in it: to the peers of every PD with such a region if the
+// segment's rights widened, else, if that region is p's first there, to
+// p's peers alone. segMu is held.
+func (c *devCtx) announceSegment(id uint32, si *segInfo, widened, firstOfPD bool, p *pd) {
+	switch {
+	case widened:
+		c.publishSegment(id, si, nil)
+	case firstOfPD:
+		c.publishSegment(id, si, p)
+	}
+}
+
 // withdrawSegment tells the peers of only's QPs (every peer, if only is
 // nil) that segment id is gone for them: freed, or holding no region of
 // only that they reach any more. segMu is held.
@@ -228,7 +241,7 @@ type segInfo struct {
 	seg    *segment
 	access driver.AccessFlags // guarded by devCtx.segMu
 	refs   int                // regions registered in it; guarded by devCtx.segMu
-	pds    map[*pd]int        // of those, per PD, the ones peers reach (see reaches); guarded by devCtx.segMu
+	pds    map[*pd]int        // of those, per PD, the ones peers reach (see count); guarded by devCtx.segMu
 	recv   atomic.Bool
 }
 
@@ -453,12 +466,7 @@ func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID u
 			si.refs++
 			m.si, m.segID = si, segID
 			first := access&driver.RemoteAccess != 0 && si.count(m)
-			switch {
-			case si.access != before:
-				c.publishSegment(segID, si, nil)
-			case first:
-				c.publishSegment(segID, si, p) // news only to p's peers
-			}
+			c.announceSegment(segID, si, si.access != before, first, p)
 		}
 		c.segMu.Unlock()
 	}
@@ -570,12 +578,7 @@ func (c *devCtx) exposeForRecv(sg []driver.SGE) {
 		// (before it takes segMu), which would not uncount it.
 		if c.segs[m.segID] == m.si && c.mrs[(m.key>>8)%maxKeys].Load() == m {
 			newPD := m.si.count(m)
-			switch {
-			case !m.si.recv.Swap(true):
-				c.publishSegment(m.segID, m.si, nil) // now writable
-			case newPD:
-				c.publishSegment(m.segID, m.si, m.pd)
-			}
+			c.announceSegment(m.segID, m.si, !m.si.recv.Swap(true), newPD, m.pd) // the first receive: now writable
 		}
 		c.segMu.Unlock()
 	}
