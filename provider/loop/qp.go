@@ -116,13 +116,12 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 
 // reset empties both queues without completions, as the move to Reset does.
 func (q *qp) reset() {
-	q.stopRNR()
+	q.rnr.Reset()
 	q.sq.Reset()
 	if q.rq != nil {
 		q.rq.Reset()
 	}
 	q.peer = nil
-	q.rnr.Reset()
 	q.attr = driver.QPAttr{Cap: q.cap}
 }
 
@@ -133,7 +132,7 @@ func (q *qp) toErr() {
 		return
 	}
 	q.attr.State = driver.QPSErr
-	q.stopRNR()
+	q.rnr.Stop()
 	for q.rq != nil && q.rq.Peek() != nil {
 		r := q.rq.Peek()
 		q.rq.Pop()
@@ -141,9 +140,6 @@ func (q *qp) toErr() {
 	}
 	q.progress()
 }
-
-// stopRNR cancels a pending RNR retry. fab.mu is held.
-func (q *qp) stopRNR() { q.rnr.Stop() }
 
 func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 	fab.mu.Lock()
@@ -238,7 +234,7 @@ func (q *qp) Destroy() error {
 
 // destroy removes the QP from the fabric and breaks its cm connection.
 func (q *qp) destroy() {
-	q.stopRNR()
+	q.rnr.Stop()
 	q.destroyed = true
 	delete(fab.qps, q.num)
 	if q.link != nil {

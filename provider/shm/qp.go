@@ -156,7 +156,7 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 
 // reset empties both queues without completions.
 func (q *qp) reset() {
-	q.stopRNR()
+	q.rnr.Reset()
 	q.sendCQ.mu.Lock() // serialises the reset with Retire (swq.Queue.Reset)
 	q.sq.Reset()
 	q.sendCQ.mu.Unlock()
@@ -171,7 +171,6 @@ func (q *qp) reset() {
 		q.conn = nil
 		go c.close()
 	}
-	q.rnr.Reset()
 	q.attr = driver.QPAttr{Cap: q.cap}
 }
 
@@ -183,7 +182,7 @@ func (q *qp) toErr() {
 	}
 	q.attr.State = driver.QPSErr
 	q.publish()
-	q.stopRNR()
+	q.rnr.Stop()
 	q.flushRecv()
 	q.sq.Progress(q)
 }
@@ -212,9 +211,6 @@ func (q *qp) flushRecv() {
 		q.completeRecv(driver.WorkCompletion{WRID: e.wrid, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
 	}
 }
-
-// stopRNR cancels a pending RNR retry. q.mu is held.
-func (q *qp) stopRNR() { q.rnr.Stop() }
 
 // fail moves the QP to the error state on its own, raising ev. q.mu is held.
 func (q *qp) fail(ev driver.EventType) {
@@ -335,7 +331,7 @@ func (q *qp) Destroy() error {
 		return driver.ErrClosed
 	}
 	q.destroyed = true
-	q.stopRNR()
+	q.rnr.Stop()
 	c := q.conn
 	q.conn = nil
 	q.attr.State = driver.QPSErr
