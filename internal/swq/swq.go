@@ -113,12 +113,14 @@ type DirectEngine interface {
 }
 
 // PostDirect posts wr and executes it at once, when nothing waits in the
-// queue before it and the QP is in RTS: the WR takes a slot, which the
-// send queue's depth counts until its completion (or a later one) is
-// polled, but is not copied into it. handled false: it did nothing, and
-// the caller posts wr the usual way (Post, then Progress).
+// queue before it: the WR takes a slot, which the send queue's depth
+// counts until its completion (or a later one) is polled, but is not
+// copied into it. handled false: it did nothing, and the caller posts wr
+// the usual way (Post, then Progress). The caller has checked what
+// Progress asks of e first: that the QP is in RTS (State) and not
+// Stalled; it knows them without two calls through e.
 func (q *Queue) PostDirect(wr *driver.SendWR, e DirectEngine) (handled bool, err error) {
-	if q.busy || q.next.Load() != q.tail || e.State() != driver.QPSRTS || e.Stalled() {
+	if q.busy || q.next.Load() != q.tail {
 		return false, nil
 	}
 	// Post's checks, written out: as a function of their own, shared with

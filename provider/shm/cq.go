@@ -102,9 +102,12 @@ func (c *cq) Poll(wc []driver.WorkCompletion) int {
 	c.mu.Lock()
 	n := 0
 	for n < len(wc) && !c.destroyed.Load() {
-		if q, seq := c.local.consume(&wc[n]); q != nil {
+		if c.local.ready() {
+			q, seq := c.local.take(&wc[n])
 			q.sq.Retire(seq)
-		} else if !c.ring.consume(&wc[n]) {
+		} else if c.ring.ready() {
+			c.ring.take(&wc[n])
+		} else {
 			break
 		}
 		n++

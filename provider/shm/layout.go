@@ -197,12 +197,12 @@ func (s *cqSlot) publish(wc *driver.WorkCompletion, pos uint64) {
 	atomicrel.StoreUint64(&s.seq, pos+1)
 }
 
-// consume takes the oldest completion; false if there is none.
-func (r *cqRing) consume(wc *driver.WorkCompletion) bool {
+// ready reports whether a completion waits to be taken.
+func (r *cqRing) ready() bool { return r.slots[r.head&r.mask].seq.Load() == r.head+1 }
+
+// take takes the oldest completion, which ready said is there.
+func (r *cqRing) take(wc *driver.WorkCompletion) {
 	s := &r.slots[r.head&r.mask]
-	if s.seq.Load() != r.head+1 {
-		return false
-	}
 	*wc = driver.WorkCompletion{WRID: s.wrid, Status: driver.WCStatus(s.status), Opcode: driver.WCOpcode(s.opcode),
 		Flags: driver.WCFlags(s.flags), ByteLen: s.byteLen, Imm: s.imm, InvalidatedRKey: s.invRKey, QPNum: s.qpNum, SrcQP: s.srcQP}
 	if wc.Status > driver.WCGeneralErr {
@@ -210,7 +210,6 @@ func (r *cqRing) consume(wc *driver.WorkCompletion) bool {
 	}
 	atomicrel.StoreUint64(&s.seq, r.head+r.mask+1)
 	r.head++
-	return true
 }
 
 // localRing is a CQ's private queue of the send completions its own
@@ -283,13 +282,13 @@ func (r *localRing) pending(failedOnly bool) bool {
 	return false
 }
 
-// consume takes the oldest completion and returns the QP and send slot it
-// retires; nil if there is none.
-func (r *localRing) consume(wc *driver.WorkCompletion) (*qp, uint64) {
+// ready reports whether a completion waits to be taken.
+func (r *localRing) ready() bool { return r.slots[r.head&r.mask].seq.Load() == r.head+1 }
+
+// take takes the oldest completion, which ready said is there, and
+// returns the QP and send slot it retires.
+func (r *localRing) take(wc *driver.WorkCompletion) (*qp, uint64) {
 	s := &r.slots[r.head&r.mask]
-	if s.seq.Load() != r.head+1 {
-		return nil, 0
-	}
 	*wc = s.wc
 	q, retire := s.q, s.retire
 	s.q = nil

@@ -222,15 +222,36 @@ func (q *qp) fail(ev driver.EventType) {
 
 func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	if len(wrs) == 1 && !q.destroyed {
-		if handled, err := q.sq.PostDirect(&wrs[0], q); handled {
-			if err != nil {
-				return 0, err
-			}
-			return 1, nil
+	// While nothing waits in the queue, the WRs that can be performed at
+	// once are (PostDirect); the first that cannot, and all after it, are
+	// queued.
+	i := 0
+	for i < len(wrs) && !q.destroyed && q.attr.State == driver.QPSRTS && !q.rnr.Waiting() {
+		handled, err := q.sq.PostDirect(&wrs[i], q)
+		if !handled {
+			break
+		}
+		if err != nil {
+			q.mu.Unlock()
+			return i, err
+		}
+		i++
+	}
+	if i < len(wrs) {
+		n, err := q.postQueued(wrs[i:])
+		i += n
+		if err != nil {
+			q.mu.Unlock()
+			return i, err
 		}
 	}
+	q.mu.Unlock()
+	return i, nil
+}
+
+// postQueued posts wrs through the send queue and executes what it can.
+// q.mu is held.
+func (q *qp) postQueued(wrs []driver.SendWR) (int, error) {
 	for i := range wrs {
 		if err := q.postSend(&wrs[i]); err != nil {
 			q.sq.Progress(q)
