@@ -26,6 +26,10 @@ func (c *CQ) Context() *Context { return c.ctx }
 // Poll moves up to len(wc) completions into wc and returns how many
 // (ibv_poll_cq). It never blocks and never allocates. If the CQ overran,
 // Poll still returns the completions it holds and Err reports the overrun.
+// Poll of an empty wc takes no completion, but a provider that moves data
+// in software (tcp0) still makes progress in it: a goroutine that waits
+// on memory for a peer's RDMA Write polls so now and then, as UCX's
+// applications call ucp_worker_progress.
 func (c *CQ) Poll(wc []WorkCompletion) int { return c.d.Poll(wc) }
 
 // Err returns ErrCQOverrun once the CQ has overrun: completions were lost

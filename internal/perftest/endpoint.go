@@ -431,11 +431,23 @@ func (e *endpoint) reapCredits(outstanding *int, wait bool) error {
 	return nil
 }
 
-// spin waits until the polled byte reads want.
+// progressSpins is how many loads of a polled byte pass between spin's
+// polls of the send CQ.
+const progressSpins = 64
+
+// spin waits until the polled byte reads want. Every progressSpins
+// loads it also polls the send CQ for no completion (Poll of an empty
+// slice), as ucx_perftest's put_lat calls ucp_worker_progress while it
+// polls memory: a provider that receives in software (tcp0) places the
+// peer's Write in the polling goroutine, rather than leaving it to its
+// receive goroutine, which an application that polls lets rest.
 func (e *endpoint) spin(pb polledByte, want byte) error {
 	for spins := 1; ; spins++ {
 		if byte(atomic.LoadUint32(pb.word)>>pb.shift) == want {
 			return nil
+		}
+		if spins%progressSpins == 0 {
+			e.scq.Poll(nil)
 		}
 		if spins&0xffff == 0 {
 			if err := e.alive(e.scq); err != nil {

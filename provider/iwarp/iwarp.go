@@ -89,7 +89,14 @@
 // for an application that sleeps on a CQ or is busy elsewhere. A poll
 // that finds the CQ empty makes one read system call per connection of
 // its QPs: a CQ shared by many connections is better waited on (CQ.Wait)
-// than busy-polled. Once a connection is up its socket is out of the Go
+// than busy-polled. While an application polls, the receive goroutine
+// leaves the socket to it, and takes it back a millisecond after the
+// polls stop (pollGrace): an application that polls and then waits on
+// memory for a peer's RDMA Write (perftest's write_lat) should go on
+// polling as it waits — Poll of an empty slice takes no completion and
+// still drives the connections — or the Write may wait that millisecond
+// to land, and its writer as long for the completion, which tcp0 gives
+// once the peer has confirmed the Write. Once a connection is up its socket is out of the Go
 // runtime's poller, which wakes a thread at every segment that arrives on
 // a socket it watches: two epoll instances of the connection's own watch
 // it for input and for room, armed only when the receive goroutine or the
