@@ -207,8 +207,13 @@ func ResolveSGL(l *sglist.List, sg []driver.SGE, need driver.AccessFlags, mem Me
 }
 
 // PlaceResult writes an atomic's previous value, in host byte order,
-// into the WR's local buffer l, through the QP's scratch word.
+// into the WR's local buffer l: with one store when l is one 8-byte
+// segment, as it usually is, else through the QP's scratch word.
 func PlaceResult(l *sglist.List, scratch *[8]byte, old uint64) {
+	if l.N() == 1 && len(l.Seg(0)) == 8 {
+		binary.NativeEndian.PutUint64(l.Seg(0), old)
+		return
+	}
 	binary.NativeEndian.PutUint64(scratch[:], old)
 	l.Fill(scratch[:])
 }

@@ -136,6 +136,30 @@ func testAtomicBadLocalLength(t *testing.T, h Harness) {
 	expectWord(t, p, dst, off, 51)
 }
 
+// testAtomicSplitResult: an atomic's local list may be any SGEs that
+// total 8 bytes; the previous value lands across them in order, in host
+// byte order, and the bytes around them are untouched.
+func testAtomicSplitResult(t *testing.T, h Harness) {
+	p := atomicPair(t, h, PairOptions{})
+	old := uint64(0x1122334455667788)
+	dst, off := atomicTarget(t, p, remoteAll, old)
+	res := newRegion(t, p.A, 32, localRW)
+	fill(t, p.A, res, 0, pattern(9, 32))
+	for i, op := range []verbs.Opcode{verbs.OpAtomicFetchAndAdd, verbs.OpAtomicCmpAndSwp} {
+		wr := atomicWR(uint64(1+i), op, dst, off, verbs.SGE{}, 0, 0)
+		// 3 bytes at 1, then 5 at 20; FetchAndAdd adds 0, CmpAndSwp
+		// compares with 0 and does not swap: the word stays old.
+		wr.SGList = []verbs.SGE{res.SGE(1, 3), res.SGE(20, 5)}
+		expectSendWC(t, do(t, p, wr), uint64(1+i), op.CompletionOpcode(), p.A.QPNum(0))
+		want := pattern(9, 32)
+		w := word(old)
+		copy(want[1:4], w[:3])
+		copy(want[20:25], w[3:])
+		expectBytes(t, p.A, res, 0, want, fmt.Sprintf("%v's previous value in two SGEs", op))
+		expectWord(t, p, dst, off, old)
+	}
+}
+
 // testAtomicConcurrent: FetchAndAdds from four QPs, posted by four
 // goroutines, on one remote word give the exact total, and every one of
 // them returns a different old value.

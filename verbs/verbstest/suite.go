@@ -42,6 +42,7 @@ var suite = []testCase{
 	{"Atomic/FetchAndAdd", testFetchAndAdd},
 	{"Atomic/Misaligned", testAtomicMisaligned},
 	{"Atomic/BadLocalLength", testAtomicBadLocalLength},
+	{"Atomic/SplitResult", testAtomicSplitResult},
 	{"Atomic/Concurrent", testAtomicConcurrent},
 
 	{"Ordering/SendAfterWrites", testSendAfterWrites},
