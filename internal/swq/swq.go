@@ -72,9 +72,13 @@ type Memory interface {
 	LocalSpan(g *driver.SGE, need driver.AccessFlags) ([]byte, bool)
 }
 
+// Check validates wr against the queue's capacities, as Post does
+// (driver.CheckSendWR).
+func (q *Queue) Check(wr *driver.SendWR) error { return driver.CheckSendWR(wr, &q.cap, q.MW) }
+
 // Post validates wr and queues it, copying an inline payload from mem.
 func (q *Queue) Post(wr *driver.SendWR, mem Memory) error {
-	if err := driver.CheckSendWR(wr, &q.cap, q.MW); err != nil {
+	if err := q.Check(wr); err != nil {
 		return err
 	}
 	if q.tail-q.head.Load() >= uint64(q.cap.MaxSendWR) {
@@ -100,55 +104,26 @@ func (q *Queue) Post(wr *driver.SendWR, mem Memory) error {
 	return nil
 }
 
-// DirectEngine is an Engine that performs some WRs at once, straight
-// from the poster's WR (PostDirect).
-type DirectEngine interface {
-	Engine
-	// ExecuteDirect performs wr as Execute performs a slot's WR, and
-	// reports true; or, for a WR it cannot perform at once without
-	// waiting (one that may meet receiver-not-ready, or completes
-	// later), does nothing and reports false. An inline WR's local
-	// memory, like Post's copy of it, needs no right.
-	ExecuteDirect(wr *driver.SendWR) (driver.WCStatus, uint32, bool)
-}
+// Idle reports whether every posted WR has been executed, and Progress
+// is not under way: a WR posted now may be performed at once, in the
+// poster's goroutine, straight from its WR (Commit).
+func (q *Queue) Idle() bool { return !q.busy && q.next.Load() == q.tail }
 
-// PostDirect posts wr and executes it at once, when nothing waits in the
-// queue before it: the WR takes a slot, which the send queue's depth
-// counts until its completion (or a later one) is polled, but is not
-// copied into it. handled false: it did nothing, and the caller posts wr
-// the usual way (Post, then Progress). The caller has checked what
-// Progress asks of e first: that the QP is in RTS (State) and not
-// Stalled; it knows them without two calls through e.
-func (q *Queue) PostDirect(wr *driver.SendWR, e DirectEngine) (handled bool, err error) {
-	if q.busy || q.next.Load() != q.tail {
-		return false, nil
-	}
-	// Post's checks, written out: as a function of their own, shared with
-	// Post, with report's completion below instead of the one built here,
-	// a Read8 PostSend took 864 instructions rather than 806 (callgrind),
-	// neither being inlined.
-	if err := driver.CheckSendWR(wr, &q.cap, q.MW); err != nil {
-		return true, err
-	}
-	if q.tail-q.head.Load() >= uint64(q.cap.MaxSendWR) {
-		return true, driver.ErrQueueFull
-	}
-	q.busy = true
-	st, n, ok := e.ExecuteDirect(wr)
-	q.busy = false
-	if !ok {
-		return false, nil
-	}
-	seq := q.tail
+// Room reports whether a slot is free for one more WR.
+func (q *Queue) Room() bool { return q.tail-q.head.Load() < uint64(q.cap.MaxSendWR) }
+
+// Commit accounts for a WR that the provider performed at once, while
+// the queue was Idle and had Room, and validated as Post would have (a
+// WR Post would refuse, or whose execution fails, goes through Post
+// instead): it takes a slot, which the send queue's depth counts until
+// its completion (or a later one) is polled, without copying the WR
+// into it, and returns the slot's sequence number for the completion. It
+// also reports whether the WR is signaled, counting the QP's SignalAll.
+func (q *Queue) Commit(wr *driver.SendWR) (seq uint64, signaled bool) {
+	seq = q.tail
 	q.tail++
 	atomicrel.StoreUint64(&q.next, q.tail)
-	if st != driver.WCSuccess || q.sigAll || wr.Flags&driver.SendSignaled != 0 {
-		e.Complete(seq, driver.WorkCompletion{WRID: wr.WRID, Status: st, Opcode: wr.Opcode.CompletionOpcode(), ByteLen: n})
-		if st != driver.WCSuccess {
-			e.Fail()
-		}
-	}
-	return true, nil
+	return seq, q.sigAll || wr.Flags&driver.SendSignaled != 0
 }
 
 // Retire frees the slots up to and including seq, once a completion for

@@ -223,18 +223,10 @@ func (q *qp) fail(ev driver.EventType) {
 func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 	q.mu.Lock()
 	// While nothing waits in the queue, the WRs that can be performed at
-	// once are (PostDirect); the first that cannot, and all after it, are
+	// once are (postNow); the first that cannot, and all after it, are
 	// queued.
 	i := 0
-	for i < len(wrs) && !q.destroyed && q.attr.State == driver.QPSRTS && !q.rnr.Waiting() {
-		handled, err := q.sq.PostDirect(&wrs[i], q)
-		if !handled {
-			break
-		}
-		if err != nil {
-			q.mu.Unlock()
-			return i, err
-		}
+	for i < len(wrs) && !q.destroyed && q.attr.State == driver.QPSRTS && !q.rnr.Waiting() && q.postNow(&wrs[i]) {
 		i++
 	}
 	if i < len(wrs) {

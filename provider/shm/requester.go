@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"encoding/binary"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -30,33 +31,72 @@ func accepts(s driver.QPState) bool {
 
 // Execute implements swq.Engine: it performs one WR against the peer.
 func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
-	st, n := q.execute(&s.WR, s)
+	st, n := q.execute(s)
 	q.afterWR()
 	return st, n
 }
 
-// ExecuteDirect implements swq.DirectEngine: RDMA Writes, Reads and
-// atomics with one SGE (or none) never wait, and are performed at once.
-func (q *qp) ExecuteDirect(wr *driver.SendWR) (driver.WCStatus, uint32, bool) {
+// postNow performs wr at once, in the poster's goroutine and straight
+// from its WR, when it is an RDMA Write (inline or not), Read or atomic
+// with one SGE, the send queue is idle and has room, and all of it
+// checks out: the WR is valid, the QP's peer is up, the local memory and
+// the peer's resolve, and the peer's memory is mapped here. For anything
+// else it reports false having changed nothing, and the caller posts wr
+// through the queue (Post, then Progress), whose Execute performs it —
+// and produces every error: postNow has none of its own, it is only the
+// common case's short road. q.mu is held; the caller has checked that
+// the QP is in RTS, with no RNR wait.
+func (q *qp) postNow(wr *driver.SendWR) bool {
 	switch wr.Opcode {
-	case driver.OpRDMAWrite, driver.OpRDMARead, driver.OpAtomicCmpAndSwp, driver.OpAtomicFetchAndAdd:
+	case driver.OpRDMAWrite, driver.OpRDMARead, driver.OpAtomicFetchAndAdd, driver.OpAtomicCmpAndSwp:
 	default:
-		return 0, 0, false
+		return false
 	}
-	if len(wr.SGList) > 1 {
-		return 0, 0, false
+	if len(wr.SGList) != 1 || !q.sq.Idle() || !q.sq.Room() || q.sq.Check(wr) != nil {
+		return false
 	}
-	st, n := q.execute(wr, nil)
+	c := q.conn
+	if c == nil || c.isBroken() || !accepts(driver.QPState(c.peerHdr.state.Load())) {
+		return false
+	}
+	g := &wr.SGList[0]
+	n := uint64(g.Length)
+	need := swq.NeedOf(wr.Opcode)
+	if wr.Flags&driver.SendInline != 0 {
+		need = 0 // as Post's copy of an inline payload
+	}
+	b, ok := q.ctx.span(g.LKey, q.pd, g.Addr, n, need)
+	if !ok || n == 0 || n > deviceAttr.MaxMsgSize {
+		return false
+	}
+	t := &c.dst[0]
+	var byteLen uint32
+	switch wr.Opcode {
+	case driver.OpRDMAWrite:
+		if !c.target(t, wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteWrite, true) || t.proc {
+			return false
+		}
+		copy(t.b, b)
+	case driver.OpRDMARead:
+		if !c.peerReads() || !c.target(t, wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteRead, false) || t.proc {
+			return false
+		}
+		copy(b, t.b)
+		byteLen = uint32(n)
+	default:
+		word, ok := c.atomicWord(t, wr)
+		if !ok {
+			return false
+		}
+		binary.NativeEndian.PutUint64(b, applyAtomic(word, wr)) // n is 8 (Check)
+		byteLen = 8
+	}
 	q.afterWR()
-	if st == inlineOutside {
-		return 0, 0, false // Post refuses it
+	if seq, signaled := q.sq.Commit(wr); signaled {
+		q.Complete(seq, driver.WorkCompletion{WRID: wr.WRID, Opcode: wr.Opcode.CompletionOpcode(), ByteLen: byteLen})
 	}
-	return st, n, true
+	return true
 }
-
-// inlineOutside is the status execute returns for an inline WR of the
-// poster whose memory lies outside the PD's regions, which Post refuses.
-const inlineOutside driver.WCStatus = 253
 
 // afterWR is what Execute does between two WRs: unmap the mappings the
 // WR's lookups dropped, end its bound on segment waits, and answer a
@@ -75,10 +115,9 @@ func (q *qp) afterWR() {
 	}
 }
 
-// execute performs wr, of slot s, or of the poster when s is nil
-// (ExecuteDirect: its local memory is resolved here, an inline WR's with
-// no right needed, as Post checks it before its copy).
-func (q *qp) execute(wr *driver.SendWR, s *swq.Slot) (driver.WCStatus, uint32) {
+// execute performs the WR of slot s.
+func (q *qp) execute(s *swq.Slot) (driver.WCStatus, uint32) {
+	wr := &s.WR
 	c := q.conn
 	if c == nil {
 		// A QP moved to RTR by hand: shm QPs are connected with cm, so
@@ -92,25 +131,15 @@ func (q *qp) execute(wr *driver.SendWR, s *swq.Slot) (driver.WCStatus, uint32) {
 		return driver.WCWRFlushErr, 0
 	}
 	local := &q.local
-	inline := wr.Flags&driver.SendInline != 0
-	if len(wr.SGList) == 1 && (s == nil || !inline) {
+	if len(wr.SGList) == 1 && !s.IsInline {
 		// swq.ResolveLocal's common case, without its calls through
 		// swq.Memory.
-		need := swq.NeedOf(wr.Opcode)
-		if inline {
-			need = 0
-		}
 		g := &wr.SGList[0]
-		b, ok := q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
+		b, ok := q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), swq.NeedOf(wr.Opcode))
 		if !ok {
-			if inline {
-				return inlineOutside, 0
-			}
 			return driver.WCLocProtErr, 0
 		}
 		local.One(b)
-	} else if s == nil {
-		local.Reset()
 	} else if !swq.ResolveLocal(local, s, q) {
 		return driver.WCLocProtErr, 0
 	}
@@ -357,9 +386,13 @@ func (c *conn) write(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	return driver.WCSuccess
 }
 
+// peerReads reports whether the peer's QP takes RDMA Reads and atomics
+// (a responder depth, max_dest_rd_atomic, above 0).
+func (c *conn) peerReads() bool { return c.peerHdr.attrs.Load()>>8&0xff != 0 }
+
 // read serves an RDMA Read into the local list dst.
 func (c *conn) read(wr *driver.SendWR, dst *sglist.List) driver.WCStatus {
-	if c.peerHdr.attrs.Load()>>8&0xff == 0 {
+	if !c.peerReads() {
 		c.peerError(driver.EventQPReqErr)
 		return driver.WCRemInvReqErr
 	}
@@ -378,23 +411,39 @@ func (c *conn) read(wr *driver.SendWR, dst *sglist.List) driver.WCStatus {
 // atomic runs an 8-byte atomic with a CPU atomic instruction on the
 // shared word and returns its previous value.
 func (c *conn) atomic(wr *driver.SendWR) (uint64, driver.WCStatus) {
-	if c.peerHdr.attrs.Load()>>8&0xff == 0 || wr.RemoteAddr%8 != 0 {
+	if !c.peerReads() || wr.RemoteAddr%8 != 0 {
 		c.peerError(driver.EventQPReqErr)
 		return 0, driver.WCRemInvReqErr
 	}
-	t := &c.dst[0]
-	if !c.target(t, wr.RKey, wr.RemoteAddr, 8, driver.AccessRemoteAtomic, true) || t.proc || uintptr(unsafe.Pointer(&t.b[0]))%8 != 0 {
+	word, ok := c.atomicWord(&c.dst[0], wr)
+	if !ok {
 		c.peerError(driver.EventQPAccessErr)
 		return 0, driver.WCRemAccessErr
 	}
-	word := (*uint64)(unsafe.Pointer(&t.b[0]))
+	return applyAtomic(word, wr), driver.WCSuccess
+}
+
+// atomicWord resolves the target of an atomic wr into t, and returns the
+// shared word: false if the peer takes no atomics, the address is not
+// 8-byte aligned, or the target does not resolve to mapped memory.
+func (c *conn) atomicWord(t *remote, wr *driver.SendWR) (*uint64, bool) {
+	if !c.peerReads() || wr.RemoteAddr%8 != 0 ||
+		!c.target(t, wr.RKey, wr.RemoteAddr, 8, driver.AccessRemoteAtomic, true) || t.proc || uintptr(unsafe.Pointer(&t.b[0]))%8 != 0 {
+		return nil, false
+	}
+	return (*uint64)(unsafe.Pointer(&t.b[0])), true
+}
+
+// applyAtomic performs wr's atomic on word with a CPU atomic instruction
+// and returns the word's previous value.
+func applyAtomic(word *uint64, wr *driver.SendWR) uint64 {
 	if wr.Opcode == driver.OpAtomicFetchAndAdd {
-		return atomic.AddUint64(word, wr.CompareAdd) - wr.CompareAdd, driver.WCSuccess
+		return atomic.AddUint64(word, wr.CompareAdd) - wr.CompareAdd
 	}
 	for {
 		old := atomic.LoadUint64(word)
 		if old != wr.CompareAdd || atomic.CompareAndSwapUint64(word, old, wr.Swap) {
-			return old, driver.WCSuccess
+			return old
 		}
 	}
 }
