@@ -76,9 +76,11 @@ const maxPeakWork = 50_000_000
 // for n messages of size bytes from the time each was posted and the
 // time its completion was polled, in nanoseconds. completed is read only
 // at the signaled indices (every cqMod-th, and the last), as perftest
-// does. The peak is the best rate over any run of messages from a post to
-// a signaled completion; where that search would be too long, it starts
-// only at every k-th post.
+// does, and posted only at the first of each signaled group (the indices
+// that are multiples of cqMod). The peak is the best rate over any run of
+// messages from the first of a group to a signaled completion (perftest
+// starts a run at any post); where that search would be too long, it
+// starts only at every k-th group.
 func bandwidthStats(size int, posted, completed []int64, cqMod int) Bandwidth {
 	n := len(posted)
 	if n == 0 || len(completed) != n {
@@ -89,9 +91,9 @@ func bandwidthStats(size int, posted, completed []int64, cqMod int) Bandwidth {
 		total = 1
 	}
 	best := float64(total) / float64(n)
-	stride := 1
-	if work := int64(n) * int64(n/cqMod+1); work > maxPeakWork {
-		stride = int(work/maxPeakWork) + 1
+	stride := cqMod
+	if work := int64(n/cqMod+1) * int64(n/cqMod+1); work > maxPeakWork {
+		stride *= int(work/maxPeakWork) + 1
 	}
 	for i := 0; i < n; i += stride {
 		for j := (i+cqMod)/cqMod*cqMod - 1; j < n; j += cqMod {
