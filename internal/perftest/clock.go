@@ -2,8 +2,9 @@ package perftest
 
 import "time"
 
-// The loops timestamp every post (and, in bandwidth tests, every polled
-// signaled completion), so the clock is part of what they measure. As
+// The loops timestamp every post of a latency test (and, in bandwidth
+// tests, the first post of each signaled group and every polled signaled
+// completion), so the clock is part of what they measure. As
 // perftest reads the CPU's cycle counter (get_cycles) rather than the
 // system clock, stamp reads the time-stamp counter where the kernel
 // itself keeps time with it (an invariant TSC, synchronised across

@@ -9,8 +9,9 @@ import (
 
 // The measured loops, after perftest's run_iter_lat_send,
 // run_iter_lat_write, run_iter_lat and run_iter_bw. The client records
-// the time of each post in posted (and, in bandwidth tests, of each
-// signaled completion in completed); the server passes nil. Each side
+// the time of each post in posted (in bandwidth tests, of the first post
+// of each signaled group, and of each signaled completion in completed);
+// the server passes nil. Each side
 // marks its CPU time when the warm-up ends and when the loop does. The
 // loops allocate nothing.
 
