@@ -5,8 +5,9 @@
 // supplies the transport through the Engine interface.
 //
 // A Queue is not safe for concurrent use: its provider serialises Post,
-// Progress and Reset, and, apart from them, the poller of the QP's send
-// CQ serialises Retire.
+// Progress, Reset, and Idle, Room and Commit for the WRs it performs at
+// once, and, apart from them, the poller of the QP's send CQ serialises
+// Retire.
 package swq
 
 import (

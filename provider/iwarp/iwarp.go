@@ -96,10 +96,12 @@
 // polling as it waits — Poll of an empty slice takes no completion and
 // still drives the connections — or the Write may wait that millisecond
 // to land, and its writer as long for the completion, which tcp0 gives
-// once the peer has confirmed the Write. Once a connection is up its socket is out of the Go
-// runtime's poller, which wakes a thread at every segment that arrives on
-// a socket it watches: two epoll instances of the connection's own watch
-// it for input and for room, armed only when the receive goroutine or the
+// once the peer has confirmed the Write.
+//
+// Once a connection is up its socket is out of the Go runtime's poller,
+// which wakes a thread at every segment that arrives on a socket it
+// watches: two epoll instances of the connection's own watch it for
+// input and for room, armed only when the receive goroutine or the
 // transmitter is about to wait, so that while an application polls, the
 // segments that arrive wake no thread.
 package iwarp

@@ -41,11 +41,14 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 // with one SGE, the send queue is idle and has room, and all of it
 // checks out: the WR is valid, the QP's peer is up, the local memory and
 // the peer's resolve, and the peer's memory is mapped here. For anything
-// else it reports false having changed nothing, and the caller posts wr
-// through the queue (Post, then Progress), whose Execute performs it —
-// and produces every error: postNow has none of its own, it is only the
-// common case's short road. q.mu is held; the caller has checked that
-// the QP is in RTS, with no RNR wait.
+// else it reports false, having touched neither side's registered memory
+// nor the queue, and the caller posts wr through the queue (Post, then
+// Progress), whose Execute performs it — and produces every error:
+// postNow has none of its own, it is only the common case's short road.
+// (What its lookups left behind — keys cached, segments mapped or asked
+// for, the bound on segment waits — serves that Execute, whose afterWR
+// clears it.) q.mu is held; the caller has checked that the QP is in
+// RTS, with no RNR wait.
 func (q *qp) postNow(wr *driver.SendWR) bool {
 	switch wr.Opcode {
 	case driver.OpRDMAWrite, driver.OpRDMARead, driver.OpAtomicFetchAndAdd, driver.OpAtomicCmpAndSwp:

@@ -1,0 +1,104 @@
+package shm
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/verbstest"
+)
+
+// postNow takes the WRs of a list that it can perform at once and leaves
+// the rest, from the first it cannot, to the send queue. These tests post
+// lists that cross from one road to the other.
+
+// TestPostNowThenQueue: in a list of a good Write, a Write with a bad
+// rkey and a Read, the first is performed at once, the second fails
+// through the queue (RemAccessErr) and the third is flushed, each
+// completion naming its WR and QP.
+func TestPostNowThenQueue(t *testing.T) {
+	p := localHarness().NewPair(t, verbstest.PairOptions{})
+	rw := newRegion(t, p.B, 256, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	src := newRegion(t, p.A, 256, verbs.AccessLocalWrite)
+	fill(t, p.A, src, 0, pattern(3, 256))
+	bad := rdma(2, verbs.OpRDMAWrite, src.SGE(0, 8), rw, 0)
+	bad.RKey ^= 0x55
+	postSend(t, p.A, 0,
+		rdma(1, verbs.OpRDMAWrite, src.SGE(0, 8), rw, 0),
+		bad,
+		rdma(3, verbs.OpRDMARead, src.SGE(8, 8), rw, 0))
+	wcs := waitWCs(t, p.A, verbstest.SendCQ, 3)
+	expectWC(t, wcs[0], 1, verbs.WCSuccess)
+	expectWC(t, wcs[1], 2, verbs.WCRemAccessErr)
+	expectWC(t, wcs[2], 3, verbs.WCWRFlushErr)
+	for _, wc := range wcs {
+		if wc.QPNum != p.A.QPNum(0) {
+			t.Fatalf("completion of WR %d names QP %#x, want %#x", wc.WRID, wc.QPNum, p.A.QPNum(0))
+		}
+	}
+}
+
+// TestPostNowFillsTheQueue: unsignaled Writes performed at once still
+// take send queue slots, and a QP that signals every WR completes each:
+// six on a queue of four post four, then ErrQueueFull.
+func TestPostNowFillsTheQueue(t *testing.T) {
+	p := localHarness().NewPair(t, verbstest.PairOptions{SigAll: true,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}})
+	rw := newRegion(t, p.B, 256, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	src := newRegion(t, p.A, 256, verbs.AccessLocalWrite)
+	var wrs []verbs.SendWR
+	for i := range 6 {
+		w := rdma(uint64(i), verbs.OpRDMAWrite, src.SGE(i*8, 8), rw, i*8)
+		w.Flags = 0
+		wrs = append(wrs, w)
+	}
+	n, err := p.A.PostSend(0, wrs)
+	if n != 4 || !errors.Is(err, verbs.ErrQueueFull) {
+		t.Fatalf("six Writes on a queue of four: posted %d, %v; want 4 and ErrQueueFull", n, err)
+	}
+	for i, wc := range waitWCs(t, p.A, verbstest.SendCQ, 4) {
+		expectWC(t, wc, uint64(i), verbs.WCSuccess)
+		if wc.Opcode != verbs.WCRDMAWrite {
+			t.Fatalf("completion %d: opcode %v, want %v", i, wc.Opcode, verbs.WCRDMAWrite)
+		}
+	}
+}
+
+// TestPostNowInlineOutsidePD: an inline Write whose memory lies outside
+// the PD's regions is refused at post time, after the good inline Write
+// before it in the list was performed.
+func TestPostNowInlineOutsidePD(t *testing.T) {
+	p := localHarness().NewPair(t, verbstest.PairOptions{})
+	rw := newRegion(t, p.B, 256, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	src := newRegion(t, p.A, 256, verbs.AccessLocalWrite)
+	w1 := rdma(1, verbs.OpRDMAWrite, src.SGE(0, 8), rw, 0)
+	w1.Flags |= verbs.SendInline
+	w2 := w1
+	w2.WRID = 2
+	w2.SGList = []verbs.SGE{{Addr: 12345, Length: 8, LKey: 999}}
+	n, err := p.A.PostSend(0, []verbs.SendWR{w1, w2})
+	if n != 1 || !errors.Is(err, verbs.ErrInvalidArg) {
+		t.Fatalf("posted %d, %v; want 1 and ErrInvalidArg", n, err)
+	}
+	expectWC(t, waitWCs(t, p.A, verbstest.SendCQ, 1)[0], 1, verbs.WCSuccess)
+}
+
+// TestPostNowOverrunMidList: a send CQ that overruns in the middle of a
+// list of Writes performed at once moves the QP to the error state; the
+// rest of the list is posted to the failed QP.
+func TestPostNowOverrunMidList(t *testing.T) {
+	p := localHarness().NewPair(t, verbstest.PairOptions{CQDepth: 2,
+		Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 4, MaxSendSGE: 2, MaxRecvSGE: 2}})
+	rw := newRegion(t, p.B, 256, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	src := newRegion(t, p.A, 256, verbs.AccessLocalWrite)
+	var wrs []verbs.SendWR
+	for i := range 6 {
+		wrs = append(wrs, rdma(uint64(i), verbs.OpRDMAWrite, src.SGE(i*8, 8), rw, i*8))
+	}
+	if n, err := p.A.PostSend(0, wrs); n != len(wrs) || err != nil {
+		t.Fatalf("posted %d of %d: %v", n, len(wrs), err)
+	}
+	if st, _ := p.A.QPState(0); st != verbs.QPSErr {
+		t.Fatalf("QP state %v after its CQ overran, want %v", st, verbs.QPSErr)
+	}
+}
