@@ -23,6 +23,14 @@ type cq struct {
 	mu      spin.Lock // serialises consumers
 	overrun atomic.Bool
 
+	// The QPs that complete sends here produce into local. While one
+	// QP has ever done so, its lock serialises every produce and local
+	// takes no compare-and-swap; from the second on (shared), all take
+	// one (addSender).
+	sendersMu   sync.Mutex
+	firstSender *qp
+	shared      atomic.Bool
+
 	notifyOnce sync.Once
 	notify     chan struct{}
 	// armings counts ReqNotify calls: the waiter sends a token only for
@@ -75,12 +83,31 @@ func (c *cq) push(wc *driver.WorkCompletion) bool {
 	return c.notifyOrOverrun(wc, c.ring.produce(wc))
 }
 
-// pushSend: see push.
+// pushSend: see push. q.mu is held.
 func (c *cq) pushSend(wc *driver.WorkCompletion, q *qp, seq uint64) bool {
 	if c.destroyed.Load() {
 		return false
 	}
-	return c.notifyOrOverrun(wc, c.local.produce(wc, q, seq))
+	return c.notifyOrOverrun(wc, c.local.produce(wc, q, seq, c.shared.Load()))
+}
+
+// addSender records that q completes its sends in c, before q can post.
+// The first such QP produces into c.local with plain stores, which its
+// lock orders; once a second comes, c is shared for good, and the first
+// QP's lock is taken and released so that a produce of its own under
+// way, which did not see the change, has ended before the second QP can
+// produce. The caller holds no QP's lock.
+func (c *cq) addSender(q *qp) {
+	c.sendersMu.Lock()
+	defer c.sendersMu.Unlock()
+	switch {
+	case c.firstSender == nil:
+		c.firstSender = q
+	case !c.shared.Load():
+		c.shared.Store(true)
+		c.firstSender.mu.Lock()
+		c.firstSender.mu.Unlock()
+	}
 }
 
 func (c *cq) notifyOrOverrun(wc *driver.WorkCompletion, ok bool) bool {

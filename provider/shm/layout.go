@@ -245,7 +245,20 @@ func newLocalRing(n int) *localRing {
 
 // produce adds the completion of q's send slot retire; false if the ring
 // is full.
-func (r *localRing) produce(wc *driver.WorkCompletion, q *qp, retire uint64) bool {
+func (r *localRing) produce(wc *driver.WorkCompletion, q *qp, retire uint64, shared bool) bool {
+	if !shared {
+		// The only producer (cq.addSender): its lock orders its
+		// produces, and a release store reserves the slot.
+		pos := r.tail.Load()
+		s := &r.slots[pos&r.mask]
+		if s.seq.Load() != pos {
+			return false // full
+		}
+		atomicrel.StoreUint64(&r.tail, pos+1)
+		s.wc, s.q, s.retire = *wc, q, retire
+		atomicrel.StoreUint64(&s.seq, pos+1)
+		return true
+	}
 	for {
 		pos := r.tail.Load()
 		s := &r.slots[pos&r.mask]

@@ -85,6 +85,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	}
 	q.attr.Cap = c
 	q.publish()
+	scq.addSender(q)
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
 	if p.ctx.closed || p.released {
