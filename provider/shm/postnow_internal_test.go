@@ -102,3 +102,39 @@ func TestPostNowOverrunMidList(t *testing.T) {
 		t.Fatalf("QP state %v after its CQ overran, want %v", st, verbs.QPSErr)
 	}
 }
+
+// TestPostNowSendFailsAfterTakingReceive: a Send performed at once that
+// finds the peer's receive too small has taken that receive, so it is
+// completed where it was posted — WCRemInvReqErr, the receive
+// WCLocLenErr — and the QP moves to the error state, flushing the Write
+// posted after it in the same list. A Send that finds no receive posted
+// is left to the queue, which retries it, and then lands.
+func TestPostNowSendFailsAfterTakingReceive(t *testing.T) {
+	p := localHarness().NewPair(t, verbstest.PairOptions{})
+	src := newRegion(t, p.A, 64, verbs.AccessLocalWrite)
+	fill(t, p.A, src, 0, pattern(5, 64))
+	small := newRegion(t, p.B, 8, verbs.AccessLocalWrite)
+	rw := newRegion(t, p.B, 64, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	postRecv(t, p.B, 0, recv(9, small.SGE(0, 8)))
+	postSend(t, p.A, 0, send(1, src.SGE(0, 32)), rdma(2, verbs.OpRDMAWrite, src.SGE(0, 8), rw, 0))
+	wcs := waitWCs(t, p.A, verbstest.SendCQ, 2)
+	expectWC(t, wcs[0], 1, verbs.WCRemInvReqErr)
+	expectWC(t, wcs[1], 2, verbs.WCWRFlushErr)
+	expectWC(t, waitWCs(t, p.B, verbstest.RecvCQ, 1)[0], 9, verbs.WCLocLenErr)
+	if st, _ := p.A.QPState(0); st != verbs.QPSErr {
+		t.Fatalf("sender's QP in %v after its Send failed, want %v", st, verbs.QPSErr)
+	}
+	expectCanaries(t, p.B, small, rw)
+
+	q := localHarness().NewPair(t, verbstest.PairOptions{})
+	src = newRegion(t, q.A, 64, verbs.AccessLocalWrite)
+	fill(t, q.A, src, 0, pattern(6, 64))
+	dst := newRegion(t, q.B, 64, verbs.AccessLocalWrite)
+	postSend(t, q.A, 0, send(3, src.SGE(0, 16)))
+	postRecv(t, q.B, 0, recv(4, dst.SGE(0, 64)))
+	expectWC(t, waitWCs(t, q.A, verbstest.SendCQ, 1)[0], 3, verbs.WCSuccess)
+	expectWC(t, waitWCs(t, q.B, verbstest.RecvCQ, 1)[0], 4, verbs.WCSuccess)
+	if got := contents(t, q.B, dst, 0, 16); string(got) != string(pattern(6, 64)[:16]) {
+		t.Fatalf("the retried Send delivered %x, want %x", got, pattern(6, 64)[:16])
+	}
+}

@@ -37,21 +37,25 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 }
 
 // postNow performs wr at once, in the poster's goroutine and straight
-// from its WR, when it is an RDMA Write (inline or not), Read or atomic
-// with one SGE, the send queue is idle and has room, and all of it
-// checks out: the WR is valid, the QP's peer is up, the local memory and
-// the peer's resolve, and the peer's memory is mapped here. For anything
-// else it reports false, having touched neither side's registered memory
-// nor the queue, and the caller posts wr through the queue (Post, then
-// Progress), whose Execute performs it — and produces every error:
-// postNow has none of its own, it is only the common case's short road.
+// from its WR, when it is a Send, an RDMA Write (either inline or not),
+// a Read or an atomic with one SGE, the send queue is idle and has room,
+// and all of it checks out: the WR is valid, the QP's peer is up, the
+// local memory and the peer's resolve, and the peer's memory is mapped
+// here. For anything else it reports false, having touched neither
+// side's registered memory nor the queue, and the caller posts wr
+// through the queue (Post, then Progress), whose Execute performs it —
+// and produces its error: postNow is only the common case's short road.
 // (What its lookups left behind — keys cached, segments mapped or asked
 // for, the bound on segment waits — serves that Execute, whose afterWR
-// clears it.) q.mu is held; the caller has checked that the QP is in
-// RTS, with no RNR wait.
+// clears it.) A Send that finds no receive posted is left to the queue
+// too, which waits and retries (RNR); one that fails once it has taken
+// the peer's receive cannot be, and is completed here as Progress
+// completes a failed WR: with its status, the QP then moved to the error
+// state. q.mu is held; the caller has checked that the QP is in RTS,
+// with no RNR wait.
 func (q *qp) postNow(wr *driver.SendWR) bool {
 	switch wr.Opcode {
-	case driver.OpRDMAWrite, driver.OpRDMARead, driver.OpAtomicFetchAndAdd, driver.OpAtomicCmpAndSwp:
+	case driver.OpSend, driver.OpSendWithImm, driver.OpRDMAWrite, driver.OpRDMARead, driver.OpAtomicFetchAndAdd, driver.OpAtomicCmpAndSwp:
 	default:
 		return false
 	}
@@ -75,6 +79,21 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 	t := &c.dst[0]
 	var byteLen uint32
 	switch wr.Opcode {
+	case driver.OpSend, driver.OpSendWithImm:
+		q.local.One(b)
+		st := c.send(wr, &q.local)
+		if st == swq.RNRWait {
+			return false // no receive taken: the queue waits for one
+		}
+		q.afterWR()
+		seq, signaled := q.sq.Commit(wr)
+		if st != driver.WCSuccess || signaled {
+			q.Complete(seq, driver.WorkCompletion{WRID: wr.WRID, Status: st, Opcode: wr.Opcode.CompletionOpcode()})
+		}
+		if st != driver.WCSuccess {
+			q.toErr()
+		}
+		return true
 	case driver.OpRDMAWrite:
 		if !c.target(t, wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteWrite, true) || t.proc {
 			return false
