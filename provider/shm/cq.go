@@ -26,7 +26,10 @@ type cq struct {
 	// The QPs that complete sends here produce into local. While one
 	// QP has ever done so, its lock serialises every produce and local
 	// takes no compare-and-swap; from the second on (shared), all take
-	// one (addSender).
+	// one (addSender). A CQ stays shared once it is, even after QPs go,
+	// and firstSender keeps its QP's struct (not its shared memory)
+	// until the CQ goes: a destroyed QP is not known never to produce
+	// again, so its place is not handed on.
 	sendersMu   sync.Mutex
 	firstSender *qp
 	shared      atomic.Bool
