@@ -77,23 +77,13 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 		return false
 	}
 	t := &c.dst[0]
-	var byteLen uint32
+	st, byteLen := driver.WCSuccess, uint32(0)
 	switch wr.Opcode {
 	case driver.OpSend, driver.OpSendWithImm:
 		q.local.One(b)
-		st := c.send(wr, &q.local)
-		if st == swq.RNRWait {
+		if st = c.send(wr, &q.local); st == swq.RNRWait {
 			return false // no receive taken: the queue waits for one
 		}
-		q.afterWR()
-		seq, signaled := q.sq.Commit(wr)
-		if st != driver.WCSuccess || signaled {
-			q.Complete(seq, driver.WorkCompletion{WRID: wr.WRID, Status: st, Opcode: wr.Opcode.CompletionOpcode()})
-		}
-		if st != driver.WCSuccess {
-			q.toErr()
-		}
-		return true
 	case driver.OpRDMAWrite:
 		if !c.target(t, wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteWrite, true) || t.proc {
 			return false
@@ -114,8 +104,11 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 		byteLen = 8
 	}
 	q.afterWR()
-	if seq, signaled := q.sq.Commit(wr); signaled {
-		q.Complete(seq, driver.WorkCompletion{WRID: wr.WRID, Opcode: wr.Opcode.CompletionOpcode(), ByteLen: byteLen})
+	if seq, signaled := q.sq.Commit(wr); signaled || st != driver.WCSuccess {
+		q.Complete(seq, driver.WorkCompletion{WRID: wr.WRID, Status: st, Opcode: wr.Opcode.CompletionOpcode(), ByteLen: byteLen})
+	}
+	if st != driver.WCSuccess {
+		q.toErr() // a Send that failed once it took the receive
 	}
 	return true
 }
