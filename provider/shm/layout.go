@@ -246,33 +246,25 @@ func newLocalRing(n int) *localRing {
 // produce adds the completion of q's send slot retire; false if the ring
 // is full.
 func (r *localRing) produce(wc *driver.WorkCompletion, q *qp, retire uint64, shared bool) bool {
-	if !shared {
-		// The only producer (cq.addSender): its lock orders its
-		// produces, and a release store reserves the slot.
-		pos := r.tail.Load()
-		s := &r.slots[pos&r.mask]
-		if s.seq.Load() != pos {
-			return false // full
-		}
-		atomicrel.StoreUint64(&r.tail, pos+1)
-		s.wc, s.q, s.retire = *wc, q, retire
-		atomicrel.StoreUint64(&s.seq, pos+1)
-		return true
-	}
 	for {
 		pos := r.tail.Load()
 		s := &r.slots[pos&r.mask]
 		switch d := int64(s.seq.Load() - pos); {
-		case d == 0:
-			if !r.tail.CompareAndSwap(pos, pos+1) {
-				continue
-			}
-			s.wc, s.q, s.retire = *wc, q, retire
-			atomicrel.StoreUint64(&s.seq, pos+1)
-			return true
-		case d < 0:
-			return false
+		case d > 0 && shared:
+			continue // another producer took it
+		case d != 0:
+			return false // full
 		}
+		if !shared {
+			// The only producer (cq.addSender): its lock orders its
+			// produces, and a release store reserves the slot.
+			atomicrel.StoreUint64(&r.tail, pos+1)
+		} else if !r.tail.CompareAndSwap(pos, pos+1) {
+			continue
+		}
+		s.wc, s.q, s.retire = *wc, q, retire
+		atomicrel.StoreUint64(&s.seq, pos+1)
+		return true
 	}
 }
 

@@ -63,7 +63,7 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 		return false
 	}
 	c := q.conn
-	if c == nil || c.isBroken() || !accepts(driver.QPState(c.peerHdr.state.Load())) {
+	if c == nil || !c.peerUp() {
 		return false
 	}
 	g := &wr.SGList[0]
@@ -139,7 +139,7 @@ func (q *qp) execute(s *swq.Slot) (driver.WCStatus, uint32) {
 		// nobody answers and the transport retries run out.
 		return driver.WCRetryExcErr, 0
 	}
-	if c.isBroken() || !accepts(driver.QPState(c.peerHdr.state.Load())) {
+	if !c.peerUp() {
 		// The connection is gone (the peer's QP failed, or the peer
 		// died): the QP moves to the error state, flushing this WR too.
 		q.toErr()
@@ -538,6 +538,12 @@ func (c *conn) copyIn(dst *sglist.List, src *remote) bool {
 
 // isBroken reports whether the connection has ended.
 func (c *conn) isBroken() bool { return c.ended.Load() }
+
+// peerUp reports whether the connection stands and the peer's QP takes
+// requests.
+func (c *conn) peerUp() bool {
+	return !c.isBroken() && accepts(driver.QPState(c.peerHdr.state.Load()))
+}
 
 // checkSRQLimit raises the peer SRQ's limit event when a Send left fewer
 // receives than its armed limit.
