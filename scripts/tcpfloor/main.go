@@ -1,20 +1,27 @@
 // Command tcpfloor measures the least that a 64-byte message between two
 // processes over loopback TCP costs on this machine, with no iWARP around
 // it: the floor under provider/iwarp's (tcp0's) latencies. Two processes
-// ping-pong a message over one TCP connection, on raw sockets that the Go
-// runtime's poller never sees, in one of two shapes:
+// ping-pong a message over one TCP connection, on raw sockets, in one of
+// four shapes:
 //
 //   - poll: each side busy-polls its socket with non-blocking reads, as an
 //     application that polls a tcp0 CQ does (and as UCX's and libfabric's
 //     TCP transports do, with epoll_wait and recv);
-//   - block: each side sleeps in a blocking read until the message comes.
+//   - block: each side sleeps in a blocking read until the message comes;
+//   - netpoll: each side's goroutine waits in the Go runtime's poller,
+//     which watches the socket, as a net.Conn's Read does;
+//   - epoll: each side's goroutine waits in the runtime's poller on an
+//     epoll instance of its own that watches the socket with
+//     EPOLLONESHOT, armed just before the wait: how tcp0's receive
+//     goroutine waits (provider/iwarp's sock), so that a socket nobody
+//     waits for wakes no thread.
 //
 // A message is one write(2) of 64 bytes and one or more read(2) on the
 // other side. It prints the median, 10th and 90th percentile of the
 // one-way time, half a round trip, as goverbs bench's send_lat does
 // (t_typical is its median).
 //
-// Usage: go run ./scripts/tcpfloor [-shape poll|block|all] [-n round trips]
+// Usage: go run ./scripts/tcpfloor [-shape poll|block|netpoll|epoll|all] [-n round trips]
 package main
 
 import (
@@ -23,15 +30,20 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 const msgLen = 64
 
+// allShapes are the ways of waiting that tcpfloor measures.
+var allShapes = []string{"poll", "block", "netpoll", "epoll"}
+
 func main() {
-	shape := flag.String("shape", "all", "how each side waits for the message: poll, block, or all of them in turn")
+	shape := flag.String("shape", "all", "how each side waits for the message: poll, block, netpoll, epoll, or all of them in turn")
 	n := flag.Int("n", 100000, "round trips to time")
 	child := flag.Int("child", 0, "be the echoing process, connecting to this port (started by the other)")
 	flag.Parse()
@@ -44,11 +56,11 @@ func main() {
 	}
 	shapes := []string{*shape}
 	if *shape == "all" {
-		shapes = []string{"poll", "block"}
+		shapes = allShapes
 	}
 	for _, s := range shapes {
-		if s != "poll" && s != "block" {
-			fmt.Fprintf(os.Stderr, "tcpfloor: no shape %q: give poll, block or all\n", s)
+		if !slices.Contains(allShapes, s) {
+			fmt.Fprintf(os.Stderr, "tcpfloor: no shape %q: give poll, block, netpoll, epoll or all\n", s)
 			os.Exit(2)
 		}
 		if err := measure(s, max(*n, 1)); err != nil {
@@ -91,15 +103,17 @@ func measure(shape string, n int) error {
 		cmd.Wait()
 		return err
 	}
-	defer unix.Close(fd)
-	if err := setup(fd, shape); err != nil {
+	c, err := setup(fd, shape)
+	if err != nil {
+		unix.Close(fd)
 		return err
 	}
+	defer c.close()
 	var msg [msgLen]byte
 	oneWay := make([]float64, n)
 	for i := range oneWay {
 		t := time.Now()
-		if err := exchange(fd, msg[:], true); err != nil {
+		if err := c.exchange(msg[:], true); err != nil {
 			return err
 		}
 		oneWay[i] = float64(time.Since(t).Nanoseconds()) / 2
@@ -108,7 +122,7 @@ func measure(shape string, n int) error {
 		return fmt.Errorf("the echoing process: %w", err)
 	}
 	slices.Sort(oneWay)
-	fmt.Printf("%-6s one way: median %5.2f µs, p10 %5.2f, p90 %5.2f (%d round trips of %d bytes)\n", shape,
+	fmt.Printf("%-7s one way: median %5.2f µs, p10 %5.2f, p90 %5.2f (%d round trips of %d bytes)\n", shape,
 		oneWay[len(oneWay)/2]/1e3, oneWay[len(oneWay)/10]/1e3, oneWay[len(oneWay)*9/10]/1e3, n, msgLen)
 	return nil
 }
@@ -119,44 +133,105 @@ func echo(shape string, port, n int) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Close(fd)
 	if err := unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		unix.Close(fd)
 		return err
 	}
-	if err := setup(fd, shape); err != nil {
+	c, err := setup(fd, shape)
+	if err != nil {
+		unix.Close(fd)
 		return err
 	}
+	defer c.close()
 	var msg [msgLen]byte
 	for range n {
-		if err := exchange(fd, msg[:], false); err != nil {
+		if err := c.exchange(msg[:], false); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// conn is one side's socket, and how it waits for a message.
+type conn struct {
+	fd    int
+	shape string
+	file  *os.File        // netpoll: the socket; epoll: the epoll instance
+	rc    syscall.RawConn // file's, for the runtime's poller
+	ep    int             // epoll: the instance's descriptor
+	ev    [1]unix.EpollEvent
+	take  func(fd uintptr) bool // epoll: whether the instance reports the socket
+}
+
 // setup turns Nagle off, as tcp0 does, and makes the socket non-blocking
-// for the poll shape.
-func setup(fd int, shape string) error {
+// for every shape but block; netpoll and epoll hand a descriptor to the
+// runtime's poller. It takes fd over.
+func setup(fd int, shape string) (*conn, error) {
+	c := &conn{fd: fd, shape: shape, ep: -1}
 	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
-		return err
+		return nil, err
 	}
-	return unix.SetNonblock(fd, shape == "poll")
+	if err := unix.SetNonblock(fd, shape != "block"); err != nil {
+		return nil, err
+	}
+	var err error
+	switch shape {
+	case "netpoll":
+		// A non-blocking descriptor goes to the poller. The file owns a
+		// descriptor of its own, so that closing it leaves fd to close.
+		dup, err := unix.Dup(fd)
+		if err != nil {
+			return nil, err
+		}
+		c.file = os.NewFile(uintptr(dup), "socket")
+	case "epoll":
+		if c.ep, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+			return nil, err
+		}
+		ev := unix.EpollEvent{Events: unix.EPOLLONESHOT} // armed by each wait
+		if err := unix.EpollCtl(c.ep, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			unix.Close(c.ep)
+			return nil, err
+		}
+		if err := unix.SetNonblock(c.ep, true); err != nil {
+			unix.Close(c.ep)
+			return nil, err
+		}
+		c.file = os.NewFile(uintptr(c.ep), "epoll")
+		c.take = func(efd uintptr) bool {
+			n, _, e := unix.Syscall6(unix.SYS_EPOLL_PWAIT, efd, uintptr(unsafe.Pointer(&c.ev[0])), 1, 0, 0, 0)
+			return e != 0 || n > 0
+		}
+	}
+	if c.file != nil {
+		if c.rc, err = c.file.SyscallConn(); err != nil {
+			c.close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *conn) close() {
+	if c.file != nil {
+		c.file.Close() // the epoll instance, or the dup of the socket
+	}
+	unix.Close(c.fd)
 }
 
 // exchange is one message each way: the sender writes first and then
 // reads the answer, the echoing side reads and then answers.
-func exchange(fd int, msg []byte, send bool) error {
+func (c *conn) exchange(msg []byte, send bool) error {
 	if send {
-		if err := writeAll(fd, msg); err != nil {
+		if err := writeAll(c.fd, msg); err != nil {
 			return err
 		}
-		return readAll(fd, msg)
+		return c.readAll(msg)
 	}
-	if err := readAll(fd, msg); err != nil {
+	if err := c.readAll(msg); err != nil {
 		return err
 	}
-	return writeAll(fd, msg)
+	return writeAll(c.fd, msg)
 }
 
 func writeAll(fd int, b []byte) error {
@@ -173,9 +248,9 @@ func writeAll(fd int, b []byte) error {
 	return nil
 }
 
-func readAll(fd int, b []byte) error {
+func (c *conn) readAll(b []byte) error {
 	for len(b) > 0 {
-		n, err := unix.Read(fd, b)
+		n, err := c.read(b)
 		switch {
 		case err == unix.EAGAIN || err == unix.EINTR:
 			continue // poll: nothing yet
@@ -187,4 +262,34 @@ func readAll(fd int, b []byte) error {
 		b = b[n:]
 	}
 	return nil
+}
+
+// read is one read of the socket, waiting as the shape does when
+// nothing has arrived (poll and epoll return EAGAIN after their wait).
+func (c *conn) read(b []byte) (n int, err error) {
+	switch c.shape {
+	case "netpoll":
+		// As a net.Conn reads: try, and wait in the poller on EAGAIN.
+		werr := c.rc.Read(func(fd uintptr) bool {
+			n, err = unix.Read(int(fd), b)
+			return err != unix.EAGAIN
+		})
+		if werr != nil {
+			return 0, werr
+		}
+		return n, err
+	case "epoll":
+		if n, err = unix.Read(c.fd, b); err != unix.EAGAIN {
+			return n, err
+		}
+		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT}
+		if err := unix.EpollCtl(c.ep, unix.EPOLL_CTL_MOD, c.fd, &ev); err != nil {
+			return 0, err
+		}
+		if err := c.rc.Read(c.take); err != nil {
+			return 0, err
+		}
+		return 0, unix.EAGAIN
+	}
+	return unix.Read(c.fd, b)
 }
