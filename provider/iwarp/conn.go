@@ -159,7 +159,6 @@ type conn struct {
 	rxEnded   atomic.Bool
 	rxStopped atomic.Bool
 	polls     atomic.Uint64 // rounds of pollers: see pollGrace
-	rxParked  atomic.Bool   // the receive goroutine waits for the socket: see pollRx
 	rxFrames  atomic.Uint64 // FPDUs received: see rxSpin
 	rxAnswers atomic.Uint64 // of those, Read and Atomic Responses
 	rxBytes   atomic.Uint64 // their payload bytes

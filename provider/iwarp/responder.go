@@ -252,9 +252,7 @@ func (c *conn) rxRun() error {
 			}
 			spinUntil = time.Time{}
 		}
-		c.rxParked.Store(true)
 		err := c.sk.waitIn()
-		c.rxParked.Store(false)
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				// A poller kicked the goroutine (kickRx).
@@ -377,20 +375,9 @@ func monotime() int64 { return int64(time.Since(epoch)) + 1 }
 
 // pollRx is a round of receiving for an application goroutine polling a
 // CQ of the QP: it reads what has arrived and never waits.
-//
-// While the receive goroutine waits for the socket (rxParked), a poller
-// leaves the socket to it: whatever arrives wakes that goroutine, so a
-// read of the poller's would find nothing, and each costs a system
-// call. That is the case of an application that sleeps in CQ.Wait, whose
-// polls around each sleep (the one before it arms the CQ, the one after)
-// cost a blocking ping-pong three reads a message. An application that
-// keeps polling is seen to by the goroutine (pollGrace), which then
-// stays off the socket for it.
 func (c *conn) pollRx() {
 	c.polls.Add(1)
-	if c.rxParked.Load() {
-		// The goroutine receives: only what the poller owes goes on.
-	} else if err := c.rxTry(true); err != nil && !c.rxEnded.Load() {
+	if err := c.rxTry(true); err != nil && !c.rxEnded.Load() {
 		c.kickRx()
 	}
 	if at := c.lazyAt.Load(); at != 0 && monotime()-at > int64(lazyAge) {
