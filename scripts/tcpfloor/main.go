@@ -2,7 +2,7 @@
 // processes over loopback TCP costs on this machine, with no iWARP around
 // it: the floor under provider/iwarp's (tcp0's) latencies. Two processes
 // ping-pong a message over one TCP connection, on raw sockets, in one of
-// four shapes:
+// five shapes:
 //
 //   - poll: each side busy-polls its socket with non-blocking reads, as an
 //     application that polls a tcp0 CQ does (and as UCX's and libfabric's
@@ -14,14 +14,18 @@
 //     epoll instance of its own that watches the socket with
 //     EPOLLONESHOT, armed just before the wait: how tcp0's receive
 //     goroutine waits (provider/iwarp's sock), so that a socket nobody
-//     waits for wakes no thread.
+//     waits for wakes no thread;
+//   - ppoll: each side's thread sleeps in ppoll(2) on the non-blocking
+//     socket, a system call that keeps the goroutine's processor until
+//     the runtime's monitor takes it back (harmless here, where nothing
+//     else runs).
 //
 // A message is one write(2) of 64 bytes and one or more read(2) on the
 // other side. It prints the median, 10th and 90th percentile of the
 // one-way time, half a round trip, as goverbs bench's send_lat does
 // (t_typical is its median).
 //
-// Usage: go run ./scripts/tcpfloor [-shape poll|block|netpoll|epoll|all] [-n round trips]
+// Usage: go run ./scripts/tcpfloor [-shape poll|block|netpoll|epoll|ppoll|all] [-n round trips]
 package main
 
 import (
@@ -40,10 +44,10 @@ import (
 const msgLen = 64
 
 // allShapes are the ways of waiting that tcpfloor measures.
-var allShapes = []string{"poll", "block", "netpoll", "epoll"}
+var allShapes = []string{"poll", "block", "netpoll", "epoll", "ppoll"}
 
 func main() {
-	shape := flag.String("shape", "all", "how each side waits for the message: poll, block, netpoll, epoll, or all of them in turn")
+	shape := flag.String("shape", "all", "how each side waits for the message: poll, block, netpoll, epoll, ppoll, or all of them in turn")
 	n := flag.Int("n", 100000, "round trips to time")
 	child := flag.Int("child", 0, "be the echoing process, connecting to this port (started by the other)")
 	flag.Parse()
@@ -60,7 +64,7 @@ func main() {
 	}
 	for _, s := range shapes {
 		if !slices.Contains(allShapes, s) {
-			fmt.Fprintf(os.Stderr, "tcpfloor: no shape %q: give poll, block, netpoll, epoll or all\n", s)
+			fmt.Fprintf(os.Stderr, "tcpfloor: no shape %q: give poll, block, netpoll, epoll, ppoll or all\n", s)
 			os.Exit(2)
 		}
 		if err := measure(s, max(*n, 1)); err != nil {
@@ -265,7 +269,8 @@ func (c *conn) readAll(b []byte) error {
 }
 
 // read is one read of the socket, waiting as the shape does when
-// nothing has arrived (poll and epoll return EAGAIN after their wait).
+// nothing has arrived (poll, epoll and ppoll return EAGAIN after their
+// wait).
 func (c *conn) read(b []byte) (n int, err error) {
 	switch c.shape {
 	case "netpoll":
@@ -287,6 +292,15 @@ func (c *conn) read(b []byte) (n int, err error) {
 			return 0, err
 		}
 		if err := c.rc.Read(c.take); err != nil {
+			return 0, err
+		}
+		return 0, unix.EAGAIN
+	case "ppoll":
+		if n, err = unix.Read(c.fd, b); err != unix.EAGAIN {
+			return n, err
+		}
+		fds := []unix.PollFd{{Fd: int32(c.fd), Events: unix.POLLIN}}
+		if _, err := unix.Ppoll(fds, nil, nil); err != nil && err != unix.EINTR {
 			return 0, err
 		}
 		return 0, unix.EAGAIN
