@@ -169,7 +169,8 @@ type conn struct {
 
 // setup turns Nagle off, as tcp0 does, and makes the socket non-blocking
 // for every shape but block; netpoll and epoll hand a descriptor to the
-// runtime's poller. It takes fd over.
+// runtime's poller. The conn takes fd over; if setup fails, fd stays the
+// caller's to close.
 func setup(fd int, shape string) (*conn, error) {
 	c := &conn{fd: fd, shape: shape, ep: -1}
 	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
@@ -209,7 +210,7 @@ func setup(fd int, shape string) (*conn, error) {
 	}
 	if c.file != nil {
 		if c.rc, err = c.file.SyscallConn(); err != nil {
-			c.close()
+			c.file.Close()
 			return nil, err
 		}
 	}
