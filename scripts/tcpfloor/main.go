@@ -2,7 +2,7 @@
 // processes over loopback TCP costs on this machine, with no iWARP around
 // it: the floor under provider/iwarp's (tcp0's) latencies. Two processes
 // ping-pong a message over one TCP connection, on raw sockets, in one of
-// five shapes:
+// six shapes:
 //
 //   - poll: each side busy-polls its socket with non-blocking reads, as an
 //     application that polls a tcp0 CQ does (and as UCX's and libfabric's
@@ -18,14 +18,18 @@
 //   - ppoll: each side's thread sleeps in ppoll(2) on the non-blocking
 //     socket, a system call that keeps the goroutine's processor until
 //     the runtime's monitor takes it back (harmless here, where nothing
-//     else runs).
+//     else runs);
+//   - register: each wait hands the runtime's poller a duplicate of the
+//     socket, as an os.File, and closes it once woken, so that the
+//     poller watches the socket itself, but only while someone waits
+//     (at the price of four system calls and an os.File a wait).
 //
 // A message is one write(2) of 64 bytes and one or more read(2) on the
 // other side. It prints the median, 10th and 90th percentile of the
 // one-way time, half a round trip, as goverbs bench's send_lat does
 // (t_typical is its median).
 //
-// Usage: go run ./scripts/tcpfloor [-shape poll|block|netpoll|epoll|ppoll|all] [-n round trips]
+// Usage: go run ./scripts/tcpfloor [-shape poll|block|netpoll|epoll|ppoll|register|all] [-n round trips]
 package main
 
 import (
@@ -44,10 +48,10 @@ import (
 const msgLen = 64
 
 // allShapes are the ways of waiting that tcpfloor measures.
-var allShapes = []string{"poll", "block", "netpoll", "epoll", "ppoll"}
+var allShapes = []string{"poll", "block", "netpoll", "epoll", "ppoll", "register"}
 
 func main() {
-	shape := flag.String("shape", "all", "how each side waits for the message: poll, block, netpoll, epoll, ppoll, or all of them in turn")
+	shape := flag.String("shape", "all", "how each side waits for the message: poll, block, netpoll, epoll, ppoll, register, or all of them in turn")
 	n := flag.Int("n", 100000, "round trips to time")
 	child := flag.Int("child", 0, "be the echoing process, connecting to this port (started by the other)")
 	flag.Parse()
@@ -64,7 +68,7 @@ func main() {
 	}
 	for _, s := range shapes {
 		if !slices.Contains(allShapes, s) {
-			fmt.Fprintf(os.Stderr, "tcpfloor: no shape %q: give poll, block, netpoll, epoll, ppoll or all\n", s)
+			fmt.Fprintf(os.Stderr, "tcpfloor: no shape %q: give poll, block, netpoll, epoll, ppoll, register or all\n", s)
 			os.Exit(2)
 		}
 		if err := measure(s, max(*n, 1)); err != nil {
@@ -126,7 +130,7 @@ func measure(shape string, n int) error {
 		return fmt.Errorf("the echoing process: %w", err)
 	}
 	slices.Sort(oneWay)
-	fmt.Printf("%-7s one way: median %5.2f µs, p10 %5.2f, p90 %5.2f (%d round trips of %d bytes)\n", shape,
+	fmt.Printf("%-8s one way: median %5.2f µs, p10 %5.2f, p90 %5.2f (%d round trips of %d bytes)\n", shape,
 		oneWay[len(oneWay)/2]/1e3, oneWay[len(oneWay)/10]/1e3, oneWay[len(oneWay)*9/10]/1e3, n, msgLen)
 	return nil
 }
@@ -271,7 +275,8 @@ func (c *conn) readAll(b []byte) error {
 
 // read is one read of the socket, waiting as the shape does when
 // nothing has arrived (poll, epoll and ppoll return EAGAIN after their
-// wait).
+// wait). register's new registration reports a socket that is readable
+// already, so a wait that begins after the message came ends at once.
 func (c *conn) read(b []byte) (n int, err error) {
 	switch c.shape {
 	case "netpoll":
@@ -296,6 +301,27 @@ func (c *conn) read(b []byte) (n int, err error) {
 			return 0, err
 		}
 		return 0, unix.EAGAIN
+	case "register":
+		if n, err = unix.Read(c.fd, b); err != unix.EAGAIN {
+			return n, err
+		}
+		dup, err := unix.FcntlInt(uintptr(c.fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return 0, err
+		}
+		f := os.NewFile(uintptr(dup), "socket")
+		defer f.Close()
+		rc, err := f.SyscallConn()
+		if err != nil {
+			return 0, err
+		}
+		if werr := rc.Read(func(fd uintptr) bool {
+			n, err = unix.Read(int(fd), b)
+			return err != unix.EAGAIN
+		}); werr != nil {
+			return 0, werr
+		}
+		return n, err
 	case "ppoll":
 		if n, err = unix.Read(c.fd, b); err != unix.EAGAIN {
 			return n, err
