@@ -22,7 +22,7 @@
 //   - register: each wait hands the runtime's poller a duplicate of the
 //     socket, as an os.File, and closes it once woken, so that the
 //     poller watches the socket itself, but only while someone waits
-//     (at the price of four system calls and an os.File a wait).
+//     (at the price of five system calls and an os.File a wait).
 //
 // A message is one write(2) of 64 bytes and one or more read(2) on the
 // other side. It prints the median, 10th and 90th percentile of the
@@ -40,7 +40,6 @@ import (
 	"slices"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -105,10 +104,15 @@ func measure(shape string, n int) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
+	waited := false
+	defer func() {
+		if !waited { // a failure before the end: the child goes too
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	}()
 	fd, _, err := unix.Accept4(l, unix.SOCK_CLOEXEC)
 	if err != nil {
-		cmd.Process.Kill()
-		cmd.Wait()
 		return err
 	}
 	c, err := setup(fd, shape)
@@ -126,6 +130,7 @@ func measure(shape string, n int) error {
 		}
 		oneWay[i] = float64(time.Since(t).Nanoseconds()) / 2
 	}
+	waited = true
 	if err := cmd.Wait(); err != nil {
 		return fmt.Errorf("the echoing process: %w", err)
 	}
@@ -168,7 +173,14 @@ type conn struct {
 	rc    syscall.RawConn // file's, for the runtime's poller
 	ep    int             // epoll: the instance's descriptor
 	ev    [1]unix.EpollEvent
-	take  func(fd uintptr) bool // epoll: whether the instance reports the socket
+	// The tests the runtime's poller runs, made once so that a read
+	// allocates nothing: take (epoll) whether the instance reports the
+	// socket; tryRead (netpoll, register) a read of buf into got and
+	// gotErr, false on EAGAIN.
+	take, tryRead func(fd uintptr) bool
+	buf           []byte
+	got           int
+	gotErr        error
 }
 
 // setup turns Nagle off, as tcp0 does, and makes the socket non-blocking
@@ -184,11 +196,15 @@ func setup(fd int, shape string) (*conn, error) {
 		return nil, err
 	}
 	var err error
+	c.tryRead = func(fd uintptr) bool {
+		c.got, c.gotErr = unix.Read(int(fd), c.buf)
+		return c.gotErr != unix.EAGAIN
+	}
 	switch shape {
 	case "netpoll":
 		// A non-blocking descriptor goes to the poller. The file owns a
 		// descriptor of its own, so that closing it leaves fd to close.
-		dup, err := unix.Dup(fd)
+		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -208,8 +224,12 @@ func setup(fd int, shape string) (*conn, error) {
 		}
 		c.file = os.NewFile(uintptr(c.ep), "epoll")
 		c.take = func(efd uintptr) bool {
-			n, _, e := unix.Syscall6(unix.SYS_EPOLL_PWAIT, efd, uintptr(unsafe.Pointer(&c.ev[0])), 1, 0, 0, 0)
-			return e != 0 || n > 0
+			for {
+				n, err := unix.EpollWait(int(efd), c.ev[:], 0)
+				if err != unix.EINTR {
+					return err != nil || n > 0
+				}
+			}
 		}
 	}
 	if c.file != nil {
@@ -277,20 +297,13 @@ func (c *conn) readAll(b []byte) error {
 // nothing has arrived (poll, epoll and ppoll return EAGAIN after their
 // wait). register's new registration reports a socket that is readable
 // already, so a wait that begins after the message came ends at once.
-func (c *conn) read(b []byte) (n int, err error) {
+func (c *conn) read(b []byte) (int, error) {
 	switch c.shape {
 	case "netpoll":
 		// As a net.Conn reads: try, and wait in the poller on EAGAIN.
-		werr := c.rc.Read(func(fd uintptr) bool {
-			n, err = unix.Read(int(fd), b)
-			return err != unix.EAGAIN
-		})
-		if werr != nil {
-			return 0, werr
-		}
-		return n, err
+		return c.pollRead(c.rc, b)
 	case "epoll":
-		if n, err = unix.Read(c.fd, b); err != unix.EAGAIN {
+		if n, err := unix.Read(c.fd, b); err != unix.EAGAIN {
 			return n, err
 		}
 		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT}
@@ -302,7 +315,7 @@ func (c *conn) read(b []byte) (n int, err error) {
 		}
 		return 0, unix.EAGAIN
 	case "register":
-		if n, err = unix.Read(c.fd, b); err != unix.EAGAIN {
+		if n, err := unix.Read(c.fd, b); err != unix.EAGAIN {
 			return n, err
 		}
 		dup, err := unix.FcntlInt(uintptr(c.fd), unix.F_DUPFD_CLOEXEC, 0)
@@ -315,15 +328,9 @@ func (c *conn) read(b []byte) (n int, err error) {
 		if err != nil {
 			return 0, err
 		}
-		if werr := rc.Read(func(fd uintptr) bool {
-			n, err = unix.Read(int(fd), b)
-			return err != unix.EAGAIN
-		}); werr != nil {
-			return 0, werr
-		}
-		return n, err
+		return c.pollRead(rc, b)
 	case "ppoll":
-		if n, err = unix.Read(c.fd, b); err != unix.EAGAIN {
+		if n, err := unix.Read(c.fd, b); err != unix.EAGAIN {
 			return n, err
 		}
 		fds := []unix.PollFd{{Fd: int32(c.fd), Events: unix.POLLIN}}
@@ -333,4 +340,16 @@ func (c *conn) read(b []byte) (n int, err error) {
 		return 0, unix.EAGAIN
 	}
 	return unix.Read(c.fd, b)
+}
+
+// pollRead reads b through rc as a net.Conn does: it tries, and waits in
+// the runtime's poller while the read finds nothing.
+func (c *conn) pollRead(rc syscall.RawConn, b []byte) (int, error) {
+	c.buf = b
+	err := rc.Read(c.tryRead)
+	c.buf = nil
+	if err != nil {
+		return 0, err
+	}
+	return c.got, c.gotErr
 }
