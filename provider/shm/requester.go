@@ -96,6 +96,9 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 		copy(b, t.b)
 		byteLen = uint32(n)
 	default:
+		if !c.peerReads() || wr.RemoteAddr%8 != 0 {
+			return false
+		}
 		word, ok := c.atomicWord(t, wr)
 		if !ok {
 			return false
@@ -439,11 +442,11 @@ func (c *conn) atomic(wr *driver.SendWR) (uint64, driver.WCStatus) {
 }
 
 // atomicWord resolves the target of an atomic wr into t, and returns the
-// shared word: false if the peer takes no atomics, the address is not
-// 8-byte aligned, or the target does not resolve to mapped memory.
+// shared word: false if the target does not resolve to mapped memory
+// that allows atomics, aligned to 8 bytes. The caller has checked that
+// the peer takes atomics (peerReads) and that the address is aligned.
 func (c *conn) atomicWord(t *remote, wr *driver.SendWR) (*uint64, bool) {
-	if !c.peerReads() || wr.RemoteAddr%8 != 0 ||
-		!c.target(t, wr.RKey, wr.RemoteAddr, 8, driver.AccessRemoteAtomic, true) || t.proc || uintptr(unsafe.Pointer(&t.b[0]))%8 != 0 {
+	if !c.target(t, wr.RKey, wr.RemoteAddr, 8, driver.AccessRemoteAtomic, true) || t.proc || uintptr(unsafe.Pointer(&t.b[0]))%8 != 0 {
 		return nil, false
 	}
 	return (*uint64)(unsafe.Pointer(&t.b[0])), true
