@@ -26,6 +26,10 @@ func SetMinUserTimeout(d time.Duration) (restore func()) {
 	return func() { minUserTimeout = prev }
 }
 
+// AnswerSlack is how many bytes a peer that answers nothing must send
+// before its requests time out while it talks.
+const AnswerSlack = answerSlack
+
 // PollBudget is the FPDUs one poll receives at most.
 const PollBudget = pollBudget
 

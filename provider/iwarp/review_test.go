@@ -622,6 +622,9 @@ func TestPeerThatNeverAnswersTimesOut(t *testing.T) {
 				t.Fatalf("the unanswered Read completed with %+v, want a retry-exceeded error", wcs)
 			}
 			t.Logf("the Read timed out after %v, the peer having sent %d MiB meanwhile", time.Since(start).Round(time.Millisecond), sent>>20)
+			if sent <= iwarp.AnswerSlack {
+				t.Fatalf("the peer sent only %d bytes before the timeout, no more than AnswerSlack (%d): the test did not keep it talking", sent, iwarp.AnswerSlack)
+			}
 			expectVictimError(t, v)
 			return
 		case <-tick.C:
