@@ -228,9 +228,8 @@ func (q *qp) postSend(wr *driver.SendWR) error {
 	if q.destroyed {
 		return driver.ErrClosed
 	}
-	switch q.attr.State {
-	case driver.QPSReset, driver.QPSInit, driver.QPSRTR:
-		return fmt.Errorf("%w: the QP is in %v; sends need RTS (connect it with cm)", driver.ErrInvalidState, q.attr.State)
+	if err := driver.PostSendStateErr(q.attr.State); err != nil {
+		return err
 	}
 	switch wr.Opcode {
 	case driver.OpLocalInv, driver.OpBindMW:
@@ -278,9 +277,10 @@ func (q *qp) postRecv(wr *driver.RecvWR) error {
 	case q.destroyed:
 		return driver.ErrClosed
 	case q.srq != nil:
-		return fmt.Errorf("%w: the QP takes its receives from an SRQ: post them there", driver.ErrInvalidArg)
-	case q.attr.State == driver.QPSReset:
-		return fmt.Errorf("%w: the QP is in RESET; move it to INIT first", driver.ErrInvalidState)
+		return driver.ErrRecvOnSRQ
+	}
+	if err := driver.PostRecvStateErr(q.attr.State); err != nil {
+		return err
 	}
 	if err := q.rq.Check(wr); err != nil {
 		return err

@@ -159,9 +159,8 @@ func (q *qp) postSend(wr *driver.SendWR) error {
 	if q.destroyed {
 		return driver.ErrClosed
 	}
-	switch q.attr.State {
-	case driver.QPSReset, driver.QPSInit, driver.QPSRTR:
-		return driver.ErrInvalidState
+	if err := driver.PostSendStateErr(q.attr.State); err != nil {
+		return err
 	}
 	return q.sq.Post(wr, q)
 }
@@ -182,9 +181,10 @@ func (q *qp) postRecv(wr *driver.RecvWR) error {
 	case q.destroyed:
 		return driver.ErrClosed
 	case q.srq != nil:
-		return fmt.Errorf("%w: the QP takes its receives from an SRQ", driver.ErrInvalidArg)
-	case q.attr.State == driver.QPSReset:
-		return driver.ErrInvalidState
+		return driver.ErrRecvOnSRQ
+	}
+	if err := driver.PostRecvStateErr(q.attr.State); err != nil {
+		return err
 	}
 	if err := q.rq.Check(wr); err != nil {
 		return err

@@ -1,7 +1,6 @@
 package shm
 
 import (
-	"fmt"
 	"sync/atomic"
 
 	"github.com/goverbs/goverbs/internal/sglist"
@@ -259,16 +258,15 @@ func (q *qp) postSend(wr *driver.SendWR) error {
 	if q.destroyed {
 		return driver.ErrClosed
 	}
-	switch q.attr.State {
-	case driver.QPSReset, driver.QPSInit, driver.QPSRTR:
-		return driver.ErrInvalidState
+	if err := driver.PostSendStateErr(q.attr.State); err != nil {
+		return err
 	}
 	return q.sq.Post(wr, q)
 }
 
 func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 	if q.srq != nil {
-		return 0, fmt.Errorf("%w: the QP takes its receives from an SRQ", driver.ErrInvalidArg)
+		return 0, driver.ErrRecvOnSRQ
 	}
 	for i := range wrs {
 		// The receive's buffers become shareable before rqMu is taken,
@@ -303,11 +301,11 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 // postRecvLocked posts wrs to a QP whose published state is st; rqMu is
 // held.
 func (q *qp) postRecvLocked(wrs []driver.RecvWR, st uint32) (int, error) {
-	switch {
-	case st == stateDestroyed:
+	if st == stateDestroyed {
 		return 0, driver.ErrClosed
-	case driver.QPState(st) == driver.QPSReset:
-		return 0, driver.ErrInvalidState
+	}
+	if err := driver.PostRecvStateErr(driver.QPState(st)); err != nil {
+		return 0, err
 	}
 	for i := range wrs {
 		wr := &wrs[i]

@@ -168,3 +168,29 @@ func ConnectRTS(qp QP, local, remote ConnParam) error {
 	}
 	return qp.Modify(&attr, QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic)
 }
+
+// ErrRecvOnSRQ refuses a receive posted to a QP that takes its receives
+// from a shared receive queue.
+var ErrRecvOnSRQ = fmt.Errorf("%w: the QP takes its receives from an SRQ: post them to the SRQ", ErrInvalidArg)
+
+// PostSendStateErr reports why a QP in state s refuses send work requests
+// (ErrInvalidState before RTS), or nil: RTS, SQD and SQE take them, and
+// so does the error state, which completes them flushed. Every provider
+// gives these answers.
+func PostSendStateErr(s QPState) error {
+	switch s {
+	case QPSReset, QPSInit, QPSRTR:
+		return fmt.Errorf("%w: the QP is in %v; posting sends needs RTS (connect it with cm, or modify it to RTS)", ErrInvalidState, s)
+	}
+	return nil
+}
+
+// PostRecvStateErr reports why a QP in state s refuses receive work
+// requests (ErrInvalidState in Reset), or nil: every later state takes
+// them, the error state completing them flushed.
+func PostRecvStateErr(s QPState) error {
+	if s == QPSReset {
+		return fmt.Errorf("%w: the QP is in RESET; posting receives needs INIT or later (modify it to INIT first)", ErrInvalidState)
+	}
+	return nil
+}
