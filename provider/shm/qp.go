@@ -355,6 +355,11 @@ func (q *qp) Destroy() error {
 	q.ctx.mu.Lock()
 	delete(q.ctx.qps, q)
 	q.ctx.mu.Unlock()
+	// Wait out a PostRecv that read the state before it was published
+	// destroyed and may still be writing the receive ring, which the
+	// block holds; one that starts later sees the state and posts nothing.
+	q.rqMu.Lock()
+	q.rqMu.Unlock()
 	q.block.close()
 	return nil
 }
