@@ -391,6 +391,13 @@ func (c *conn) write(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	}
 	if n > 0 {
 		if _, ok := c.copyOut(dst, src); !ok {
+			if wr.Opcode == driver.OpRDMAWriteWithImm {
+				// The receive taken is out of the ring, where the
+				// peer's flush would not find it: it completes here,
+				// flushed, as the peer's QP moves to the error state.
+				c.peerComplete(&driver.WorkCompletion{WRID: r.wrid, Status: driver.WCWRFlushErr,
+					Opcode: driver.WCRecv, QPNum: c.remote.QPNum})
+			}
 			c.peerError(driver.EventQPAccessErr)
 			return driver.WCRemAccessErr
 		}
