@@ -42,6 +42,7 @@ type cq struct {
 	// the next, it waits for nudge rather than on the word, so that
 	// those wake-ups do not wake its thread too.
 	armings   atomic.Uint64
+	solicited atomic.Bool // the last ReqNotify asked for solicited completions only
 	nudge     chan struct{}
 	stop      atomic.Bool
 	waiter    sync.WaitGroup
@@ -151,10 +152,33 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 		return driver.ErrClosed
 	}
 	c.startWaiter()
+	c.solicited.Store(solicitedOnly)
 	c.armings.Add(1)
 	c.nudgeWaiter()
 	_, err := c.arm(solicitedOnly)
 	return err
+}
+
+// notifyRecheck bounds the notification goroutine's sleep on the futex
+// word. The arming and the word live in the CQ's shared header, which
+// peers map writable: a peer that clears the arming, or puts the word
+// back after a wake-up, keeps the producers' notifications from waking
+// the goroutine. Each time the sleep runs out, the goroutine looks at
+// the ring itself, so such a peer delays a notification by this much at
+// most, and cannot keep the goroutine asleep through Destroy. (An idle
+// waiter wakes 20 times a second for this: a few µs of processor time.)
+const notifyRecheck = 50 * time.Millisecond
+
+// awaited reports whether a completion the last ReqNotify asked for
+// waits in the CQ, for the notification goroutine.
+func (c *cq) awaited() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.destroyed.Load() {
+		return false
+	}
+	so := c.solicited.Load()
+	return c.local.pending(so) || c.ring.pending(so)
 }
 
 // Arm implements driver.Sleeper. It starts the notification goroutine
@@ -234,12 +258,15 @@ func (c *cq) startWaiter() {
 					<-c.nudge
 					continue
 				}
-				w := h.wake.Load()
-				if w == seen {
-					futexWait(&h.wake, w)
-					continue
+				if w := h.wake.Load(); w == seen {
+					futexWaitFor(&h.wake, w, notifyRecheck)
+					if h.wake.Load() == seen && !c.stop.Load() && !c.awaited() {
+						continue
+					}
+					// Woken, stopping, or the completion is there
+					// without a notification (notifyRecheck).
 				}
-				seen = w
+				seen = h.wake.Load()
 				if c.stop.Load() {
 					return
 				}
