@@ -320,7 +320,7 @@ func (c *conn) rxTry(poller bool) error {
 			c.rxMu.Unlock()
 			return nil
 		}
-		budget := 0
+		budget := rxBudget
 		if poller {
 			budget = pollBudget
 		}
@@ -346,9 +346,13 @@ func (c *conn) rxTry(poller bool) error {
 			}
 		}
 		if err == errBudget {
-			// More may be waiting: the receive goroutine takes it,
-			// whether or not the application polls again.
-			c.kickRx()
+			// More may be waiting. The receive goroutine goes round
+			// again itself (rxRun), after letting rxMu go; a poller
+			// leaves it to the receive goroutine, whether or not the
+			// application polls again.
+			if poller {
+				c.kickRx()
+			}
 			return nil
 		}
 		if err != nil {
@@ -405,7 +409,13 @@ func (c *conn) flushLazy() {
 // is kicked to take over what is left (kickRx).
 const pollBudget = 64
 
-// errBudget ends a poller's round that used up its budget.
+// rxBudget bounds the FPDUs one round of the receive goroutine receives
+// while holding rxMu: a peer that keeps the socket full must not keep
+// the lock, which a disconnect (connHandle.Close) and a Dereg that cuts a
+// Read Response (revokeRead) take to stop receiving.
+const rxBudget = 1024
+
+// errBudget ends a round that used up its budget.
 var errBudget = errors.New("poll budget used up")
 
 // rxDrain receives until nothing more has arrived (nil), receiving ends
@@ -818,7 +828,8 @@ func (c *conn) protocolError(te *termError) {
 	q.mu.Unlock()
 	deadline := time.Now().Add(terminateTimeout)
 	var drain [4096]byte
-	for {
+	// The deadline holds even for a peer that keeps the socket full.
+	for time.Now().Before(deadline) {
 		n, err := c.sk.read(drain[:])
 		if err == unix.EAGAIN || err == unix.EINTR {
 			err = c.sk.waitInUntil(deadline)
