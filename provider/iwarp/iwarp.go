@@ -316,12 +316,7 @@ func (m *mr) Dereg() error {
 	}
 	m.revoked.Store(true)
 	delete(c.mrs, m.stag>>8)
-	conns := make([]*conn, 0, len(c.qps))
-	for q := range c.qps {
-		if cn := q.live.Load(); cn != nil {
-			conns = append(conns, cn)
-		}
-	}
+	conns := c.liveConns()
 	c.mu.Unlock()
 	// Nothing is placed into the region once Dereg returns: a receiver
 	// checks revoked after it has announced a read or copy (rxBusy), so
@@ -335,11 +330,29 @@ func (m *mr) Dereg() error {
 		cn.q.mu.Lock()
 		cn.q.mu.Unlock()
 	}
-	// Nor is anything of it sent: the peer's Reads of it are cut short,
-	// on every connection that sends or owes some at once (each may wait
-	// for its peer). One that does neither now never will: the region's
-	// revocation keeps new Read Requests of it out and its bytes out of
-	// new batches.
+	// Nor is anything of it sent: the peer's Reads of it are cut short.
+	cutReads(conns, m).Wait()
+	return nil
+}
+
+// liveConns lists the live connections of c's QPs. c.mu is held.
+func (c *devCtx) liveConns() []*conn {
+	conns := make([]*conn, 0, len(c.qps))
+	for q := range c.qps {
+		if cn := q.live.Load(); cn != nil {
+			conns = append(conns, cn)
+		}
+	}
+	return conns
+}
+
+// cutReads cuts short the peers' Reads of m, revoked: on every connection
+// that sends or owes a Read Response from it, at once, each in a
+// goroutine of its own (revokeRead may wait for its peer); the returned
+// group waits for them. A connection that does neither now never will:
+// the revocation keeps new Read Requests of m out and its bytes out of
+// new batches.
+func cutReads(conns []*conn, m *mr) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for _, cn := range conns {
 		if cn.holds(m) {
@@ -350,8 +363,7 @@ func (m *mr) Dereg() error {
 			}()
 		}
 	}
-	wg.Wait()
-	return nil
+	return &wg
 }
 
 // accessError says why an STag check failed, in the terms of a Terminate.
@@ -396,16 +408,23 @@ func (c *devCtx) span(stag uint32, p *pd, addr, n uint64, need driver.AccessFlag
 }
 
 // invalidate invalidates the region of stag on p for a Send with
-// Invalidate: later remote access with it fails. It reports false when
-// no such region exists.
+// Invalidate: later remote access with it fails, and the Read Responses
+// from it that any connection still owes are cut short (cutReads: their
+// QPs fail), since the application may reuse the region once it sees the
+// invalidation. It reports false when no such region exists, or when the
+// region grants no remote access: its STag is a local key only, which a
+// peer may not revoke.
 func (c *devCtx) invalidate(stag uint32, p *pd) bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	m := c.mrs[stag>>8]
-	if m == nil || m.stag != stag || m.revoked.Load() || m.pd != p {
+	if m == nil || m.stag != stag || m.revoked.Load() || m.pd != p || m.access&driver.RemoteAccess == 0 {
+		c.mu.Unlock()
 		return false
 	}
 	m.revoked.Store(true)
+	conns := c.liveConns()
+	c.mu.Unlock()
+	cutReads(conns, m) // not waited for: the caller is a receiving round
 	return true
 }
 

@@ -1175,7 +1175,7 @@ func (c *conn) rxSendEnd(h wire.Hdr) error {
 		if !q.ctx.invalidate(stag, q.pd) {
 			c.completeSend(driver.WCRemInvReqErr)
 			return protoErr(wire.LayerRDMAP, wire.RDMAPRemoteOperation, wire.RDMAPCannotInvalidate, driver.EventQPReqErr,
-				"Send with Invalidate of STag %#x, which names no region of the QP's PD", stag)
+				"Send with Invalidate of STag %#x, which names no region of the QP's PD that grants remote access", stag)
 		}
 		wc.Flags |= driver.WCWithInv
 		wc.InvalidatedRKey = stag
