@@ -543,6 +543,13 @@ func (c *conn) rxNext() (idle bool, err error) {
 	}
 	hl, err := wire.ValidateHdr(rx.stage[rx.sOff:rx.sEnd], c.ext)
 	if err != nil {
+		if !c.gate.Load() {
+			// A malformed first FPDU is the first FPDU all the same:
+			// the Terminate for it may go out (as firstFPDU would
+			// let it).
+			c.gate.Store(true)
+			c.wakeTx()
+		}
 		copy(rx.hdr[:], rx.stage[rx.sOff:rx.sEnd])
 		var he *wire.HeaderError
 		errors.As(err, &he)

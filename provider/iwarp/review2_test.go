@@ -196,3 +196,18 @@ func TestSendInvalidateWithReadResponseOwed(t *testing.T) {
 	expectVictimError(t, v)
 	g.intact(t, v, 0, 0)
 }
+
+// TestMalformedFirstFPDUGetsTerminate: the accepting side sends nothing
+// before the first FPDU arrives; a first FPDU that is malformed (here an
+// unknown opcode, with no RTR negotiated) must still get its Terminate
+// rather than a silent close after terminateTimeout.
+func TestMalformedFirstFPDUGetsTerminate(t *testing.T) {
+	v := newVictim(t, 4)
+	h := dialHostile(t, v, false, false, true)
+	b := h.untagged(wire.OpSend, wire.QNSend, 0)
+	b[3] = b[3]&^0xf | 0xd // an opcode RDMAP does not define
+	h.send(h.fpdu(b, nil))
+	h.expectTerminate(wire.LayerRDMAP, wire.RDMAPRemoteOperation, wire.RDMAPUnexpectedOpcode)
+	h.nc.Close() // the victim drains until the peer closes
+	<-v.accepted
+}
