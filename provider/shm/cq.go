@@ -33,10 +33,6 @@ type cq struct {
 	sendersMu   sync.Mutex
 	firstSender *qp
 	shared      atomic.Bool
-	// receivers are the QPs that complete their receives here (copy on
-	// write, under sendersMu): a completion a peer writes is checked
-	// against the receive queue of the QP it names (checkRecv).
-	receivers atomic.Pointer[[]*qp]
 
 	notifyOnce sync.Once
 	notify     chan struct{}
@@ -84,11 +80,11 @@ func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 // a send completion of q's slot seq to the private ring. A full ring
 // loses the completion: the overrun is recorded and raised, and both
 // report false so that the QP moves to the error state.
-func (c *cq) push(wc *driver.WorkCompletion, rpos uint64) bool {
+func (c *cq) push(wc *driver.WorkCompletion) bool {
 	if c.destroyed.Load() {
 		return false
 	}
-	return c.notifyOrOverrun(wc, c.ring.produce(wc, rpos))
+	return c.notifyOrOverrun(wc, c.ring.produce(wc))
 }
 
 // pushSend: see push. q.mu is held.
@@ -118,81 +114,6 @@ func (c *cq) addSender(q *qp) {
 	}
 }
 
-// setReceiver adds q to the QPs that complete receives here, or removes it.
-func (c *cq) setReceiver(q *qp, add bool) {
-	c.sendersMu.Lock()
-	defer c.sendersMu.Unlock()
-	var rs []*qp
-	if p := c.receivers.Load(); p != nil {
-		for _, x := range *p {
-			if x != q {
-				rs = append(rs, x)
-			}
-		}
-	}
-	if add {
-		rs = append(rs, q)
-	}
-	c.receivers.Store(&rs)
-}
-
-// receiver is the QP numbered num that completes its receives here, or nil.
-func (c *cq) receiver(num uint32) *qp {
-	if p := c.receivers.Load(); p != nil {
-		for _, q := range *p {
-			if q.num == num {
-				return q
-			}
-		}
-	}
-	return nil
-}
-
-// checkRecv checks a receive completion taken from the shared ring,
-// which peers write, against what this process posted, and makes it say
-// what is true: the WRID is the one posted at the position the slot
-// names, the flags those a Send or Write with immediate can carry. It
-// reports false when the completion names no QP receiving here, or no
-// receive of the QP that awaits its completion: the slot is dropped
-// (and the QP, if there is one, fails: *forged). A completion of a
-// receive that awaited it but cannot be true (a success with more bytes
-// than the receive's buffers take, or an opcode no receive completes
-// with) is returned as a failed one, and the QP fails.
-func (c *cq) checkRecv(wc *driver.WorkCompletion, rpos uint32, forged **qp) bool {
-	q := c.receiver(wc.QPNum)
-	if q == nil {
-		return false
-	}
-	ring := q.rq
-	if q.srq != nil {
-		ring = q.srq.ring
-	}
-	wrid, length, ok := ring.claim(rpos)
-	if !ok {
-		*forged = q
-		return false
-	}
-	wc.WRID, wc.InvalidatedRKey = wrid, 0
-	wc.Flags &= driver.WCWithImm | driver.WCSolicited
-	recvOp := wc.Opcode == driver.WCRecv || wc.Opcode == driver.WCRecvRDMAWithImm
-	// A Send's bytes land in the receive's buffers; a Write with
-	// immediate's byte count is the Write's, which landed elsewhere.
-	tooLong := wc.Opcode == driver.WCRecv && uint64(wc.ByteLen) > length
-	switch {
-	case wc.Status == driver.WCSuccess && (!recvOp || tooLong):
-		*forged = q
-		wc.Status, wc.Opcode, wc.ByteLen, wc.Flags = driver.WCGeneralErr, driver.WCRecv, 0, 0
-	case wc.Status != driver.WCSuccess:
-		if !recvOp {
-			wc.Opcode = driver.WCRecv
-		}
-		if tooLong || !recvOp {
-			wc.ByteLen = 0
-		}
-	}
-	return true
-}
-
 func (c *cq) notifyOrOverrun(wc *driver.WorkCompletion, ok bool) bool {
 	if !ok {
 		c.markOverrun()
@@ -211,24 +132,18 @@ func (c *cq) markOverrun() {
 func (c *cq) Poll(wc []driver.WorkCompletion) int {
 	c.mu.Lock()
 	n := 0
-	var forged *qp
 	for n < len(wc) && !c.destroyed.Load() {
 		if c.local.ready() {
 			q, seq := c.local.take(&wc[n])
 			q.sq.Retire(seq)
 		} else if c.ring.ready() {
-			if rpos := c.ring.take(&wc[n]); !c.checkRecv(&wc[n], rpos, &forged) {
-				continue
-			}
+			c.ring.take(&wc[n])
 		} else {
 			break
 		}
 		n++
 	}
 	c.mu.Unlock()
-	if forged != nil {
-		forged.forgedCompletion()
-	}
 	return n
 }
 

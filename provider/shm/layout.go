@@ -73,8 +73,7 @@ type cqSlot struct {
 	invRKey uint32
 	qpNum   uint32
 	srcQP   uint32
-	rpos    uint32 // the position, in its receive ring, of the receive completed
-	_       [20]byte
+	_       [24]byte
 }
 
 const cqSlotSize = int(unsafe.Sizeof(cqSlot{}))
@@ -114,9 +113,8 @@ func viewCQRing(mem []byte, n int) *cqRing {
 // on the ring makes completions fail (an overrun) instead of a hang.
 const maxProduceTries = 1 << 12
 
-// produce adds the completion of the receive at position rpos of its
-// ring; false if the ring is full (or corrupt).
-func (r *cqRing) produce(wc *driver.WorkCompletion, rpos uint64) bool {
+// produce adds a completion; false if the ring is full (or corrupt).
+func (r *cqRing) produce(wc *driver.WorkCompletion) bool {
 	for range maxProduceTries {
 		pos := r.h.tail.Load()
 		s := &r.slots[pos&r.mask]
@@ -126,7 +124,6 @@ func (r *cqRing) produce(wc *driver.WorkCompletion, rpos uint64) bool {
 			if !r.h.tail.CompareAndSwap(pos, pos+1) {
 				continue
 			}
-			s.rpos = uint32(rpos)
 			s.publish(wc, pos)
 			return true
 		case d < 0:
@@ -203,21 +200,16 @@ func (s *cqSlot) publish(wc *driver.WorkCompletion, pos uint64) {
 // ready reports whether a completion waits to be taken.
 func (r *cqRing) ready() bool { return r.slots[r.head&r.mask].seq.Load() == r.head+1 }
 
-// take takes the oldest completion, which ready said is there, and
-// returns the position in its receive ring of the receive it says it
-// completes. Peers write the slot: the caller checks what it says
-// (qp.checkRecv) before the application sees it.
-func (r *cqRing) take(wc *driver.WorkCompletion) uint32 {
+// take takes the oldest completion, which ready said is there.
+func (r *cqRing) take(wc *driver.WorkCompletion) {
 	s := &r.slots[r.head&r.mask]
 	*wc = driver.WorkCompletion{WRID: s.wrid, Status: driver.WCStatus(s.status), Opcode: driver.WCOpcode(s.opcode),
 		Flags: driver.WCFlags(s.flags), ByteLen: s.byteLen, Imm: s.imm, InvalidatedRKey: s.invRKey, QPNum: s.qpNum, SrcQP: s.srcQP}
 	if wc.Status > driver.WCGeneralErr {
 		wc.Status = driver.WCGeneralErr
 	}
-	rpos := s.rpos
 	atomicrel.StoreUint64(&s.seq, r.head+r.mask+1)
 	r.head++
-	return rpos
 }
 
 // localRing is a CQ's private queue of the send completions its own
@@ -361,7 +353,6 @@ type recvEntry struct {
 	wrid uint64
 	n    int
 	sge  [maxSGE]driver.SGE
-	pos  uint64 // its position in the ring
 }
 
 // recvRing is a view of a receive queue: the owner produces; consumers —
@@ -377,48 +368,12 @@ type recvRing struct {
 	// under the producer's lock: reading the shared head for every post
 	// would pull its cache line away from the consumer that moves it.
 	seenHead uint64
-	// shadow is the owner's private record of what it posted at each
-	// position (nil in a peer's view): a receive completion a peer
-	// writes names the position, and only the shadow says which WR is
-	// there and how many bytes its buffers take.
-	shadow []recvShadow
-}
-
-// recvShadow is the owner's record of the receive posted at one position
-// of its ring. seq is the position plus one while the receive awaits its
-// completion, 0 once that has been polled; its fields are atomic because
-// a peer's forged completion may name a position the owner is posting
-// to at that moment.
-type recvShadow struct {
-	seq    atomic.Uint64
-	wrid   atomic.Uint64
-	length atomic.Uint64
-}
-
-// claim checks a completion for the receive at position rpos (the low 32
-// bits a completion slot carries) against the shadow: it returns the
-// receive's WRID and the bytes its buffers take, and marks the receive
-// completed, so that no second completion can name it; false if no
-// receive awaits its completion there.
-func (r *recvRing) claim(rpos uint32) (wrid, length uint64, ok bool) {
-	sh := &r.shadow[uint64(rpos)&r.mask]
-	seq := sh.seq.Load()
-	if seq == 0 || uint32(seq-1) != rpos {
-		return 0, 0, false
-	}
-	wrid, length = sh.wrid.Load(), sh.length.Load()
-	if !sh.seq.CompareAndSwap(seq, 0) {
-		return 0, 0, false // reposted meanwhile: what was read may be the new receive's
-	}
-	return wrid, length, true
 }
 
 func initRecvRing(mem []byte, n, sges int) *recvRing {
 	h := header(mem)
 	h.magic, h.entries, h.entrySize = ringMagic, uint32(n), uint32(recvEntrySize(sges))
-	r := viewRecvRing(mem, n, sges)
-	r.shadow = make([]recvShadow, n)
-	return r
+	return viewRecvRing(mem, n, sges)
 }
 
 // viewRecvRing views a receive ring of n entries of sges SGEs each, or
@@ -444,7 +399,6 @@ func seq(e []byte) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&e[12
 func (r *recvRing) reset() {
 	for i := range r.mask + 1 {
 		seq(r.entry(i)).Store(0)
-		r.shadow[i].seq.Store(0)
 	}
 	r.h.head.Store(0)
 	r.h.tail.Store(0)
@@ -476,10 +430,6 @@ func (r *recvRing) produce(wr *driver.RecvWR, limit uint64) bool {
 		}
 	}
 	e := r.entry(t)
-	sh := &r.shadow[t&r.mask]
-	sh.wrid.Store(wr.WRID)
-	sh.length.Store(driver.SGListLen(wr.SGList))
-	sh.seq.Store(t + 1)
 	binary.LittleEndian.PutUint64(e[0:], wr.WRID)
 	binary.LittleEndian.PutUint32(e[8:], uint32(len(wr.SGList)))
 	for i, g := range wr.SGList {
@@ -516,7 +466,6 @@ func (r *recvRing) consume(out *recvEntry) (bool, error) {
 			out.sge[i] = driver.SGE{Addr: binary.LittleEndian.Uint64(s[0:]), Length: binary.LittleEndian.Uint32(s[8:]), LKey: binary.LittleEndian.Uint32(s[12:])}
 		}
 		if r.h.head.CompareAndSwap(h, h+1) {
-			out.pos = h
 			return true, nil
 		}
 	}

@@ -37,15 +37,8 @@ func reserve(t *testing.T, r *cqRing) uint64 {
 	return pos
 }
 
-// publishRecv posts a receive (wrid) on p.A's QP q and publishes, in slot
-// pos of the shared ring r, its completion as a peer would write it.
-func publishRecv(t *testing.T, p *verbstest.Pair, q *qp, r *cqRing, pos, wrid uint64, flags driver.WCFlags) {
-	t.Helper()
-	buf := newRegion(t, p.A, 64, verbs.AccessLocalWrite)
-	postRecv(t, p.A, 0, recv(wrid, buf.SGE(0, 64)))
-	s := &r.slots[pos&r.mask]
-	s.rpos = uint32(q.rq.h.tail.Load() - 1)
-	s.publish(&driver.WorkCompletion{WRID: wrid, Opcode: driver.WCRecv, Flags: flags, QPNum: q.num}, pos)
+func recvWC(wrid uint64, flags driver.WCFlags) *driver.WorkCompletion {
+	return &driver.WorkCompletion{WRID: wrid, Opcode: driver.WCRecv, Flags: flags}
 }
 
 // expectNotified checks whether ReqNotify(solicitedOnly) notified.
@@ -75,26 +68,26 @@ func drain(c *cq) int {
 // the shared ring and in the private one, armed for any completion or
 // for solicited ones only (then only if it is solicited or failed).
 func TestReqNotifySeesReservedCompletions(t *testing.T) {
-	c, q, p := notifyCQ(t)
+	c, q, _ := notifyCQ(t)
 	drain(c)
 	expectNotified(t, c, false, false, "an empty CQ")
 	drain(c)
 
 	r := c.ring
 	pos := reserve(t, r)
-	publishRecv(t, p, q, r, pos, 1, 0)
+	r.slots[pos&r.mask].publish(recvWC(1, 0), pos)
 	expectNotified(t, c, false, true, "a receive completion published unseen, armed for any")
 	if n := drain(c); n != 1 {
 		t.Fatalf("polled %d completions, want 1", n)
 	}
 
 	pos = reserve(t, r)
-	publishRecv(t, p, q, r, pos, 2, 0)
+	r.slots[pos&r.mask].publish(recvWC(2, 0), pos)
 	expectNotified(t, c, true, false, "an unsolicited receive completion, armed for solicited ones")
 	drain(c)
 	c.ring.h.armed.Store(unarmed)
 	pos = reserve(t, r)
-	publishRecv(t, p, q, r, pos, 3, driver.WCSolicited)
+	r.slots[pos&r.mask].publish(recvWC(3, driver.WCSolicited), pos)
 	expectNotified(t, c, true, true, "a solicited receive completion, armed for solicited ones")
 	drain(c)
 

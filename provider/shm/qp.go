@@ -99,7 +99,6 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 		p.ctx.qps = map[*qp]bool{}
 	}
 	p.ctx.qps[q] = true
-	rcq.setReceiver(q, true)
 	return q, nil
 }
 
@@ -209,19 +208,8 @@ func (q *qp) flushRecv() {
 		if !ok || err != nil {
 			return
 		}
-		q.completeRecv(driver.WorkCompletion{WRID: e.wrid, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv}, e.pos)
+		q.completeRecv(driver.WorkCompletion{WRID: e.wrid, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
 	}
-}
-
-// forgedCompletion fails the QP, unless it is gone: a peer wrote a
-// completion into its receive CQ that names no receive of it awaiting
-// one, or one that cannot be true of it (cq.checkRecv). q.mu is not held.
-func (q *qp) forgedCompletion() {
-	q.mu.Lock()
-	if !q.destroyed {
-		q.fail(driver.EventQPFatal)
-	}
-	q.mu.Unlock()
 }
 
 // fail moves the QP to the error state on its own, raising ev. q.mu is held.
@@ -333,9 +321,9 @@ func (q *qp) postRecvLocked(wrs []driver.RecvWR, st uint32) (int, error) {
 
 // completeRecv reports a receive completion produced in this process; a
 // lost one (CQ overrun) moves the QP to the error state.
-func (q *qp) completeRecv(wc driver.WorkCompletion, rpos uint64) {
+func (q *qp) completeRecv(wc driver.WorkCompletion) {
 	wc.QPNum = q.num
-	if !q.recvCQ.push(&wc, rpos) {
+	if !q.recvCQ.push(&wc) {
 		q.fail(driver.EventQPFatal)
 	}
 }
@@ -367,7 +355,6 @@ func (q *qp) Destroy() error {
 	q.ctx.mu.Lock()
 	delete(q.ctx.qps, q)
 	q.ctx.mu.Unlock()
-	q.recvCQ.setReceiver(q, false)
 	// Wait out a PostRecv that read the state before it was published
 	// destroyed and may still be writing the receive ring, which the
 	// block holds; one that starts later sees the state and posts nothing.

@@ -342,7 +342,7 @@ func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 		g := &r.sge[i]
 		if !c.target(&dst[i], g.LKey, g.Addr, uint64(g.Length), driver.AccessLocalWrite, true) {
 			wc.Status = driver.WCLocProtErr
-			c.peerComplete(&wc, r.pos)
+			c.peerComplete(&wc)
 			c.peerError(driver.EventQPAccessErr)
 			return driver.WCRemOpErr
 		}
@@ -350,19 +350,19 @@ func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	}
 	if src.Len() > room {
 		wc.Status = driver.WCLocLenErr
-		c.peerComplete(&wc, r.pos)
+		c.peerComplete(&wc)
 		c.peerError(driver.EventQPReqErr)
 		return driver.WCRemInvReqErr
 	}
 	n, ok := c.copyOut(dst[:r.n], src)
 	if !ok {
 		wc.Status = driver.WCLocProtErr
-		c.peerComplete(&wc, r.pos)
+		c.peerComplete(&wc)
 		c.peerError(driver.EventQPAccessErr)
 		return driver.WCRemOpErr
 	}
 	wc.ByteLen = uint32(n)
-	c.peerComplete(&wc, r.pos)
+	c.peerComplete(&wc)
 	return driver.WCSuccess
 }
 
@@ -396,7 +396,7 @@ func (c *conn) write(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 				// peer's flush would not find it: it completes here,
 				// flushed, as the peer's QP moves to the error state.
 				c.peerComplete(&driver.WorkCompletion{WRID: r.wrid, Status: driver.WCWRFlushErr,
-					Opcode: driver.WCRecv, QPNum: c.remote.QPNum}, r.pos)
+					Opcode: driver.WCRecv, QPNum: c.remote.QPNum})
 			}
 			c.peerError(driver.EventQPAccessErr)
 			return driver.WCRemAccessErr
@@ -406,7 +406,7 @@ func (c *conn) write(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 		var wc driver.WorkCompletion
 		c.recvCompletion(&wc, wr, r.wrid, driver.WCRecvRDMAWithImm)
 		wc.ByteLen = uint32(n)
-		c.peerComplete(&wc, r.pos)
+		c.peerComplete(&wc)
 	}
 	return driver.WCSuccess
 }
@@ -487,11 +487,11 @@ func (c *conn) recvCompletion(wc *driver.WorkCompletion, wr *driver.SendWR, wrid
 	}
 }
 
-// peerComplete writes the completion of the receive at position rpos of
-// the peer's ring into the peer's CQ and wakes the peer if it waits for
-// one. A full CQ is the peer's overrun: it is told, and its QP fails.
-func (c *conn) peerComplete(wc *driver.WorkCompletion, rpos uint64) {
-	if !c.peerCQ.produce(wc, rpos) {
+// peerComplete writes a receive completion into the peer's CQ and wakes
+// the peer if it waits for one. A full CQ is the peer's overrun: it is
+// told, and its QP fails.
+func (c *conn) peerComplete(wc *driver.WorkCompletion) {
+	if !c.peerCQ.produce(wc) {
 		c.sendCtrl(msgOverrun, 0, 0)
 		return
 	}
