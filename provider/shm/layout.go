@@ -205,11 +205,34 @@ func (r *cqRing) take(wc *driver.WorkCompletion) {
 	s := &r.slots[r.head&r.mask]
 	*wc = driver.WorkCompletion{WRID: s.wrid, Status: driver.WCStatus(s.status), Opcode: driver.WCOpcode(s.opcode),
 		Flags: driver.WCFlags(s.flags), ByteLen: s.byteLen, Imm: s.imm, InvalidatedRKey: s.invRKey, QPNum: s.qpNum, SrcQP: s.srcQP}
+	sanitizeRecv(wc)
+	atomicrel.StoreUint64(&s.seq, r.head+r.mask+1)
+	r.head++
+}
+
+// sanitizeRecv makes a receive completion read from the shared ring,
+// which peers write, say only what a receive completion of shm0 can say:
+// a known status; the opcode of a Send or a Write with immediate; only
+// the immediate and solicited flags (shm0 has no Send with Invalidate);
+// and, for a success, no more bytes than a message may have. A
+// completion that breaks the last two is returned as a failure with no
+// byte count. (That a successful Send's byte count fits the buffers the
+// receive posted is not checked: see the README.)
+func sanitizeRecv(wc *driver.WorkCompletion) {
 	if wc.Status > driver.WCGeneralErr {
 		wc.Status = driver.WCGeneralErr
 	}
-	atomicrel.StoreUint64(&s.seq, r.head+r.mask+1)
-	r.head++
+	wc.Flags &= driver.WCWithImm | driver.WCSolicited
+	wc.InvalidatedRKey = 0
+	if wc.Opcode != driver.WCRecv && wc.Opcode != driver.WCRecvRDMAWithImm {
+		wc.Opcode, wc.ByteLen = driver.WCRecv, 0
+		if wc.Status == driver.WCSuccess {
+			wc.Status = driver.WCGeneralErr
+		}
+	}
+	if wc.Status == driver.WCSuccess && uint64(wc.ByteLen) > deviceAttr.MaxMsgSize {
+		wc.Status, wc.ByteLen = driver.WCGeneralErr, 0
+	}
 }
 
 // localRing is a CQ's private queue of the send completions its own
