@@ -426,8 +426,9 @@ func (c *Client) rpc(op uint8, key, val []byte) (reply, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := reply(c.recvB.Bytes()[:wc.ByteLen])
-	if !r.valid() || r.id() != id {
+	b, err := verbs.Received(&wc, c.recvB.Bytes()[:c.info.maxMsg])
+	r := reply(b)
+	if err != nil || !r.valid() || r.id() != id {
 		c.conn.Close()
 		return nil, fmt.Errorf("%w: malformed reply", ErrServerGone)
 	}

@@ -364,9 +364,10 @@ func (s *Server) serve(wc verbs.WorkCompletion) {
 // serveLocked serves a request of a ready connection; s.mu is held.
 func (s *Server) serveLocked(sc *serverConn, wc verbs.WorkCompletion) {
 	rb, pb := sc.recvs[wc.WRID], sc.reply[wc.WRID]
-	req := request(rb.Bytes()[:wc.ByteLen])
+	b, err := verbs.Received(&wc, rb.Bytes())
+	req := request(b)
 	var n int
-	if !req.valid() {
+	if err != nil || !req.valid() {
 		n = putReply(pb.Bytes(), statusBad, 0, nil)
 	} else {
 		n = s.apply(req, pb.Bytes())

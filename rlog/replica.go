@@ -215,7 +215,11 @@ func (r *receiver) handle(wc verbs.WorkCompletion) error {
 	if i >= r.nrecv {
 		return fmt.Errorf("rlog: internal error: receive completion %d", i)
 	}
-	m, err := parseMsg(r.ctrlMR.Bytes()[i*r.slot : i*r.slot+int(wc.ByteLen)])
+	b, err := verbs.Received(&wc, r.ctrlMR.Bytes()[i*r.slot:(i+1)*r.slot])
+	var m msg
+	if err == nil {
+		m, err = parseMsg(b)
+	}
 	if err == nil {
 		err = r.apply(m)
 	}

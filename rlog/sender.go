@@ -201,7 +201,11 @@ func (s *sender) handle(wc verbs.WorkCompletion) error {
 	if i >= s.nrecv {
 		return fmt.Errorf("rlog: internal error: receive completion %d", i)
 	}
-	m, err := parseMsg(s.recvMR.Bytes()[i*ctrlSize : i*ctrlSize+int(wc.ByteLen)])
+	b, err := verbs.Received(&wc, s.recvMR.Bytes()[i*ctrlSize:(i+1)*ctrlSize])
+	var m msg
+	if err == nil {
+		m, err = parseMsg(b)
+	}
 	if err == nil {
 		err = s.apply(m)
 	}

@@ -163,3 +163,18 @@ func (c *CQ) Destroy() error {
 	close(c.done)
 	return c.d.Destroy()
 }
+
+// Received returns the bytes that the receive completion wc says arrived
+// in buf, the buffer its receive posted: buf[:wc.ByteLen]. It fails when
+// the completion claims more than buf holds. A provider never reports
+// that of a receive it completes itself, but on shm0 the peer writes the
+// receive completions into the CQ's shared ring, and a hostile peer can
+// write any byte count there: an application that faces untrusted peers
+// slices its buffers with Received rather than by hand.
+func Received(wc *WorkCompletion, buf []byte) ([]byte, error) {
+	if uint64(wc.ByteLen) > uint64(len(buf)) {
+		return nil, fmt.Errorf("verbs: the completion of receive %#x reports %d bytes, more than its %d-byte buffer holds: a peer wrote a false completion",
+			wc.WRID, wc.ByteLen, len(buf))
+	}
+	return buf[:wc.ByteLen], nil
+}

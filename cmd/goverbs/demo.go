@@ -506,7 +506,11 @@ func (s *side) read(ctx context.Context, cfg demoConfig, listening <-chan string
 		if err != nil {
 			return "", err
 		}
-		if m, err = decodeValueMsg(buf[:wc.ByteLen]); err != nil {
+		b, err := verbs.Received(&wc, buf[:readOffset]) // the receive posted above
+		if err != nil {
+			return "", err
+		}
+		if m, err = decodeValueMsg(b); err != nil {
 			return "", err
 		}
 		if m.Len == 0 || m.Len > clientBufLen-2*readOffset {

@@ -512,5 +512,9 @@ func (e *endpoint) ctrlRecv(kind byte) (ctrlMsg, error) {
 	if err := check(&e.wc[0], verbs.WCRecv); err != nil {
 		return ctrlMsg{}, err
 	}
-	return decodeCtrl(e.buf.Bytes()[e.ctrlOff(ctrlRecvOff):][:e.wc[0].ByteLen], kind)
+	b, err := verbs.Received(&e.wc[0], e.buf.Bytes()[e.ctrlOff(ctrlRecvOff):][:ctrlLen])
+	if err != nil {
+		return ctrlMsg{}, err
+	}
+	return decodeCtrl(b, kind)
 }
