@@ -316,7 +316,8 @@ func (m *mr) Dereg() error {
 	}
 	m.revoked.Store(true)
 	delete(c.mrs, m.stag>>8)
-	conns := c.liveConns()
+	var buf [16]*conn
+	conns := c.liveConns(buf[:0])
 	c.mu.Unlock()
 	// Nothing is placed into the region once Dereg returns: a receiver
 	// checks revoked after it has announced a read or copy (rxBusy), so
@@ -331,13 +332,16 @@ func (m *mr) Dereg() error {
 		cn.q.mu.Unlock()
 	}
 	// Nor is anything of it sent: the peer's Reads of it are cut short.
-	cutReads(conns, m).Wait()
+	var wg sync.WaitGroup
+	cutReads(conns, m, &wg)
+	wg.Wait()
 	return nil
 }
 
-// liveConns lists the live connections of c's QPs. c.mu is held.
-func (c *devCtx) liveConns() []*conn {
-	conns := make([]*conn, 0, len(c.qps))
+// liveConns appends the live connections of c's QPs to conns (the
+// caller's buffer, so that a context of a few connections allocates
+// nothing). c.mu is held.
+func (c *devCtx) liveConns(conns []*conn) []*conn {
 	for q := range c.qps {
 		if cn := q.live.Load(); cn != nil {
 			conns = append(conns, cn)
@@ -348,22 +352,28 @@ func (c *devCtx) liveConns() []*conn {
 
 // cutReads cuts short the peers' Reads of m, revoked: on every connection
 // that sends or owes a Read Response from it, at once, each in a
-// goroutine of its own (revokeRead may wait for its peer); the returned
-// group waits for them. A connection that does neither now never will:
-// the revocation keeps new Read Requests of m out and its bytes out of
-// new batches.
-func cutReads(conns []*conn, m *mr) *sync.WaitGroup {
-	var wg sync.WaitGroup
+// goroutine of its own (revokeRead may wait for its peer), which wg, if
+// not nil, waits for. A connection that does neither now never will: the
+// revocation keeps new Read Requests of m out and its bytes out of new
+// batches.
+func cutReads(conns []*conn, m *mr, wg *sync.WaitGroup) {
 	for _, cn := range conns {
-		if cn.holds(m) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				cn.revokeRead(m)
-			}()
+		if !cn.holds(m) {
+			continue
 		}
+		if wg == nil {
+			go cn.revokeRead(m)
+			continue
+		}
+		wg.Add(1)
+		go revokeReadDone(cn, m, wg)
 	}
-	return &wg
+}
+
+// revokeReadDone is cn.revokeRead(m), then wg.Done.
+func revokeReadDone(cn *conn, m *mr, wg *sync.WaitGroup) {
+	defer wg.Done()
+	cn.revokeRead(m)
 }
 
 // accessError says why an STag check failed, in the terms of a Terminate.
@@ -422,9 +432,10 @@ func (c *devCtx) invalidate(stag uint32, p *pd) bool {
 		return false
 	}
 	m.revoked.Store(true)
-	conns := c.liveConns()
+	var buf [16]*conn
+	conns := c.liveConns(buf[:0])
 	c.mu.Unlock()
-	cutReads(conns, m) // not waited for: the caller is a receiving round
+	cutReads(conns, m, nil) // not waited for: the caller is a receiving round
 	return true
 }
 
