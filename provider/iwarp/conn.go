@@ -760,6 +760,10 @@ func (c *conn) revokeRead(m *mr) {
 			c.irq[j%uint64(len(c.irq))] = irqEntry{}
 		}
 		c.irqTail = i
+		// The transmitter may have stopped at the entry cut (its region
+		// revoked) with a Terminate queued already, which terminate
+		// then did not queue again nor wake it for: wake it now.
+		c.wakeTx()
 		if q.attr.State != driver.QPSErr {
 			q.ctx.Event(driver.EventQPAccessErr, q.userCtx)
 			q.toErr()
