@@ -416,7 +416,7 @@ const pollBudget = 64
 const rxBudget = 1024
 
 // errBudget ends a round that used up its budget.
-var errBudget = errors.New("poll budget used up")
+var errBudget = errors.New("receive budget used up")
 
 // rxDrain receives until nothing more has arrived (nil), receiving ends
 // (the error, kept for every later call), or, for a poller, budget FPDUs
@@ -545,10 +545,8 @@ func (c *conn) rxNext() (idle bool, err error) {
 	if err != nil {
 		if !c.gate.Load() {
 			// A malformed first FPDU is the first FPDU all the same:
-			// the Terminate for it may go out (as firstFPDU would
-			// let it).
-			c.gate.Store(true)
-			c.wakeTx()
+			// the Terminate for it may go out.
+			c.openGate()
 		}
 		copy(rx.hdr[:], rx.stage[rx.sOff:rx.sEnd])
 		var he *wire.HeaderError
@@ -956,12 +954,18 @@ func (c *conn) rxEnd(h wire.Hdr) error {
 	return nil
 }
 
+// openGate lets the transmitter send once the first FPDU has arrived
+// (the accepting side sends nothing before it: see gate).
+func (c *conn) openGate() {
+	c.gate.Store(true)
+	c.wakeTx()
+}
+
 // firstFPDU handles the first FPDU of a responder's stream: it opens the
 // transmitter (MPA lets the responder send only once the initiator has),
 // and in peer-to-peer mode it must be the RTR agreed on.
 func (c *conn) firstFPDU(h wire.Hdr) error {
-	c.gate.Store(true)
-	c.wakeTx()
+	c.openGate()
 	if c.wantRTR == 0 {
 		return nil
 	}
