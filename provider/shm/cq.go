@@ -168,8 +168,11 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 // most, and cannot keep the goroutine asleep through Destroy. It is long
 // because each wake-up of the goroutine costs far more than the look: at
 // 50 ms, TestWaitSleepsInFutex's idle process used 0.36–1.04% of a CPU
-// (against 0.05–0.44% with no recheck); at 500 ms, 0.09–0.42%.
-const notifyRecheck = 500 * time.Millisecond
+// (against 0.05–0.44% with no recheck); at 1 s, 0.06–0.09% (0.10–0.14%
+// under -race). (At 500 ms, a wake-up fell at the end of that test's
+// 500 ms idle window in one run, when the test looks for the sleeping
+// thread.)
+const notifyRecheck = time.Second
 
 // awaited reports whether a completion the last ReqNotify asked for
 // waits in the CQ, for the notification goroutine.
