@@ -63,6 +63,7 @@ type rxState struct {
 	// a read in this round found the socket empty (it read less than it
 	// could), so the round ends instead of reading again.
 	stage      [stageLen]byte
+	stageIov   [1]unix.Iovec // need's read into the stage (not on need's stack, which sockIO, a variable, would move to the heap)
 	sOff, sEnd int
 	drained    bool
 	// The FPDU whose headers were taken: its header, payload and
@@ -512,11 +513,11 @@ func (c *conn) need(k int) (bool, error) {
 			rx.sEnd = copy(rx.stage[:], rx.stage[rx.sOff:rx.sEnd])
 			rx.sOff = 0
 		}
-		var iov [1]unix.Iovec
 		room := len(rx.stage) - rx.sEnd
+		iov := rx.stageIov[:]
 		iov[0].Base = &rx.stage[rx.sEnd]
 		iov[0].SetLen(room)
-		n, ok, err := c.sysRead(iov[:])
+		n, ok, err := c.sysRead(iov)
 		if err != nil {
 			if err == io.EOF && rx.sEnd == 0 {
 				return false, err
