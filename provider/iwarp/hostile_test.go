@@ -404,6 +404,25 @@ func TestHostilePeer(t *testing.T) {
 			h.send(h.fpdu(h.untagged(wire.OpSend, wire.QNSend, 0), nil))
 			return 0, 0
 		}, layer: wire.LayerLLP, etype: wire.LLPMPAError, ecode: wire.LLPNoMatchingRTR},
+		{name: "ReadRequestNotLast", run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			f := h.readRequest(16, g.r.RKey, g.r.Addr)
+			f[2] &^= 0x40 // the DDP Last flag
+			h.send(h.fpdu(f[:wire.ReadRequestLen], nil))
+			return 0, 0
+		}, layer: wire.LayerRDMAP, etype: wire.RDMAPRemoteOperation, ecode: wire.RDMAPCatastrophicLocal},
+		{name: "ReadRequestOffset", run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			f := h.readRequest(16, g.r.RKey, g.r.Addr)
+			binary.BigEndian.PutUint32(f[16:], 28) // the DDP message offset
+			h.send(h.fpdu(f[:wire.ReadRequestLen], nil))
+			return 0, 0
+		}, layer: wire.LayerDDP, etype: wire.DDPUntaggedError, ecode: wire.DDPInvalidMO},
+		{name: "AtomicRequestOffset", ext: true, run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			b := make([]byte, wire.AtomicReqLen)
+			wire.AtomicRequest(b).Set(h.msn[wire.QNAtomic], wire.AtomicFetchAdd, 1, g.r.RKey, g.r.Addr, 1, 0, 0, 0)
+			binary.BigEndian.PutUint32(b[16:], 8) // the DDP message offset
+			h.send(h.fpdu(b, nil))
+			return 0, 0
+		}, layer: wire.LayerDDP, etype: wire.DDPUntaggedError, ecode: wire.DDPInvalidMO},
 		{name: "AtomicMisaligned", ext: true, run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
 			b := make([]byte, wire.AtomicReqLen)
 			wire.AtomicRequest(b).Set(h.msn[wire.QNAtomic], wire.AtomicFetchAdd, 1, g.r.RKey, g.r.Addr+3, 1, 0, 0, 0)

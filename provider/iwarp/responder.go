@@ -880,19 +880,19 @@ func (c *conn) rxBegin(h wire.Hdr) error {
 		rx.dst[0] = rx.hdr[wire.TerminateLen : wire.TerminateLen+terminateKept(h)]
 		rx.ndst = 1
 	case wire.OpReadRequest:
-		err = c.untaggedCheck(h, wire.QNRead)
+		err = c.soleSegmentCheck(h, wire.QNRead)
 		if err == nil && n != 0 {
 			err = protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPInvalidMO, driver.EventQPReqErr,
 				"a Read Request with %d bytes of payload", n)
 		}
 	case wire.OpImmData, wire.OpImmDataSE:
-		err = c.untaggedCheck(h, wire.QNSend)
+		err = c.soleSegmentCheck(h, wire.QNSend)
 		if err == nil && (n != 0 || rx.send.active || rx.immNext) {
 			err = protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPInvalidMO, driver.EventQPReqErr,
 				"Immediate Data inside another message")
 		}
 	case wire.OpAtomicRequest, wire.OpAtomicResponse:
-		err = c.untaggedCheck(h, wire.QNAtomic)
+		err = c.soleSegmentCheck(h, wire.QNAtomic)
 		if err == nil && n != 0 {
 			err = protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPInvalidMO, driver.EventQPReqErr,
 				"%v with %d bytes of payload", h.Opcode(), n)
@@ -1124,6 +1124,24 @@ func (c *conn) untaggedCheck(h wire.Hdr, qn uint32) error {
 	if h.MSN() != c.rx.msn[qn] {
 		return protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPInvalidMSN, driver.EventQPReqErr,
 			"%v with MSN %d, expected %d", h.Opcode(), h.MSN(), c.rx.msn[qn])
+	}
+	return nil
+}
+
+// soleSegmentCheck is untaggedCheck of a message that is nothing but its
+// headers (a Read Request, an atomic, Immediate Data): it is one whole
+// DDP segment, the last of its message and at message offset 0.
+func (c *conn) soleSegmentCheck(h wire.Hdr, qn uint32) error {
+	if err := c.untaggedCheck(h, qn); err != nil {
+		return err
+	}
+	switch {
+	case h.MO() != 0:
+		return protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPInvalidMO, driver.EventQPReqErr,
+			"%v at message offset %d, not 0", h.Opcode(), h.MO())
+	case !h.Last():
+		return protoErr(wire.LayerRDMAP, wire.RDMAPRemoteOperation, wire.RDMAPCatastrophicLocal, driver.EventQPReqErr,
+			"%v without the DDP Last flag: it is a message of one segment", h.Opcode())
 	}
 	return nil
 }
