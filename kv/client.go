@@ -20,8 +20,14 @@ var (
 	ErrKeyTooLarge   = fmt.Errorf("kv: key longer than %d bytes", MaxKey)
 	ErrValueTooLarge = errors.New("kv: value larger than the server's MaxValue")
 	ErrTableFull     = errors.New("kv: the key's bucket or the value heap is full: give the server more Buckets, SlotsPerBucket or HeapBytes")
-	ErrServerGone    = errors.New("kv: the server is unreachable")
-	ErrBadRequest    = errors.New("kv: the server refused a malformed request")
+	// ErrServerGone: the server did not answer, or the connection
+	// broke. For a PUT or DELETE the outcome is unknown: a request that
+	// had reached the server may still be applied. The client dials
+	// again on its next operation.
+	ErrServerGone = errors.New("kv: the server is unreachable")
+	// ErrClosed: the client was closed.
+	ErrClosed     = errors.New("kv: the client is closed")
+	ErrBadRequest = errors.New("kv: the server refused a malformed request")
 )
 
 // maxTornReads bounds the one-sided attempts of a GET before it falls back
@@ -37,6 +43,7 @@ type Client struct {
 	addr string
 
 	mu     sync.Mutex
+	closed bool
 	ctx    *verbs.Context
 	pd     *verbs.PD
 	cq     *verbs.CQ
@@ -147,17 +154,23 @@ func (c *Client) teardown() {
 	}
 }
 
-// Close disconnects.
+// Close disconnects; the client's operations fail with ErrClosed after
+// it.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
 	c.teardown()
 	return nil
 }
 
 // alive reports whether the connection still stands; if not, it dials
-// again (the server may have restarted). c.mu is held.
+// again (the server may have restarted), unless the client was closed.
+// c.mu is held.
 func (c *Client) alive() error {
+	if c.closed {
+		return ErrClosed
+	}
 	if c.conn != nil {
 		select {
 		case <-c.conn.Done():

@@ -33,7 +33,9 @@ type Config struct {
 	// Grace is how long a replaced record stays untouched before its
 	// space is reused (default 100 ms).
 	Grace time.Duration
-	// RecvDepth is the receives posted per client connection (default 16).
+	// RecvDepth is the receives posted per client connection (default
+	// 16, at most 64: the server's CQs hold the completions of 64
+	// clients' receives and replies at that depth).
 	RecvDepth int
 	// Spin is how long the serving loop keeps polling for the next
 	// request after serving one, before it sleeps on the CQ (default
@@ -78,7 +80,23 @@ func (c *Config) defaults() {
 	if c.RecvDepth <= 0 {
 		c.RecvDepth = 16
 	}
+	c.RecvDepth = min(c.RecvDepth, maxRecvDepth)
 }
+
+// The server takes at most maxClients clients at once, and posts at most
+// maxRecvDepth receives for each, so that the completions of all of them
+// fit its CQs (cqDepth): a client that keeps sending cannot overrun them.
+const (
+	maxClients   = 64
+	maxRecvDepth = 64
+	cqDepth      = maxClients * maxRecvDepth
+)
+
+// maxHandshakes bounds the connection requests the server answers at
+// once: a client that does not finish its handshake (a tcp0 initiator
+// that never sends its RTR holds Accept for 10 s) delays only the
+// requests beyond that number.
+const maxHandshakes = 8
 
 // maxMsg is the largest RPC message for the configured limits.
 func (c *Config) maxMsg() int { return requestHeader + MaxKey + c.MaxValue }
@@ -173,14 +191,14 @@ func (s *Server) setup(addr string) error {
 	if s.heap, err = mempool.New(s.pd, mempool.Config{Classes: heapClasses(s.cfg), Access: verbs.AccessLocalWrite | verbs.AccessRemoteRead}); err != nil {
 		return fmt.Errorf("kv: register the value heap: %w", err)
 	}
-	msgCount := 2 * s.cfg.RecvDepth * 64 // room for 64 clients
+	msgCount := 2 * s.cfg.RecvDepth * maxClients
 	if s.msgs, err = mempool.New(s.pd, mempool.Config{Classes: []mempool.Class{{Size: s.cfg.maxMsg(), Count: msgCount}}, Access: verbs.AccessLocalWrite}); err != nil {
 		return fmt.Errorf("kv: register message buffers: %w", err)
 	}
-	if s.sendCQ, err = s.ctx.CreateCQ(4096); err != nil {
+	if s.sendCQ, err = s.ctx.CreateCQ(cqDepth); err != nil {
 		return err
 	}
-	if s.recvCQ, err = s.ctx.CreateCQ(4096); err != nil {
+	if s.recvCQ, err = s.ctx.CreateCQ(cqDepth); err != nil {
 		return err
 	}
 	s.l, err = cm.Listen(addr)
@@ -214,9 +232,12 @@ func (s *Server) info() indexInfo {
 }
 
 // acceptLoop accepts clients: each gets a QP on the shared CQs, its
-// receives posted, and the index description in the acceptance.
+// receives posted, and the index description in the acceptance. Up to
+// maxHandshakes requests are answered at once, each by a goroutine of
+// its own.
 func (s *Server) acceptLoop(ctx context.Context) {
 	defer s.acceptWG.Done()
+	slots := make(chan struct{}, maxHandshakes)
 	for {
 		req, err := s.l.Accept(ctx)
 		if err != nil {
@@ -225,9 +246,20 @@ func (s *Server) acceptLoop(ctx context.Context) {
 			}
 			continue
 		}
-		if err := s.accept(req); err != nil {
-			req.Reject([]byte(err.Error()[:min(len(err.Error()), 56)]))
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			req.Reject([]byte("kv: the server is closing"))
+			return
 		}
+		s.acceptWG.Add(1)
+		go func() {
+			defer s.acceptWG.Done()
+			defer func() { <-slots }()
+			if err := s.accept(req); err != nil {
+				req.Reject([]byte(err.Error()[:min(len(err.Error()), 56)]))
+			}
+		}()
 	}
 }
 
@@ -264,8 +296,14 @@ func (s *Server) accept(req *cm.Request) error {
 		}
 	}
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return fail(errors.New("kv: the server is closing"))
+	}
 	s.conns[qp.Num()] = sc
 	s.mu.Unlock()
+	// Close destroys the QP of a handshake under way (sc not ready), so
+	// that Accept ends at once.
 	conn, err := req.Accept(qp, &cm.Param{PrivateData: s.info().encode()})
 	if err != nil {
 		s.mu.Lock()
@@ -592,9 +630,20 @@ func (s *Server) Close() error {
 		return nil
 	}
 	s.closed = true
+	var handshakes []*verbs.QP
+	for _, sc := range s.conns {
+		if !sc.ready {
+			handshakes = append(handshakes, sc.qp)
+		}
+	}
 	s.mu.Unlock()
 	s.stop()
 	s.l.Close()
+	// Handshakes under way end now, rather than when their peers finish
+	// them (or setup times out).
+	for _, qp := range handshakes {
+		qp.Destroy()
+	}
 	s.acceptWG.Wait()
 	s.mu.Lock()
 	var conns []*cm.Conn
