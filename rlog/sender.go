@@ -246,19 +246,36 @@ func (s *sender) apply(m msg) error {
 	return errMsg("unexpected message type %d from a receiver", m.typ())
 }
 
+// testHookHelloReads runs in hello between its reads of what the
+// primary has written and of the log's history (tests: a write lands
+// there).
+var testHookHelloReads = func() {}
+
 // hello finds where the receiver's log agrees with ours, and sends START.
 func (s *sender) hello(m msg) error {
 	hist, err := m.helloHistory()
 	if err != nil {
 		return err
 	}
-	// The history, last and first must be read together.
-	s.m.log.mu.Lock()
-	mine, last, first := append([]epochStart(nil), s.m.log.hist...), s.m.log.last, s.m.log.first
-	s.m.log.mu.Unlock()
+	// A primary offers the records it has written: last is read before
+	// the history, so that the history knows the epoch of every record
+	// up to last. (Read after it, last could count the first record of
+	// the primary's epoch, written in between, that the history lacks:
+	// commonPrefix would stretch the previous epoch over it, and the
+	// receiver keep a record of its own of that number and epoch.) A
+	// member that is not primary offers its log: history, last and first
+	// read together.
+	var last uint64
 	if s.p != nil {
 		last = s.p.written()
 	}
+	testHookHelloReads()
+	s.m.log.mu.Lock()
+	mine, first := append([]epochStart(nil), s.m.log.hist...), s.m.log.first
+	if s.p == nil {
+		last = s.m.log.last
+	}
+	s.m.log.mu.Unlock()
 	keep := commonPrefix(mine, last, hist, m.helloLast())
 	if keep+1 < first {
 		return fmt.Errorf("%w: the receiver's log agrees with ours up to record %d, but ours starts at %d (RetainSegments); seed it from a copy of a member's data directory",
