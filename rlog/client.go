@@ -355,8 +355,11 @@ func (cc *clientConn) handle(w verbs.WorkCompletion) error {
 		cc.mu.Unlock()
 		return nil
 	}
-	i := int(w.WRID)
-	m, err := parseMsg(cc.recvMR.Bytes()[i*replySize : i*replySize+int(w.ByteLen)])
+	i, b, err := receivedSlot(&w, w.WRID, clientRecvs, replySize, cc.recvMR.Bytes())
+	var m msg
+	if err == nil {
+		m, err = parseMsg(b)
+	}
 	if err == nil && m.typ() != msgReply {
 		err = errMsg("message type %d from the primary", m.typ())
 	}

@@ -655,6 +655,23 @@ func (m *Member) becomePrimary(e uint64) error {
 	return nil
 }
 
+// receivedSlot returns the receive a completion names and the message
+// it brought: slot names one of n receives posted in buf, size bytes
+// each, and the completion's byte count cuts it. Neither is taken on
+// trust: over shm0 the peer writes the completions of its Sends into
+// this side's CQ.
+func receivedSlot(wc *verbs.WorkCompletion, slot uint64, n, size int, buf []byte) (int, []byte, error) {
+	if slot >= uint64(n) {
+		return 0, nil, errMsg("a receive completion names receive %d, of %d posted", slot, n)
+	}
+	i := int(slot)
+	b, err := verbs.Received(wc, buf[i*size:(i+1)*size])
+	if err != nil {
+		return 0, nil, &ProtocolError{Reason: err.Error()}
+	}
+	return i, b, nil
+}
+
 // link is a connection's verbs resources: a CQ, a QP on it, the regions
 // registered for it, and the cm connection once there is one.
 type link struct {

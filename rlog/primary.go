@@ -563,13 +563,20 @@ func (p *primary) handle(wc verbs.WorkCompletion) error {
 		}
 		return nil
 	}
-	slot := int(wc.WRID & 0xffff)
+	slot, b, err := receivedSlot(&wc, wc.WRID&0xffff, p.m.cfg.ClientDepth, cs.msgSize, cs.recvMR.Bytes())
+	if err != nil {
+		// A completion no receive of ours could have made: the client
+		// (over shm0, its process writes them) is dropped.
+		p.m.cfg.Logf("rlog: %s: a client's receive completion: %v; dropping the client", p.m.cfg.Listen, err)
+		p.forget(wc.QPNum, cs)
+		return nil
+	}
 	if len(p.stalled) == 0 {
-		if ok, err := p.request(cs, slot, int(wc.ByteLen)); ok || err != nil {
+		if ok, err := p.request(cs, slot, len(b)); ok || err != nil {
 			return err
 		}
 	}
-	p.stalled = append(p.stalled, stalledRequest{cs: cs, slot: slot, n: int(wc.ByteLen)})
+	p.stalled = append(p.stalled, stalledRequest{cs: cs, slot: slot, n: len(b)})
 	return nil
 }
 

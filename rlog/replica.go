@@ -211,11 +211,7 @@ func (r *receiver) handle(wc verbs.WorkCompletion) error {
 		}
 		return nil
 	}
-	i := int(wc.WRID)
-	if i >= r.nrecv {
-		return fmt.Errorf("rlog: internal error: receive completion %d", i)
-	}
-	b, err := verbs.Received(&wc, r.ctrlMR.Bytes()[i*r.slot:(i+1)*r.slot])
+	i, b, err := receivedSlot(&wc, wc.WRID, r.nrecv, r.slot, r.ctrlMR.Bytes())
 	var m msg
 	if err == nil {
 		m, err = parseMsg(b)

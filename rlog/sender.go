@@ -197,11 +197,7 @@ func (s *sender) handle(wc verbs.WorkCompletion) error {
 		}
 		return nil
 	}
-	i := int(wc.WRID)
-	if i >= s.nrecv {
-		return fmt.Errorf("rlog: internal error: receive completion %d", i)
-	}
-	b, err := verbs.Received(&wc, s.recvMR.Bytes()[i*ctrlSize:(i+1)*ctrlSize])
+	i, b, err := receivedSlot(&wc, wc.WRID, s.nrecv, ctrlSize, s.recvMR.Bytes())
 	var m msg
 	if err == nil {
 		m, err = parseMsg(b)
