@@ -128,11 +128,20 @@ func openLog(dir string, opt logOptions) (*diskLog, error) {
 		return nil, err
 	}
 	if !opt.noSync {
+		// Every segment: a process killed before its last rotation's
+		// sync left the one before the last unsynced, and what is opened
+		// is declared durable.
+		for _, sg := range l.segs[:len(l.segs)-1] {
+			if err := syncPath(sg.path); err != nil {
+				l.closeFiles()
+				return nil, err
+			}
+		}
 		if err := l.active.Sync(); err != nil {
 			l.closeFiles()
 			return nil, fmt.Errorf("%w: sync %s: %w", ErrStorage, l.segs[len(l.segs)-1].path, err)
 		}
-		if err := syncDir(dir); err != nil {
+		if err := syncPath(dir); err != nil {
 			l.closeFiles()
 			return nil, err
 		}
@@ -295,15 +304,19 @@ func scanFile(path string, visit func(f frame, off int64) bool) (end int64, bad 
 	}
 }
 
-// syncDir fsyncs a directory, making file creations and removals durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+// syncPath makes the file at path durable, or for a directory the files
+// created and removed in it (fsync). A variable, so that a test can see
+// what is synced.
+var syncPath = fsyncPath
+
+func fsyncPath(path string) error {
+	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrStorage, err)
 	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("%w: sync directory %s: %w", ErrStorage, dir, err)
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("%w: sync %s: %w", ErrStorage, path, err)
 	}
 	return nil
 }
@@ -504,7 +517,7 @@ func (l *diskLog) syncOnce() {
 			}
 		}
 		if err == nil && dirty {
-			err = syncDir(l.dir)
+			err = syncPath(l.dir)
 		}
 	}
 	for _, pf := range files {
@@ -661,7 +674,7 @@ func (l *diskLog) truncate(keep uint64) error {
 		}
 	}
 	if err == nil && !l.opt.noSync {
-		err = syncDir(l.dir)
+		err = syncPath(l.dir)
 	}
 	if err != nil {
 		if f != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 )
@@ -310,5 +311,42 @@ func TestState(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, stateFile), b, 0o644)
 	if _, err := loadState(dir, false); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("a damaged state file: %v", err)
+	}
+}
+
+// TestOpenSyncsEverySegment: opening a log declares all it holds
+// durable, so every segment is synced then, not only the last: a process
+// killed before it synced a segment it had just rotated out of left that
+// one's records in the page cache alone.
+func TestOpenSyncsEverySegment(t *testing.T) {
+	dir := t.TempDir()
+	l, err := openLog(dir, logOptions{segmentBytes: 1024, noSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 60; seq += 10 {
+		if err := l.append(frames(seq, 10, 1, recData)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segs := len(l.segs)
+	l.close()
+	if segs < 3 {
+		t.Fatalf("%d segments, want 3 or more", segs)
+	}
+	var synced []string
+	defer func(f func(string) error) { syncPath = f }(syncPath)
+	syncPath = func(p string) error {
+		synced = append(synced, p)
+		return fsyncPath(p)
+	}
+	l = openTestLog(t, dir, logOptions{segmentBytes: 1024})
+	for _, sg := range l.segs[:len(l.segs)-1] {
+		if !slices.Contains(synced, sg.path) {
+			t.Errorf("segment %s was not synced when the log was opened", sg.path)
+		}
+	}
+	if d := l.Durable(); d != 60 {
+		t.Errorf("durable %d, want 60", d)
 	}
 }

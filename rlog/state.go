@@ -82,5 +82,5 @@ func saveState(dir string, st memberState, noSync bool) error {
 	if noSync {
 		return nil
 	}
-	return syncDir(dir)
+	return syncPath(dir)
 }
