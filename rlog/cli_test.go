@@ -74,6 +74,14 @@ func TestCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `3	epoch 1	5 bytes	"third"`) || !strings.Contains(out, `4	epoch 1	6 bytes	"fourth"`) || !strings.Contains(out, "records 1 to 4") {
 		t.Fatalf("log tail: %q %q", out, errOut)
 	}
+	out, errOut, code = run("", "log", "tail", "--data", c.dirs[1], "-n", "0")
+	if code != 0 || strings.Contains(out, "epoch 1\t") || !strings.Contains(out, "records 1 to 4") {
+		t.Fatalf("log tail -n 0: %q %q", out, errOut)
+	}
+	_, errOut, code = run("", "log", "tail", "--data", c.dirs[1], "-n", "-1")
+	if code != 2 || !strings.Contains(errOut, "0 or more") {
+		t.Fatalf("log tail -n -1: %q, exit %d", errOut, code)
+	}
 	out, errOut, code = run("", "log", "promote", "--data", c.dirs[1], "--listen", c.addrs[1], "--members", members,
 		"--buffer-size", "64K", "--max-record", "4K", "--segment-size", "256K")
 	if code != 0 || !strings.Contains(out, "promoted "+c.addrs[1]+" to epoch 2") {

@@ -353,14 +353,14 @@ func (m *Member) acceptReplicate(req *cm.Request, cmsg connMsg, reply connMsg) u
 	reply.setEpoch(e)
 	conn, err := req.Accept(r.k.qp, &cm.Param{PrivateData: reply})
 	if err != nil {
-		r.k.close()
+		r.close()
 		return codeOK // the requester is gone; nothing to answer
 	}
 	r.k.conn = conn
 	m.mu.Lock()
 	if m.closed || m.st.epoch != e || m.st.holder != id {
 		m.mu.Unlock()
-		r.k.close()
+		r.close()
 		return codeOK
 	}
 	m.recv = r
@@ -374,7 +374,7 @@ func (m *Member) acceptReplicate(req *cm.Request, cmsg connMsg, reply connMsg) u
 			m.recv = nil
 		}
 		m.mu.Unlock()
-		r.k.close()
+		r.close()
 		if err != nil && !errors.Is(err, context.Canceled) {
 			m.cfg.Logf("rlog: %s: replicate session with the primary of epoch %d ended: %v", m.cfg.Listen, e, err)
 		}
@@ -407,14 +407,14 @@ func (m *Member) acceptFetch(req *cm.Request, cmsg connMsg, reply connMsg) uint8
 	reply.setEpoch(cmsg.epoch())
 	conn, err := req.Accept(s.k.qp, &cm.Param{PrivateData: reply})
 	if err != nil {
-		s.k.close()
+		s.close()
 		return codeOK
 	}
 	s.k.conn = conn
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		s.k.close()
+		s.close()
 		return codeOK
 	}
 	m.sources[s] = struct{}{}
@@ -426,7 +426,7 @@ func (m *Member) acceptFetch(req *cm.Request, cmsg connMsg, reply connMsg) uint8
 		m.mu.Lock()
 		delete(m.sources, s)
 		m.mu.Unlock()
-		s.k.close()
+		s.close()
 		if err != nil && !errors.Is(err, errPeerGone) && !errors.Is(err, context.Canceled) {
 			m.cfg.Logf("rlog: %s: fetch session: %v", m.cfg.Listen, err)
 		}
@@ -598,7 +598,7 @@ func (m *Member) fetch(ctx context.Context, a fenceAnswer, e uint64) error {
 	if err != nil {
 		return err
 	}
-	defer r.k.close()
+	defer r.close()
 	req := newConnMsg(kindFetch)
 	req.setEpoch(e)
 	req.setMember(m.ID())

@@ -323,7 +323,7 @@ func (p *primary) session(i int) error {
 	if err != nil {
 		return err
 	}
-	defer s.k.close()
+	defer s.close()
 	req := newConnMsg(kindReplicate)
 	req.setEpoch(p.epoch)
 	req.setMember(p.m.ID())

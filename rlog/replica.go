@@ -67,14 +67,14 @@ func newReceiver(m *Member, mode Mode, buffers, bufSize int, epoch, target uint6
 	r := &receiver{m: m, mode: mode, epoch: epoch, target: target, nrecv: buffers + 2,
 		ring: ringInfo{buffers: buffers, bufSize: bufSize}, done: make(chan struct{}),
 		wc: make([]verbs.WorkCompletion, 16), copyBuf: make([]byte, bufSize)}
-	r.ctx, r.cancel = context.WithCancel(m.ctx)
 	k, err := newLink(m, r.nrecv+sendSlots+4, verbs.QPCap{MaxSendWR: sendSlots, MaxRecvWR: uint32(r.nrecv), MaxSendSGE: 1, MaxRecvSGE: 1})
 	if err != nil {
 		return nil, err
 	}
 	r.k = k
+	r.ctx, r.cancel = context.WithCancel(m.ctx)
 	fail := func(err error) (*receiver, error) {
-		k.close()
+		r.close()
 		return nil, err
 	}
 	if mode == ModeWrite {
@@ -127,6 +127,13 @@ func (r *receiver) stop() {
 func (r *receiver) stopNoWait() {
 	r.cancel()
 	r.k.disconnect()
+}
+
+// close releases the session's context and its link, once run has
+// returned (or was never called).
+func (r *receiver) close() {
+	r.cancel()
+	r.k.close()
 }
 
 // run serves the session until the connection ends (or, fetching, until

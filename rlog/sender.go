@@ -82,14 +82,14 @@ func newSender(m *Member, p *primary, idx int, mode Mode, remote ringInfo) (*sen
 	if p != nil {
 		parent = p.ctx
 	}
-	s.ctx, s.cancel = context.WithCancel(parent)
 	k, err := newLink(m, s.nrecv+s.maxSQ+4, verbs.QPCap{MaxSendWR: uint32(s.maxSQ), MaxRecvWR: uint32(s.nrecv), MaxSendSGE: 2, MaxRecvSGE: 1})
 	if err != nil {
 		return nil, err
 	}
 	s.k = k
+	s.ctx, s.cancel = context.WithCancel(parent)
 	fail := func(err error) (*sender, error) {
-		k.close()
+		s.close()
 		return nil, err
 	}
 	if s.recvMR, err = k.alloc(s.nrecv*ctrlSize, verbs.AccessLocalWrite); err != nil {
@@ -140,6 +140,13 @@ func (s *sender) postCtrl(i int, m msg) error {
 	}
 	s.sqUsed++
 	return nil
+}
+
+// close releases the session's context and its link, once run has
+// returned (or was never called).
+func (s *sender) close() {
+	s.cancel()
+	s.k.close()
 }
 
 // stop ends the session and waits for run to return.

@@ -276,8 +276,14 @@ func runLogTail(e *env, args []string) error {
 	if dir == "" || fs.NArg() > 0 {
 		return usageError("--data is required, and nothing else")
 	}
+	if n < 0 {
+		return usageError("-n takes how many records: 0 or more")
+	}
 	ring := make([]rlog.Record, 0, n)
 	res, err := rlog.ScanDir(dir, 1, func(r rlog.Record) error {
+		if n == 0 {
+			return nil
+		}
 		r.Data = append([]byte(nil), r.Data...)
 		if len(ring) == n {
 			ring = append(ring[1:], r)
