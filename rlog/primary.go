@@ -121,6 +121,15 @@ func newPrimary(m *Member, epoch uint64) (*primary, error) {
 
 // start starts the appender and a sender per replica.
 func (p *primary) start() {
+	// Under p.mu, as stop's check of stopping: a role stopped before it
+	// started (a fence answered between becomePrimary's publishing it
+	// and start) starts nothing, and every goroutine started is one that
+	// stop waits for.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopping {
+		return
+	}
 	p.wg.Add(1)
 	go p.appendLoop()
 	for i := range p.m.cfg.Members {
@@ -159,6 +168,16 @@ func (p *primary) stop(why error) {
 	p.cmu.Unlock()
 	p.cq.Destroy()
 	p.cache.close()
+	// Only now does the member stop being this role's: until its
+	// goroutines have ended, no newer primary's session may cut back the
+	// log that the appender counts as durable, nor may a promotion begin
+	// (both wait for a role that m.prim still names to stop).
+	m := p.m
+	m.mu.Lock()
+	if m.prim == p {
+		m.prim = nil
+	}
+	m.mu.Unlock()
 	select {
 	case <-p.done:
 	default:
@@ -170,12 +189,6 @@ func (p *primary) stop(why error) {
 // fail ends the role on its own (a storage error, a fence seen by a
 // sender): the member stays up as a replica.
 func (p *primary) fail(err error) {
-	m := p.m
-	m.mu.Lock()
-	if m.prim == p {
-		m.prim = nil
-	}
-	m.mu.Unlock()
 	p.m.cfg.Logf("rlog: %s: the primary of epoch %d stops: %v", p.m.cfg.Listen, p.epoch, err)
 	p.mu.Lock()
 	if p.err == nil {
