@@ -48,6 +48,11 @@ func CRC() bool { return crcWanted.Load() }
 // context sets no deadline.
 const setupTimeout = 10 * time.Second
 
+// rtrTimeout bounds how long a responder in peer-to-peer mode waits for
+// the initiator's RTR once it has sent its MPA Reply (a variable for
+// tests).
+var rtrTimeout = setupTimeout
+
 func (*provider) Schemes() []string { return []string{"tcp"} }
 
 func (*provider) MaxPrivateData() int { return maxPrivateData }
@@ -267,24 +272,17 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 		return fail(fmt.Errorf("%w: sending the MPA Reply: %v", driver.ErrDisconnected, err))
 	}
 	r.nc.SetWriteDeadline(time.Time{})
-	c.start()
 	if rtr != 0 {
-		// Peer-to-peer mode: the QP is ready to send once the
-		// initiator's RTR has arrived.
-		t := time.NewTimer(setupTimeout)
-		defer t.Stop()
-		select {
-		case <-c.rtrSeen:
-		case <-c.done:
-			return fail(fmt.Errorf("%w: the initiator closed the connection before its RTR", driver.ErrDisconnected))
-		case <-t.C:
-			return fail(fmt.Errorf("%w: no RTR from the initiator within %v", driver.ErrDisconnected, setupTimeout))
-		}
-		remote.QPNum = c.remoteQPN.Load()
-		q.mu.Lock()
-		q.attr.DestQPNum = remote.QPNum
-		q.mu.Unlock()
+		// Peer-to-peer mode: the QP sends nothing before the initiator's
+		// RTR, the first FPDU, has arrived (the gate; firstFPDU checks
+		// it, and learns a goverbs initiator's QP number from it). Accept
+		// does not wait for it, as rdma_accept does not: an initiator
+		// that never sends it would hold the caller, a server accepting
+		// one request after another, for setupTimeout. Instead the
+		// connection ends if the RTR has not come by then.
+		c.watchRTR(rtrTimeout)
 	}
+	c.start()
 	if err := driver.ConnectRTS(q, p, remote); err != nil {
 		return fail(err)
 	}

@@ -86,7 +86,8 @@ type conn struct {
 
 	// Startup kick (initiator): see kickCheck.
 	heard     atomic.Bool // an FPDU came from the peer
-	kickMu    sync.Mutex  // guards the timer and the delay
+	kickMu    sync.Mutex  // guards the timers and the delay
+	rtrTimer  *time.Timer // ends a connection whose RTR is overdue (watchRTR)
 	kickTimer *time.Timer
 	kickDelay time.Duration
 	kickNow   bool // guarded by q.mu: send a zero-length Write
@@ -242,6 +243,25 @@ func (c *conn) discard() {
 	c.sk.release()
 }
 
+// watchRTR ends the connection (a responder's in peer-to-peer mode) if
+// the initiator's RTR has not arrived within d: the QP moves to the error
+// state and its WRs are flushed, as when the stream breaks.
+func (c *conn) watchRTR(d time.Duration) {
+	c.kickMu.Lock()
+	defer c.kickMu.Unlock()
+	c.rtrTimer = time.AfterFunc(d, func() {
+		select {
+		case <-c.rtrSeen:
+		default:
+			debugf("QP %d: no RTR from the initiator within %v", c.q.num, d)
+			c.streamBroken(errNoRTR)
+		}
+	})
+}
+
+// errNoRTR ends a connection whose initiator did not send its RTR.
+var errNoRTR = fmt.Errorf("%w: no RTR from the initiator within %v of the MPA Reply", driver.ErrDisconnected, rtrTimeout)
+
 // start runs the connection's goroutines, and lets pollers of the QP's
 // CQs receive.
 func (c *conn) start() {
@@ -332,6 +352,9 @@ func (c *conn) abort() {
 	c.kickMu.Lock()
 	if c.kickTimer != nil {
 		c.kickTimer.Stop()
+	}
+	if c.rtrTimer != nil {
+		c.rtrTimer.Stop()
 	}
 	c.kickMu.Unlock()
 	c.closeOnce.Do(func() { c.nc.Close() })
@@ -1187,8 +1210,17 @@ type connHandle struct {
 	remote driver.ConnParam
 }
 
-func (h *connHandle) RemoteParam() driver.ConnParam { return h.remote }
-func (h *connHandle) Done() <-chan struct{}         { return h.c.done }
+// RemoteParam is what the peer sent; a goverbs initiator in
+// peer-to-peer mode tells its QP number in its RTR, which a responder's
+// Accept does not wait for: 0 until it has come.
+func (h *connHandle) RemoteParam() driver.ConnParam {
+	r := h.remote
+	if r.QPNum == 0 {
+		r.QPNum = h.c.remoteQPN.Load()
+	}
+	return r
+}
+func (h *connHandle) Done() <-chan struct{} { return h.c.done }
 
 // Close disconnects: the QP moves to the error state, the responses
 // already queued for the peer go out (so that the Sends and Writes of

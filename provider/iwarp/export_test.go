@@ -26,6 +26,14 @@ func SetMinUserTimeout(d time.Duration) (restore func()) {
 	return func() { minUserTimeout = prev }
 }
 
+// SetRTRTimeout sets how long a responder waits for the initiator's RTR;
+// it returns a function that restores the default.
+func SetRTRTimeout(d time.Duration) (restore func()) {
+	prev := rtrTimeout
+	rtrTimeout = d
+	return func() { rtrTimeout = prev }
+}
+
 // AnswerSlack is how many bytes a peer that answers nothing must send
 // before its requests time out while it talks.
 const AnswerSlack = answerSlack

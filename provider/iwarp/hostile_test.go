@@ -467,8 +467,14 @@ func TestHostilePeer(t *testing.T) {
 			g.intact(t, v, from, to)
 			h.nc.Close()
 			if c.noRTR {
+				// Accept does not wait for the RTR; the connection ends
+				// with the Terminate.
 				if err := <-v.accepted; err == nil {
-					t.Fatal("the victim accepted a connection whose first FPDU was not the RTR")
+					select {
+					case <-v.conn.Done():
+					case <-time.After(10 * time.Second):
+						t.Fatal("the victim's connection goes on after a first FPDU that was not the RTR")
+					}
 				}
 			}
 		})
@@ -563,5 +569,35 @@ func TestPollBudget(t *testing.T) {
 	}
 	if got != n || full < n/iwarp.PollBudget {
 		t.Fatalf("received %d of %d FPDUs, %d polls with a full budget", got, n, full)
+	}
+}
+
+// TestAcceptDoesNotWaitForRTR: in peer-to-peer mode Accept returns once
+// the MPA Reply is out, as rdma_accept does, not once the initiator's RTR
+// has come: an initiator that never sends it does not hold a server that
+// accepts one request after another, and its connection ends when the
+// RTR is overdue (the QP in the error state), while the next one, accepted
+// meanwhile, stays up.
+func TestAcceptDoesNotWaitForRTR(t *testing.T) {
+	defer iwarp.SetRTRTimeout(300 * time.Millisecond)()
+	v := newVictimN(t, 4, 2)
+	dialHostile(t, v, false, false, true) // never sends its RTR
+	if err := <-v.accepted; err != nil {
+		t.Fatalf("Accept of the initiator that sends no RTR: %v", err)
+	}
+	dialHostile(t, v, false, false, false) // accepted while the first RTR is awaited
+	select {
+	case <-v.conn.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection whose RTR never came is still up")
+	}
+	expectVictimError(t, v)
+	v.mu.Lock()
+	second := v.more[0]
+	v.mu.Unlock()
+	select {
+	case <-second.Done():
+		t.Fatal("the connection that sent its RTR ended too")
+	default:
 	}
 }

@@ -976,6 +976,11 @@ func (c *conn) firstFPDU(h wire.Hdr) error {
 		ok = c.wantRTR&wire.RTRWrite != 0 && h.PayloadLen() == 0
 		if ok && c.ext && h.TO()&0xffffffff00000000 == wire.RTRQPNTag {
 			c.remoteQPN.Store(uint32(h.TO()))
+			c.q.mu.Lock()
+			if c.q.c == c {
+				c.q.attr.DestQPNum = uint32(h.TO())
+			}
+			c.q.mu.Unlock()
 		}
 	case wire.OpReadRequest:
 		ok = c.wantRTR&wire.RTRRead != 0 && wire.ReadRequest(h).Size() == 0
