@@ -18,6 +18,7 @@ type CQ struct {
 	destroyed atomic.Bool
 	done      chan struct{} // closed by Destroy, for the goroutines in Wait
 	waiters   atomic.Int32  // goroutines in Wait's Notify path
+	pass      chan struct{} // a woken waiter wakes another (notifyWait)
 }
 
 // Context returns the device context the CQ belongs to.
@@ -67,13 +68,20 @@ func (c *CQ) Wait(ctx context.Context, wc []WorkCompletion) (int, error) {
 //
 // A notification disarms the CQ and sends one token: when goroutines
 // wait together, the one the token wakes arms the CQ again before it
-// returns, so that the next completion wakes another.
+// returns, so that the next completion wakes another; and it wakes
+// another itself (pass), since completions that came between the
+// notification and that arming fired nothing, and one taking fewer
+// completions than the CQ holds leaves them to the others.
 func (c *CQ) notifyWait(ctx context.Context, wc []WorkCompletion) (n int, err error) {
 	c.waiters.Add(1)
 	woken := false
 	defer func() {
 		if c.waiters.Add(-1) > 0 && woken {
 			c.d.ReqNotify(false)
+			select {
+			case c.pass <- struct{}{}:
+			default:
+			}
 		}
 	}()
 	for {
@@ -91,6 +99,8 @@ func (c *CQ) notifyWait(ctx context.Context, wc []WorkCompletion) (n int, err er
 		}
 		select {
 		case <-c.d.Notify():
+			woken = true
+		case <-c.pass:
 			woken = true
 		case <-ctx.Done():
 			return 0, ctx.Err()

@@ -110,7 +110,7 @@ func (c *Context) CreateCQ(cqe int) (*CQ, error) {
 	if cqe < 1 || cqe > c.attr.MaxCQE {
 		return nil, fmt.Errorf("verbs: create CQ of %d entries: %w (the device allows 1 to %d)", cqe, ErrInvalidArg, c.attr.MaxCQE)
 	}
-	cq := &CQ{ctx: c, done: make(chan struct{})}
+	cq := &CQ{ctx: c, done: make(chan struct{}), pass: make(chan struct{}, 1)}
 	d, err := c.d.CreateCQ(cqe, cq)
 	if err != nil {
 		return nil, fmt.Errorf("verbs: create CQ: %w", err)

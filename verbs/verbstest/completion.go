@@ -241,6 +241,45 @@ func testWaitTogether(t *testing.T, h Harness) {
 	}
 }
 
+// testWaitBurst: two goroutines asleep in CQ.Wait on one CQ, each taking
+// one completion at a time, and two completions that arrive together
+// (two Sends in one PostSend): both goroutines return. The notification
+// of the first wakes one of them; the second arrives while the CQ is
+// disarmed and fires nothing, so the woken one must see that the other
+// is woken too.
+func testWaitBurst(t *testing.T, h Harness) {
+	p, src, dst := sendPair(t, h)
+	postRecv(t, p.A, 0, recvWR(10, dst.SGE(0, 64)))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	res := make(chan waitResult, 2)
+	for range 2 {
+		go func() {
+			wc := make([]verbs.WorkCompletion, 1)
+			n, err := p.A.RecvCQ.Wait(ctx, wc)
+			res <- waitResult{n, err, wc[0]}
+		}()
+	}
+	parkedInWait(t, 2)
+	postSend(t, p.B, 0, sendWR(1, src.SGE(0, 16)), sendWR(2, src.SGE(0, 16)))
+	got := map[uint64]bool{}
+	for range 2 {
+		r := <-res
+		if r.err != nil || r.n != 1 {
+			t.Fatalf("CQ.Wait returned %d completions, error %v, with %d completion(s) left in the CQ; want 1",
+				r.n, r.err, p.A.RecvCQ.Poll(make([]verbs.WorkCompletion, 4)))
+		}
+		expectRecvWC(t, r.wc, r.wc.WRID, verbs.WCRecv, 16, p.A.QPNum(0), p.B.QPNum(0))
+		got[r.wc.WRID] = true
+	}
+	if !got[9] || !got[10] {
+		t.Fatalf("the two waiters took receives %v, want 9 and 10", got)
+	}
+	for i := range 2 {
+		expectSendWC(t, waitOne(t, p.B, SendCQ), uint64(i+1), verbs.WCSend, p.B.QPNum(0))
+	}
+}
+
 // expectOneRecv checks that a background Wait returned the receive of
 // wrid, 16 bytes.
 func expectOneRecv(t testing.TB, p *Pair, r waitResult, wrid uint64) {

@@ -76,6 +76,7 @@ var suite = []testCase{
 	{"Completion/Wait", testWait},
 	{"Completion/WaitIdleCPU", testWaitIdleCPU},
 	{"Completion/WaitTogether", testWaitTogether},
+	{"Completion/WaitBurst", testWaitBurst},
 	{"Completion/WaitDestroyed", testWaitDestroyed},
 	{"Completion/EventDriven", testEventDriven},
 
