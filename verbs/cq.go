@@ -106,6 +106,8 @@ func (c *CQ) notifyWait(ctx context.Context, wc []WorkCompletion) (n int, err er
 			return 0, ctx.Err()
 		case <-c.done:
 			return 0, fmt.Errorf("verbs: CQ wait: %w: the CQ was destroyed", ErrClosed)
+		case <-c.ctx.closed:
+			return 0, fmt.Errorf("verbs: CQ wait: %w: the device context was closed", ErrClosed)
 		}
 	}
 }

@@ -71,7 +71,7 @@ func Open(name string) (*Context, error) {
 			if err != nil {
 				return nil, fmt.Errorf("verbs: open %s: %w", name, err)
 			}
-			return &Context{d: dc, info: info, attr: dc.QueryDevice()}, nil
+			return &Context{d: dc, info: info, attr: dc.QueryDevice(), closed: make(chan struct{})}, nil
 		}
 	}
 	return nil, fmt.Errorf("verbs: open %q: %w (is its provider imported?)", name, ErrNoDevice)
@@ -79,9 +79,11 @@ func Open(name string) (*Context, error) {
 
 // Context is an open device.
 type Context struct {
-	d    driver.Context
-	info DeviceInfo
-	attr DeviceAttr
+	d         driver.Context
+	info      DeviceInfo
+	attr      DeviceAttr
+	closed    chan struct{} // closed by Close, for the goroutines in CQ.Wait
+	closeOnce sync.Once
 }
 
 // Device describes the device the context was opened on.
@@ -121,5 +123,10 @@ func (c *Context) CreateCQ(cqe int) (*CQ, error) {
 }
 
 // Close closes the device and releases every resource created on it; the
-// peers of its connected QPs see their connections break.
-func (c *Context) Close() error { return c.d.Close() }
+// peers of its connected QPs see their connections break, and goroutines
+// in CQ.Wait on its CQs return ErrClosed.
+func (c *Context) Close() error {
+	err := c.d.Close()
+	c.closeOnce.Do(func() { close(c.closed) })
+	return err
+}

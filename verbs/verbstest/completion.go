@@ -290,6 +290,40 @@ func expectOneRecv(t testing.TB, p *Pair, r waitResult, wrid uint64) {
 	expectRecvWC(t, r.wc, wrid, verbs.WCRecv, 16, p.A.QPNum(0), p.B.QPNum(0))
 }
 
+// testWaitContextClosed: a goroutine asleep in CQ.Wait returns ErrClosed
+// when the CQ's device context is closed.
+func testWaitContextClosed(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	ctx, err := verbs.Open(p.A.Ctx.Device().Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := ctx.CreateCQ(16)
+	if err != nil {
+		ctx.Close()
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() {
+		_, err := cq.Wait(context.Background(), make([]verbs.WorkCompletion, 1))
+		res <- err
+	}()
+	parkedInWait(t, 1)
+	if err := ctx.Close(); err != nil {
+		t.Fatalf("close a context a goroutine waits on a CQ of: %v", err)
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case err := <-res:
+		if !errors.Is(err, verbs.ErrClosed) {
+			t.Fatalf("CQ.Wait on a CQ whose context was closed meanwhile returned %v, want ErrClosed", err)
+		}
+	case <-timer.C:
+		t.Fatalf("CQ.Wait did not return within %v of its context's closing", timeout)
+	}
+}
+
 // testWaitDestroyed: a goroutine asleep in CQ.Wait returns ErrClosed when
 // the CQ is destroyed.
 func testWaitDestroyed(t *testing.T, h Harness) {

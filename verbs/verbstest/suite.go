@@ -78,6 +78,7 @@ var suite = []testCase{
 	{"Completion/WaitTogether", testWaitTogether},
 	{"Completion/WaitBurst", testWaitBurst},
 	{"Completion/WaitDestroyed", testWaitDestroyed},
+	{"Completion/WaitContextClosed", testWaitContextClosed},
 	{"Completion/EventDriven", testEventDriven},
 
 	{"SRQ/SharedByQPs", testSRQShared},
