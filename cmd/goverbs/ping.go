@@ -264,7 +264,9 @@ func pingData(b []byte, n int) {
 			c = 65
 		}
 	}
-	b[len(b)-1] = 0
+	if len(b) > 0 {
+		b[len(b)-1] = 0
+	}
 }
 
 // ping runs the client: connect, then ping count times (forever when
@@ -351,8 +353,8 @@ func (p *pinger) serve(ctx context.Context, w io.Writer) error {
 		}
 		info := p.recv.Bytes()
 		raddr, rkey, rlen := binary.BigEndian.Uint64(info), binary.BigEndian.Uint32(info[8:]), binary.BigEndian.Uint32(info[12:])
-		if int(rlen) > p.cfg.size {
-			return fmt.Errorf("ping %d: the client's buffer is %d bytes, more than -S %d", i, rlen, p.cfg.size)
+		if int(rlen) > p.cfg.size || rlen < pingMinSize {
+			return fmt.Errorf("ping %d: the client's buffer is %d bytes, not %d to -S %d", i, rlen, pingMinSize, p.cfg.size)
 		}
 		clear(p.rdma.Bytes())
 		if _, err := p.qp.PostSend([]verbs.SendWR{{WRID: 3, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"runtime"
@@ -126,5 +127,52 @@ func TestPingShortMessage(t *testing.T) {
 	srv := <-done
 	if strings.HasPrefix(srv, "exit 0\n") || !strings.Contains(srv, "received 8 bytes, an rping message is 16") {
 		t.Fatalf("server after an 8-byte message: %s", srv)
+	}
+}
+
+// TestPingShortAdvertisement: a client that advertises a source buffer
+// shorter than rping's smallest (here 0 bytes) gets the server to end the
+// session with an error, not to panic.
+func TestPingShortAdvertisement(t *testing.T) {
+	port := freePort(t)
+	done := servePing(t, port)
+	dev, err := verbs.Open("tcp0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	pd, err := dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := pd.AllocMR(64, verbs.AccessLocalWrite|verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := dev.CreateCQ(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := cm.Dial(ctx, "tcp://127.0.0.1:"+port, qp, &cm.Param{ResponderResources: 1, InitiatorDepth: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	b := mr.Bytes()
+	binary.BigEndian.PutUint64(b[0:], mr.Addr()+32)
+	binary.BigEndian.PutUint32(b[8:], mr.RKey())
+	binary.BigEndian.PutUint32(b[12:], 0) // a buffer of 0 bytes
+	if _, err := qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{mr.SGE(0, 16)}}}); err != nil {
+		t.Fatal(err)
+	}
+	out := <-done
+	if !strings.HasPrefix(out, "exit 1\n") || !strings.Contains(out, "the client's buffer is 0 bytes") {
+		t.Fatalf("goverbs ping -s after a 0-byte advertisement: %s", out)
 	}
 }
