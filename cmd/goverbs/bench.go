@@ -243,7 +243,7 @@ func benchServe(ctx context.Context, e *env, cfg benchConfig) error {
 	defer l.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	opts := perftest.ServeOptions{}
+	opts := perftest.ServeOptions{RunTimeout: cfg.timeout}
 	if len(cfg.tests) < len(perftest.Tests) {
 		opts.Only = cfg.tests
 	}
@@ -464,7 +464,7 @@ type deviceBench struct {
 func openDeviceBench(ctx context.Context, cfg benchConfig, d verbs.DeviceInfo, plan []perftest.Params) (*deviceBench, error) {
 	b := &deviceBench{name: d.Name, plan: plan, cfg: cfg, addr: cfg.addr}
 	if b.addr == "" {
-		srv, err := startBenchServer(ctx, d)
+		srv, err := startBenchServer(ctx, d, cfg.timeout)
 		if err != nil {
 			return nil, err
 		}
@@ -567,7 +567,8 @@ type benchServer struct {
 
 // startBenchServer starts a bench server for device d: another goverbs
 // process for a device that crosses processes, a goroutine otherwise.
-func startBenchServer(ctx context.Context, d verbs.DeviceInfo) (*benchServer, error) {
+// A run it serves may last runTimeout, as the client's own.
+func startBenchServer(ctx context.Context, d verbs.DeviceInfo, runTimeout time.Duration) (*benchServer, error) {
 	dev, err := verbs.Open(d.Name)
 	if err != nil {
 		return nil, err
@@ -580,7 +581,7 @@ func startBenchServer(ctx context.Context, d verbs.DeviceInfo) (*benchServer, er
 	}
 	if cross {
 		dev.Close()
-		return startServerProcess(d.Name, addr)
+		return startServerProcess(d.Name, addr, runTimeout)
 	}
 	l, err := cm.Listen(addr)
 	if err != nil {
@@ -593,7 +594,7 @@ func startBenchServer(ctx context.Context, d verbs.DeviceInfo) (*benchServer, er
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		serveErr = perftest.Serve(sctx, dev, l, perftest.ServeOptions{})
+		serveErr = perftest.Serve(sctx, dev, l, perftest.ServeOptions{RunTimeout: runTimeout})
 	}()
 	return &benchServer{addr: l.Addr(), stop: func() error {
 		cancel()
@@ -606,12 +607,12 @@ func startBenchServer(ctx context.Context, d verbs.DeviceInfo) (*benchServer, er
 
 // startServerProcess re-executes this goverbs as a bench server (the
 // hidden --peer flag) and waits until it listens.
-func startServerProcess(device, addr string) (*benchServer, error) {
+func startServerProcess(device, addr string, runTimeout time.Duration) (*benchServer, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("cannot find the goverbs executable to start a bench server: %w", err)
 	}
-	cmd := exec.Command(exe, "bench", "--peer", "-d", device, "-l", addr)
+	cmd := exec.Command(exe, "bench", "--peer", "-d", device, "-l", addr, "--timeout", runTimeout.String())
 	perftest.DieWithParent(cmd)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -2,6 +2,7 @@ package perftest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,22 +20,51 @@ type ServeOptions struct {
 	Only []Test
 	// Log, if set, gets a line for each run served or refused.
 	Log io.Writer
+	// RunTimeout bounds each run, from its request to the end (default
+	// one minute): a client that connects and then does nothing holds
+	// the server, which serves one run at a time, no longer.
+	RunTimeout time.Duration
+	// MaxSize is the largest message size a client may ask for (default
+	// MaxAllSize): a request for more is refused before the server
+	// registers memory for it.
+	MaxSize int
+}
+
+func (o *ServeOptions) defaults() {
+	if o.RunTimeout <= 0 {
+		o.RunTimeout = time.Minute
+	}
+	if o.MaxSize <= 0 {
+		o.MaxSize = MaxAllSize
+	}
 }
 
 // Serve is the bench server: it accepts connections on l, one at a time,
 // and takes its side of the test each one asks for, on device dev. A run
-// that fails is logged and the server goes on. Serve returns nil when
-// ctx ends, or the listener's error.
+// that fails is logged and the server goes on; so does a failed accept.
+// Serve returns nil when ctx ends, or an error once the listener is
+// closed.
 func Serve(ctx context.Context, dev *verbs.Context, l *cm.Listener, o ServeOptions) error {
+	o.defaults()
 	for {
 		req, err := l.Accept(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("accept on %s: %w", l.Addr(), err)
+			if errors.Is(err, verbs.ErrClosed) {
+				return fmt.Errorf("accept on %s: %w", l.Addr(), err)
+			}
+			// A failed accept (out of descriptors, say): the listener
+			// goes on after a pause, and so does the server.
+			if o.Log != nil {
+				fmt.Fprintf(o.Log, "goverbs bench server: accept on %s: %v\n", l.Addr(), err)
+			}
+			continue
 		}
-		p, err := serveOne(ctx, dev, req, o.Only)
+		rctx, cancel := context.WithTimeout(ctx, o.RunTimeout)
+		p, err := serveOne(rctx, dev, req, o)
+		cancel()
 		if o.Log != nil {
 			if err != nil {
 				fmt.Fprintf(o.Log, "goverbs bench server: %v of %d B: %v\n", p.Test, p.Size, err)
@@ -46,7 +76,7 @@ func Serve(ctx context.Context, dev *verbs.Context, l *cm.Listener, o ServeOptio
 }
 
 // serveOne takes the server's side of one run.
-func serveOne(ctx context.Context, dev *verbs.Context, req *cm.Request, only []Test) (p Params, err error) {
+func serveOne(ctx context.Context, dev *verbs.Context, req *cm.Request, o ServeOptions) (p Params, err error) {
 	name := dev.Device().Name
 	attr := dev.QueryDevice()
 	reject := func(err error) (Params, error) {
@@ -57,9 +87,12 @@ func serveOne(ctx context.Context, dev *verbs.Context, req *cm.Request, only []T
 	if err != nil {
 		return reject(err)
 	}
-	if len(only) > 0 && !slices.Contains(only, p.Test) {
+	if len(o.Only) > 0 && !slices.Contains(o.Only, p.Test) {
 		return reject(fmt.Errorf("%w: this server runs only %s: ask for that, or start the server without naming tests",
-			ErrUnsupported, joinTests(only)))
+			ErrUnsupported, joinTests(o.Only)))
+	}
+	if p.Size > o.MaxSize {
+		return reject(fmt.Errorf("%w: this server runs messages of up to %d bytes, not %d", ErrUnsupported, o.MaxSize, p.Size))
 	}
 	if err := p.Check(name+" (at the server)", attr); err != nil {
 		return reject(err)
