@@ -21,6 +21,7 @@ package mempool
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 
@@ -65,6 +66,9 @@ type class struct {
 	mu   sync.Mutex
 	free []int32 // stack of free buffer indices
 	used []bool
+	gen  []uint32 // how many times each buffer was handed out: a Buf
+	// carries the count of its Get, so that a stale copy of it is told
+	// from the buffer's new owner
 }
 
 // New registers one region per class on pd (the only registrations the
@@ -84,9 +88,9 @@ func New(pd *verbs.PD, cfg Config) (*Pool, error) {
 	sort.Slice(cs, func(i, j int) bool { return cs[i].Size < cs[j].Size })
 	p := &Pool{}
 	for _, c := range cs {
-		if c.Size <= 0 || c.Count <= 0 || c.Count > 1<<30 {
+		if c.Size <= 0 || c.Count <= 0 || c.Count > 1<<30 || c.Size > (math.MaxInt-align)/c.Count {
 			p.Close()
-			return nil, fmt.Errorf("mempool: %w: class %+v", verbs.ErrInvalidArg, c)
+			return nil, fmt.Errorf("mempool: %w: class %+v (sizes and counts above 0, at most 2^30 buffers, and their bytes must fit an int)", verbs.ErrInvalidArg, c)
 		}
 		size := (c.Size + align - 1) &^ (align - 1)
 		mr, err := pd.AllocMR(size*c.Count, cfg.Access)
@@ -94,7 +98,7 @@ func New(pd *verbs.PD, cfg Config) (*Pool, error) {
 			p.Close()
 			return nil, fmt.Errorf("mempool: register %d buffers of %d bytes: %w", c.Count, size, err)
 		}
-		cl := &class{size: size, mr: mr, free: make([]int32, c.Count), used: make([]bool, c.Count)}
+		cl := &class{size: size, mr: mr, free: make([]int32, c.Count), used: make([]bool, c.Count), gen: make([]uint32, c.Count)}
 		for i := range cl.free {
 			cl.free[i] = int32(c.Count - 1 - i)
 		}
@@ -108,6 +112,7 @@ func New(pd *verbs.PD, cfg Config) (*Pool, error) {
 type Buf struct {
 	cl  *class
 	idx int32
+	gen uint32 // the class's gen[idx] when Get handed it out
 }
 
 // Bytes is the buffer's memory.
@@ -156,8 +161,10 @@ func (p *Pool) Get(n int) (Buf, error) {
 			idx := c.free[k-1]
 			c.free = c.free[:k-1]
 			c.used[idx] = true
+			c.gen[idx]++
+			gen := c.gen[idx]
 			c.mu.Unlock()
-			return Buf{cl: c, idx: idx}, nil
+			return Buf{cl: c, idx: idx, gen: gen}, nil
 		}
 		c.mu.Unlock()
 	}
@@ -168,7 +175,8 @@ func (p *Pool) Get(n int) (Buf, error) {
 }
 
 // Put returns b to the pool. Putting a buffer twice is refused with
-// ErrNotInUse, so that it is never handed out twice.
+// ErrNotInUse, so that it is never handed out twice: so is a copy of b
+// put after the buffer was put and handed out again.
 func (p *Pool) Put(b Buf) error {
 	c := b.cl
 	if c == nil || b.idx < 0 || int(b.idx) >= len(c.used) {
@@ -176,7 +184,7 @@ func (p *Pool) Put(b Buf) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.used[b.idx] {
+	if !c.used[b.idx] || c.gen[b.idx] != b.gen {
 		return ErrNotInUse
 	}
 	c.used[b.idx] = false

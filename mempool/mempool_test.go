@@ -191,3 +191,48 @@ func BenchmarkGetPut(b *testing.B) {
 		p.Put(buf)
 	}
 }
+
+// TestStalePutRefused: a copy of a buffer, put after the buffer was put
+// and handed out again, is refused: the buffer's new owner keeps it, and
+// it is not handed out twice.
+func TestStalePutRefused(t *testing.T) {
+	p, _ := newPool(t, mempool.Class{Size: 64, Count: 1})
+	b1, err := p.Get(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := b1
+	if err := p.Put(b1); err != nil {
+		t.Fatal(err)
+	}
+	b2, err := p.Get(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Put(stale); !errors.Is(err, mempool.ErrNotInUse) {
+		t.Fatalf("Put of a stale copy: %v, want ErrNotInUse", err)
+	}
+	if _, err := p.Get(64); !errors.Is(err, mempool.ErrExhausted) {
+		t.Fatalf("Get with the only buffer in use: %v, want ErrExhausted", err)
+	}
+	if err := p.Put(b2); err != nil {
+		t.Fatalf("Put by the buffer's owner: %v", err)
+	}
+}
+
+// TestClassTooLargeRefused: a class whose bytes do not fit an int is
+// refused, not registered with an overflowed size.
+func TestClassTooLargeRefused(t *testing.T) {
+	ctx, err := verbs.Open("loop0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mempool.New(pd, mempool.Config{Align: 1, Classes: []mempool.Class{{Size: 1<<34 + 1, Count: 1 << 30}}}); !errors.Is(err, verbs.ErrInvalidArg) {
+		t.Fatalf("a class of 2^30 buffers of 2^34+1 bytes: %v, want ErrInvalidArg", err)
+	}
+}
