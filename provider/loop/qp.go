@@ -114,8 +114,20 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	return nil
 }
 
-// reset empties both queues without completions, as the move to Reset does.
+// reset empties both queues without completions, as the move to Reset
+// does, and ends the QP's cm connection: the peer's QP fails, and the
+// link no longer names q, which a later connection may reuse (fab.mu is
+// held).
 func (q *qp) reset() {
+	if l := q.link; l != nil {
+		q.link = nil
+		for i, x := range l.qps {
+			if x == q {
+				l.qps[i] = nil
+			}
+		}
+		l.breakLocked()
+	}
 	q.rnr.Reset()
 	q.sq.Reset()
 	if q.rq != nil {

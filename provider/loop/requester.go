@@ -30,8 +30,11 @@ func (q *qp) Fail() { q.toErr() }
 // Execute implements swq.Engine: it performs one WR against the peer.
 func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	p := q.peer
-	if p == nil || p.destroyed || p.ctx.closed || !p.accepts() {
-		// Nobody answers: the transport retries run out.
+	if p == nil || p.destroyed || p.ctx.closed || !p.accepts() || p.peer != q {
+		// Nobody answers — no QP, or one that is now connected to
+		// another (reset and reused since), which takes nothing from a
+		// stale requester, as RC's QP number and PSN checks refuse it:
+		// the transport retries run out.
 		return driver.WCRetryExcErr, 0
 	}
 	wr := &s.WR

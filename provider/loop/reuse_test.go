@@ -1,0 +1,138 @@
+package loop_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// A QP reset and connected again belongs to its new connection alone:
+// the old connection and the old peer no longer reach it.
+
+type side struct {
+	pd *verbs.PD
+	cq *verbs.CQ
+	qp *verbs.QP
+}
+
+func newSide(t *testing.T) *side {
+	t.Helper()
+	ctx, err := verbs.Open("loop0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Close() })
+	s := &side{}
+	if s.pd, err = ctx.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if s.cq, err = ctx.CreateCQ(64); err != nil {
+		t.Fatal(err)
+	}
+	if s.qp, err = s.pd.CreateQP(verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// connect connects cli to srv through cm at loop://name and returns the
+// server's and the client's ends.
+func connect(t *testing.T, name string, srv, cli *verbs.QP) (*cm.Conn, *cm.Conn) {
+	t.Helper()
+	l, err := cm.Listen("loop://" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ch := make(chan *cm.Conn, 1)
+	go func() {
+		req, err := l.Accept(context.Background())
+		if err != nil {
+			ch <- nil
+			return
+		}
+		c, err := req.Accept(srv, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- c
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := cm.Dial(ctx, "loop://"+name, cli, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-ch
+	if s == nil {
+		t.Fatal("no accepted connection")
+	}
+	return s, c
+}
+
+// resetQP moves q to the error state and then to Reset, and polls what
+// that flushed.
+func resetQP(t *testing.T, s *side) {
+	t.Helper()
+	for _, st := range []verbs.QPState{verbs.QPSErr, verbs.QPSReset} {
+		if err := s.qp.Modify(&verbs.QPAttr{State: st}, verbs.QPAttrState); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for s.cq.Poll(make([]verbs.WorkCompletion, 64)) > 0 {
+	}
+}
+
+// TestResetQPLeavesItsOldConnection: a server QP that failed with one
+// client is reset and accepts another; the first client closing its old
+// connection leaves the server's QP, and its new connection, alone.
+func TestResetQPLeavesItsOldConnection(t *testing.T) {
+	srv, c1, c2 := newSide(t), newSide(t), newSide(t)
+	_, old := connect(t, "reuse-link-1", srv.qp, c1.qp)
+	resetQP(t, srv)
+	now, _ := connect(t, "reuse-link-2", srv.qp, c2.qp)
+	old.Close()
+	if s := srv.qp.State(); s != verbs.QPSRTS {
+		t.Fatalf("the first client's disconnect moved the server QP, now the second's, to %v", s)
+	}
+	select {
+	case <-now.Done():
+		t.Fatal("the first client's disconnect ended the second's connection")
+	default:
+	}
+}
+
+// TestStalePeerCannotReachReusedQP: a QP reset and connected to another
+// peer takes nothing from its old peer, which was never told: the old
+// peer's Send fails with retries exceeded, as RC's checks of QP number
+// and PSN would refuse it, and nothing is placed.
+func TestStalePeerCannotReachReusedQP(t *testing.T) {
+	y, x, z := newSide(t), newSide(t), newSide(t)
+	connect(t, "reuse-peer-1", y.qp, x.qp)
+	resetQP(t, y)
+	connect(t, "reuse-peer-2", y.qp, z.qp)
+	rbuf, err := y.pd.AllocMR(64, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := y.qp.PostRecv([]verbs.RecvWR{{WRID: 7, SGList: []verbs.SGE{rbuf.SGE(0, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	sbuf, err := x.pd.AllocMR(8, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(sbuf.Bytes(), "STALE!!!")
+	x.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{sbuf.SGE(0, 8)}}})
+	wc := make([]verbs.WorkCompletion, 1)
+	if y.cq.Poll(wc) == 1 {
+		t.Fatalf("Y, now connected to Z, took a completion of its old peer's Send: %+v, %q", wc[0], rbuf.Bytes()[:8])
+	}
+	if x.cq.Poll(wc) == 1 && wc[0].Status == verbs.WCSuccess {
+		t.Fatalf("the old peer's Send to a QP now connected elsewhere succeeded")
+	}
+}
