@@ -186,6 +186,28 @@ func testSendAfterWrites(t *testing.T, h Harness) {
 
 // testFence: a fenced Write waits for the Read before it, so the Read
 // returns the value from before the Write.
+// testFenceLocal: a fenced WR that sends what a Read before it brought
+// into local memory sends the bytes the Read returned: the fence holds it
+// back until the Read has completed, which a provider whose Read
+// Responses arrive later (tcp0) must do itself.
+func testFenceLocal(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	x := newRegion(t, p.B, 8, remoteAll)
+	y := newRegion(t, p.B, 8, remoteAll)
+	read, stale := pattern(22, 8), pattern(23, 8)
+	fill(t, p.B, x, 0, read)
+	fill(t, p.B, y, 0, stale)
+	local := newRegion(t, p.A, 8, localRW)
+	fill(t, p.A, local, 0, stale)
+	write := writeWR(2, y, 0, local.SGE(0, 8))
+	write.Flags |= verbs.SendFence
+	postSend(t, p.A, 0, readWR(1, x, 0, local.SGE(0, 8)), write)
+	wcs := wait(t, p.A, SendCQ, 2)
+	expectSendWC(t, wcs[0], 1, verbs.WCRDMARead, p.A.QPNum(0))
+	expectSendWC(t, wcs[1], 2, verbs.WCRDMAWrite, p.A.QPNum(0))
+	expectBytes(t, p.B, y, 0, read, "what the fenced Write sent from the Read's buffer")
+}
+
 func testFence(t *testing.T, h Harness) {
 	p := h.NewPair(t, PairOptions{})
 	x := newRegion(t, p.B, 8, remoteAll)

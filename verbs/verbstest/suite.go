@@ -47,6 +47,7 @@ var suite = []testCase{
 
 	{"Ordering/SendAfterWrites", testSendAfterWrites},
 	{"Ordering/Fence", testFence},
+	{"Ordering/FenceLocal", testFenceLocal},
 
 	{"Protection/WrongLKey", testWrongLKey},
 	{"Protection/LocalOutOfBounds", testLocalOutOfBounds},
