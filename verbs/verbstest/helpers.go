@@ -305,7 +305,8 @@ func expectRecvWC(t testing.TB, wc verbs.WorkCompletion, wrid uint64, op verbs.W
 	}
 }
 
-// do posts wr signaled on A's QP 0 and returns its completion.
+// do posts wr signaled on A's QP 0 and returns its completion, the only
+// one the send CQ then holds.
 func do(t testing.TB, p *Pair, wr verbs.SendWR) verbs.WorkCompletion {
 	t.Helper()
 	wr.Flags |= verbs.SendSignaled
@@ -314,6 +315,7 @@ func do(t testing.TB, p *Pair, wr verbs.SendWR) verbs.WorkCompletion {
 	if wc.WRID != wr.WRID || wc.QPNum != p.A.QPNum(0) {
 		t.Fatalf("completion %s: want WRID %#x on QP %d", fmtWC(wc), wr.WRID, p.A.QPNum(0))
 	}
+	expectEmpty(t, p.A, SendCQ) // one WR, one completion
 	return wc
 }
 
