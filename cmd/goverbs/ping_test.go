@@ -93,34 +93,7 @@ func TestPing(t *testing.T) {
 func TestPingShortMessage(t *testing.T) {
 	port := freePort(t)
 	done := servePing(t, port)
-	dev, err := verbs.Open("tcp0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	pd, err := dev.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mr, err := pd.AllocMR(64, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := dev.CreateCQ(8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := cm.Dial(ctx, "tcp://127.0.0.1:"+port, qp, &cm.Param{ResponderResources: 1, InitiatorDepth: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	qp, mr := dialRaw(t, port, verbs.AccessLocalWrite)
 	if _, err := qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{mr.SGE(0, 8)}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -136,16 +109,35 @@ func TestPingShortMessage(t *testing.T) {
 func TestPingShortAdvertisement(t *testing.T) {
 	port := freePort(t)
 	done := servePing(t, port)
+	qp, mr := dialRaw(t, port, verbs.AccessLocalWrite|verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
+	b := mr.Bytes()
+	binary.BigEndian.PutUint64(b[0:], mr.Addr()+32)
+	binary.BigEndian.PutUint32(b[8:], mr.RKey())
+	binary.BigEndian.PutUint32(b[12:], 0) // a buffer of 0 bytes
+	if _, err := qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{mr.SGE(0, 16)}}}); err != nil {
+		t.Fatal(err)
+	}
+	out := <-done
+	if !strings.HasPrefix(out, "exit 1\n") || !strings.Contains(out, "the client's buffer is 0 bytes") {
+		t.Fatalf("goverbs ping -s after a 0-byte advertisement: %s", out)
+	}
+}
+
+// dialRaw connects a bare tcp0 QP to the ping server at port, as rping
+// would, with a 64-byte region of the given rights, for a test to send
+// what it likes; everything is released when the test ends.
+func dialRaw(t *testing.T, port string, access verbs.AccessFlags) (*verbs.QP, *verbs.MR) {
+	t.Helper()
 	dev, err := verbs.Open("tcp0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dev.Close()
+	t.Cleanup(func() { dev.Close() })
 	pd, err := dev.AllocPD()
 	if err != nil {
 		t.Fatal(err)
 	}
-	mr, err := pd.AllocMR(64, verbs.AccessLocalWrite|verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
+	mr, err := pd.AllocMR(64, access)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,16 +155,6 @@ func TestPingShortAdvertisement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	b := mr.Bytes()
-	binary.BigEndian.PutUint64(b[0:], mr.Addr()+32)
-	binary.BigEndian.PutUint32(b[8:], mr.RKey())
-	binary.BigEndian.PutUint32(b[12:], 0) // a buffer of 0 bytes
-	if _, err := qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{mr.SGE(0, 16)}}}); err != nil {
-		t.Fatal(err)
-	}
-	out := <-done
-	if !strings.HasPrefix(out, "exit 1\n") || !strings.Contains(out, "the client's buffer is 0 bytes") {
-		t.Fatalf("goverbs ping -s after a 0-byte advertisement: %s", out)
-	}
+	t.Cleanup(func() { conn.Close() })
+	return qp, mr
 }

@@ -303,25 +303,7 @@ func testWaitContextClosed(t *testing.T, h Harness) {
 		ctx.Close()
 		t.Fatal(err)
 	}
-	res := make(chan error, 1)
-	go func() {
-		_, err := cq.Wait(context.Background(), make([]verbs.WorkCompletion, 1))
-		res <- err
-	}()
-	parkedInWait(t, 1)
-	if err := ctx.Close(); err != nil {
-		t.Fatalf("close a context a goroutine waits on a CQ of: %v", err)
-	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case err := <-res:
-		if !errors.Is(err, verbs.ErrClosed) {
-			t.Fatalf("CQ.Wait on a CQ whose context was closed meanwhile returned %v, want ErrClosed", err)
-		}
-	case <-timer.C:
-		t.Fatalf("CQ.Wait did not return within %v of its context's closing", timeout)
-	}
+	expectWaitEndsClosed(t, cq, ctx.Close, "its context's closing")
 }
 
 // testWaitDestroyed: a goroutine asleep in CQ.Wait returns ErrClosed when
@@ -332,24 +314,31 @@ func testWaitDestroyed(t *testing.T, h Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	expectWaitEndsClosed(t, cq, cq.Destroy, "the CQ's destruction")
+}
+
+// expectWaitEndsClosed checks that a goroutine asleep in CQ.Wait on cq
+// returns ErrClosed once end (what) has run.
+func expectWaitEndsClosed(t *testing.T, cq *verbs.CQ, end func() error, what string) {
+	t.Helper()
 	res := make(chan error, 1)
 	go func() {
 		_, err := cq.Wait(context.Background(), make([]verbs.WorkCompletion, 1))
 		res <- err
 	}()
 	parkedInWait(t, 1)
-	if err := cq.Destroy(); err != nil {
-		t.Fatalf("destroy a CQ a goroutine waits on: %v", err)
+	if err := end(); err != nil {
+		t.Fatalf("%s, with a goroutine in CQ.Wait: %v", what, err)
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
 	case err := <-res:
 		if !errors.Is(err, verbs.ErrClosed) {
-			t.Fatalf("CQ.Wait on a CQ destroyed meanwhile returned %v, want ErrClosed", err)
+			t.Fatalf("CQ.Wait after %s returned %v, want ErrClosed", what, err)
 		}
 	case <-timer.C:
-		t.Fatalf("CQ.Wait did not return within %v of the CQ's destruction", timeout)
+		t.Fatalf("CQ.Wait did not return within %v of %s", timeout, what)
 	}
 }
 
