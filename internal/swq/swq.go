@@ -138,14 +138,20 @@ func (q *Queue) Retire(seq uint64) {
 	}
 }
 
-// Reset empties the queue without completions. Besides the provider's
-// own lock, the caller holds the lock under which the QP's send CQ is
-// polled, since Retire's release store must not land after the reset.
+// Reset empties the queue without completions. The counters go on from
+// where they were rather than back to 0: completions made before the
+// reset may still be in the QP's CQ, and polling one after it must not
+// free the slots of WRs posted since (Retire ignores numbers below head).
+// Besides the provider's own lock, the caller holds the lock under which
+// the QP's send CQ is polled, since Retire's release store must not land
+// after the reset.
 func (q *Queue) Reset() {
-	q.head.Store(0)
-	q.next.Store(0)
-	q.tail = 0
+	q.head.Store(q.tail)
+	q.next.Store(q.tail)
 }
+
+// Tail is the number the next WR posted will have.
+func (q *Queue) Tail() uint64 { return q.tail }
 
 // ResolveLocal maps the local side of slot s into l: its inline payload,
 // or its SG list — the source of Sends and Writes, or the sink of Reads and

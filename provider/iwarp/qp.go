@@ -137,7 +137,7 @@ func (q *qp) reset() {
 	q.sendCQ.mu.Lock() // serialises the reset with Retire (swq.Queue.Reset)
 	q.sq.Reset()
 	q.sendCQ.mu.Unlock()
-	q.req.reset()
+	q.req.reset(q.sq.Tail())
 	if q.rq != nil {
 		q.rq.Reset()
 	}

@@ -110,16 +110,19 @@ type requester struct {
 
 func (r *requester) init(depth int) { r.track = make([]wrTrack, depth) }
 
-// reset forgets everything, as the move to Reset does.
-func (r *requester) reset() {
+// reset forgets everything, as the move to Reset does; the next WR the
+// send queue executes has number next (which goes on across a reset:
+// swq.Queue.Reset).
+func (r *requester) reset(next uint64) {
 	track := r.track
-	*r = requester{track: track}
+	*r = requester{track: track, execSeq: next, doneSeq: next, confSeq: next, coverSeq: next}
 }
 
 // connect readies the requester for a new connection with ord Reads and
-// atomics outstanding at most.
+// atomics outstanding at most. The QP is in Reset or Init: nothing is
+// queued, and the next WR is numbered execSeq.
 func (r *requester) connect(ord int) {
-	r.reset()
+	r.reset(r.execSeq)
 	r.ord = min(ord, maxRdAtomic)
 }
 

@@ -1,0 +1,161 @@
+package cm_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/cm"
+	_ "github.com/goverbs/goverbs/provider/iwarp"
+	_ "github.com/goverbs/goverbs/provider/shm"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// A QP reset and connected again through cm, on every provider.
+
+const reuseDepth = 4
+
+type reuseSide struct {
+	cq *verbs.CQ
+	qp *verbs.QP
+	mr *verbs.MR
+}
+
+func newReuseSide(t *testing.T, dev string) *reuseSide {
+	t.Helper()
+	ctx, err := verbs.Open(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Close() })
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &reuseSide{}
+	if s.cq, err = ctx.CreateCQ(64); err != nil {
+		t.Fatal(err)
+	}
+	if s.qp, err = pd.CreateQP(verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq,
+		Cap: verbs.QPCap{MaxSendWR: reuseDepth, MaxRecvWR: reuseDepth, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if s.mr, err = pd.AllocMR(4096, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+var reuseAddrs atomic.Int32
+
+func reuseAddr(dev string) string {
+	switch dev {
+	case "loop0":
+		return fmt.Sprintf("loop://reuse-%d", reuseAddrs.Add(1))
+	case "shm0":
+		return fmt.Sprintf("shm://@goverbs-reuse-%d-%d", os.Getpid(), reuseAddrs.Add(1))
+	}
+	return "tcp://127.0.0.1:0"
+}
+
+// reuseConnect connects cli to srv through cm.
+func reuseConnect(t *testing.T, dev string, srv, cli *verbs.QP) {
+	t.Helper()
+	l, err := cm.Listen(reuseAddr(dev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ch := make(chan *cm.Conn, 1)
+	go func() {
+		var c *cm.Conn
+		if req, err := l.Accept(context.Background()); err == nil {
+			if c, err = req.Accept(srv, nil); err != nil {
+				t.Error(err)
+			}
+		}
+		ch <- c
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := cm.Dial(ctx, l.Addr(), cli, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-ch
+	if s == nil {
+		t.Fatal("no accepted connection")
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+}
+
+func (a *reuseSide) write(to *reuseSide, wrid uint64) []verbs.SendWR {
+	return []verbs.SendWR{{WRID: wrid, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.mr.SGE(int(wrid%64)*8, 8)}, RemoteAddr: to.mr.Addr() + (wrid%64)*8, RKey: to.mr.RKey()}}
+}
+
+// TestStaleCompletionsAfterReset: completions a QP made before it was
+// reset, polled once it has posted on its next connection, free none of
+// that connection's send queue slots: the queue stays full, and every WR
+// of the new connection completes once (tcp0 lost some and doubled
+// others when old slot numbers freed new slots).
+func TestStaleCompletionsAfterReset(t *testing.T) {
+	for _, dev := range []string{"loop0", "shm0", "tcp0"} {
+		t.Run(dev, func(t *testing.T) {
+			a, b, c := newReuseSide(t, dev), newReuseSide(t, dev), newReuseSide(t, dev)
+			reuseConnect(t, dev, b.qp, a.qp)
+			for i := range uint64(reuseDepth) {
+				if _, err := a.qp.PostSend(a.write(b, 10+i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, st := range []verbs.QPState{verbs.QPSErr, verbs.QPSReset} {
+				if err := a.qp.Modify(&verbs.QPAttr{State: st}, verbs.QPAttrState); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reuseConnect(t, dev, c.qp, a.qp)
+			for i := range uint64(reuseDepth) {
+				if _, err := a.qp.PostSend(a.write(c, 20+i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			wc := make([]verbs.WorkCompletion, 1)
+			seen := map[uint64]int{}
+			for range reuseDepth {
+				if _, err := a.cq.Wait(ctx, wc); err != nil {
+					t.Fatal(err)
+				}
+				seen[wc[0].WRID]++
+			}
+			for i := range uint64(reuseDepth) {
+				if seen[10+i] != 1 {
+					t.Fatalf("the first %d completions polled are %v, want the old connection's 10 to %d once each", reuseDepth, seen, 10+reuseDepth-1)
+				}
+			}
+			if _, err := a.qp.PostSend(a.write(c, 30)); err == nil {
+				t.Fatalf("a WR was posted to a send queue of %d holding %d WRs whose completions are unpolled", reuseDepth, reuseDepth)
+			}
+			clear(seen)
+			for range reuseDepth {
+				if _, err := a.cq.Wait(ctx, wc); err != nil {
+					t.Fatalf("after %v: %v", seen, err)
+				}
+				if wc[0].Status != verbs.WCSuccess {
+					t.Fatalf("completion %+v", wc[0])
+				}
+				seen[wc[0].WRID]++
+			}
+			for i := range uint64(reuseDepth) {
+				if seen[20+i] != 1 {
+					t.Fatalf("the new connection's completions are %v, want 20 to %d once each", seen, 20+reuseDepth-1)
+				}
+			}
+		})
+	}
+}
