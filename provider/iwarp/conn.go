@@ -102,6 +102,10 @@ type conn struct {
 	txDone chan struct{} // closed when the transmitter has stopped
 	done   chan struct{} // closed when the connection has ended
 	wg     sync.WaitGroup
+	// running counts the connection's goroutines not yet done (see
+	// exited): 2 from the start, 0 once both have run and are done with
+	// the QP.
+	running atomic.Int32
 
 	closeOnce sync.Once
 	aborted   atomic.Bool
@@ -216,6 +220,7 @@ func newConn(q *qp, nc *net.TCPConn, crc, ext bool, ird, ord int) (*conn, error)
 	}
 	c := &conn{sk: sk, q: q, nc: nc, crc: crc, ext: ext, ird: min(ird, maxRdAtomic), ord: min(ord, maxRdAtomic),
 		rtrSeen: make(chan struct{}), wake: make(chan struct{}, 1), txDone: make(chan struct{}), done: make(chan struct{})}
+	c.running.Store(2) // rxLoop and txLoop, once start has run
 	c.irq = make([]irqEntry, c.ird)
 	c.pins = make([]*mr, 0, c.ird)
 	c.rx.msn = [wire.NumQN]uint32{1, 1, 1, 1}
@@ -374,6 +379,11 @@ func (c *conn) abort() {
 // wait waits for the connection's goroutines to end. q.mu must not be held.
 func (c *conn) wait() { c.wg.Wait() }
 
+// exited reports whether the connection's goroutines have been started
+// and have done all they do with the QP: nothing is left of the
+// connection to wait for.
+func (c *conn) exited() bool { return c.running.Load() == 0 }
+
 // terminate queues a Terminate for the transmitter, which sends it after
 // the responses already queued and then half-closes the stream. The
 // headers hdr of the offending segment are copied into it. q.mu is held.
@@ -389,6 +399,7 @@ func (c *conn) terminate(layer wire.Layer, etype, ecode uint8, hdr wire.Hdr) {
 // txLoop is the transmitter.
 func (c *conn) txLoop() {
 	defer c.wg.Done()
+	defer c.running.Add(-1)
 	defer close(c.txDone)
 	for range c.wake {
 		c.txMu.Lock()

@@ -34,6 +34,15 @@ func SetRTRTimeout(d time.Duration) (restore func()) {
 	return func() { rtrTimeout = prev }
 }
 
+// RetainedConns is how many ended connections q keeps for Destroy to
+// wait for.
+func RetainedConns(q driver.QP) int {
+	p := q.(*qp)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.old)
+}
+
 // AnswerSlack is how many bytes a peer that answers nothing must send
 // before its requests time out while it talks.
 const AnswerSlack = answerSlack

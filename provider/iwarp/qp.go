@@ -2,6 +2,7 @@ package iwarp
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -131,6 +132,10 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 func (q *qp) reset() {
 	if c := q.c; c != nil {
 		c.abort()
+		// Destroy waits for the connections a QP had; those that have
+		// ended since need no waiting, and are let go, so that a QP reset
+		// and reconnected again and again does not keep them all.
+		q.old = slices.DeleteFunc(q.old, (*conn).exited)
 		q.old = append(q.old, c)
 		q.c = nil
 	}

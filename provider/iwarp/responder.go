@@ -166,6 +166,7 @@ var errPeerTerminated = errors.New("the peer terminated the stream")
 // readable and no poller is receiving, until the stream ends.
 func (c *conn) rxLoop() {
 	defer c.wg.Done()
+	defer c.running.Add(-1)
 	defer c.finish()
 	err := c.rxRun()
 	c.rxEnded.Store(true)
