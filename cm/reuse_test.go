@@ -159,3 +159,33 @@ func TestStaleCompletionsAfterReset(t *testing.T) {
 		})
 	}
 }
+
+// TestNoCompletionsAfterDestroy: the WRs a QP still held when it was
+// destroyed (Sends waiting for the peer to post receives, RNR retries on
+// loop0 and shm0) are gone with it: a PostSend after Destroy fails, and
+// flushes none of them into the CQ.
+func TestNoCompletionsAfterDestroy(t *testing.T) {
+	for _, dev := range []string{"loop0", "shm0", "tcp0"} {
+		t.Run(dev, func(t *testing.T) {
+			a, b := newReuseSide(t, dev), newReuseSide(t, dev)
+			reuseConnect(t, dev, b.qp, a.qp)
+			for i := range uint64(3) {
+				wr := []verbs.SendWR{{WRID: 40 + i, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 8)}}}
+				if _, err := a.qp.PostSend(wr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := a.qp.Destroy(); err != nil {
+				t.Fatal(err)
+			}
+			wc := make([]verbs.WorkCompletion, 16)
+			before := a.cq.Poll(wc)
+			if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 99, Opcode: verbs.OpSend, SGList: []verbs.SGE{a.mr.SGE(0, 8)}}}); err == nil {
+				t.Fatal("PostSend on a destroyed QP succeeded")
+			}
+			if after := a.cq.Poll(wc); after > 0 {
+				t.Fatalf("%d completions after Destroy (%d before it): %+v", after, before, wc[:after])
+			}
+		})
+	}
+}

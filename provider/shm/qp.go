@@ -246,7 +246,11 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 func (q *qp) postQueued(wrs []driver.SendWR) (int, error) {
 	for i := range wrs {
 		if err := q.postSend(&wrs[i]); err != nil {
-			q.sq.Progress(q)
+			if !q.destroyed {
+				// The WRs before the one refused go on; a destroyed
+				// QP's queue is gone with it, and completes nothing.
+				q.sq.Progress(q)
+			}
 			return i, err
 		}
 	}
