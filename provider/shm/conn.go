@@ -604,6 +604,15 @@ func (c *conn) procCopy(b []byte, addr uint64, out bool) bool {
 // q.mu must not be held.
 func (c *conn) close() {
 	c.closing.Do(func() {
+		// The QP's state, published before (Destroy, Reset, the move to
+		// the error state), refuses the peer's next WRs; the peer
+		// confirms that none of its WRs is still under way before the
+		// connection is forgotten, since a Dereg asks only the
+		// connections it knows: a WR in progress would otherwise go on
+		// writing or reading a region after its Dereg has returned. (A
+		// peer that does not answer within revokeTimeout loses the
+		// connection, as for Dereg.)
+		c.revokePeer()
 		c.sendCtrl(msgDisc, 0, 0)
 		c.sock.Close()
 		c.wg.Wait()

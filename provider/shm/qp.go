@@ -165,13 +165,16 @@ func (q *qp) reset() {
 		q.rq.reset()
 		q.rqMu.Unlock()
 	}
+	q.attr = driver.QPAttr{Cap: q.cap}
 	if c := q.conn; c != nil {
-		// close waits for the connection's goroutines, which may wait
-		// for q.mu: close it without holding it up.
+		// The peer's WRs see the QP in Reset from now on (close waits
+		// for the one under way). close waits for the connection's
+		// goroutines, which may wait for q.mu: close it without holding
+		// it up.
+		q.publish()
 		q.conn = nil
 		go c.close()
 	}
-	q.attr = driver.QPAttr{Cap: q.cap}
 }
 
 // toErr moves the QP to the error state and flushes every outstanding

@@ -1,0 +1,140 @@
+package shm_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// lifeSide is one end of the lifecycle tests: a QP with its CQ.
+type lifeSide struct {
+	pd *verbs.PD
+	cq *verbs.CQ
+	qp *verbs.QP
+}
+
+func newLifeSide(t *testing.T) *lifeSide {
+	t.Helper()
+	ctx, err := verbs.Open("shm0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Close() })
+	s := &lifeSide{}
+	if s.pd, err = ctx.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if s.cq, err = ctx.CreateCQ(64); err != nil {
+		t.Fatal(err)
+	}
+	if s.qp, err = s.pd.CreateQP(verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// lifeConnect connects cli to srv and returns the client's end.
+func lifeConnect(t *testing.T, srv, cli *verbs.QP) *cm.Conn {
+	t.Helper()
+	l, err := cm.Listen(addr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ch := make(chan *cm.Conn, 1)
+	go func() {
+		var c *cm.Conn
+		if req, err := l.Accept(context.Background()); err == nil {
+			if c, err = req.Accept(srv, nil); err != nil {
+				t.Error(err)
+			}
+		}
+		ch <- c
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := cm.Dial(ctx, l.Addr(), cli, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := <-ch; s == nil {
+		t.Fatal("no accepted connection")
+	}
+	return c
+}
+
+// TestDeregAfterDestroyWaitsForPeer: Y's region, Go memory, is being
+// written by X's RDMA Write when Y destroys its QP (or resets it) and
+// deregisters the region. Dereg returns only once X's Write is done with
+// it: no byte of it lands after. (Destroy and Reset forgot the
+// connection at once, so Dereg asked no peer to confirm.)
+func TestDeregAfterDestroyWaitsForPeer(t *testing.T) {
+	const size = 64 << 20
+	for _, how := range []string{"destroy", "reset"} {
+		t.Run(how, func(t *testing.T) {
+			y, x := newLifeSide(t), newLifeSide(t)
+			xc := lifeConnect(t, y.qp, x.qp)
+			defer xc.Close()
+			buf := make([]byte, size) // process memory: the peer writes it with process_vm_writev
+			ymr, err := y.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src, err := x.pd.AllocMR(size, verbs.AccessLocalWrite)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range src.Bytes() {
+				src.Bytes()[i] = 0xab
+			}
+			posted := make(chan error, 1)
+			go func() {
+				_, err := x.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+					SGList: []verbs.SGE{src.SGE(0, size)}, RemoteAddr: ymr.Addr(), RKey: ymr.RKey()}})
+				posted <- err
+			}()
+			for deadline := time.Now().Add(10 * time.Second); volatileByte(&buf[0]) != 0xab; {
+				if time.Now().After(deadline) {
+					t.Fatal("X's Write did not start")
+				}
+			}
+			switch how {
+			case "destroy":
+				if err := y.qp.Destroy(); err != nil {
+					t.Fatal(err)
+				}
+			case "reset":
+				for _, st := range []verbs.QPState{verbs.QPSErr, verbs.QPSReset} {
+					if err := y.qp.Modify(&verbs.QPAttr{State: st}, verbs.QPAttrState); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := ymr.Dereg(); err != nil {
+				t.Fatal(err)
+			}
+			last := volatileByte(&buf[size-1])
+			if err := <-posted; err != nil {
+				t.Fatal(err)
+			}
+			wc := make([]verbs.WorkCompletion, 1)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := x.cq.Wait(ctx, wc); err != nil {
+				t.Fatal(err)
+			}
+			if after := volatileByte(&buf[size-1]); after != last {
+				t.Fatalf("X's Write (%v) changed Y's memory after Y's Dereg returned: last byte %#x then, %#x now", wc[0].Status, last, after)
+			}
+		})
+	}
+}
+
+// volatileByte reads *p from memory each time it is called.
+//
+//go:noinline
+func volatileByte(p *byte) byte { return *p }
