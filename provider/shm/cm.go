@@ -170,6 +170,7 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 		return fail(errors.New("receive queue size is not a power of two"))
 	}
 	c.peerHdr, c.peerRecv = rq.h, rq
+	c.peerGen = rq.h.gen.Load()
 	cqN := int(h.cqEntries())
 	if cqN <= 0 || cqN > deviceAttr.MaxCQE*2 {
 		closeFDs(fds[1:])

@@ -59,6 +59,7 @@ type conn struct {
 
 	peerBlock *segment
 	peerHdr   *ringHeader // the peer QP's header: state, access, attributes
+	peerGen   uint32      // the peer QP's gen when it connected: a later one is another connection's
 	peerRecv  *recvRing   // the peer's receive queue, or its SRQ
 	peerSRQ   bool
 	srqSeg    *segment

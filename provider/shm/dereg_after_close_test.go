@@ -138,3 +138,78 @@ func TestDeregAfterDestroyWaitsForPeer(t *testing.T) {
 //
 //go:noinline
 func volatileByte(p *byte) byte { return *p }
+
+// TestStalePeerAfterResetReconnect: X's large Send is being copied into
+// Y's receive when Y moves to the error state, resets, and connects to Z;
+// X's next Send, posted with it, must not take the receive Y then posts
+// for Z (a peer of an earlier connection takes a QP reset since for
+// gone), nor may anything of X's reach Y's new receive.
+func TestStalePeerAfterResetReconnect(t *testing.T) {
+	const size = 64 << 20
+	y, x, z := newLifeSide(t), newLifeSide(t), newLifeSide(t)
+	xc := lifeConnect(t, y.qp, x.qp)
+	defer xc.Close()
+	old, err := y.pd.RegMR(make([]byte, size), verbs.AccessLocalWrite) // process memory: copied with process_vm_writev
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := y.qp.PostRecv([]verbs.RecvWR{{WRID: 100, SGList: []verbs.SGE{old.SGE(0, size)}}}); err != nil {
+		t.Fatal(err)
+	}
+	src, err := x.pd.AllocMR(size+8, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range src.Bytes() {
+		src.Bytes()[i] = 0xab
+	}
+	copy(src.Bytes()[size:], "STALE!!!")
+	posted := make(chan error, 1)
+	go func() {
+		_, err := x.qp.PostSend([]verbs.SendWR{
+			{WRID: 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{src.SGE(0, size)}},
+			{WRID: 2, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{src.SGE(size, 8)}},
+		})
+		posted <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); volatileByte(&old.Bytes()[0]) != 0xab; {
+		if time.Now().After(deadline) {
+			t.Fatal("X's Send did not start")
+		}
+	}
+	for _, st := range []verbs.QPState{verbs.QPSErr, verbs.QPSReset} {
+		if err := y.qp.Modify(&verbs.QPAttr{State: st}, verbs.QPAttrState); err != nil {
+			t.Fatal(err)
+		}
+	}
+	zc := lifeConnect(t, z.qp, y.qp)
+	defer zc.Close()
+	fresh, err := y.pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := y.qp.PostRecv([]verbs.RecvWR{{WRID: 200, SGList: []verbs.SGE{fresh.SGE(0, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	<-posted
+	// Once X has completed both Sends, whatever they did to Y is done.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wc := make([]verbs.WorkCompletion, 2)
+	for got := 0; got < 2; {
+		n, err := x.cq.Wait(ctx, wc[got:])
+		if err != nil {
+			t.Fatalf("X's completions: %v", err)
+		}
+		got += n
+	}
+	ywc := make([]verbs.WorkCompletion, 16)
+	for _, w := range ywc[:y.cq.Poll(ywc)] {
+		if w.WRID == 200 {
+			t.Errorf("Y's receive for Z completed with %v from QP %d (X is %d, Z %d)", w.Status, w.SrcQP, x.qp.Num(), z.qp.Num())
+		}
+	}
+	if string(fresh.Bytes()[:8]) == "STALE!!!" {
+		t.Error("X's Send landed in the receive Y posted for Z")
+	}
+}

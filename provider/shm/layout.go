@@ -37,7 +37,8 @@ type ringHeader struct {
 	access    atomic.Uint32 // QP block: the responder's access flags
 	attrs     atomic.Uint32 // QP block: MinRNRTimer | MaxDestRdAtomic<<8
 	pd        atomic.Uint32 // QP block: the QP's protection domain
-	_         [10]uint32
+	gen       atomic.Uint32 // QP block: bumped at each Reset, so that a peer of an earlier connection takes the QP for gone (conn.peerUp)
+	_         [9]uint32
 }
 
 var errGarbage = errors.New("shm: inconsistent shared memory from the peer")

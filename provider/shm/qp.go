@@ -166,6 +166,7 @@ func (q *qp) reset() {
 		q.rqMu.Unlock()
 	}
 	q.attr = driver.QPAttr{Cap: q.cap}
+	q.hdr.gen.Add(1)
 	if c := q.conn; c != nil {
 		// The peer's WRs see the QP in Reset from now on (close waits
 		// for the one under way). close waits for the connection's

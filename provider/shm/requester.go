@@ -550,9 +550,11 @@ func (c *conn) copyIn(dst *sglist.List, src *remote) bool {
 func (c *conn) isBroken() bool { return c.ended.Load() }
 
 // peerUp reports whether the connection stands and the peer's QP takes
-// requests.
+// requests on it: the QP has not been reset since this connection was
+// made (its gen), which a peer that has not yet heard of the reset
+// would otherwise miss once the QP is connected again.
 func (c *conn) peerUp() bool {
-	return !c.isBroken() && accepts(driver.QPState(c.peerHdr.state.Load()))
+	return !c.isBroken() && accepts(driver.QPState(c.peerHdr.state.Load())) && c.peerHdr.gen.Load() == c.peerGen
 }
 
 // checkSRQLimit raises the peer SRQ's limit event when a Send left fewer
