@@ -346,8 +346,12 @@ func (c *conn) handleEvents() {
 			c.revokeWant.Store(m.a())
 			c.awaitRevokeAnswer()
 		case msgOverrun:
-			c.q.recvCQ.markOverrun()
-			c.withQP(func(q *qp) { q.fail(driver.EventQPFatal) })
+			// Only from the QP's current connection: a peer of one
+			// before a reset has no say over the CQ.
+			c.withQP(func(q *qp) {
+				q.recvCQ.markOverrun()
+				q.fail(driver.EventQPFatal)
+			})
 		}
 	}
 	// The socket ended: the peer disconnected, died, or we closed it.
