@@ -60,6 +60,7 @@ type conn struct {
 	peerBlock *segment
 	peerHdr   *ringHeader // the peer QP's header: state, access, attributes
 	peerGen   uint32      // the peer QP's gen when it connected: a later one is another connection's
+	started   atomic.Bool // start has run: the reader answers control messages
 	peerRecv  *recvRing   // the peer's receive queue, or its SRQ
 	peerSRQ   bool
 	srqSeg    *segment
@@ -247,6 +248,7 @@ func (c *conn) peerBroke() {
 // start runs the connection's reader and event goroutines, and hands the
 // peer the segments it may access.
 func (c *conn) start() {
+	c.started.Store(true)
 	c.q.ctx.remember(c)
 	c.pushShareable()
 	c.wg.Add(2)
@@ -616,8 +618,12 @@ func (c *conn) close() {
 		// connections it knows: a WR in progress would otherwise go on
 		// writing or reading a region after its Dereg has returned. (A
 		// peer that does not answer within revokeTimeout loses the
-		// connection, as for Dereg.)
-		c.revokePeer()
+		// connection, as for Dereg.) A connection that never started
+		// has no reader to take the answer, and was never one a Dereg
+		// asked: it closes at once.
+		if c.started.Load() {
+			c.revokePeer()
+		}
 		c.sendCtrl(msgDisc, 0, 0)
 		c.sock.Close()
 		c.wg.Wait()

@@ -213,3 +213,35 @@ func TestStalePeerAfterResetReconnect(t *testing.T) {
 		t.Error("X's Send landed in the receive Y posted for Z")
 	}
 }
+
+// TestFailedSetupClosesAtOnce: a connection that fails before it starts
+// (a Dial with a QP already connected) is closed at once, not after the
+// wait for a peer's confirmation that only a started connection can
+// receive.
+func TestFailedSetupClosesAtOnce(t *testing.T) {
+	y, x := newLifeSide(t), newLifeSide(t)
+	xc := lifeConnect(t, y.qp, x.qp)
+	defer xc.Close()
+	l, err := cm.Listen(addr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	z := newLifeSide(t)
+	go func() {
+		if req, err := l.Accept(context.Background()); err == nil {
+			if c, err := req.Accept(z.qp, nil); err == nil {
+				c.Close()
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := cm.Dial(ctx, l.Addr(), x.qp, nil); err == nil {
+		t.Fatal("Dial with a QP already connected succeeded")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("a Dial that failed before its connection started took %v", d)
+	}
+}
