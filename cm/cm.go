@@ -214,11 +214,12 @@ func (r *Request) PrivateData() []byte { return r.r.Param().PrivateData }
 // Init are kept), to the requester,
 // replies with p, and returns the connection with qp in RTS. The
 // effective ORD and IRD are negotiated down to what each side allows.
-// Like rdma_accept, it does not wait for the requester beyond its reply:
-// on tcp0 in iWARP's peer-to-peer mode, the QP sends nothing before the
-// requester's ready-to-receive message, and the connection ends (Done)
-// if that does not come within 10 s, so a requester that stalls holds no
-// server that accepts requests one after another.
+// Like rdma_accept, it does not wait long for the requester beyond its
+// reply: on tcp0 in iWARP's peer-to-peer mode it waits 100 ms at most for
+// the requester's ready-to-receive message (which tells qp's DestQPNum
+// when the requester is goverbs); the QP sends nothing before it, and the
+// connection ends (Done) if it does not come within 10 s, so a requester
+// that stalls holds no server that accepts requests one after another.
 func (r *Request) Accept(qp *verbs.QP, p *Param) (*Conn, error) {
 	if p == nil {
 		p = &Param{}

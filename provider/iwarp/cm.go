@@ -50,8 +50,12 @@ const setupTimeout = 10 * time.Second
 
 // rtrTimeout bounds how long a responder in peer-to-peer mode waits for
 // the initiator's RTR once it has sent its MPA Reply (a variable for
-// tests).
+// tests); Accept waits for it rtrGrace at most.
 var rtrTimeout = setupTimeout
+
+// rtrGrace is how long Accept waits for the RTR before it returns
+// anyway (the connection then waits for it up to rtrTimeout).
+const rtrGrace = 100 * time.Millisecond
 
 func (*provider) Schemes() []string { return []string{"tcp"} }
 
@@ -283,6 +287,20 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 		c.watchRTR(rtrTimeout)
 	}
 	c.start()
+	if rtr != 0 {
+		// An initiator sends its RTR as soon as it has the Reply: a
+		// moment's wait for it gives the QP the peer's number (a goverbs
+		// initiator's) by the time Accept returns, where one that stalls
+		// costs the caller no more than the moment.
+		t := time.NewTimer(rtrGrace)
+		select {
+		case <-c.rtrSeen:
+		case <-c.done:
+		case <-t.C:
+		}
+		t.Stop()
+		remote.QPNum = c.remoteQPN.Load()
+	}
 	if err := driver.ConnectRTS(q, p, remote); err != nil {
 		return fail(err)
 	}

@@ -245,6 +245,7 @@ func (c *conn) discard() {
 		c.wait()
 		return
 	}
+	c.running.Store(0) // no goroutine was started: nothing to wait for
 	c.sk.release()
 }
 
@@ -265,7 +266,7 @@ func (c *conn) watchRTR(d time.Duration) {
 }
 
 // errNoRTR ends a connection whose initiator did not send its RTR.
-var errNoRTR = fmt.Errorf("%w: no RTR from the initiator within %v of the MPA Reply", driver.ErrDisconnected, rtrTimeout)
+var errNoRTR = fmt.Errorf("%w: no RTR from the initiator in time after the MPA Reply", driver.ErrDisconnected)
 
 // start runs the connection's goroutines, and lets pollers of the QP's
 // CQs receive.

@@ -132,11 +132,7 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 func (q *qp) reset() {
 	if c := q.c; c != nil {
 		c.abort()
-		// Destroy waits for the connections a QP had; those that have
-		// ended since need no waiting, and are let go, so that a QP reset
-		// and reconnected again and again does not keep them all.
-		q.old = slices.DeleteFunc(q.old, (*conn).exited)
-		q.old = append(q.old, c)
+		q.keepOld(c)
 		q.c = nil
 	}
 	q.sendCQ.mu.Lock() // serialises the reset with Retire (swq.Queue.Reset)
@@ -407,5 +403,14 @@ func (q *qp) detach(c *conn) {
 		q.toErr()
 	}
 	q.c = nil
+	q.keepOld(c)
+}
+
+// keepOld keeps c, a connection the QP no longer uses, for Destroy to
+// wait for. Those kept before that have ended since need no waiting,
+// and are let go, so that a QP reset and reconnected again and again
+// does not keep them all. q.mu is held.
+func (q *qp) keepOld(c *conn) {
+	q.old = slices.DeleteFunc(q.old, (*conn).exited)
 	q.old = append(q.old, c)
 }

@@ -58,3 +58,17 @@ func TestResetLetsEndedConnectionsGo(t *testing.T) {
 		}
 	}
 }
+
+// TestAcceptKnowsPeerQP: a goverbs initiator tells its QP number in its
+// RTR, which comes at once: by the time Accept returns, the accepting
+// QP's DestQPNum names it.
+func TestAcceptKnowsPeerQP(t *testing.T) {
+	p := newBenchPair(t, 4096)
+	a, err := p.b.qp.Query()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.DestQPNum != p.a.qp.Num() {
+		t.Errorf("the accepting QP's DestQPNum is %d, want the initiator's %d", a.DestQPNum, p.a.qp.Num())
+	}
+}

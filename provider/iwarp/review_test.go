@@ -510,7 +510,11 @@ func TestAcceptFailingAfterStartClosesOnce(t *testing.T) {
 	}()
 	h.nc.Close()
 	if err := <-v.accepted; err == nil {
-		<-v.conn.Done()
+		select {
+		case <-v.conn.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the connection goes on after the initiator closed before its RTR")
+		}
 	}
 	stop.Store(true)
 	kept := <-got

@@ -136,3 +136,58 @@ func TestStalePeerCannotReachReusedQP(t *testing.T) {
 		t.Fatalf("the old peer's Send to a QP now connected elsewhere succeeded")
 	}
 }
+
+// connectByHand moves q to RTS connected to peer, with Modify alone, as
+// an application that exchanged QP numbers out of band does.
+func connectByHand(t *testing.T, q, peer *verbs.QP) {
+	t.Helper()
+	steps := []struct {
+		attr verbs.QPAttr
+		mask verbs.QPAttrMask
+	}{
+		{verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessLocalWrite | verbs.RemoteAccess},
+			verbs.QPAttrState | verbs.QPAttrPort | verbs.QPAttrAccessFlags},
+		{verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU4096, DestQPNum: peer.Num()},
+			verbs.QPAttrState | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN | verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer},
+		{verbs.QPAttr{State: verbs.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7},
+			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt | verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic},
+	}
+	for _, s := range steps {
+		if err := q.Modify(&s.attr, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestStaleRequesterByHand: QPs connected with Modify alone, no cm link
+// to break: Y, reset and connected to Z, takes nothing from X, which
+// still names it.
+func TestStaleRequesterByHand(t *testing.T) {
+	y, x, z := newSide(t), newSide(t), newSide(t)
+	connectByHand(t, x.qp, y.qp)
+	connectByHand(t, y.qp, x.qp)
+	resetQP(t, y)
+	connectByHand(t, y.qp, z.qp)
+	connectByHand(t, z.qp, y.qp)
+	rbuf, err := y.pd.AllocMR(64, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := y.qp.PostRecv([]verbs.RecvWR{{WRID: 7, SGList: []verbs.SGE{rbuf.SGE(0, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	sbuf, err := x.pd.AllocMR(8, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{sbuf.SGE(0, 8)}}}); err != nil {
+		t.Fatal(err)
+	}
+	wc := make([]verbs.WorkCompletion, 1)
+	if y.cq.Poll(wc) == 1 {
+		t.Fatalf("Y, now connected to Z, took its old peer's Send: %+v", wc[0])
+	}
+	if x.cq.Poll(wc) != 1 || wc[0].Status != verbs.WCRetryExcErr {
+		t.Fatalf("the stale requester's Send: %+v, want retries exceeded", wc[0])
+	}
+}
