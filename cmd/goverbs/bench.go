@@ -81,7 +81,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	postList := optInt{v: &cfg.o.PostList}
 	fs.String(&cfg.device, "device", "d", "", "the `device` to use (default: every local device; with an address, the one that\nserves its scheme)")
 	fs.String(&cfg.listen, "listen", "l", "", "serve as the bench server on this cm `address` (shm://@name, shm:///path.sock)")
-	fs.Value(&cfg.size, "size", "s", "message size in `bytes` (suffixes K, M: 64K) (default: 8, 64, 4K, 64K and 1M)")
+	fs.Value(&cfg.size, "size", "s", "message size in `bytes` (suffixes K, M: 64K) (default: 8, 64, 4K, 64K and 1M);\nwith -l, the largest the server runs (default 8M)")
 	fs.Bool(&cfg.all, "all", "a", "run every size from 2 bytes to 8 MiB")
 	fs.Value(&iters, "iters", "n", "`n` measured iterations (default: 1000 for latency tests, 5000 for bandwidth)")
 	fs.Value(&warmup, "warmup", "w", "`n` unmeasured warm-up iterations first (default: a tenth of --iters)")
@@ -96,7 +96,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.Bool(&cfg.json, "json", "", "print the results as JSON")
 	fs.Bool(&cfg.csv, "csv", "", "print the results as CSV")
 	fs.String(&cfg.plot, "plot", "", "", "draw latency and bandwidth against size into this PNG `file`")
-	fs.Duration(&cfg.timeout, "timeout", "", time.Minute, "give up on a run that takes longer than this")
+	fs.Duration(&cfg.timeout, "timeout", "", time.Minute, "give up on a run that takes longer than this (with -l: end a run\nthat takes longer, a client's included)")
 	fs.String(&cfg.cpuProf, "cpuprofile", "", "", "write a CPU profile of this process (the client; with -l, the server) to `file`")
 	fs.Hidden(&cfg.peer, "peer", "serve for a parent goverbs bench: print the address, exit at the end of stdin")
 	fs.Hidden(&cfg.goTCP, "gotcp-peer", "serve the Go TCP peer of a parent goverbs bench at the address it gives")
@@ -244,6 +244,9 @@ func benchServe(ctx context.Context, e *env, cfg benchConfig) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	opts := perftest.ServeOptions{RunTimeout: cfg.timeout}
+	if cfg.size.set {
+		opts.MaxSize = cfg.size.n
+	}
 	if len(cfg.tests) < len(perftest.Tests) {
 		opts.Only = cfg.tests
 	}
@@ -464,7 +467,11 @@ type deviceBench struct {
 func openDeviceBench(ctx context.Context, cfg benchConfig, d verbs.DeviceInfo, plan []perftest.Params) (*deviceBench, error) {
 	b := &deviceBench{name: d.Name, plan: plan, cfg: cfg, addr: cfg.addr}
 	if b.addr == "" {
-		srv, err := startBenchServer(ctx, d, cfg.timeout)
+		maxSize := 0
+		for _, p := range plan {
+			maxSize = max(maxSize, p.Size)
+		}
+		srv, err := startBenchServer(ctx, d, perftest.ServeOptions{RunTimeout: cfg.timeout, MaxSize: maxSize})
 		if err != nil {
 			return nil, err
 		}
@@ -567,8 +574,8 @@ type benchServer struct {
 
 // startBenchServer starts a bench server for device d: another goverbs
 // process for a device that crosses processes, a goroutine otherwise.
-// A run it serves may last runTimeout, as the client's own.
-func startBenchServer(ctx context.Context, d verbs.DeviceInfo, runTimeout time.Duration) (*benchServer, error) {
+// It serves runs as o allows: as long and as large as the client's own.
+func startBenchServer(ctx context.Context, d verbs.DeviceInfo, o perftest.ServeOptions) (*benchServer, error) {
 	dev, err := verbs.Open(d.Name)
 	if err != nil {
 		return nil, err
@@ -581,7 +588,7 @@ func startBenchServer(ctx context.Context, d verbs.DeviceInfo, runTimeout time.D
 	}
 	if cross {
 		dev.Close()
-		return startServerProcess(d.Name, addr, runTimeout)
+		return startServerProcess(d.Name, addr, o)
 	}
 	l, err := cm.Listen(addr)
 	if err != nil {
@@ -594,7 +601,7 @@ func startBenchServer(ctx context.Context, d verbs.DeviceInfo, runTimeout time.D
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		serveErr = perftest.Serve(sctx, dev, l, perftest.ServeOptions{RunTimeout: runTimeout})
+		serveErr = perftest.Serve(sctx, dev, l, o)
 	}()
 	return &benchServer{addr: l.Addr(), stop: func() error {
 		cancel()
@@ -607,12 +614,16 @@ func startBenchServer(ctx context.Context, d verbs.DeviceInfo, runTimeout time.D
 
 // startServerProcess re-executes this goverbs as a bench server (the
 // hidden --peer flag) and waits until it listens.
-func startServerProcess(device, addr string, runTimeout time.Duration) (*benchServer, error) {
+func startServerProcess(device, addr string, o perftest.ServeOptions) (*benchServer, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("cannot find the goverbs executable to start a bench server: %w", err)
 	}
-	cmd := exec.Command(exe, "bench", "--peer", "-d", device, "-l", addr, "--timeout", runTimeout.String())
+	args := []string{"bench", "--peer", "-d", device, "-l", addr, "--timeout", o.RunTimeout.String()}
+	if o.MaxSize > 0 {
+		args = append(args, "-s", strconv.Itoa(o.MaxSize))
+	}
+	cmd := exec.Command(exe, args...)
 	perftest.DieWithParent(cmd)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
