@@ -439,7 +439,9 @@ func (m *Member) acceptClient(req *cm.Request, reply connMsg) uint8 {
 	m.mu.Lock()
 	p := m.prim
 	m.mu.Unlock()
-	if p == nil {
+	if p == nil || p.failed() {
+		// A role that failed takes no client while it stops (and its
+		// stop holds the client lock while it closes the others).
 		return codeNotPrimary
 	}
 	return p.acceptClient(req, reply)
@@ -526,6 +528,12 @@ func (m *Member) Promote(ctx context.Context) error {
 // promoteOnce is one attempt at a promotion; it returns the new epoch.
 func (m *Member) promoteOnce(ctx context.Context, seen *uint64) (uint64, error) {
 	m.mu.Lock()
+	for p := m.prim; p != nil && p.failed(); p = m.prim {
+		// A role that failed on its own is stopping: wait for it.
+		m.mu.Unlock()
+		p.stop(p.endErr())
+		m.mu.Lock()
+	}
 	if m.prim != nil {
 		m.mu.Unlock()
 		return 0, errors.New("rlog: already the primary")

@@ -214,6 +214,17 @@ func (p *primary) supervise() {
 	}
 }
 
+// failed reports whether the role has ended, or is ending, on its own
+// or by stop.
+func (p *primary) failed() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (p *primary) endErr() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
