@@ -88,11 +88,11 @@ func New(pd *verbs.PD, cfg Config) (*Pool, error) {
 	sort.Slice(cs, func(i, j int) bool { return cs[i].Size < cs[j].Size })
 	p := &Pool{}
 	for _, c := range cs {
-		if c.Size <= 0 || c.Count <= 0 || c.Count > 1<<30 || c.Size > (math.MaxInt-align)/c.Count {
+		size := (c.Size + align - 1) &^ (align - 1) // the buffer, aligned
+		if c.Size <= 0 || c.Count <= 0 || c.Count > 1<<30 || c.Size > math.MaxInt-align || size > math.MaxInt/c.Count {
 			p.Close()
-			return nil, fmt.Errorf("mempool: %w: class %+v (sizes and counts above 0, at most 2^30 buffers, and their bytes must fit an int)", verbs.ErrInvalidArg, c)
+			return nil, fmt.Errorf("mempool: %w: class %+v (sizes and counts above 0, at most 2^30 buffers, and their aligned bytes must fit an int)", verbs.ErrInvalidArg, c)
 		}
-		size := (c.Size + align - 1) &^ (align - 1)
 		mr, err := pd.AllocMR(size*c.Count, cfg.Access)
 		if err != nil {
 			p.Close()

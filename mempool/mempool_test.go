@@ -232,7 +232,15 @@ func TestClassTooLargeRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := mempool.New(pd, mempool.Config{Align: 1, Classes: []mempool.Class{{Size: 1<<34 + 1, Count: 1 << 30}}}); !errors.Is(err, verbs.ErrInvalidArg) {
-		t.Fatalf("a class of 2^30 buffers of 2^34+1 bytes: %v, want ErrInvalidArg", err)
+	for _, c := range []struct {
+		align int
+		class mempool.Class
+	}{
+		{1, mempool.Class{Size: 1<<34 + 1, Count: 1 << 30}},
+		{64, mempool.Class{Size: 1<<33 - 1, Count: 1 << 30}}, // fits an int until aligned
+	} {
+		if _, err := mempool.New(pd, mempool.Config{Align: c.align, Classes: []mempool.Class{c.class}}); !errors.Is(err, verbs.ErrInvalidArg) {
+			t.Fatalf("a class of %d buffers of %d bytes aligned to %d: %v, want ErrInvalidArg", c.class.Count, c.class.Size, c.align, err)
+		}
 	}
 }
