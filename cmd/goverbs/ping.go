@@ -26,7 +26,7 @@ import (
 
 const (
 	pingInfoLen    = 16
-	pingMinSize    = 30 // rping's RPING_MIN_BUFSIZE: room for "rdma-ping-<int>: "
+	pingMinSize    = 26 // rping's RPING_MIN_BUFSIZE: sizeof(stringify(INT_MAX)) + sizeof("rdma-ping-%d: ")
 	pingMaxSize    = 64*1024 - 1
 	pingDefaultRun = 64
 	pingPort       = 7174
