@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goverbs/goverbs/cm"
 	_ "github.com/goverbs/goverbs/provider/iwarp"
 	_ "github.com/goverbs/goverbs/provider/shm"
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/verbstest"
 )
 
 // A QP reset and connected again through cm, on every provider.
@@ -61,37 +61,6 @@ func reuseAddr(dev string) string {
 	return "tcp://127.0.0.1:0"
 }
 
-// reuseConnect connects cli to srv through cm.
-func reuseConnect(t *testing.T, dev string, srv, cli *verbs.QP) {
-	t.Helper()
-	l, err := cm.Listen(reuseAddr(dev))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	ch := make(chan *cm.Conn, 1)
-	go func() {
-		var c *cm.Conn
-		if req, err := l.Accept(context.Background()); err == nil {
-			if c, err = req.Accept(srv, nil); err != nil {
-				t.Error(err)
-			}
-		}
-		ch <- c
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := cm.Dial(ctx, l.Addr(), cli, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := <-ch
-	if s == nil {
-		t.Fatal("no accepted connection")
-	}
-	t.Cleanup(func() { c.Close(); s.Close() })
-}
-
 func (a *reuseSide) write(to *reuseSide, wrid uint64) []verbs.SendWR {
 	return []verbs.SendWR{{WRID: wrid, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
 		SGList: []verbs.SGE{a.mr.SGE(int(wrid%64)*8, 8)}, RemoteAddr: to.mr.Addr() + (wrid%64)*8, RKey: to.mr.RKey()}}
@@ -106,7 +75,7 @@ func TestStaleCompletionsAfterReset(t *testing.T) {
 	for _, dev := range []string{"loop0", "shm0", "tcp0"} {
 		t.Run(dev, func(t *testing.T) {
 			a, b, c := newReuseSide(t, dev), newReuseSide(t, dev), newReuseSide(t, dev)
-			reuseConnect(t, dev, b.qp, a.qp)
+			verbstest.Connect(t, reuseAddr(dev), b.qp, a.qp)
 			for i := range uint64(reuseDepth) {
 				if _, err := a.qp.PostSend(a.write(b, 10+i)); err != nil {
 					t.Fatal(err)
@@ -117,7 +86,7 @@ func TestStaleCompletionsAfterReset(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			reuseConnect(t, dev, c.qp, a.qp)
+			verbstest.Connect(t, reuseAddr(dev), c.qp, a.qp)
 			for i := range uint64(reuseDepth) {
 				if _, err := a.qp.PostSend(a.write(c, 20+i)); err != nil {
 					t.Fatal(err)
@@ -168,7 +137,7 @@ func TestNoCompletionsAfterDestroy(t *testing.T) {
 	for _, dev := range []string{"loop0", "shm0", "tcp0"} {
 		t.Run(dev, func(t *testing.T) {
 			a, b := newReuseSide(t, dev), newReuseSide(t, dev)
-			reuseConnect(t, dev, b.qp, a.qp)
+			verbstest.Connect(t, reuseAddr(dev), b.qp, a.qp)
 			for i := range uint64(3) {
 				wr := []verbs.SendWR{{WRID: 40 + i, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{a.mr.SGE(0, 8)}}}
 				if _, err := a.qp.PostSend(wr); err != nil {

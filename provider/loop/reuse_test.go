@@ -1,12 +1,10 @@
 package loop_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
-	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/verbstest"
 )
 
 // A QP reset and connected again belongs to its new connection alone:
@@ -20,58 +18,9 @@ type side struct {
 
 func newSide(t *testing.T) *side {
 	t.Helper()
-	ctx, err := verbs.Open("loop0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctx.Close() })
 	s := &side{}
-	if s.pd, err = ctx.AllocPD(); err != nil {
-		t.Fatal(err)
-	}
-	if s.cq, err = ctx.CreateCQ(64); err != nil {
-		t.Fatal(err)
-	}
-	if s.qp, err = s.pd.CreateQP(verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq,
-		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		t.Fatal(err)
-	}
+	s.pd, s.cq, s.qp = verbstest.QPOn(t, "loop0")
 	return s
-}
-
-// connect connects cli to srv through cm at loop://name and returns the
-// server's and the client's ends.
-func connect(t *testing.T, name string, srv, cli *verbs.QP) (*cm.Conn, *cm.Conn) {
-	t.Helper()
-	l, err := cm.Listen("loop://" + name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	ch := make(chan *cm.Conn, 1)
-	go func() {
-		req, err := l.Accept(context.Background())
-		if err != nil {
-			ch <- nil
-			return
-		}
-		c, err := req.Accept(srv, nil)
-		if err != nil {
-			t.Error(err)
-		}
-		ch <- c
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := cm.Dial(ctx, "loop://"+name, cli, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := <-ch
-	if s == nil {
-		t.Fatal("no accepted connection")
-	}
-	return s, c
 }
 
 // resetQP moves q to the error state and then to Reset, and polls what
@@ -92,9 +41,9 @@ func resetQP(t *testing.T, s *side) {
 // connection leaves the server's QP, and its new connection, alone.
 func TestResetQPLeavesItsOldConnection(t *testing.T) {
 	srv, c1, c2 := newSide(t), newSide(t), newSide(t)
-	_, old := connect(t, "reuse-link-1", srv.qp, c1.qp)
+	_, old := verbstest.Connect(t, "loop://reuse-link-1", srv.qp, c1.qp)
 	resetQP(t, srv)
-	now, _ := connect(t, "reuse-link-2", srv.qp, c2.qp)
+	now, _ := verbstest.Connect(t, "loop://reuse-link-2", srv.qp, c2.qp)
 	old.Close()
 	if s := srv.qp.State(); s != verbs.QPSRTS {
 		t.Fatalf("the first client's disconnect moved the server QP, now the second's, to %v", s)
@@ -112,9 +61,9 @@ func TestResetQPLeavesItsOldConnection(t *testing.T) {
 // and PSN would refuse it, and nothing is placed.
 func TestStalePeerCannotReachReusedQP(t *testing.T) {
 	y, x, z := newSide(t), newSide(t), newSide(t)
-	connect(t, "reuse-peer-1", y.qp, x.qp)
+	verbstest.Connect(t, "loop://reuse-peer-1", y.qp, x.qp)
 	resetQP(t, y)
-	connect(t, "reuse-peer-2", y.qp, z.qp)
+	verbstest.Connect(t, "loop://reuse-peer-2", y.qp, z.qp)
 	rbuf, err := y.pd.AllocMR(64, verbs.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/verbstest"
 )
 
 // lifeSide is one end of the lifecycle tests: a QP with its CQ.
@@ -18,53 +19,9 @@ type lifeSide struct {
 
 func newLifeSide(t *testing.T) *lifeSide {
 	t.Helper()
-	ctx, err := verbs.Open("shm0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctx.Close() })
 	s := &lifeSide{}
-	if s.pd, err = ctx.AllocPD(); err != nil {
-		t.Fatal(err)
-	}
-	if s.cq, err = ctx.CreateCQ(64); err != nil {
-		t.Fatal(err)
-	}
-	if s.qp, err = s.pd.CreateQP(verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq,
-		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		t.Fatal(err)
-	}
+	s.pd, s.cq, s.qp = verbstest.QPOn(t, "shm0")
 	return s
-}
-
-// lifeConnect connects cli to srv and returns the client's end.
-func lifeConnect(t *testing.T, srv, cli *verbs.QP) *cm.Conn {
-	t.Helper()
-	l, err := cm.Listen(addr(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	ch := make(chan *cm.Conn, 1)
-	go func() {
-		var c *cm.Conn
-		if req, err := l.Accept(context.Background()); err == nil {
-			if c, err = req.Accept(srv, nil); err != nil {
-				t.Error(err)
-			}
-		}
-		ch <- c
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := cm.Dial(ctx, l.Addr(), cli, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s := <-ch; s == nil {
-		t.Fatal("no accepted connection")
-	}
-	return c
 }
 
 // TestDeregAfterDestroyWaitsForPeer: Y's region, Go memory, is being
@@ -77,8 +34,7 @@ func TestDeregAfterDestroyWaitsForPeer(t *testing.T) {
 	for _, how := range []string{"destroy", "reset"} {
 		t.Run(how, func(t *testing.T) {
 			y, x := newLifeSide(t), newLifeSide(t)
-			xc := lifeConnect(t, y.qp, x.qp)
-			defer xc.Close()
+			verbstest.Connect(t, addr(t), y.qp, x.qp)
 			buf := make([]byte, size) // process memory: the peer writes it with process_vm_writev
 			ymr, err := y.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 			if err != nil {
@@ -147,8 +103,7 @@ func volatileByte(p *byte) byte { return *p }
 func TestStalePeerAfterResetReconnect(t *testing.T) {
 	const size = 64 << 20
 	y, x, z := newLifeSide(t), newLifeSide(t), newLifeSide(t)
-	xc := lifeConnect(t, y.qp, x.qp)
-	defer xc.Close()
+	verbstest.Connect(t, addr(t), y.qp, x.qp)
 	old, err := y.pd.RegMR(make([]byte, size), verbs.AccessLocalWrite) // process memory: copied with process_vm_writev
 	if err != nil {
 		t.Fatal(err)
@@ -182,8 +137,7 @@ func TestStalePeerAfterResetReconnect(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	zc := lifeConnect(t, z.qp, y.qp)
-	defer zc.Close()
+	verbstest.Connect(t, addr(t), z.qp, y.qp)
 	fresh, err := y.pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
@@ -220,8 +174,7 @@ func TestStalePeerAfterResetReconnect(t *testing.T) {
 // receive.
 func TestFailedSetupClosesAtOnce(t *testing.T) {
 	y, x := newLifeSide(t), newLifeSide(t)
-	xc := lifeConnect(t, y.qp, x.qp)
-	defer xc.Close()
+	verbstest.Connect(t, addr(t), y.qp, x.qp)
 	l, err := cm.Listen(addr(t))
 	if err != nil {
 		t.Fatal(err)

@@ -570,3 +570,67 @@ func (e *Local) Close() error {
 	}
 	return e.Ctx.Close()
 }
+
+// Connect connects QP cli to QP srv through cm: a listener at addr
+// (tcp://127.0.0.1:0 picks a free port) takes the one connection. It
+// returns the server's and the client's ends, closed when the test ends.
+func Connect(t testing.TB, addr string, srv, cli *verbs.QP) (server, client *cm.Conn) {
+	t.Helper()
+	l, err := cm.Listen(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan *cm.Conn, 1)
+	go func() {
+		var c *cm.Conn
+		if req, err := l.Accept(context.Background()); err == nil {
+			if c, err = req.Accept(srv, nil); err != nil {
+				t.Error(err)
+			}
+		}
+		accepted <- c
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	client, err = cm.Dial(ctx, l.Addr(), cli, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if server = <-accepted; server == nil {
+		client.Close()
+		t.Fatal("no accepted connection")
+	}
+	t.Cleanup(func() {
+		client.Close()
+		server.Close()
+	})
+	return server, client
+}
+
+// QPOn opens device and makes on it a PD, a CQ of 64 entries and a QP on
+// that CQ with room for 16 WRs of one SGE each way: the pieces of a test
+// that connects QPs itself (Connect). The context closes when the test
+// ends.
+func QPOn(t testing.TB, device string) (*verbs.PD, *verbs.CQ, *verbs.QP) {
+	t.Helper()
+	ctx, err := verbs.Open(device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Close() })
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := ctx.CreateCQ(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pd, cq, qp
+}
