@@ -93,8 +93,7 @@ const (
 )
 
 // maxHandshakes bounds the connection requests the server answers at
-// once: a client that does not finish its handshake (a tcp0 initiator
-// that never sends its RTR holds Accept for 10 s) delays only the
+// once: a client that is slow to finish its handshake delays only the
 // requests beyond that number.
 const maxHandshakes = 8
 

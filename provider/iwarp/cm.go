@@ -280,10 +280,11 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 		// Peer-to-peer mode: the QP sends nothing before the initiator's
 		// RTR, the first FPDU, has arrived (the gate; firstFPDU checks
 		// it, and learns a goverbs initiator's QP number from it). Accept
-		// does not wait for it, as rdma_accept does not: an initiator
-		// that never sends it would hold the caller, a server accepting
-		// one request after another, for setupTimeout. Instead the
-		// connection ends if the RTR has not come by then.
+		// waits for it only a moment (below), as rdma_accept does not
+		// wait at all: an initiator that never sends it would otherwise
+		// hold the caller, a server accepting one request after another,
+		// for setupTimeout. The connection ends if the RTR has not come
+		// by then.
 		c.watchRTR(rtrTimeout)
 	}
 	c.start()
