@@ -102,10 +102,15 @@ func makeHello(typ uint8, q *qp, p driver.ConnParam) (hello, []int) {
 	return h, fds
 }
 
-// readHello reads a handshake message (or a rejection) and its fds.
-func readHello(sock *net.UnixConn, deadline time.Time) (hello, []int, error) {
+// readHello reads a handshake message (or a rejection) and its fds,
+// until deadline (the zero time: none); recheck, if not nil, runs once
+// the deadline is set, before the read.
+func readHello(sock *net.UnixConn, deadline time.Time, recheck func()) (hello, []int, error) {
 	sock.SetReadDeadline(deadline)
 	defer sock.SetReadDeadline(time.Time{})
+	if recheck != nil {
+		recheck()
+	}
 	buf := make([]byte, helloMax+1)
 	oob := make([]byte, unix.CmsgSpace(8*4))
 	n, oobn, _, _, err := sock.ReadMsgUnix(buf, oob)
@@ -282,7 +287,7 @@ func (l *listener) Accept(ctx context.Context) (driver.ConnRequest, error) {
 // readRequest reads the request a connection opens with; false for one
 // that is not a goverbs peer, or a broken one.
 func readRequest(sock *net.UnixConn) (*request, bool) {
-	h, fds, err := readHello(sock, time.Now().Add(5*time.Second))
+	h, fds, err := readHello(sock, time.Now().Add(5*time.Second), nil)
 	if err != nil || h.typ() != msgReq {
 		closeFDs(fds)
 		return nil, false
@@ -364,7 +369,7 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 	if _, _, err := r.sock.WriteMsgUnix(h, unix.UnixRights(fds...), nil); err != nil {
 		return fail(err)
 	}
-	rtu, extra, err := readHello(r.sock, time.Now().Add(10*time.Second))
+	rtu, extra, err := readHello(r.sock, time.Now().Add(10*time.Second), nil)
 	closeFDs(extra)
 	if err != nil || rtu.typ() != msgRTU {
 		return fail(fmt.Errorf("%w: the dialler did not confirm", driver.ErrDisconnected))
@@ -408,7 +413,21 @@ func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.C
 		return nil, err
 	}
 	sock := nc.(*net.UnixConn)
-	stop := context.AfterFunc(ctx, func() { sock.SetDeadline(time.Now()) })
+	// The end of ctx interrupts the handshake's reads and writes; once
+	// it is over (done), it no longer touches the socket, which the
+	// connection's reader then uses. readHello's own deadline could undo
+	// a cancellation that came just before it, so it is checked again
+	// after each (cancelled).
+	var cancelMu sync.Mutex
+	done := false
+	cancelled := func() {
+		cancelMu.Lock()
+		if !done {
+			sock.SetDeadline(time.Now())
+		}
+		cancelMu.Unlock()
+	}
+	stop := context.AfterFunc(ctx, cancelled)
 	defer stop()
 	p.QPNum = q.num
 	h, fds := makeHello(msgReq, q, p)
@@ -417,7 +436,11 @@ func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.C
 		return nil, err
 	}
 	deadline, _ := ctx.Deadline()
-	rep, rfds, err := readHello(sock, deadline)
+	rep, rfds, err := readHello(sock, deadline, func() {
+		if ctx.Err() != nil {
+			cancelled()
+		}
+	})
 	if err != nil {
 		sock.Close()
 		if ctx.Err() != nil {
@@ -466,6 +489,10 @@ func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.C
 	if _, err := sock.Write(rtu); err != nil {
 		return fail(err)
 	}
+	cancelMu.Lock()
+	done = true
+	cancelMu.Unlock()
+	sock.SetDeadline(time.Time{}) // a cancellation that came meanwhile is past
 	c.start()
 	return c, nil
 }

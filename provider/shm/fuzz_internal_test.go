@@ -189,7 +189,7 @@ func handshake(t testing.TB, q *qp, msg, kinds []byte) (*conn, error) {
 		sock.Close()
 		return nil, err // e.g. an empty message with descriptors
 	}
-	h, rfds, err := readHello(sock, time.Now().Add(callBound))
+	h, rfds, err := readHello(sock, time.Now().Add(callBound), nil)
 	if err == nil {
 		_ = h.param() // what Accept shows the application
 		var c *conn

@@ -128,7 +128,7 @@ func TestPeerThatDoesNotReadIsDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	closeFDs(fds)
-	h, rfds, err := readHello(sock, time.Now().Add(callBound))
+	h, rfds, err := readHello(sock, time.Now().Add(callBound), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
