@@ -470,9 +470,19 @@ func (c *conn) absorb() {
 			}
 		default:
 			if s, err := mapPeerSegment(r.fd, 1, r.writable); err == nil {
-				c.makeRoom(len(s.mem))
+				if !c.makeRoom(len(s.mem)) {
+					// The process's budget is spent by other
+					// connections: refused, as a segment not handed out.
+					s.close()
+					if c.awaitingSet && r.id == c.awaiting {
+						c.awaitRefused = true
+					}
+					continue
+				}
 				c.segs[r.id], c.segRW[r.id] = s, r.writable
 				c.mapped += len(s.mem)
+				peerMaps.Add(1)
+				peerBytes.Add(int64(len(s.mem)))
 			}
 		}
 	}
@@ -480,22 +490,40 @@ func (c *conn) absorb() {
 
 // Bounds on the peer's segments mapped at once, in number and in bytes:
 // a peer may push as many as it likes, and each takes address space and
-// one of the process's mappings (vm.max_map_count).
+// one of the process's mappings (vm.max_map_count, 65530 by default).
+// Each connection has its bound, and the process one over all of them,
+// so that many connections, of one peer or several, cannot spend the
+// process's mappings between them (the runtime dies when its own mmap
+// fails).
 const (
 	maxPeerMappings = 4096
 	maxPeerMapped   = 1 << 40
 )
 
+// The process's bounds, and what its connections have mapped of their
+// peers' segments (variables for tests).
+var (
+	maxProcPeerMappings int64 = 16384
+	maxProcPeerMapped   int64 = 8 << 40
+	peerMaps, peerBytes atomic.Int64
+)
+
 // makeRoom retires mappings until one of n more bytes fits under the
 // bounds; any mapping can go, since the requester asks the peer again
-// for a segment it needs. q.mu is held.
-func (c *conn) makeRoom(n int) {
+// for a segment it needs. It reports false when the process's bounds
+// stay spent once this connection has none left. q.mu is held.
+func (c *conn) makeRoom(n int) bool {
+	fits := func() bool {
+		return len(c.segs) < maxPeerMappings && c.mapped+n <= maxPeerMapped &&
+			peerMaps.Load() < maxProcPeerMappings && peerBytes.Load()+int64(n) <= maxProcPeerMapped
+	}
 	for id, s := range c.segs {
-		if len(c.segs) < maxPeerMappings && c.mapped+n <= maxPeerMapped {
-			return
+		if fits() {
+			return true
 		}
 		c.retire(id, s)
 	}
+	return fits()
 }
 
 // retire drops the mapping s of segment id: unmapped now, or once the
@@ -503,6 +531,8 @@ func (c *conn) makeRoom(n int) {
 // held.
 func (c *conn) retire(id uint32, s *segment) {
 	c.mapped -= len(s.mem)
+	peerMaps.Add(-1)
+	peerBytes.Add(-int64(len(s.mem)))
 	delete(c.segs, id)
 	delete(c.segRW, id)
 	if c.targets(s) {
@@ -630,12 +660,11 @@ func (c *conn) close() {
 		c.finish()
 		c.q.mu.Lock()
 		c.absorb()
-		c.closeRetired()
 		c.kc = keyCache{}
 		for id, s := range c.segs {
-			s.close()
-			delete(c.segs, id)
+			c.retire(id, s)
 		}
+		c.closeRetired() // no WR runs on the connection now
 		c.q.mu.Unlock()
 		c.q.ctx.forget(c)
 		for _, s := range []*segment{c.peerBlock, c.srqSeg, c.cqSeg, c.keySeg} {
