@@ -602,3 +602,44 @@ func TestAcceptDoesNotWaitForRTR(t *testing.T) {
 	case <-time.After(2 * 300 * time.Millisecond):
 	}
 }
+
+// TestAtomicWithResultDeregistered: an atomic whose result buffer is
+// deregistered before its response arrives completes with a local
+// protection error, and the QP moves to the error state; it used to
+// stay outstanding for good, and no later WR could complete.
+func TestAtomicWithResultDeregistered(t *testing.T) {
+	v := newVictim(t, 4)
+	res, err := v.e.NewRegion(64, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := dialHostile(t, v, false, true, false)
+	if !h.ext {
+		t.Fatal("the victim did not accept the RFC 7306 extensions")
+	}
+	if n, err := v.e.PostSend(0, []verbs.SendWR{{WRID: 77, Opcode: verbs.OpAtomicFetchAndAdd, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{res.SGE(0, 8)}, RemoteAddr: 0x1000, RKey: 0x4242, CompareAdd: 1}}); n != 1 {
+		t.Fatalf("post the atomic: %v", err)
+	}
+	var req wire.AtomicRequest
+	for req == nil {
+		if b := h.readFPDU(); !wire.Hdr(b).Tagged() && wire.Hdr(b).Opcode() == wire.OpAtomicRequest {
+			req = wire.AtomicRequest(b)
+		}
+	}
+	if err := v.e.DeregRegion(res.ID); err != nil {
+		t.Fatal(err)
+	}
+	resp := make([]byte, wire.AtomicRespLen)
+	wire.AtomicResponse(resp).Set(h.msn[wire.QNAtomic], req.ID(), 41)
+	h.msn[wire.QNAtomic]++
+	h.send(h.fpdu(resp, nil))
+	wcs, err := v.e.Completions(verbstest.SendCQ, 1, 10*time.Second)
+	if len(wcs) == 0 {
+		t.Fatalf("the atomic never completed: %v", err)
+	}
+	if wcs[0].WRID != 77 || wcs[0].Status != verbs.WCLocProtErr {
+		t.Fatalf("the atomic completed %+v, want a local protection error", wcs[0])
+	}
+	expectVictimError(t, v)
+}

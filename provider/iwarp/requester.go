@@ -615,24 +615,26 @@ func terminateStatus(layer wire.Layer, etype, ecode uint8) driver.WCStatus {
 }
 
 // atomicDone places the original value of the atomic at the head of the
-// ORQ into its result buffer and completes it; false when the head is
-// not the atomic id.
-func (q *qp) atomicDone(id uint32, value uint64) bool {
+// ORQ into its result buffer and completes it; ok is false when the head
+// is not the atomic id. revoked: the result buffer was deregistered or
+// invalidated meanwhile, nothing was written there, and the WR failed
+// with WCLocProtErr, which the QP's move to the error state (the
+// caller's) completes.
+func (q *qp) atomicDone(id uint32, value uint64) (ok, revoked bool) {
 	r := &q.req
 	if r.orqHead == r.orqTail {
-		return false
+		return false, false
 	}
 	e := &r.orq[r.orqHead%maxRdAtomic]
 	if e.kind != orqAtomic || e.id != id {
-		return false
+		return false, false
 	}
 	for _, m := range e.mrs[:e.nmr] {
 		if m.revoked.Load() {
-			// The result buffer was deregistered (Dereg takes q.mu
-			// after it revokes): nothing is written there.
+			// Dereg takes q.mu after it revokes.
 			r.slot(e.seq).status = driver.WCLocProtErr
 			q.responseDone(8)
-			return true
+			return true, true
 		}
 	}
 	binary.NativeEndian.PutUint64(r.result[:], value)
@@ -643,5 +645,5 @@ func (q *qp) atomicDone(id uint32, value uint64) bool {
 	}
 	sglist.Copy(&dst, &src)
 	q.responseDone(8)
-	return true
+	return true, false
 }

@@ -1446,9 +1446,17 @@ func (c *conn) rxAtomicResponse(h wire.Hdr) error {
 	if q.c != c || !q.accepts() {
 		return io.EOF
 	}
-	if !q.atomicDone(a.ID(), a.Value()) {
+	ok, revoked := q.atomicDone(a.ID(), a.Value())
+	switch {
+	case !ok:
 		return protoErr(wire.LayerRDMAP, wire.RDMAPRemoteOperation, wire.RDMAPUnexpectedOpcode, driver.EventQPFatal,
 			"an Atomic Response for request %d, which is not the one outstanding", a.ID())
+	case revoked:
+		// As for a Read Response whose buffers went: the stream
+		// ends, and the atomic completes with its error (the QP's
+		// move to the error state completes it; no later WR can go
+		// past it).
+		return c.rx.revokedErr()
 	}
 	return nil
 }
