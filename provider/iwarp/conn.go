@@ -500,7 +500,15 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 		b.endFrame(nil, 0, 0)
 		c.kickNow = false
 	}
-	c.addResponses(b)
+	// DDP sends the messages of a stream in order, each whole before
+	// the next (RFC 5041 5.3; siw ends a stream that interleaves two
+	// tagged ones): a requester's message begun in an earlier batch is
+	// finished before the responses owed go out, and a Read Response
+	// begun before is finished before the requester starts another.
+	if !q.req.cur.active {
+		c.addResponses(b)
+	}
+	midResponse := c.irqHead != c.irqTail && c.irq[c.irqHead%uint64(len(c.irq))].off > 0
 	if c.irqHead == c.irqTail && c.lazyAt.Load() != 0 {
 		// The timer stays armed: a poller may have armed it for an
 		// answer queued after this round took the queue, and a timer
@@ -515,7 +523,7 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 	} else if c.closing && !c.term {
 		// A disconnect: the responses queued go out, then the FIN.
 		finish = c.irqHead == c.irqTail
-	} else if !c.term && q.attr.State == driver.QPSRTS {
+	} else if !c.term && q.attr.State == driver.QPSRTS && !midResponse {
 		q.sq.Progress(q)
 		if q.req.failing {
 			// A WR failed locally: the QP fails and the stream ends

@@ -643,3 +643,64 @@ func TestAtomicWithResultDeregistered(t *testing.T) {
 	}
 	expectVictimError(t, v)
 }
+
+// TestMessagesNotInterleaved: DDP sends a stream's messages each whole
+// before the next (RFC 5041 5.3; siw ends a stream that interleaves two
+// tagged messages). A Read Response owed while a large Write is going out
+// follows the Write's last segment, and a Write posted while a large Read
+// Response is going out follows the response's last segment.
+func TestMessagesNotInterleaved(t *testing.T) {
+	v := newVictim(t, 4)
+	g := guard(t, v, 6<<20, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	h := dialHostile(t, v, false, false, false)
+	src, err := v.e.NewRegion(16<<20, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// open says which tagged message has begun and not ended; next
+	// checks that an FPDU of op begins none inside another.
+	open := map[wire.Opcode]bool{}
+	bytes := map[wire.Opcode]int{}
+	next := func() wire.Hdr {
+		t.Helper()
+		hd := wire.Hdr(h.readFPDU())
+		if !hd.Tagged() {
+			return hd
+		}
+		op := hd.Opcode()
+		for o, on := range open {
+			if on && o != op {
+				t.Fatalf("a %v segment (%d bytes) inside an unfinished %v", op, hd.PayloadLen(), o)
+			}
+		}
+		open[op] = !hd.Last()
+		bytes[op] += hd.PayloadLen()
+		return hd
+	}
+	// A 16 MiB Write, more than the socket holds while this side reads
+	// nothing; once it has begun, a Read Request of 5 MiB.
+	if n, err := v.e.PostSend(0, []verbs.SendWR{{WRID: 1, Opcode: verbs.OpRDMAWrite,
+		SGList: []verbs.SGE{src.SGE(0, 16<<20)}, RemoteAddr: 0, RKey: 0x4343}}); n != 1 {
+		t.Fatalf("post the Write: %v", err)
+	}
+	for next().Opcode() != wire.OpWrite {
+	}
+	h.send(h.readRequest(5<<20, g.r.RKey, g.r.Addr))
+	for bytes[wire.OpReadResponse] == 0 {
+		next()
+	}
+	if bytes[wire.OpWrite] != 16<<20 {
+		t.Fatalf("the Read Response began after %d bytes of the 16 MiB Write", bytes[wire.OpWrite])
+	}
+	// The response has begun: a Write posted now waits for its end.
+	if n, err := v.e.PostSend(0, []verbs.SendWR{{WRID: 2, Opcode: verbs.OpRDMAWrite,
+		SGList: []verbs.SGE{src.SGE(0, 100)}, RemoteAddr: 0, RKey: 0x4444}}); n != 1 {
+		t.Fatalf("post the second Write: %v", err)
+	}
+	for bytes[wire.OpWrite] < 16<<20+100 {
+		next()
+	}
+	if bytes[wire.OpReadResponse] != 5<<20 {
+		t.Fatalf("the second Write went out after %d bytes of the 5 MiB Read Response", bytes[wire.OpReadResponse])
+	}
+}
