@@ -533,7 +533,7 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 			return false, true
 		}
 		q.completeInOrder()
-		if q.req.needConfirm(int(q.cap.MaxSendWR), c.confirmDue.Load()) && q.req.addConfirm(b) {
+		if !q.req.cur.active && q.req.needConfirm(int(q.cap.MaxSendWR), c.confirmDue.Load()) && q.req.addConfirm(b) {
 			c.confirmDue.Store(false)
 		}
 		if q.req.unconfirmed() {
