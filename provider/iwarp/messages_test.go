@@ -438,3 +438,36 @@ func TestReadWhileWrittenWithCRC(t *testing.T) {
 		}
 	}
 }
+
+// TestTerminateBlamesTheRightWrite: of two Writes posted together to one
+// region, the second runs past its end; the Terminate names the second's
+// segment, and the first, placed whole, completes with success, whether
+// the two ranges are adjacent or the second covers the first's.
+func TestTerminateBlamesTheRightWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		at, n2 int // the second Write's offset and length
+	}{
+		{"adjacent", 2048, 4096},
+		{"overlapping", 0, 8192},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b, _, _ := connectPair(t, 1<<16, nil, nil)
+			target, err := b.pd.RegMR(b.mr.Bytes()[0:4096], verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w1 := verbs.SendWR{WRID: 1, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+				SGList: []verbs.SGE{a.mr.SGE(0, 2048)}, RemoteAddr: target.Addr(), RKey: target.RKey()}
+			w2 := verbs.SendWR{WRID: 2, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+				SGList: []verbs.SGE{a.mr.SGE(0, tc.n2)}, RemoteAddr: target.Addr() + uint64(tc.at), RKey: target.RKey()}
+			if _, err := a.qp.PostSend([]verbs.SendWR{w1, w2}); err != nil {
+				t.Fatal(err)
+			}
+			wcs := a.wait(t, 2)
+			if wcs[0].WRID != 1 || wcs[0].Status != verbs.WCSuccess || wcs[1].WRID != 2 || wcs[1].Status != verbs.WCRemAccessErr {
+				t.Fatalf("the Writes completed %+v and %+v; want the first a success, the second a remote access error", wcs[0], wcs[1])
+			}
+		})
+	}
+}

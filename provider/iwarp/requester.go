@@ -557,7 +557,13 @@ func (q *qp) terminated(hdr wire.Hdr, status driver.WCStatus) {
 		for i := r.doneSeq; i < r.execSeq; i++ {
 			t := r.slot(i)
 			if hdr.Tagged() {
-				if t.tagged && t.stag == hdr.STag() && hdr.TO() >= t.to && hdr.TO() <= t.toEnd {
+				// The terminated segment lies within the WR's range
+				// (toEnd is past its end; a zero-length Write's segment
+				// is at to), which tells a Write from an earlier one to
+				// the same place that was placed whole, unless the two
+				// have the same range too.
+				to, n := hdr.TO(), uint64(max(hdr.PayloadLen(), 0))
+				if t.tagged && t.stag == hdr.STag() && to >= t.to && (to < t.toEnd || to == t.to) && to+n <= max(t.toEnd, t.to) {
 					k = i
 					break
 				}
