@@ -427,9 +427,15 @@ func (c *devCtx) span(stag uint32, p *pd, addr, n uint64, need driver.AccessFlag
 func (c *devCtx) invalidate(stag uint32, p *pd) bool {
 	c.mu.Lock()
 	m := c.mrs[stag>>8]
-	if m == nil || m.stag != stag || m.revoked.Load() || m.pd != p || m.access&driver.RemoteAccess == 0 {
+	if m == nil || m.stag != stag || m.pd != p || m.access&driver.RemoteAccess == 0 {
 		c.mu.Unlock()
 		return false
+	}
+	if m.revoked.Load() {
+		// Invalid already: the verbs let an STag be invalidated
+		// again, as siw does.
+		c.mu.Unlock()
+		return true
 	}
 	m.revoked.Store(true)
 	var buf [16]*conn

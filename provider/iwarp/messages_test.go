@@ -471,3 +471,34 @@ func TestTerminateBlamesTheRightWrite(t *testing.T) {
 		})
 	}
 }
+
+// TestInvalidateTwice: a second Send with Invalidate of an STag already
+// invalid succeeds, as the verbs allow and siw does, and both receive
+// completions report the STag; it used to end the stream.
+func TestInvalidateTwice(t *testing.T) {
+	a, b, _, _ := connectPair(t, 1<<16, nil, nil)
+	target, err := b.pd.RegMR(b.mr.Bytes()[4096:8192], verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 7, SGList: []verbs.SGE{b.mr.SGE(0, 64)}}, {WRID: 8, SGList: []verbs.SGE{b.mr.SGE(64, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	inv := func(id uint64) verbs.SendWR {
+		return verbs.SendWR{WRID: id, Opcode: verbs.OpSendWithInv, Flags: verbs.SendSignaled, InvalidateRKey: target.RKey(),
+			SGList: []verbs.SGE{a.mr.SGE(0, 16)}}
+	}
+	if _, err := a.qp.PostSend([]verbs.SendWR{inv(1), inv(2)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, wc := range a.wait(t, 2) {
+		if wc.Status != verbs.WCSuccess {
+			t.Fatalf("Send with Invalidate %d: %v", wc.WRID, wc.Status)
+		}
+	}
+	for _, wc := range b.wait(t, 2) {
+		if wc.Status != verbs.WCSuccess || wc.Flags&verbs.WCWithInv == 0 || wc.InvalidatedRKey != target.RKey() {
+			t.Fatalf("receive %+v, want a success that reports STag %#x invalidated", wc, target.RKey())
+		}
+	}
+}
