@@ -166,6 +166,7 @@ type conn struct {
 	polls     atomic.Uint64 // rounds of pollers: see pollGrace
 	rxFrames  atomic.Uint64 // FPDUs received: see rxSpin
 	rxAnswers atomic.Uint64 // of those, Read and Atomic Responses
+	peerMid   atomic.Bool   // the peer's Send or Write being received is not whole yet (checkResponses)
 	rxBytes   atomic.Uint64 // their payload bytes
 	arms      atomic.Uint64 // ReqNotify calls on the QP's CQs
 	lazyAt    atomic.Int64  // when responses were left for the next post (rxTry), or 0
@@ -505,7 +506,9 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 	// tagged ones): a requester's message begun in an earlier batch is
 	// finished before the responses owed go out, and a Read Response
 	// begun before is finished before the requester starts another.
-	if !q.req.cur.active {
+	// (In SQD the requester starts nothing, and a message it left
+	// partly sent stays so: the responses go on.)
+	if !q.req.cur.active || q.attr.State != driver.QPSRTS {
 		c.addResponses(b)
 	}
 	midResponse := c.irqHead != c.irqTail && c.irq[c.irqHead%uint64(len(c.irq))].off > 0
@@ -956,7 +959,14 @@ func (c *conn) checkResponses() {
 		}
 		c.respStalls++
 	}
-	talkedPast := c.respStalls >= answerStalls && bytes-c.stallBytes > answerSlack
+	slack := uint64(answerSlack)
+	if c.peerMid.Load() {
+		// A peer in the middle of a message answers after its end
+		// (messages go out whole, each before the next): it may
+		// send up to a whole message first.
+		slack += uint64(deviceAttr.MaxMsgSize)
+	}
+	talkedPast := c.respStalls >= answerStalls && bytes-c.stallBytes > slack
 	if due && (frames == c.respFrames || talkedPast) {
 		c.timedOut.Store(true)
 		q.mu.Unlock()

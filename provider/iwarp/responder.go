@@ -800,8 +800,13 @@ func (c *conn) rxEndFrame(h wire.Hdr) error {
 	// One writer (under rxMu): release stores, not locked additions.
 	atomicrel.StoreUint64(&c.rxFrames, c.rxFrames.Load()+1)
 	atomicrel.StoreUint64(&c.rxBytes, c.rxBytes.Load()+uint64(h.PayloadLen()))
-	if op := h.Opcode(); op == wire.OpReadResponse || op == wire.OpAtomicResponse {
+	switch op := h.Opcode(); op {
+	case wire.OpReadResponse, wire.OpAtomicResponse:
 		atomicrel.StoreUint64(&c.rxAnswers, c.rxAnswers.Load()+1)
+	case wire.OpWrite, wire.OpSend, wire.OpSendInv, wire.OpSendSE, wire.OpSendSEInv:
+		if mid := !h.Last(); mid != c.peerMid.Load() {
+			c.peerMid.Store(mid)
+		}
 	}
 	held := rx.held
 	rx.held = false
