@@ -501,10 +501,15 @@ const (
 )
 
 // The process's bounds, and what its connections have mapped of their
-// peers' segments (variables for tests).
+// peers' segments (variables for tests). Each connection may map its
+// first minPeerMappings segments and minPeerMapped bytes whatever the
+// others hold, so that peers who spend the process's budget cannot
+// starve a connection of the segments it works with.
 var (
 	maxProcPeerMappings int64 = 16384
 	maxProcPeerMapped   int64 = 8 << 40
+	minPeerMappings           = 64
+	minPeerMapped             = 64 << 30
 	peerMaps, peerBytes atomic.Int64
 )
 
@@ -514,8 +519,11 @@ var (
 // stay spent once this connection has none left. q.mu is held.
 func (c *conn) makeRoom(n int) bool {
 	fits := func() bool {
-		return len(c.segs) < maxPeerMappings && c.mapped+n <= maxPeerMapped &&
-			peerMaps.Load() < maxProcPeerMappings && peerBytes.Load()+int64(n) <= maxProcPeerMapped
+		if len(c.segs) >= maxPeerMappings || c.mapped+n > maxPeerMapped {
+			return false
+		}
+		return (len(c.segs) < minPeerMappings || peerMaps.Load() < maxProcPeerMappings) &&
+			(c.mapped+n <= minPeerMapped || peerBytes.Load()+int64(n) <= maxProcPeerMapped)
 	}
 	for id, s := range c.segs {
 		if fits() {
