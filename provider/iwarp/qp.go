@@ -205,6 +205,12 @@ func (q *qp) fail(ev driver.EventType) {
 
 func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 	q.mu.Lock()
+	if q.destroyed {
+		// Its queue is gone with it: nothing runs it (kick would flush
+		// the WRs Destroy discarded into the CQ).
+		q.mu.Unlock()
+		return 0, driver.ErrClosed
+	}
 	n, err := len(wrs), error(nil)
 	for i := range wrs {
 		if err = q.postSend(&wrs[i]); err != nil {
