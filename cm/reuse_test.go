@@ -26,23 +26,10 @@ type reuseSide struct {
 
 func newReuseSide(t *testing.T, dev string) *reuseSide {
 	t.Helper()
-	ctx, err := verbs.Open(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctx.Close() })
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := &reuseSide{}
-	if s.cq, err = ctx.CreateCQ(64); err != nil {
-		t.Fatal(err)
-	}
-	if s.qp, err = pd.CreateQP(verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq,
-		Cap: verbs.QPCap{MaxSendWR: reuseDepth, MaxRecvWR: reuseDepth, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		t.Fatal(err)
-	}
+	var pd *verbs.PD
+	pd, s.cq, s.qp = verbstest.QPOn(t, dev, reuseDepth)
+	var err error
 	if s.mr, err = pd.AllocMR(4096, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ type lifeSide struct {
 func newLifeSide(t *testing.T) *lifeSide {
 	t.Helper()
 	s := &lifeSide{}
-	s.pd, s.cq, s.qp = verbstest.QPOn(t, "shm0")
+	s.pd, s.cq, s.qp = verbstest.QPOn(t, "shm0", 16)
 	return s
 }
 

@@ -609,10 +609,10 @@ func Connect(t testing.TB, addr string, srv, cli *verbs.QP) (server, client *cm.
 }
 
 // QPOn opens device and makes on it a PD, a CQ of 64 entries and a QP on
-// that CQ with room for 16 WRs of one SGE each way: the pieces of a test
-// that connects QPs itself (Connect). The context closes when the test
-// ends.
-func QPOn(t testing.TB, device string) (*verbs.PD, *verbs.CQ, *verbs.QP) {
+// that CQ with room for depth WRs of one SGE each way: the pieces of a
+// test that connects QPs itself (Connect). The context closes when the
+// test ends.
+func QPOn(t testing.TB, device string, depth int) (*verbs.PD, *verbs.CQ, *verbs.QP) {
 	t.Helper()
 	ctx, err := verbs.Open(device)
 	if err != nil {
@@ -628,7 +628,7 @@ func QPOn(t testing.TB, device string) (*verbs.PD, *verbs.CQ, *verbs.QP) {
 		t.Fatal(err)
 	}
 	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
-		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		Cap: verbs.QPCap{MaxSendWR: uint32(depth), MaxRecvWR: uint32(depth), MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
