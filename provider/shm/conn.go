@@ -501,15 +501,18 @@ const (
 )
 
 // The process's bounds, and what its connections have mapped of their
-// peers' segments (variables for tests). Each connection may map its
-// first minPeerMappings segments and minPeerMapped bytes whatever the
-// others hold, so that peers who spend the process's budget cannot
-// starve a connection of the segments it works with.
+// peers' segments (variables for tests). Past the budget, each
+// connection may still map its first minPeerMappings segments and
+// minPeerMapped bytes, up to a hard limit of twice the budget, so that
+// peers who spend the budget cannot starve a connection of the few
+// segments it works with; the hard limit, with the four mappings each
+// connection makes at setup for as many connections as a context takes,
+// stays well under vm.max_map_count (65530) and the address space.
 var (
 	maxProcPeerMappings int64 = 16384
 	maxProcPeerMapped   int64 = 8 << 40
-	minPeerMappings           = 64
-	minPeerMapped             = 64 << 30
+	minPeerMappings           = 8
+	minPeerMapped             = 1 << 30
 	peerMaps, peerBytes atomic.Int64
 )
 
@@ -522,8 +525,9 @@ func (c *conn) makeRoom(n int) bool {
 		if len(c.segs) >= maxPeerMappings || c.mapped+n > maxPeerMapped {
 			return false
 		}
-		return (len(c.segs) < minPeerMappings || peerMaps.Load() < maxProcPeerMappings) &&
-			(c.mapped+n <= minPeerMapped || peerBytes.Load()+int64(n) <= maxProcPeerMapped)
+		maps, bytes := peerMaps.Load(), peerBytes.Load()+int64(n)
+		return (maps < maxProcPeerMappings || len(c.segs) < minPeerMappings && maps < 2*maxProcPeerMappings) &&
+			(bytes <= maxProcPeerMapped || c.mapped+n <= minPeerMapped && bytes <= 2*maxProcPeerMapped)
 	}
 	for id, s := range c.segs {
 		if fits() {
