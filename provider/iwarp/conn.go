@@ -512,6 +512,7 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 		c.addResponses(b)
 	}
 	midResponse := c.irqHead != c.irqTail && c.irq[c.irqHead%uint64(len(c.irq))].off > 0
+	yielded := false
 	if c.irqHead == c.irqTail && c.lazyAt.Load() != 0 {
 		// The timer stays armed: a poller may have armed it for an
 		// answer queued after this round took the queue, and a timer
@@ -528,6 +529,13 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 		finish = c.irqHead == c.irqTail
 	} else if !c.term && q.attr.State == driver.QPSRTS && !midResponse {
 		q.sq.Progress(q)
+		if q.responsesOwed() {
+			// Progress stopped between two messages for the responses
+			// owed (Stalled): they go out now, and the round after this
+			// one takes the requester up again.
+			c.addResponses(b)
+			yielded = true
+		}
 		if q.req.failing {
 			// A WR failed locally: the QP fails and the stream ends
 			// without this batch.
@@ -554,7 +562,7 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 		}
 		c.armResponseCheck()
 	}
-	more = b.full
+	more = b.full || yielded
 	closing := c.closing
 	q.mu.Unlock()
 	if b.nframes > 0 {

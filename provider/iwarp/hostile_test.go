@@ -704,3 +704,44 @@ func TestMessagesNotInterleaved(t *testing.T) {
 		t.Fatalf("the second Write went out after %d bytes of the 5 MiB Read Response", bytes[wire.OpReadResponse])
 	}
 }
+
+// TestResponsesBetweenQueuedWrites: with the send queue holding several
+// large Writes, a Read Response owed goes out between two of them, not
+// after them all: messages go out whole, but a queue kept full of Writes
+// must not hold the responses back (the peer would take that for a peer
+// that answers nothing).
+func TestResponsesBetweenQueuedWrites(t *testing.T) {
+	const size, writes = 3<<20 + 1000, 6
+	v := newVictim(t, 4)
+	g := guard(t, v, 1<<20, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	h := dialHostile(t, v, false, false, false)
+	src, err := v.e.NewRegion(size, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrs := make([]verbs.SendWR, writes)
+	for i := range wrs {
+		wrs[i] = verbs.SendWR{WRID: uint64(i), Opcode: verbs.OpRDMAWrite, SGList: []verbs.SGE{src.SGE(0, size)}, RemoteAddr: 0, RKey: 0x4343}
+	}
+	if n, err := v.e.PostSend(0, wrs); n != writes {
+		t.Fatalf("post the Writes: %v", err)
+	}
+	writeBytes := 0
+	for {
+		hd := wire.Hdr(h.readFPDU())
+		if !hd.Tagged() {
+			continue
+		}
+		if hd.Opcode() == wire.OpReadResponse {
+			break
+		}
+		if writeBytes == 0 {
+			// The first Write has begun: now the Read Request.
+			h.send(h.readRequest(1<<20, g.r.RKey, g.r.Addr))
+		}
+		writeBytes += hd.PayloadLen()
+	}
+	if writeBytes%size != 0 || writeBytes >= writes*size {
+		t.Fatalf("the Read Response began after %d bytes of the Writes (%d of %d bytes each): want it between two of them, before the last", writeBytes, writes, size)
+	}
+}

@@ -133,8 +133,18 @@ func (r *requester) orqLen() int { return int(r.orqTail - r.orqHead) }
 // State implements swq.Engine.
 func (q *qp) State() driver.QPState { return q.attr.State }
 
-// Stalled implements swq.Engine: execution waits after a local failure.
-func (q *qp) Stalled() bool { return q.req.failing }
+// Stalled implements swq.Engine: execution waits after a local failure,
+// and, before it starts another WR, while responses are owed to the peer
+// (they go out between the requester's messages, which go out each
+// whole: a queue kept full of Writes must not hold them back).
+func (q *qp) Stalled() bool { return q.req.failing || q.responsesOwed() }
+
+// responsesOwed reports whether the requester is between messages and
+// the connection owes the peer responses. q.mu is held.
+func (q *qp) responsesOwed() bool {
+	c := q.c
+	return c != nil && !q.req.cur.active && c.irqHead != c.irqTail
+}
 
 // Fail implements swq.Engine. Execute never returns a final error
 // status, so Progress never calls it.
