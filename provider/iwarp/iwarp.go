@@ -78,10 +78,12 @@
 // as peeking at its headers and reading it into place would), and a
 // large one is placed straight from the socket but for its first few
 // hundred bytes. Headers and registered memory go out together with one
-// writev, straight from the registered memory — except a Read Response
-// under MPA CRC, whose payload is copied first so that the CRC covers
-// what is sent even while the memory's owner writes it. The data path
-// allocates nothing.
+// writev, straight from the registered memory — except a payload of up to
+// 256 bytes, which is copied behind its headers so that a small message
+// is one buffer and one write(2) (inline data, see inlineMax), and a Read
+// Response under MPA CRC, whose payload is copied first so that the CRC
+// covers what is sent even while the memory's owner writes it. The data
+// path allocates nothing.
 //
 // Progress: an application polling a CQ drives the connections of its
 // QPs (it reads, places and answers what has arrived), with no goroutine

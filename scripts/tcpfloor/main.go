@@ -7,6 +7,11 @@
 //   - poll: each side busy-polls its socket with non-blocking reads, as an
 //     application that polls a tcp0 CQ does (and as UCX's and libfabric's
 //     TCP transports do, with epoll_wait and recv);
+//   - epollspin: each side busy-polls an epoll instance that watches the
+//     socket (epoll_wait with a zero timeout) and reads only once it
+//     reports the socket readable, as UCX's TCP transport does: unlike a
+//     read, the poll does not take the socket's lock, which the kernel
+//     delivering the peer's segment needs;
 //   - block: each side sleeps in a blocking read until the message comes;
 //   - netpoll: each side's goroutine waits in the Go runtime's poller,
 //     which watches the socket, as a net.Conn's Read does;
@@ -29,7 +34,7 @@
 // one-way time, half a round trip, as goverbs bench's send_lat does
 // (t_typical is its median).
 //
-// Usage: go run ./scripts/tcpfloor [-shape poll|block|netpoll|epoll|ppoll|register|all] [-n round trips]
+// Usage: go run ./scripts/tcpfloor [-shape poll|epollspin|block|netpoll|epoll|ppoll|register|all] [-n round trips]
 package main
 
 import (
@@ -47,10 +52,10 @@ import (
 const msgLen = 64
 
 // allShapes are the ways of waiting that tcpfloor measures.
-var allShapes = []string{"poll", "block", "netpoll", "epoll", "ppoll", "register"}
+var allShapes = []string{"poll", "epollspin", "block", "netpoll", "epoll", "ppoll", "register"}
 
 func main() {
-	shape := flag.String("shape", "all", "how each side waits for the message: poll, block, netpoll, epoll, ppoll, register, or all of them in turn")
+	shape := flag.String("shape", "all", "how each side waits for the message: poll, epollspin, block, netpoll, epoll, ppoll, register, or all of them in turn")
 	n := flag.Int("n", 100000, "round trips to time")
 	child := flag.Int("child", 0, "be the echoing process, connecting to this port (started by the other)")
 	flag.Parse()
@@ -201,6 +206,15 @@ func setup(fd int, shape string) (*conn, error) {
 		return c.gotErr != unix.EAGAIN
 	}
 	switch shape {
+	case "epollspin":
+		if c.ep, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+			return nil, err
+		}
+		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP}
+		if err := unix.EpollCtl(c.ep, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			unix.Close(c.ep)
+			return nil, err
+		}
 	case "netpoll":
 		// A non-blocking descriptor goes to the poller. The file owns a
 		// descriptor of its own, so that closing it leaves fd to close.
@@ -244,6 +258,8 @@ func setup(fd int, shape string) (*conn, error) {
 func (c *conn) close() {
 	if c.file != nil {
 		c.file.Close() // the epoll instance, or the dup of the socket
+	} else if c.ep >= 0 {
+		unix.Close(c.ep) // epollspin's
 	}
 	unix.Close(c.fd)
 }
@@ -299,6 +315,13 @@ func (c *conn) readAll(b []byte) error {
 // already, so a wait that begins after the message came ends at once.
 func (c *conn) read(b []byte) (int, error) {
 	switch c.shape {
+	case "epollspin":
+		if n, err := unix.EpollWait(c.ep, c.ev[:], 0); n <= 0 {
+			if err == nil {
+				err = unix.EAGAIN
+			}
+			return 0, err
+		}
 	case "netpoll":
 		// As a net.Conn reads: try, and wait in the poller on EAGAIN.
 		return c.pollRead(c.rc, b)
