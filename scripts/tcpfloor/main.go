@@ -2,7 +2,7 @@
 // processes over loopback TCP costs on this machine, with no iWARP around
 // it: the floor under provider/iwarp's (tcp0's) latencies. Two processes
 // ping-pong a message over one TCP connection, on raw sockets, in one of
-// six shapes:
+// seven shapes:
 //
 //   - poll: each side busy-polls its socket with non-blocking reads, as an
 //     application that polls a tcp0 CQ does (and as UCX's and libfabric's
