@@ -73,3 +73,65 @@ func TestReadAnsweredWhilePeerInSQD(t *testing.T) {
 		t.Fatalf("A's Read while B is in SQD: %+v", wa[0])
 	}
 }
+
+// TestSQDFinishesMessage: B moves to SQD while its large Write is partly
+// sent. The Write goes out whole (DDP sends each message whole, and siw
+// ends a stream that stops one to send another), EventSQDrained follows,
+// and a Write posted in SQD waits for the move back to RTS.
+func TestSQDFinishesMessage(t *testing.T) {
+	const size = 64 << 20
+	const big = size - 4096 // Write 1: [0, big); Write 2: 8 bytes at size-8
+	a, b, _, _ := connectPair(t, size, nil, nil)
+	mem := b.mr.Bytes()
+	for i := range big {
+		mem[i] = 0xab
+	}
+	copy(mem[size-8:], []byte{0xcd, 0xcd, 0xcd, 0xcd, 0xcd, 0xcd, 0xcd, 0xcd})
+	if _, err := b.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{b.mr.SGE(0, big)}, RemoteAddr: a.mr.Addr(), RKey: a.mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	got := a.mr.Bytes()
+	for deadline := time.Now().Add(10 * time.Second); got[0] != 0xab; a.cq.Poll(nil) {
+		if time.Now().After(deadline) {
+			t.Fatal("B's Write did not begin")
+		}
+	}
+	if err := b.qp.Modify(&verbs.QPAttr{State: verbs.QPSSQD}, verbs.QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{b.mr.SGE(size-8, 8)}, RemoteAddr: a.mr.Addr() + size - 8, RKey: a.mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+	// The Write under way completes, all of it placed, while B stays in
+	// SQD; the drain is reported.
+	if wb := b.wait(t, 1); wb[0].WRID != 1 || wb[0].Status != verbs.WCSuccess {
+		t.Fatalf("B's Write in SQD: %+v", wb[0])
+	}
+	if got[big-1] != 0xab {
+		t.Fatal("B's Write completed and its last byte is not at A")
+	}
+	select {
+	case ev := <-b.ctx.Events():
+		if ev.Type != verbs.EventSQDrained {
+			t.Fatalf("B's event: %v, want EventSQDrained", ev.Type)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no EventSQDrained")
+	}
+	// Write 2, posted in SQD, has not gone: Write 1's confirmation came
+	// back behind where it would have been in the stream.
+	if got[size-8] != 0 {
+		t.Fatal("a Write posted in SQD went out before the move back to RTS")
+	}
+	if err := b.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS}, verbs.QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	if wb := b.wait(t, 1); wb[0].WRID != 2 || wb[0].Status != verbs.WCSuccess {
+		t.Fatalf("B's Write after the move back to RTS: %+v", wb[0])
+	}
+	if got[size-8] != 0xcd {
+		t.Fatal("B's second Write completed and its bytes are not at A")
+	}
+}

@@ -519,9 +519,9 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 	// tagged ones): a requester's message begun in an earlier batch is
 	// finished before the responses owed go out, and a Read Response
 	// begun before is finished before the requester starts another.
-	// (In SQD the requester starts nothing, and a message it left
-	// partly sent stays so: the responses go on.)
-	if !q.req.cur.active || q.attr.State != driver.QPSRTS {
+	// (In SQD the requester finishes the message under way and starts
+	// no other: see State.)
+	if !q.req.cur.active {
 		c.addResponses(b)
 	}
 	midResponse := c.irqHead != c.irqTail && c.irq[c.irqHead%uint64(len(c.irq))].off > 0
@@ -540,8 +540,9 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 	} else if c.closing && !c.term {
 		// A disconnect: the responses queued go out, then the FIN.
 		finish = c.irqHead == c.irqTail
-	} else if !c.term && q.attr.State == driver.QPSRTS && !midResponse {
+	} else if !c.term && q.drainingSQ() && !midResponse {
 		q.sq.Progress(q)
+		q.sqDrained()
 		if q.responsesOwed() {
 			// Progress stopped between two messages for the responses
 			// owed (Stalled): they go out now, and the round after this

@@ -50,9 +50,12 @@ type qp struct {
 	rxWRID   uint64 // its WRID
 	// A receive completion held back while the receiver answers the
 	// Read Request right behind its Send (see conn.holdRecv).
-	rxHeld    bool
-	rxHeldWC  driver.WorkCompletion
-	destroyed bool
+	rxHeld   bool
+	rxHeldWC driver.WorkCompletion
+	// sqdPending: the QP moved to SQD in the middle of a message, and
+	// EventSQDrained waits until it is out (sqDrained).
+	sqdPending bool
+	destroyed  bool
 }
 
 func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
@@ -108,6 +111,9 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	if mask&(driver.QPAttrTimeout|driver.QPAttrRetryCnt) != 0 && q.c != nil {
 		q.c.setUserTimeout(userTimeout(q.attr.Timeout, q.attr.RetryCnt))
 	}
+	if q.attr.State != driver.QPSSQD {
+		q.sqdPending = false
+	}
 	switch q.attr.State {
 	case driver.QPSReset:
 		q.reset()
@@ -115,7 +121,9 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 		q.kick()
 	case driver.QPSSQD:
 		if prev == driver.QPSRTS {
-			q.ctx.Event(driver.EventSQDrained, q.userCtx)
+			// Drained once the message under way, if any, is out.
+			q.sqdPending = true
+			q.sqDrained()
 		}
 	case driver.QPSErr:
 		q.attr.State = prev
@@ -250,10 +258,10 @@ func (q *qp) postSend(wr *driver.SendWR) error {
 }
 
 // kick makes the send queue progress: the transmit goroutine executes it
-// while the QP is connected in RTS; otherwise it is flushed or failed
-// here. q.mu is held.
+// while the QP is connected in RTS (or finishing a message in SQD);
+// otherwise it is flushed or failed here. q.mu is held.
 func (q *qp) kick() {
-	if q.c != nil && q.attr.State == driver.QPSRTS {
+	if q.drainingSQ() {
 		q.c.wakeTx()
 		return
 	}

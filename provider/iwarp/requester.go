@@ -130,8 +130,33 @@ func (r *requester) slot(seq uint64) *wrTrack { return &r.track[seq%uint64(len(r
 
 func (r *requester) orqLen() int { return int(r.orqTail - r.orqHead) }
 
-// State implements swq.Engine.
-func (q *qp) State() driver.QPState { return q.attr.State }
+// State implements swq.Engine: the state the send queue executes in. A
+// QP moved to SQD in the middle of a message finishes it (DDP sends each
+// message of a stream whole, RFC 5041 5.3, and siw ends a stream that
+// interleaves two), so while that message's WR is under way the send
+// queue goes on as in RTS; it starts no other WR. q.mu is held.
+func (q *qp) State() driver.QPState {
+	if q.attr.State == driver.QPSSQD && q.req.cur.active && q.c != nil {
+		return driver.QPSRTS
+	}
+	return q.attr.State
+}
+
+// drainingSQ reports whether the transmitter executes the send queue:
+// the QP is connected in RTS, or in SQD (which finishes the message under
+// way, see State). q.mu is held.
+func (q *qp) drainingSQ() bool {
+	return q.c != nil && (q.attr.State == driver.QPSRTS || q.attr.State == driver.QPSSQD)
+}
+
+// sqDrained raises EventSQDrained once a QP moved to SQD has finished the
+// message it was in. q.mu is held.
+func (q *qp) sqDrained() {
+	if q.sqdPending && !q.req.cur.active {
+		q.sqdPending = false
+		q.ctx.Event(driver.EventSQDrained, q.userCtx)
+	}
+}
 
 // Stalled implements swq.Engine: execution waits after a local failure,
 // and, before it starts another WR, while responses are owed to the peer
