@@ -192,6 +192,11 @@ func (q *qp) toErr() {
 		q.rq.Pop()
 		q.completeRecv(driver.WorkCompletion{WRID: r.WRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
 	}
+	if q.srq != nil {
+		// The receive it was filling, if any, is flushed: it takes
+		// no more from its SRQ.
+		q.ctx.Event(driver.EventQPLastWQEReached, q.userCtx)
+	}
 	if q.c != nil {
 		q.c.wakeTx()
 	}

@@ -150,6 +150,10 @@ func (q *qp) toErr() {
 		q.rq.Pop()
 		q.completeRecv(driver.WorkCompletion{WRID: r.WRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
 	}
+	if q.srq != nil {
+		// It takes no more receives from its SRQ.
+		q.ctx.Event(driver.EventQPLastWQEReached, q.userCtx)
+	}
 	q.progress()
 }
 

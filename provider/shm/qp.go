@@ -189,6 +189,11 @@ func (q *qp) toErr() {
 	q.rnr.Stop()
 	q.flushRecv()
 	q.sq.Progress(q)
+	if q.srq != nil {
+		// Published in the error state, it takes no more receives from
+		// its SRQ.
+		q.ctx.Event(driver.EventQPLastWQEReached, q.userCtx)
+	}
 }
 
 // flushRecv completes every posted receive with WCWRFlushErr, claiming

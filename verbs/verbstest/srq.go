@@ -3,6 +3,7 @@ package verbstest
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -166,5 +167,76 @@ func testSRQOtherPD(t *testing.T, h Harness) {
 	}
 	if err := srq.Destroy(); err != nil {
 		t.Fatalf("destroying the SRQ once its QP is gone: %v", err)
+	}
+}
+
+// testSRQLastWQE: a QP that takes its receives from an SRQ raises
+// EventQPLastWQEReached, once, when it moves to the error state (it will
+// take no more receives from the SRQ, so the application may destroy it);
+// a QP with receives of its own raises none.
+func testSRQLastWQE(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapSRQ, "CapSRQ")
+	ctx, err := verbs.Open(h.Device)
+	if err != nil {
+		t.Fatalf("open %s: %v", h.Device, err)
+	}
+	defer ctx.Close()
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := ctx.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srq, err := pd.CreateSRQ(verbs.SRQInitAttr{MaxWR: 4, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onSRQ, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, SRQ: srq, Cap: verbs.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer onSRQ.Destroy()
+	own, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxSendSGE: 1, MaxRecvWR: 4, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Destroy()
+	for _, q := range []*verbs.QP{own, onSRQ} {
+		if err := q.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState); err != nil {
+			t.Fatalf("move QP %d to the error state: %v", q.Num(), err)
+		}
+	}
+	got := 0
+	for deadline := time.After(timeout); got == 0; {
+		select {
+		case ev := <-ctx.Events():
+			if ev.Type != verbs.EventQPLastWQEReached {
+				continue
+			}
+			if ev.Element != onSRQ {
+				t.Fatalf("EventQPLastWQEReached for %v, want the QP on the SRQ (%d)", ev.Element, onSRQ.Num())
+			}
+			got++
+		case <-deadline:
+			t.Fatal("no EventQPLastWQEReached for a QP on an SRQ moved to the error state")
+		}
+	}
+	// Once: moving it to the error state again, or the other QP's move,
+	// raises no other.
+	if err := onSRQ.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.After(shortWait); ; {
+		select {
+		case ev := <-ctx.Events():
+			if ev.Type == verbs.EventQPLastWQEReached {
+				t.Fatalf("a second EventQPLastWQEReached, for %v", ev.Element)
+			}
+			continue
+		case <-deadline:
+		}
+		break
 	}
 }

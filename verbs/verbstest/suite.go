@@ -85,6 +85,7 @@ var suite = []testCase{
 	{"SRQ/SharedByQPs", testSRQShared},
 	{"SRQ/LimitEvent", testSRQLimit},
 	{"SRQ/OtherPD", testSRQOtherPD},
+	{"SRQ/LastWQEReached", testSRQLastWQE},
 
 	{"DataPath/ZeroAlloc", testZeroAlloc},
 
