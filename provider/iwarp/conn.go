@@ -542,7 +542,6 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 		finish = c.irqHead == c.irqTail
 	} else if !c.term && q.drainingSQ() && !midResponse {
 		q.sq.Progress(q)
-		q.sqDrained()
 		if q.responsesOwed() {
 			// Progress stopped between two messages for the responses
 			// owed (Stalled): they go out now, and the round after this
@@ -558,7 +557,8 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 			return false, true
 		}
 		q.completeInOrder()
-		if !q.req.cur.active && q.req.needConfirm(int(q.cap.MaxSendWR), c.confirmDue.Load()) && q.req.addConfirm(b) {
+		// A QP draining its send queue (SQD) asks at once.
+		if !q.req.cur.active && q.req.needConfirm(int(q.cap.MaxSendWR), c.confirmDue.Load() || q.sqdPending) && q.req.addConfirm(b) {
 			c.confirmDue.Store(false)
 		}
 		if q.req.unconfirmed() {

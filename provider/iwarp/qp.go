@@ -121,9 +121,14 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 		q.kick()
 	case driver.QPSSQD:
 		if prev == driver.QPSRTS {
-			// Drained once the message under way, if any, is out.
+			// Drained once the message under way, if any, is out and
+			// what was executed has completed: the transmitter asks the
+			// peer to confirm it at once (needConfirm).
 			q.sqdPending = true
 			q.sqDrained()
+			if q.sqdPending {
+				q.kick()
+			}
 		}
 	case driver.QPSErr:
 		q.attr.State = prev

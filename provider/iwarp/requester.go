@@ -149,10 +149,13 @@ func (q *qp) drainingSQ() bool {
 	return q.c != nil && (q.attr.State == driver.QPSRTS || q.attr.State == driver.QPSSQD)
 }
 
-// sqDrained raises EventSQDrained once a QP moved to SQD has finished the
-// message it was in. q.mu is held.
+// sqDrained raises EventSQDrained once a QP moved to SQD has drained its
+// send queue, as IB defines it: the message it was in is out, and every
+// WR executed has completed (its response came, or the peer confirmed
+// it). q.mu is held.
 func (q *qp) sqDrained() {
-	if q.sqdPending && !q.req.cur.active {
+	r := &q.req
+	if q.sqdPending && q.attr.State == driver.QPSSQD && !r.cur.active && r.doneSeq == r.execSeq {
 		q.sqdPending = false
 		q.ctx.Event(driver.EventSQDrained, q.userCtx)
 	}
@@ -539,6 +542,7 @@ func (q *qp) completeInOrder() {
 			q.Complete(seq, driver.WorkCompletion{WRID: t.wrid, Status: driver.WCSuccess, Opcode: t.op, ByteLen: t.byteLen})
 		}
 	}
+	q.sqDrained()
 }
 
 // flush completes every executed WR not yet completed, as the move to
