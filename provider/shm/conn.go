@@ -111,6 +111,10 @@ type conn struct {
 	// given by whoever sees first that no WR is under way (answerRevoke).
 	revokeWant atomic.Uint32
 	ended      atomic.Bool // done is closed
+	// fenceMu guards fenceClosed, set once close has begun, after which
+	// lastWQE starts no goroutine (close waits for those in wg).
+	fenceMu     sync.Mutex
+	fenceClosed bool
 	// The requester's scratch space, guarded by q.mu: a Send's receive
 	// and its resolved buffers (kept here, not zeroed on the stack for
 	// every WR), and the resolved keys.
@@ -215,6 +219,28 @@ func (c *conn) revokePeer() {
 			return
 		}
 	}
+}
+
+// lastWQE raises EventQPLastWQEReached for the QP, on an SRQ, that has
+// moved to the error state, once the peer has confirmed that none of its
+// WRs is under way (revokePeer): a Send that took a receive of the SRQ
+// before the state was published goes on placing into it until then. A
+// connection that never started, or is closing, raises it at once.
+// q.mu is held.
+func (c *conn) lastWQE() {
+	c.fenceMu.Lock()
+	defer c.fenceMu.Unlock()
+	q := c.q
+	if !c.started.Load() || c.fenceClosed {
+		q.ctx.Event(driver.EventQPLastWQEReached, q.userCtx)
+		return
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.revokePeer()
+		q.ctx.Event(driver.EventQPLastWQEReached, q.userCtx)
+	}()
 }
 
 // ctrlWriteTimeout bounds a control message's write: a peer that has
@@ -653,6 +679,9 @@ func (c *conn) procCopy(b []byte, addr uint64, out bool) bool {
 // q.mu must not be held.
 func (c *conn) close() {
 	c.closing.Do(func() {
+		c.fenceMu.Lock()
+		c.fenceClosed = true
+		c.fenceMu.Unlock()
 		// The QP's state, published before (Destroy, Reset, the move to
 		// the error state), refuses the peer's next WRs; the peer
 		// confirms that none of its WRs is still under way before the

@@ -191,8 +191,12 @@ func (q *qp) toErr() {
 	q.sq.Progress(q)
 	if q.srq != nil {
 		// Published in the error state, it takes no more receives from
-		// its SRQ.
-		q.ctx.Event(driver.EventQPLastWQEReached, q.userCtx)
+		// its SRQ once the peer's WR under way, if any, is done.
+		if q.conn != nil {
+			q.conn.lastWQE()
+		} else {
+			q.ctx.Event(driver.EventQPLastWQEReached, q.userCtx)
+		}
 	}
 }
 
