@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/verbstest"
 )
@@ -160,5 +161,62 @@ func TestSQDrainedAfterWriteConfirmed(t *testing.T) {
 	if n == 0 {
 		wb := b.wait(t, 1)
 		t.Fatalf("EventSQDrained before the Write in progress completed (its last byte at A: %v); completion after: %+v", last, wb[0])
+	}
+}
+
+// TestSQDKeepsUnbuiltWR: a WR none of whose frames fitted the batch when
+// the QP moved to SQD has not begun, and waits for the move back to RTS.
+// (Found by review, 2 December: it went out in SQD.)
+func TestSQDKeepsUnbuiltWR(t *testing.T) {
+	const p = 100
+	defer iwarp.SetMaxPayload(p)()
+	a, b, _, _ := connectPair(t, 1<<20, nil, nil)
+	mem := b.mr.Bytes()
+	for i := range 128 * p {
+		mem[i] = 0xab
+	}
+	copy(mem[200000:], []byte{1, 2, 3, 4, 5, 6, 7, 8})
+	round, release := iwarp.HoldTx(b.qp.Driver())
+	// WR 1: exactly 128 frames, a whole batch. WR 2: 8 bytes.
+	if _, err := b.qp.PostSend([]verbs.SendWR{
+		{WRID: 1, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{b.mr.SGE(0, 128*p)}, RemoteAddr: a.mr.Addr(), RKey: a.mr.RKey()},
+		{WRID: 2, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{b.mr.SGE(200000, 8)}, RemoteAddr: a.mr.Addr() + 200000, RKey: a.mr.RKey()},
+	}); err != nil {
+		release()
+		t.Fatal(err)
+	}
+	round() // WR 1's 128 frames; WR 2 does not fit
+	if err := b.qp.Modify(&verbs.QPAttr{State: verbs.QPSSQD}, verbs.QPAttrState); err != nil {
+		release()
+		t.Fatal(err)
+	}
+	release()
+	// Drained once WR 1 is confirmed: WR 2, had it gone, would have
+	// gone before the confirming Read, and be at A by now.
+	select {
+	case ev := <-b.ctx.Events():
+		if ev.Type != verbs.EventSQDrained {
+			t.Fatalf("B's event: %v", ev.Type)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no EventSQDrained")
+	}
+	if wb := b.wait(t, 1); wb[0].WRID != 1 || wb[0].Status != verbs.WCSuccess {
+		t.Fatalf("WR 1: %+v", wb[0])
+	}
+	got := a.mr.Bytes()
+	if got[128*p-1] != 0xab {
+		t.Fatal("WR 1 completed and its last byte is not at A")
+	}
+	if got[200000] != 0 {
+		t.Fatalf("WR 2, none of which was built when the QP moved to SQD, went out in SQD (A has %v)", got[200000:200008])
+	}
+	if err := b.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS}, verbs.QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	if wb := b.wait(t, 1); wb[0].WRID != 2 || wb[0].Status != verbs.WCSuccess {
+		t.Fatalf("WR 2 after the move back to RTS: %+v", wb[0])
 	}
 }

@@ -98,3 +98,12 @@ func AbortWithSocketCallHeld(q driver.QP) (fd int, aborted <-chan struct{}, end 
 	c.kickRx()
 	return c.sk.fd, done, c.sk.exit, true
 }
+
+// HoldTx takes the transmitter of q's connection (its txMu) until
+// release; round runs one non-blocking transmit round meanwhile, so that
+// a test decides what one batch holds.
+func HoldTx(q driver.QP) (round func() (more, stop bool), release func()) {
+	c := q.(*qp).live.Load()
+	c.txMu.Lock()
+	return func() (bool, bool) { return c.txRound(true) }, func() { c.txMu.Unlock(); c.wakeTx() }
+}

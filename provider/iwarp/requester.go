@@ -83,6 +83,10 @@ type txCursor struct {
 	msgOut bool   // the data message of a Write with immediate is out
 }
 
+// begun reports whether a frame of the WR at the cursor is built: its
+// message is under way, and goes out whole before anything else.
+func (c txCursor) begun() bool { return c.active && (c.off > 0 || c.immOut || c.msgOut) }
+
 // requester is the requester state of a QP.
 type requester struct {
 	track      []wrTrack // by slot modulo the send queue depth
@@ -136,7 +140,7 @@ func (r *requester) orqLen() int { return int(r.orqTail - r.orqHead) }
 // interleaves two), so while that message's WR is under way the send
 // queue goes on as in RTS; it starts no other WR. q.mu is held.
 func (q *qp) State() driver.QPState {
-	if q.attr.State == driver.QPSSQD && q.req.cur.active && q.c != nil {
+	if q.attr.State == driver.QPSSQD && q.req.cur.begun() && q.c != nil {
 		return driver.QPSRTS
 	}
 	return q.attr.State
@@ -230,73 +234,16 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 		*t = wrTrack{wrid: wr.WRID, op: wr.Opcode.CompletionOpcode(), signaled: s.Signaled}
 	}
 	t := r.slot(r.execSeq)
-	switch wr.Opcode {
-	case driver.OpSend, driver.OpSendWithImm, driver.OpSendWithInv:
-		if wr.Opcode == driver.OpSendWithImm && !r.cur.immOut {
-			if !b.room(wire.ImmDataLen, 0) {
-				return swq.RNRWait, 0
-			}
-			r.msn[wire.QNSend]++
-			wire.ImmData(b.header(wire.ImmDataLen)).Set(wr.Flags&driver.SendSolicited != 0, r.msn[wire.QNSend], wr.Imm, wire.ImmWithSend)
-			b.endFrame(nil, 0, 0)
-			t.untagged, t.qn, t.msn0 = true, wire.QNSend, r.msn[wire.QNSend]
-			r.cur.immOut = true
+	if built, fail := q.buildWR(b, wr, t, length); fail != driver.WCSuccess {
+		return q.failWR(s, fail)
+	} else if !built {
+		if !r.cur.begun() {
+			// The batch filled before any frame of it: it has not
+			// begun (a move to SQD now keeps it from going out), and
+			// the next look starts it anew.
+			r.cur = txCursor{}
 		}
-		if !q.sendMessage(b, wr, t, length) {
-			return swq.RNRWait, 0
-		}
-	case driver.OpRDMAWrite, driver.OpRDMAWriteWithImm:
-		if !r.cur.msgOut {
-			if !q.writeMessage(b, wr, t, length) {
-				return swq.RNRWait, 0
-			}
-			r.cur.msgOut = true
-		}
-		if wr.Opcode == driver.OpRDMAWriteWithImm {
-			if !b.room(wire.ImmDataLen, 0) {
-				return swq.RNRWait, 0
-			}
-			r.msn[wire.QNSend]++
-			wire.ImmData(b.header(wire.ImmDataLen)).Set(wr.Flags&driver.SendSolicited != 0, r.msn[wire.QNSend], wr.Imm, 0)
-			b.endFrame(nil, 0, 0)
-			t.untagged, t.qn, t.msn0, t.msn1 = true, wire.QNSend, r.msn[wire.QNSend], r.msn[wire.QNSend]
-		}
-	case driver.OpRDMARead:
-		if !b.room(wire.ReadRequestLen, 0) {
-			return swq.RNRWait, 0
-		}
-		e := r.pushORQ(orqRead)
-		e.size = uint32(length)
-		e.sinkSTag, e.sinkTO = 0, 0
-		if len(wr.SGList) > 0 {
-			e.sinkSTag, e.sinkTO = wr.SGList[0].LKey, wr.SGList[0].Addr
-		}
-		e.setSink(r)
-		r.msn[wire.QNRead]++
-		wire.ReadRequest(b.header(wire.ReadRequestLen)).Set(r.msn[wire.QNRead], e.sinkSTag, e.sinkTO, e.size, wr.RKey, wr.RemoteAddr)
-		b.endFrame(nil, 0, 0)
-		t.response, t.byteLen = true, uint32(length)
-		t.untagged, t.qn, t.msn0, t.msn1 = true, wire.QNRead, r.msn[wire.QNRead], r.msn[wire.QNRead]
-	case driver.OpAtomicCmpAndSwp, driver.OpAtomicFetchAndAdd:
-		if !b.room(wire.AtomicReqLen, 0) {
-			return swq.RNRWait, 0
-		}
-		e := r.pushORQ(orqAtomic)
-		e.setSink(r)
-		r.atomicID++
-		e.id = r.atomicID
-		r.msn[wire.QNAtomic]++
-		a := wire.AtomicRequest(b.header(wire.AtomicReqLen))
-		if wr.Opcode == driver.OpAtomicFetchAndAdd {
-			a.Set(r.msn[wire.QNAtomic], wire.AtomicFetchAdd, e.id, wr.RKey, wr.RemoteAddr, wr.CompareAdd, 0, 0, 0)
-		} else {
-			a.Set(r.msn[wire.QNAtomic], wire.AtomicCmpSwap, e.id, wr.RKey, wr.RemoteAddr, wr.Swap, ^uint64(0), wr.CompareAdd, ^uint64(0))
-		}
-		b.endFrame(nil, 0, 0)
-		t.response, t.byteLen = true, 8
-		t.untagged, t.qn, t.msn0, t.msn1 = true, wire.QNAtomic, r.msn[wire.QNAtomic], r.msn[wire.QNAtomic]
-	default:
-		return q.failWR(s, driver.WCLocQPOpErr)
+		return swq.RNRWait, 0
 	}
 	// The WR's frames are all built.
 	r.cur = txCursor{}
@@ -317,6 +264,82 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 		}
 	}
 	return swq.Pending, 0
+}
+
+// buildWR builds the frames of wr (length bytes of r.local) into b,
+// continuing from the cursor: built once all are; fail is the status of
+// a WR that cannot be built (an opcode the transport lacks).
+func (q *qp) buildWR(b *txBatch, wr *driver.SendWR, t *wrTrack, length uint64) (built bool, fail driver.WCStatus) {
+	r := &q.req
+	switch wr.Opcode {
+	case driver.OpSend, driver.OpSendWithImm, driver.OpSendWithInv:
+		if wr.Opcode == driver.OpSendWithImm && !r.cur.immOut {
+			if !b.room(wire.ImmDataLen, 0) {
+				return false, driver.WCSuccess
+			}
+			r.msn[wire.QNSend]++
+			wire.ImmData(b.header(wire.ImmDataLen)).Set(wr.Flags&driver.SendSolicited != 0, r.msn[wire.QNSend], wr.Imm, wire.ImmWithSend)
+			b.endFrame(nil, 0, 0)
+			t.untagged, t.qn, t.msn0 = true, wire.QNSend, r.msn[wire.QNSend]
+			r.cur.immOut = true
+		}
+		if !q.sendMessage(b, wr, t, length) {
+			return false, driver.WCSuccess
+		}
+	case driver.OpRDMAWrite, driver.OpRDMAWriteWithImm:
+		if !r.cur.msgOut {
+			if !q.writeMessage(b, wr, t, length) {
+				return false, driver.WCSuccess
+			}
+			r.cur.msgOut = true
+		}
+		if wr.Opcode == driver.OpRDMAWriteWithImm {
+			if !b.room(wire.ImmDataLen, 0) {
+				return false, driver.WCSuccess
+			}
+			r.msn[wire.QNSend]++
+			wire.ImmData(b.header(wire.ImmDataLen)).Set(wr.Flags&driver.SendSolicited != 0, r.msn[wire.QNSend], wr.Imm, 0)
+			b.endFrame(nil, 0, 0)
+			t.untagged, t.qn, t.msn0, t.msn1 = true, wire.QNSend, r.msn[wire.QNSend], r.msn[wire.QNSend]
+		}
+	case driver.OpRDMARead:
+		if !b.room(wire.ReadRequestLen, 0) {
+			return false, driver.WCSuccess
+		}
+		e := r.pushORQ(orqRead)
+		e.size = uint32(length)
+		e.sinkSTag, e.sinkTO = 0, 0
+		if len(wr.SGList) > 0 {
+			e.sinkSTag, e.sinkTO = wr.SGList[0].LKey, wr.SGList[0].Addr
+		}
+		e.setSink(r)
+		r.msn[wire.QNRead]++
+		wire.ReadRequest(b.header(wire.ReadRequestLen)).Set(r.msn[wire.QNRead], e.sinkSTag, e.sinkTO, e.size, wr.RKey, wr.RemoteAddr)
+		b.endFrame(nil, 0, 0)
+		t.response, t.byteLen = true, uint32(length)
+		t.untagged, t.qn, t.msn0, t.msn1 = true, wire.QNRead, r.msn[wire.QNRead], r.msn[wire.QNRead]
+	case driver.OpAtomicCmpAndSwp, driver.OpAtomicFetchAndAdd:
+		if !b.room(wire.AtomicReqLen, 0) {
+			return false, driver.WCSuccess
+		}
+		e := r.pushORQ(orqAtomic)
+		e.setSink(r)
+		r.atomicID++
+		e.id = r.atomicID
+		r.msn[wire.QNAtomic]++
+		a := wire.AtomicRequest(b.header(wire.AtomicReqLen))
+		if wr.Opcode == driver.OpAtomicFetchAndAdd {
+			a.Set(r.msn[wire.QNAtomic], wire.AtomicFetchAdd, e.id, wr.RKey, wr.RemoteAddr, wr.CompareAdd, 0, 0, 0)
+		} else {
+			a.Set(r.msn[wire.QNAtomic], wire.AtomicCmpSwap, e.id, wr.RKey, wr.RemoteAddr, wr.Swap, ^uint64(0), wr.CompareAdd, ^uint64(0))
+		}
+		b.endFrame(nil, 0, 0)
+		t.response, t.byteLen = true, 8
+		t.untagged, t.qn, t.msn0, t.msn1 = true, wire.QNAtomic, r.msn[wire.QNAtomic], r.msn[wire.QNAtomic]
+	default:
+		return false, driver.WCLocQPOpErr
+	}
+	return true, driver.WCSuccess
 }
 
 // resolveLocal maps the slot's local SG list (or inline payload) into
