@@ -1,6 +1,8 @@
 package verbstest
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -238,5 +240,105 @@ func testSRQLastWQE(t *testing.T, h Harness) {
 		case <-deadline:
 		}
 		break
+	}
+}
+
+// testSRQLastWQEAfterPlacement: B's QP, on an SRQ, moves to the error
+// state while A's large Send is being placed into the SRQ receive it
+// took. By the time EventQPLastWQEReached comes, that receive has
+// completed (with success or flushed) and nothing more lands in its
+// buffer: the event tells the application the QP takes nothing more
+// from the SRQ. Both ends live in the test's process, where B's events
+// can be read, so the case runs in the harnesses without a remote B
+// (each provider's in-process one); the Send is posted from a goroutine,
+// since a provider may copy it within PostSend.
+func testSRQLastWQEAfterPlacement(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapSRQ, "CapSRQ")
+	if h.Remote != nil {
+		t.Skip("both ends must be in this process, and the harness's address is for a remote B")
+	}
+	const size = 32 << 20
+	open := func() (*verbs.Context, *verbs.PD, *verbs.CQ, *verbs.MR) {
+		ctx, err := verbs.Open(h.Device)
+		if err != nil {
+			t.Fatalf("open %s: %v", h.Device, err)
+		}
+		t.Cleanup(func() { ctx.Close() })
+		pd, err := ctx.AllocPD()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cq, err := ctx.CreateCQ(16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mr, err := pd.AllocMR(size, localRW)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ctx, pd, cq, mr
+	}
+	_, apd, acq, amr := open()
+	bctx, bpd, bcq, bmr := open()
+	srq, err := bpd.CreateSRQ(verbs.SRQInitAttr{MaxWR: 4, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aqp, err := apd.CreateQP(verbs.QPInitAttr{SendCQ: acq, RecvCQ: acq, Cap: verbs.QPCap{MaxSendWR: 4, MaxSendSGE: 1, MaxRecvWR: 4, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bqp, err := bpd.CreateQP(verbs.QPInitAttr{SendCQ: bcq, RecvCQ: bcq, SRQ: srq, Cap: verbs.QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	Connect(t, h.Addr(t), bqp, aqp)
+	if _, err := srq.PostRecv([]verbs.RecvWR{recvWR(7, bmr.SGE(0, size))}); err != nil {
+		t.Fatal(err)
+	}
+	src := amr.Bytes()
+	for i := range src {
+		src[i] = 0xab
+	}
+	sent := make(chan error, 1)
+	go func() {
+		_, err := aqp.PostSend([]verbs.SendWR{sendWR(1, amr.SGE(0, size))})
+		sent <- err
+	}()
+	dst := bmr.Bytes()
+	for deadline := time.Now().Add(timeout); dst[4096] != 0xab; bcq.Poll(nil) {
+		if time.Now().After(deadline) {
+			t.Fatal("A's Send did not begin to land in B's SRQ receive")
+		}
+	}
+	if err := bqp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.After(timeout); ; {
+		select {
+		case ev := <-bctx.Events():
+			if ev.Type != verbs.EventQPLastWQEReached {
+				continue
+			}
+		case <-deadline:
+			t.Fatal("no EventQPLastWQEReached")
+		}
+		break
+	}
+	wc := make([]verbs.WorkCompletion, 4)
+	if n := bcq.Poll(wc); n != 1 || wc[0].WRID != 7 || wc[0].Opcode != verbs.WCRecv {
+		t.Fatalf("at EventQPLastWQEReached, B's CQ held %d completions (%v), want the SRQ receive's", n, wc[:n])
+	}
+	snap := append([]byte(nil), dst...)
+	if err := <-sent; err != nil {
+		t.Fatalf("A's PostSend: %v", err)
+	}
+	quiet, cancel := context.WithTimeout(context.Background(), shortWait)
+	defer cancel()
+	if n, _ := bcq.Wait(quiet, wc); n != 0 {
+		t.Fatalf("a completion after EventQPLastWQEReached: %v", wc[:n])
+	}
+	if !bytes.Equal(snap, dst) {
+		t.Fatal("bytes landed in the SRQ receive's buffer after EventQPLastWQEReached")
 	}
 }

@@ -86,6 +86,7 @@ var suite = []testCase{
 	{"SRQ/LimitEvent", testSRQLimit},
 	{"SRQ/OtherPD", testSRQOtherPD},
 	{"SRQ/LastWQEReached", testSRQLastWQE},
+	{"SRQ/LastWQEAfterPlacement", testSRQLastWQEAfterPlacement},
 
 	{"DataPath/ZeroAlloc", testZeroAlloc},
 
