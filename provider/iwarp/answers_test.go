@@ -112,14 +112,7 @@ func TestSQDFinishesMessage(t *testing.T) {
 	if got[big-1] != 0xab {
 		t.Fatal("B's Write completed and its last byte is not at A")
 	}
-	select {
-	case ev := <-b.ctx.Events():
-		if ev.Type != verbs.EventSQDrained {
-			t.Fatalf("B's event: %v, want EventSQDrained", ev.Type)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no EventSQDrained")
-	}
+	expectEvent(t, b.ctx, verbs.EventSQDrained)
 	// Write 2, posted in SQD, has not gone: Write 1's confirmation came
 	// back behind where it would have been in the stream.
 	if got[size-8] != 0 {

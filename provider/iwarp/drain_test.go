@@ -40,14 +40,7 @@ func TestSQDrainedAfterCompletion(t *testing.T) {
 			if err := b.qp.Modify(&verbs.QPAttr{State: verbs.QPSSQD}, verbs.QPAttrState); err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case ev := <-b.ctx.Events():
-				if ev.Type != verbs.EventSQDrained {
-					t.Fatalf("B's event: %v", ev.Type)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("no EventSQDrained")
-			}
+			expectEvent(t, b.ctx, verbs.EventSQDrained)
 			wc := make([]verbs.WorkCompletion, 4)
 			if n := b.cq.Poll(wc); n == 0 {
 				last := got[size-1] == 0xab
@@ -89,14 +82,7 @@ func TestSQDKeepsUnbuiltWR(t *testing.T) {
 	release()
 	// Drained once WR 1 is confirmed: WR 2, had it gone, would have
 	// gone before the confirming Read, and be at A by now.
-	select {
-	case ev := <-b.ctx.Events():
-		if ev.Type != verbs.EventSQDrained {
-			t.Fatalf("B's event: %v", ev.Type)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no EventSQDrained")
-	}
+	expectEvent(t, b.ctx, verbs.EventSQDrained)
 	if wb := b.wait(t, 1); wb[0].WRID != 1 || wb[0].Status != verbs.WCSuccess {
 		t.Fatalf("WR 1: %+v", wb[0])
 	}
@@ -112,5 +98,19 @@ func TestSQDKeepsUnbuiltWR(t *testing.T) {
 	}
 	if wb := b.wait(t, 1); wb[0].WRID != 2 || wb[0].Status != verbs.WCSuccess {
 		t.Fatalf("WR 2 after the move back to RTS: %+v", wb[0])
+	}
+}
+
+// expectEvent waits up to 10 s for ctx's next asynchronous event and
+// fails unless it is of type typ.
+func expectEvent(t *testing.T, ctx *verbs.Context, typ verbs.EventType) {
+	t.Helper()
+	select {
+	case ev := <-ctx.Events():
+		if ev.Type != typ {
+			t.Fatalf("event %v, want %v", ev.Type, typ)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %v", typ)
 	}
 }

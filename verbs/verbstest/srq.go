@@ -122,6 +122,26 @@ func testSRQLimit(t *testing.T, h Harness) {
 	expectLimitEvent(false, "again without re-arming")
 }
 
+// openLocal opens device in the test's process with a PD and a CQ of 16
+// entries; the context closes when the test ends.
+func openLocal(t *testing.T, device string) (*verbs.Context, *verbs.PD, *verbs.CQ) {
+	t.Helper()
+	ctx, err := verbs.Open(device)
+	if err != nil {
+		t.Fatalf("open %s: %v", device, err)
+	}
+	t.Cleanup(func() { ctx.Close() })
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := ctx.CreateCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, pd, cq
+}
+
 // testSRQOtherPD: a QP cannot draw its receives from an SRQ of another
 // PD (a PD's objects are used only with each other: a Send is placed
 // only into memory of the receiving QP's PD). CreateQP refuses it with
@@ -129,20 +149,8 @@ func testSRQLimit(t *testing.T, h Harness) {
 // once, and a QP of the SRQ's own PD gets the SRQ.
 func testSRQOtherPD(t *testing.T, h Harness) {
 	requireCap(t, h, verbs.CapSRQ, "CapSRQ")
-	ctx, err := verbs.Open(h.Device)
-	if err != nil {
-		t.Fatalf("open %s: %v", h.Device, err)
-	}
-	defer ctx.Close()
-	pd1, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, pd1, cq := openLocal(t, h.Device)
 	pd2, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := ctx.CreateCQ(16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,19 +186,7 @@ func testSRQOtherPD(t *testing.T, h Harness) {
 // a QP with receives of its own raises none.
 func testSRQLastWQE(t *testing.T, h Harness) {
 	requireCap(t, h, verbs.CapSRQ, "CapSRQ")
-	ctx, err := verbs.Open(h.Device)
-	if err != nil {
-		t.Fatalf("open %s: %v", h.Device, err)
-	}
-	defer ctx.Close()
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := ctx.CreateCQ(16)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, pd, cq := openLocal(t, h.Device)
 	srq, err := pd.CreateSRQ(verbs.SRQInitAttr{MaxWR: 4, MaxSGE: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -259,19 +255,7 @@ func testSRQLastWQEAfterPlacement(t *testing.T, h Harness) {
 	}
 	const size = 32 << 20
 	open := func() (*verbs.Context, *verbs.PD, *verbs.CQ, *verbs.MR) {
-		ctx, err := verbs.Open(h.Device)
-		if err != nil {
-			t.Fatalf("open %s: %v", h.Device, err)
-		}
-		t.Cleanup(func() { ctx.Close() })
-		pd, err := ctx.AllocPD()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cq, err := ctx.CreateCQ(16)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ctx, pd, cq := openLocal(t, h.Device)
 		mr, err := pd.AllocMR(size, localRW)
 		if err != nil {
 			t.Fatal(err)
