@@ -225,8 +225,9 @@ func (c *conn) revokePeer() {
 // moved to the error state, once the peer has confirmed that none of its
 // WRs is under way (revokePeer): a Send that took a receive of the SRQ
 // before the state was published goes on placing into it until then. A
-// connection that never started, or is closing, raises it at once.
-// q.mu is held.
+// connection that never started, or is closing, raises it at once. One
+// that the QP has left meanwhile (Reset, Destroy) raises nothing. q.mu is
+// held.
 func (c *conn) lastWQE() {
 	c.fenceMu.Lock()
 	defer c.fenceMu.Unlock()
@@ -235,11 +236,17 @@ func (c *conn) lastWQE() {
 		q.ctx.Event(driver.EventQPLastWQEReached, q.userCtx)
 		return
 	}
+	gen := q.hdr.gen.Load()
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		c.revokePeer()
-		q.ctx.Event(driver.EventQPLastWQEReached, q.userCtx)
+		q.mu.Lock()
+		still := !q.destroyed && q.attr.State == driver.QPSErr && q.hdr.gen.Load() == gen
+		q.mu.Unlock()
+		if still {
+			q.ctx.Event(driver.EventQPLastWQEReached, q.userCtx)
+		}
 	}()
 }
 

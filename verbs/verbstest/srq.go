@@ -239,16 +239,25 @@ func testSRQLastWQE(t *testing.T, h Harness) {
 	}
 }
 
-// testSRQLastWQEAfterPlacement: B's QP, on an SRQ, moves to the error
-// state while A's large Send is being placed into the SRQ receive it
-// took. By the time EventQPLastWQEReached comes, that receive has
-// completed (with success or flushed) and nothing more lands in its
-// buffer: the event tells the application the QP takes nothing more
-// from the SRQ. Both ends live in the test's process, where B's events
-// can be read, so the case runs in the harnesses without a remote B
-// (each provider's in-process one); the Send is posted from a goroutine,
-// since a provider may copy it within PostSend.
-func testSRQLastWQEAfterPlacement(t *testing.T, h Harness) {
+// srqPlacement is B's side of a large Send from A being placed into the
+// receive B's QP took from its SRQ (startSRQPlacement).
+type srqPlacement struct {
+	ctx  *verbs.Context
+	qp   *verbs.QP
+	cq   *verbs.CQ
+	dst  []byte     // the receive's buffer
+	sent chan error // A's PostSend's result
+}
+
+// startSRQPlacement connects A to B, whose QP takes its receives from an
+// SRQ holding one receive (WRID 7) of 32 MiB, and has A send 32 MiB into
+// it; it returns once the first bytes have landed. Both ends live in the
+// test's process, where B's events can be read, so the cases that use it
+// run in the harnesses without a remote B (each provider's in-process
+// one). The Send is posted from a goroutine, since a provider may copy it
+// within PostSend.
+func startSRQPlacement(t *testing.T, h Harness) *srqPlacement {
+	t.Helper()
 	requireCap(t, h, verbs.CapSRQ, "CapSRQ")
 	if h.Remote != nil {
 		t.Skip("both ends must be in this process, and the harness's address is for a remote B")
@@ -284,23 +293,33 @@ func testSRQLastWQEAfterPlacement(t *testing.T, h Harness) {
 	for i := range src {
 		src[i] = 0xab
 	}
-	sent := make(chan error, 1)
+	p := &srqPlacement{ctx: bctx, qp: bqp, cq: bcq, dst: bmr.Bytes(), sent: make(chan error, 1)}
 	go func() {
 		_, err := aqp.PostSend([]verbs.SendWR{sendWR(1, amr.SGE(0, size))})
-		sent <- err
+		p.sent <- err
 	}()
-	dst := bmr.Bytes()
-	for deadline := time.Now().Add(timeout); dst[4096] != 0xab; bcq.Poll(nil) {
+	for deadline := time.Now().Add(timeout); p.dst[4096] != 0xab; bcq.Poll(nil) {
 		if time.Now().After(deadline) {
 			t.Fatal("A's Send did not begin to land in B's SRQ receive")
 		}
 	}
-	if err := bqp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState); err != nil {
+	return p
+}
+
+// testSRQLastWQEAfterPlacement: B's QP, on an SRQ, moves to the error
+// state while A's large Send is being placed into the SRQ receive it
+// took. By the time EventQPLastWQEReached comes, that receive has
+// completed (with success or flushed) and nothing more lands in its
+// buffer: the event tells the application the QP takes nothing more
+// from the SRQ.
+func testSRQLastWQEAfterPlacement(t *testing.T, h Harness) {
+	p := startSRQPlacement(t, h)
+	if err := p.qp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.After(timeout); ; {
 		select {
-		case ev := <-bctx.Events():
+		case ev := <-p.ctx.Events():
 			if ev.Type != verbs.EventQPLastWQEReached {
 				continue
 			}
@@ -310,19 +329,49 @@ func testSRQLastWQEAfterPlacement(t *testing.T, h Harness) {
 		break
 	}
 	wc := make([]verbs.WorkCompletion, 4)
-	if n := bcq.Poll(wc); n != 1 || wc[0].WRID != 7 || wc[0].Opcode != verbs.WCRecv {
+	if n := p.cq.Poll(wc); n != 1 || wc[0].WRID != 7 || wc[0].Opcode != verbs.WCRecv {
 		t.Fatalf("at EventQPLastWQEReached, B's CQ held %d completions (%v), want the SRQ receive's", n, wc[:n])
 	}
-	snap := append([]byte(nil), dst...)
-	if err := <-sent; err != nil {
+	snap := append([]byte(nil), p.dst...)
+	if err := <-p.sent; err != nil {
 		t.Fatalf("A's PostSend: %v", err)
 	}
 	quiet, cancel := context.WithTimeout(context.Background(), shortWait)
 	defer cancel()
-	if n, _ := bcq.Wait(quiet, wc); n != 0 {
+	if n, _ := p.cq.Wait(quiet, wc); n != 0 {
 		t.Fatalf("a completion after EventQPLastWQEReached: %v", wc[:n])
 	}
-	if !bytes.Equal(snap, dst) {
+	if !bytes.Equal(snap, p.dst) {
 		t.Fatal("bytes landed in the SRQ receive's buffer after EventQPLastWQEReached")
+	}
+}
+
+// testSRQNoLastWQEAfterReset: as testSRQLastWQEAfterPlacement, but B's QP
+// moves on to Reset at once: EventQPLastWQEReached may come before Reset
+// returns, never after (the QP it would name is no longer in the error
+// state; it may be connected again).
+func testSRQNoLastWQEAfterReset(t *testing.T, h Harness) {
+	p := startSRQPlacement(t, h)
+	for _, st := range []verbs.QPState{verbs.QPSErr, verbs.QPSReset} {
+		if err := p.qp.Modify(&verbs.QPAttr{State: st}, verbs.QPAttrState); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for len(p.ctx.Events()) > 0 {
+		<-p.ctx.Events() // raised before Reset returned
+	}
+	if err := <-p.sent; err != nil {
+		t.Fatalf("A's PostSend: %v", err)
+	}
+	for deadline := time.After(shortWait); ; {
+		select {
+		case ev := <-p.ctx.Events():
+			if ev.Type == verbs.EventQPLastWQEReached {
+				t.Fatal("EventQPLastWQEReached after the QP had moved to Reset")
+			}
+			continue
+		case <-deadline:
+		}
+		break
 	}
 }

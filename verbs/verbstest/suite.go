@@ -87,6 +87,7 @@ var suite = []testCase{
 	{"SRQ/OtherPD", testSRQOtherPD},
 	{"SRQ/LastWQEReached", testSRQLastWQE},
 	{"SRQ/LastWQEAfterPlacement", testSRQLastWQEAfterPlacement},
+	{"SRQ/NoLastWQEAfterReset", testSRQNoLastWQEAfterReset},
 
 	{"DataPath/ZeroAlloc", testZeroAlloc},
 
