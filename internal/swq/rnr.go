@@ -51,6 +51,21 @@ func (r *RNR) Wait(rnrRetry uint8, d time.Duration) driver.WCStatus {
 // Engine's Stalled).
 func (r *RNR) Waiting() bool { return r.waiting }
 
+// Retrying reports whether the WR at the head of the queue has met
+// receiver-not-ready and not been answered since: it is under way.
+func (r *RNR) Retrying() bool { return r.retries > 0 }
+
+// ExecState is the state a queue executes in (the Engine's State) for a
+// QP in state st: a QP moved to SQD while the WR at the head retries
+// receiver-not-ready goes on retrying it, as a WR under way that the
+// drain waits for, and starts no other.
+func (r *RNR) ExecState(st driver.QPState) driver.QPState {
+	if st == driver.QPSSQD && r.Retrying() {
+		return driver.QPSRTS
+	}
+	return st
+}
+
 // Expired is called by Init's function, under the queue's lock: it reports
 // whether the pending retry is due, and ends the wait if so. A firing
 // that Stop came too late for finds nothing pending; one left over from

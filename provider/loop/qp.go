@@ -34,6 +34,9 @@ type qp struct {
 	rnr       swq.RNR
 	result    [8]byte // an atomic's result on its way to the local buffer
 	destroyed bool
+	// sqdPending: the QP moved to SQD while a Send retried
+	// receiver-not-ready, and EventSQDrained waits for it (sqDrained).
+	sqdPending bool
 }
 
 func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
@@ -93,6 +96,9 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	if err != nil {
 		return err
 	}
+	if q.attr.State != driver.QPSSQD {
+		q.sqdPending = false
+	}
 	switch q.attr.State {
 	case driver.QPSReset:
 		q.reset()
@@ -104,8 +110,10 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 		q.progress()
 	case driver.QPSSQD:
 		if prev == driver.QPSRTS {
-			// Execution is synchronous: nothing is in flight, the SQ is drained.
-			q.ctx.Event(driver.EventSQDrained, q.userCtx)
+			// Execution is synchronous: only a Send retrying
+			// receiver-not-ready can be under way (sqDrained).
+			q.sqdPending = true
+			q.sqDrained()
 		}
 	case driver.QPSErr:
 		q.attr.State = prev

@@ -15,8 +15,17 @@ func (q *qp) progress() {
 	}
 }
 
-// State implements swq.Engine.
-func (q *qp) State() driver.QPState { return q.attr.State }
+// State implements swq.Engine (see swq.RNR.ExecState).
+func (q *qp) State() driver.QPState { return q.rnr.ExecState(q.attr.State) }
+
+// sqDrained raises EventSQDrained once a QP moved to SQD has drained its
+// send queue: the WR retrying receiver-not-ready, if any, is done.
+func (q *qp) sqDrained() {
+	if q.sqdPending && q.attr.State == driver.QPSSQD && !q.rnr.Retrying() {
+		q.sqdPending = false
+		q.ctx.Event(driver.EventSQDrained, q.userCtx)
+	}
+}
 
 // Stalled implements swq.Engine: an RNR retry is pending.
 func (q *qp) Stalled() bool { return q.rnr.Waiting() }
@@ -86,5 +95,6 @@ func (q *qp) rnrExpired() {
 	defer fab.mu.Unlock()
 	if !q.destroyed && q.rnr.Expired() {
 		q.progress()
+		q.sqDrained()
 	}
 }

@@ -44,6 +44,9 @@ type qp struct {
 	result    [8]byte     // an atomic's result on its way to the local buffer
 	local     sglist.List // the local side of the WR being executed
 	destroyed bool
+	// sqdPending: the QP moved to SQD while a Send retried
+	// receiver-not-ready, and EventSQDrained waits for it (sqDrained).
+	sqdPending bool
 
 	// rqMu serialises the receive queue's producer (PostRecv) with its
 	// reset, and its flush waits for it, so that a receive posted while
@@ -133,6 +136,9 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	if err != nil {
 		return err
 	}
+	if q.attr.State != driver.QPSSQD {
+		q.sqdPending = false
+	}
 	switch q.attr.State {
 	case driver.QPSReset:
 		q.reset()
@@ -144,7 +150,10 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 		q.sq.Progress(q)
 	case driver.QPSSQD:
 		if prev == driver.QPSRTS {
-			q.ctx.Event(driver.EventSQDrained, q.userCtx)
+			// Execution is synchronous: only a Send retrying
+			// receiver-not-ready can be under way (sqDrained).
+			q.sqdPending = true
+			q.sqDrained()
 		}
 	case driver.QPSErr:
 		q.attr.State = prev

@@ -15,8 +15,17 @@ import (
 // reaching into the peer's memory through the segments it mapped. Every
 // value read from the peer's shared memory is checked before use.
 
-// State implements swq.Engine.
-func (q *qp) State() driver.QPState { return q.attr.State }
+// State implements swq.Engine (see swq.RNR.ExecState).
+func (q *qp) State() driver.QPState { return q.rnr.ExecState(q.attr.State) }
+
+// sqDrained raises EventSQDrained once a QP moved to SQD has drained its
+// send queue: the WR retrying receiver-not-ready, if any, is done.
+func (q *qp) sqDrained() {
+	if q.sqdPending && q.attr.State == driver.QPSSQD && !q.rnr.Retrying() {
+		q.sqdPending = false
+		q.ctx.Event(driver.EventSQDrained, q.userCtx)
+	}
+}
 
 // Stalled implements swq.Engine: an RNR retry is pending.
 func (q *qp) Stalled() bool { return q.rnr.Waiting() }
@@ -210,6 +219,7 @@ func (q *qp) rnrExpired() {
 	defer q.mu.Unlock()
 	if !q.destroyed && q.rnr.Expired() {
 		q.sq.Progress(q)
+		q.sqDrained()
 	}
 }
 

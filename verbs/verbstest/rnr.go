@@ -84,3 +84,39 @@ func testRNRRetryForever(t *testing.T, h Harness) {
 	expectRecvWC(t, waitOne(t, p.B, RecvCQ), 9, verbs.WCRecv, 16, p.B.QPNum(0), p.A.QPNum(0))
 	expectBytes(t, p.B, dst, 0, pattern(8, 16), "message delivered after RNR retries")
 }
+
+// testRNRDrain: a Send retrying receiver-not-ready when its QP moves to
+// SQD is under way: it goes on being retried, EventSQDrained waits until
+// it has completed, and a Send posted in SQD waits for the move back to
+// RTS.
+func testRNRDrain(t *testing.T, h Harness) {
+	p := rnrPair(t, h, verbs.RNRRetryInfinite, 1)
+	if !p.A.Attr().Has(verbs.CapRNRRetry) {
+		t.Skip("the device does not retry receiver-not-ready (no CapRNRRetry)")
+	}
+	src := newRegion(t, p.A, 32, localRW)
+	fill(t, p.A, src, 0, pattern(8, 32))
+	dst := newRegion(t, p.B, 32, localRW)
+	postSend(t, p.A, 0, sendWR(1, src.SGE(0, 16)))
+	qp := p.A.QPs[0]
+	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSSQD}, verbs.QPAttrState); err != nil {
+		t.Fatalf("move to SQD: %v", err)
+	}
+	postSend(t, p.A, 0, sendWR(2, src.SGE(16, 16)))
+	if _, ok := p.A.WaitEvent(verbs.EventSQDrained, shortWait); ok {
+		t.Fatal("EventSQDrained while a Send retried receiver-not-ready")
+	}
+	postRecv(t, p.B, 0, recvWR(9, dst.SGE(0, 16)), recvWR(10, dst.SGE(16, 16)))
+	expectSendWC(t, waitOne(t, p.A, SendCQ), 1, verbs.WCSend, p.A.QPNum(0))
+	expectRecvWC(t, waitOne(t, p.B, RecvCQ), 9, verbs.WCRecv, 16, p.B.QPNum(0), p.A.QPNum(0))
+	if _, ok := p.A.WaitEvent(verbs.EventSQDrained, timeout); !ok {
+		t.Fatal("no EventSQDrained once the retried Send completed")
+	}
+	expectQuiet(t, p.B, RecvCQ, "a Send posted in SQD arrived before the move back to RTS")
+	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS}, verbs.QPAttrState); err != nil {
+		t.Fatalf("move back to RTS: %v", err)
+	}
+	expectSendWC(t, waitOne(t, p.A, SendCQ), 2, verbs.WCSend, p.A.QPNum(0))
+	expectRecvWC(t, waitOne(t, p.B, RecvCQ), 10, verbs.WCRecv, 16, p.B.QPNum(0), p.A.QPNum(0))
+	expectBytes(t, p.B, dst, 0, pattern(8, 32), "both messages")
+}

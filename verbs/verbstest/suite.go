@@ -27,6 +27,7 @@ var suite = []testCase{
 	{"RNR/RetryExceeded", testRNRRetryExceeded},
 	{"RNR/RetryTimer", testRNRRetryTimer},
 	{"RNR/RetryForever", testRNRRetryForever},
+	{"RNR/Drain", testRNRDrain},
 
 	{"RDMA/Write", testWrite},
 	{"RDMA/WriteZeroLength", testWriteZeroLength},
