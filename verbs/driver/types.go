@@ -519,7 +519,7 @@ const (
 	EventQPReqErr                          // invalid request on a QP
 	EventQPAccessErr                       // remote access error on a QP's responder
 	EventCommEst                           // communication established
-	EventSQDrained                         // the send queue of a QP in SQD drained
+	EventSQDrained                         // a QP moved to SQD has finished the WRs under way; Element is the QP
 	EventPathMig                           // path migrated (unused)
 	EventPathMigErr                        // path migration failed (unused)
 	EventDeviceFatal                       // the device failed
@@ -530,7 +530,7 @@ const (
 	EventSMChange                          // SM change
 	EventSRQErr                            // an SRQ failed; Element is the SRQ
 	EventSRQLimitReached                   // an armed SRQ fell below its limit; Element is the SRQ
-	EventQPLastWQEReached                  // a QP on an SRQ reached its last WQE; Element is the QP
+	EventQPLastWQEReached                  // a QP on an SRQ moved to the error state takes no more of its receives; Element is the QP
 )
 
 var eventNames = [...]string{
