@@ -236,17 +236,16 @@ func (c *conn) lastWQE() {
 		q.ctx.Event(driver.EventQPLastWQEReached, q.userCtx)
 		return
 	}
-	gen := q.hdr.gen.Load()
+	resets := q.resets
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		c.revokePeer()
 		q.mu.Lock()
-		still := !q.destroyed && q.attr.State == driver.QPSErr && q.hdr.gen.Load() == gen
-		q.mu.Unlock()
-		if still {
+		if !q.destroyed && q.attr.State == driver.QPSErr && q.resets == resets {
 			q.ctx.Event(driver.EventQPLastWQEReached, q.userCtx)
 		}
+		q.mu.Unlock()
 	}()
 }
 

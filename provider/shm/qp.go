@@ -44,6 +44,9 @@ type qp struct {
 	result    [8]byte     // an atomic's result on its way to the local buffer
 	local     sglist.List // the local side of the WR being executed
 	destroyed bool
+	// resets counts the moves to Reset, in this process's memory (the
+	// shared header's gen is the peer's to write too).
+	resets uint64
 	// sqdPending: the QP moved to SQD while a Send retried
 	// receiver-not-ready, and EventSQDrained waits for it (sqDrained).
 	sqdPending bool
@@ -175,6 +178,7 @@ func (q *qp) reset() {
 		q.rqMu.Unlock()
 	}
 	q.attr = driver.QPAttr{Cap: q.cap}
+	q.resets++
 	q.hdr.gen.Add(1)
 	if c := q.conn; c != nil {
 		// The peer's WRs see the QP in Reset from now on (close waits
