@@ -52,8 +52,8 @@ type qp struct {
 	// Read Request right behind its Send (see conn.holdRecv).
 	rxHeld   bool
 	rxHeldWC driver.WorkCompletion
-	// sqdPending: the QP moved to SQD in the middle of a message, and
-	// EventSQDrained waits until it is out (sqDrained).
+	// sqdPending: the QP moved to SQD with a message under way or WRs
+	// not yet completed, and EventSQDrained waits for them (sqDrained).
 	sqdPending bool
 	destroyed  bool
 }
