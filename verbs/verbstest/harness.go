@@ -608,15 +608,13 @@ func Connect(t testing.TB, addr string, srv, cli *verbs.QP) (server, client *cm.
 	return server, client
 }
 
-// QPOn opens device and makes on it a PD, a CQ of 64 entries and a QP on
-// that CQ with room for depth WRs of one SGE each way: the pieces of a
-// test that connects QPs itself (Connect). The context closes when the
-// test ends.
-func QPOn(t testing.TB, device string, depth int) (*verbs.PD, *verbs.CQ, *verbs.QP) {
+// openLocal opens device in the test's process with a PD and a CQ of 64
+// entries; the context closes when the test ends.
+func openLocal(t testing.TB, device string) (*verbs.Context, *verbs.PD, *verbs.CQ) {
 	t.Helper()
 	ctx, err := verbs.Open(device)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("open %s: %v", device, err)
 	}
 	t.Cleanup(func() { ctx.Close() })
 	pd, err := ctx.AllocPD()
@@ -627,6 +625,16 @@ func QPOn(t testing.TB, device string, depth int) (*verbs.PD, *verbs.CQ, *verbs.
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ctx, pd, cq
+}
+
+// QPOn opens device and makes on it a PD, a CQ of 64 entries and a QP on
+// that CQ with room for depth WRs of one SGE each way: the pieces of a
+// test that connects QPs itself (Connect). The context closes when the
+// test ends.
+func QPOn(t testing.TB, device string, depth int) (*verbs.PD, *verbs.CQ, *verbs.QP) {
+	t.Helper()
+	_, pd, cq := openLocal(t, device)
 	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
 		Cap: verbs.QPCap{MaxSendWR: uint32(depth), MaxRecvWR: uint32(depth), MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {

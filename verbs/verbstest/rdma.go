@@ -199,12 +199,7 @@ func testFenceLocal(t *testing.T, h Harness) {
 	fill(t, p.B, y, 0, stale)
 	local := newRegion(t, p.A, 8, localRW)
 	fill(t, p.A, local, 0, stale)
-	write := writeWR(2, y, 0, local.SGE(0, 8))
-	write.Flags |= verbs.SendFence
-	postSend(t, p.A, 0, readWR(1, x, 0, local.SGE(0, 8)), write)
-	wcs := wait(t, p.A, SendCQ, 2)
-	expectSendWC(t, wcs[0], 1, verbs.WCRDMARead, p.A.QPNum(0))
-	expectSendWC(t, wcs[1], 2, verbs.WCRDMAWrite, p.A.QPNum(0))
+	readThenFencedWrite(t, p, readWR(1, x, 0, local.SGE(0, 8)), writeWR(2, y, 0, local.SGE(0, 8)))
 	expectBytes(t, p.B, y, 0, read, "what the fenced Write sent from the Read's buffer")
 }
 
@@ -215,12 +210,18 @@ func testFence(t *testing.T, h Harness) {
 	fill(t, p.B, x, 0, was)
 	local := newRegion(t, p.A, 16, localRW)
 	fill(t, p.A, local, 8, now)
-	write := writeWR(2, x, 0, local.SGE(8, 8))
+	readThenFencedWrite(t, p, readWR(1, x, 0, local.SGE(0, 8)), writeWR(2, x, 0, local.SGE(8, 8)))
+	expectBytes(t, p.A, local, 0, was, "value read before the fenced Write")
+	expectBytes(t, p.B, x, 0, now, "value after the fenced Write")
+}
+
+// readThenFencedWrite posts read (WRID 1) and then write (WRID 2) with
+// the fence on A's QP 0, and checks that both complete, in order.
+func readThenFencedWrite(t *testing.T, p *Pair, read, write verbs.SendWR) {
+	t.Helper()
 	write.Flags |= verbs.SendFence
-	postSend(t, p.A, 0, readWR(1, x, 0, local.SGE(0, 8)), write)
+	postSend(t, p.A, 0, read, write)
 	wcs := wait(t, p.A, SendCQ, 2)
 	expectSendWC(t, wcs[0], 1, verbs.WCRDMARead, p.A.QPNum(0))
 	expectSendWC(t, wcs[1], 2, verbs.WCRDMAWrite, p.A.QPNum(0))
-	expectBytes(t, p.A, local, 0, was, "value read before the fenced Write")
-	expectBytes(t, p.B, x, 0, now, "value after the fenced Write")
 }

@@ -122,26 +122,6 @@ func testSRQLimit(t *testing.T, h Harness) {
 	expectLimitEvent(false, "again without re-arming")
 }
 
-// openLocal opens device in the test's process with a PD and a CQ of 16
-// entries; the context closes when the test ends.
-func openLocal(t *testing.T, device string) (*verbs.Context, *verbs.PD, *verbs.CQ) {
-	t.Helper()
-	ctx, err := verbs.Open(device)
-	if err != nil {
-		t.Fatalf("open %s: %v", device, err)
-	}
-	t.Cleanup(func() { ctx.Close() })
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := ctx.CreateCQ(16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ctx, pd, cq
-}
-
 // testSRQOtherPD: a QP cannot draw its receives from an SRQ of another
 // PD (a PD's objects are used only with each other: a Send is placed
 // only into memory of the receiving QP's PD). CreateQP refuses it with
