@@ -750,11 +750,12 @@ func (c *conn) addResponses(b *txBatch) {
 				}
 				last := e.off+n == len(e.src)
 				wire.Hdr(b.header(wire.TaggedLen)).SetTagged(wire.OpReadResponse, last, e.sinkSTag, e.sinkTO+uint64(e.off), n)
-				if c.crc {
+				if c.crc && !b.inlines(n) {
 					// The memory read may be written while the frame
 					// goes out (a Read of it then returns torn data, as
 					// on any device); its CRC must cover the bytes
-					// sent, so they are copied first.
+					// sent, so they are copied first (an inline payload
+					// is a copy already).
 					var snap sglist.List
 					snap.One(b.snapshot(e.src[e.off : e.off+n]))
 					b.endFrame(&snap, 0, n)
@@ -1195,11 +1196,11 @@ func (b *txBatch) addArena(start, end int) {
 func (b *txBatch) endFrame(src *sglist.List, off uint64, n int) {
 	f := &b.frames[b.nframes]
 	b.nframes++
-	pad := wire.Pad(wire.Hdr(b.arena[b.hstart:b.na]).ULPDULen())
+	pad := b.framePad()
 	if src == nil {
 		n = 0
 	}
-	inline := n <= inlineMax && b.na+n+pad+wire.CRCLen <= arenaLen
+	inline := b.inlines(n)
 	if inline {
 		b.addPayload(src, off, n, true)
 	}
@@ -1218,6 +1219,15 @@ func (b *txBatch) endFrame(src *sglist.List, off uint64, n int) {
 	if !inline {
 		b.bytes += n
 	}
+}
+
+// framePad is the pad of the frame whose headers header returned.
+func (b *txBatch) framePad() int { return wire.Pad(wire.Hdr(b.arena[b.hstart:b.na]).ULPDULen()) }
+
+// inlines reports whether endFrame copies n bytes of payload of the frame
+// whose headers header returned into the arena (see inlineMax).
+func (b *txBatch) inlines(n int) bool {
+	return n <= inlineMax && b.na+n+b.framePad()+wire.CRCLen <= arenaLen
 }
 
 // addPayload adds n bytes of src from offset off to the frame being
