@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/goverbs/goverbs/internal/atomicrel"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -27,12 +28,16 @@ type cq struct {
 	// that finds the CQ empty receives on (copy on write, under qpsMu).
 	qps   atomic.Pointer[[]*qp]
 	qpsMu sync.Mutex
-	empty atomic.Uint32 // polls that found nothing
-	// held is count, stored under mu and loaded without it: a poll that
-	// finds the ring empty takes no lock (a completion pushed meanwhile
-	// is found by the next poll, as one pushed just after a locked look
-	// would be).
-	held atomic.Int32
+	// empty counts the polls that found nothing. Pollers add to it with
+	// a load and a release store rather than a locked addition (a locked
+	// instruction is about 12 ns, a tenth of an empty poll's own work):
+	// two pollers at once may count one poll, which only moves a yield.
+	empty atomic.Uint32
+	// held is count, stored under mu with a release store and loaded
+	// without it: a poll that finds the ring empty takes no lock (a
+	// completion pushed meanwhile is found by the next poll, as one
+	// pushed just after a locked look would be).
+	held atomic.Uint32
 
 	mu        sync.Mutex // guards what follows
 	ring      []cqe
@@ -78,7 +83,7 @@ func (c *cq) push(e cqe) (ok, woke bool) {
 	}
 	c.ring[(c.head+c.count)%len(c.ring)] = e
 	c.count++
-	c.held.Store(int32(c.count))
+	atomicrel.StoreUint32(&c.held, uint32(c.count))
 	wake := c.armed.Fire(&e.wc, e.wc.Flags&driver.WCSolicited != 0)
 	c.mu.Unlock()
 	if wake {
@@ -141,7 +146,9 @@ func (c *cq) Poll(wc []driver.WorkCompletion) int {
 	// goroutine, a transmit goroutine finishing a large batch): a caller
 	// that polls in a loop lets them run now and then rather than
 	// holding its processor until preempted.
-	if c.empty.Add(1)%yieldEvery == 0 {
+	empty := c.empty.Load() + 1
+	atomicrel.StoreUint32(&c.empty, empty)
+	if empty%yieldEvery == 0 {
 		runtime.Gosched()
 	}
 	return 0
@@ -172,7 +179,7 @@ func (c *cq) poll(wc []driver.WorkCompletion) int {
 		c.count--
 		n++
 	}
-	c.held.Store(int32(c.count))
+	atomicrel.StoreUint32(&c.held, uint32(c.count))
 	c.mu.Unlock()
 	return n
 }

@@ -317,7 +317,10 @@ func (c *conn) rxTry(poller bool) error {
 				return nil
 			}
 		}
-		c.rxMissed.Store(false)
+		if c.rxMissed.Load() {
+			// Only then: a store is a locked instruction.
+			c.rxMissed.Store(false)
+		}
 		if c.rxStopped.Load() {
 			c.rxMu.Unlock()
 			return nil
@@ -382,7 +385,11 @@ func monotime() int64 { return int64(time.Since(epoch)) + 1 }
 // pollRx is a round of receiving for an application goroutine polling a
 // CQ of the QP: it reads what has arrived and never waits.
 func (c *conn) pollRx() {
-	polls := c.polls.Add(1)
+	// A load and a release store, not a locked addition: two pollers at
+	// once may count one round, and the receive goroutine still sees
+	// the count move (rxRun).
+	polls := c.polls.Load() + 1
+	atomicrel.StoreUint64(&c.polls, polls)
 	if err := c.rxTry(true); err != nil && !c.rxEnded.Load() {
 		c.kickRx()
 	}
