@@ -445,12 +445,26 @@ func (c *conn) transmit() {
 		c.wakeTx()
 		return
 	}
+	c.transmitHeld()
+}
+
+// transmitHeld is transmit for a caller that holds c.txMu, which it
+// releases.
+func (c *conn) transmitHeld() {
 	more, stop := false, c.txStopped
 	if !stop {
 		more, stop = c.txRound(true)
-		if c.txStopped = stop; stop {
-			c.unpin()
-		}
+	}
+	c.endTransmit(more, stop)
+}
+
+// endTransmit ends a non-blocking round: the transmitter is done (stop)
+// or has more to do (more), which the transmit goroutine takes up.
+// c.txMu is held, and released.
+func (c *conn) endTransmit(more, stop bool) {
+	if stop && !c.txStopped {
+		c.txStopped = true
+		c.unpin()
 	}
 	c.txMu.Unlock()
 	if more || stop {
@@ -556,51 +570,22 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 			q.mu.Unlock()
 			return false, true
 		}
-		q.completeInOrder()
-		// A QP draining its send queue (SQD) asks at once.
-		if !q.req.cur.active && q.req.needConfirm(int(q.cap.MaxSendWR), c.confirmDue.Load() || q.sqdPending) && q.req.addConfirm(b) {
-			c.confirmDue.Store(false)
-		}
-		if q.req.unconfirmed() {
-			if c.confirmSince.Load() == 0 {
-				c.confirmSince.Store(monotime())
-			}
-			if !c.confirmArmed.Swap(true) {
-				c.confirmTimer.Reset(confirmBackstop)
-			}
-		} else if c.confirmSince.Load() != 0 {
-			// Asked for, or nothing left to confirm: a timer that
-			// fires meanwhile has nothing to add.
-			c.confirmSince.Store(0)
-			c.confirmDue.Store(false)
-		}
-		c.armResponseCheck()
+		c.executed(b)
 	}
 	more = b.full || yielded
 	closing := c.closing
 	q.mu.Unlock()
 	if b.nframes > 0 {
-		if c.crc {
-			b.computeCRCs()
-		}
 		if finish && !closing {
 			c.wdeadline = time.Now().Add(terminateTimeout)
 		}
-		if raceEnabled {
-			c.sk.control(raceRelease)
-		}
-		b.bufs = b.iov[:b.niov]
-		left, err := c.writeBatch(b, nb)
-		if err != nil {
-			c.streamBroken(err)
+		left, stop := c.sendBatch(b, nb)
+		if stop {
 			return false, true
 		}
 		if left {
 			c.finishPending = finish
 			return true, false
-		}
-		if c.pinned {
-			c.unpin() // the batch is written
 		}
 	}
 	if finish {
@@ -608,6 +593,55 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 		return false, true
 	}
 	return more, false
+}
+
+// executed follows the execution of WRs into b: it completes what can
+// complete, asks for a confirmation of the Sends and Writes when one is
+// due, arms the timers that see to them, and the check that the peer
+// answers. q.mu and c.txMu are held.
+func (c *conn) executed(b *txBatch) {
+	q := c.q
+	q.completeInOrder()
+	// A QP draining its send queue (SQD) asks at once.
+	if !q.req.cur.active && q.req.needConfirm(int(q.cap.MaxSendWR), c.confirmDue.Load() || q.sqdPending) && q.req.addConfirm(b) {
+		c.confirmDue.Store(false)
+	}
+	if q.req.unconfirmed() {
+		if c.confirmSince.Load() == 0 {
+			c.confirmSince.Store(monotime())
+		}
+		if !c.confirmArmed.Swap(true) {
+			c.confirmTimer.Reset(confirmBackstop)
+		}
+	} else if c.confirmSince.Load() != 0 {
+		// Asked for, or nothing left to confirm: a timer that fires
+		// meanwhile has nothing to add.
+		c.confirmSince.Store(0)
+		c.confirmDue.Store(false)
+	}
+	c.armResponseCheck()
+}
+
+// sendBatch writes the batch built in b: all of it, or with nb as much
+// as the socket takes at once (left: the rest is in b.bufs); stop: the
+// stream broke. c.txMu is held, q.mu is not.
+func (c *conn) sendBatch(b *txBatch, nb bool) (left, stop bool) {
+	if c.crc {
+		b.computeCRCs()
+	}
+	if raceEnabled {
+		c.sk.control(raceRelease)
+	}
+	b.bufs = b.iov[:b.niov]
+	left, err := c.writeBatch(b, nb)
+	if err != nil {
+		c.streamBroken(err)
+		return false, true
+	}
+	if !left && c.pinned {
+		c.unpin() // the batch is written
+	}
+	return left, false
 }
 
 // writeBatch writes b.bufs: all of it, or with nb as much as the socket

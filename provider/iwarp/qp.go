@@ -222,12 +222,29 @@ func (q *qp) fail(ev driver.EventType) {
 }
 
 func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
+	// A single WR may take the short road to the socket (postNow), for
+	// which the poster becomes the transmitter first: txMu comes before
+	// q.mu.
+	var tx *conn
+	if len(wrs) == 1 {
+		if c := q.live.Load(); c != nil && c.txMu.TryLock() {
+			tx = c
+		}
+	}
 	q.mu.Lock()
 	if q.destroyed {
 		// Its queue is gone with it: nothing runs it (kick would flush
 		// the WRs Destroy discarded into the CQ).
 		q.mu.Unlock()
+		if tx != nil {
+			tx.endTransmit(false, false)
+		}
 		return 0, driver.ErrClosed
+	}
+	if tx != nil && tx == q.c && q.postNow(&wrs[0]) {
+		q.mu.Unlock()
+		tx.endTransmit(tx.sendBatch(&tx.tb, true))
+		return 1, nil
 	}
 	n, err := len(wrs), error(nil)
 	for i := range wrs {
@@ -242,7 +259,15 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 		c = nil
 	}
 	q.mu.Unlock()
-	if c != nil && n > 0 {
+	switch {
+	case tx != nil && tx == c && n > 0:
+		tx.transmitHeld()
+	case tx != nil:
+		tx.endTransmit(false, false)
+		if c != nil && n > 0 {
+			c.transmit()
+		}
+	case c != nil && n > 0:
 		c.transmit()
 	}
 	return n, err

@@ -247,6 +247,13 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	}
 	// The WR's frames are all built.
 	r.cur = txCursor{}
+	r.built(t, length)
+	return swq.Pending, 0
+}
+
+// built accounts for the WR at execSeq, tracked by t, whose frames are
+// all built: length bytes of payload.
+func (r *requester) built(t *wrTrack, length uint64) {
 	seq := r.execSeq
 	r.execSeq++
 	if t.response {
@@ -263,7 +270,58 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 			t.confirmed = true
 		}
 	}
-	return swq.Pending, 0
+}
+
+// postNow is the short road of a Send or RDMA Write posted to an idle
+// connection: the poster, transmitter already (c.txMu is held), builds
+// its frame straight from the WR into a new batch, as Execute would
+// have, and writes it at once, sparing the copy of the WR into the send
+// queue and the queue's round (swq.Queue.Commit takes its slot). It
+// reports false, having changed nothing, for any WR or state that is not
+// the common case: another WR queued or under way, responses owed, the
+// batch before still going out, a fence, a message of more than one
+// frame, an inline payload that would not be copied into the batch at
+// once; such a WR goes through the queue (Post, then Progress), whose
+// Execute builds it and produces its error. q.mu is held.
+func (q *qp) postNow(wr *driver.SendWR) bool {
+	c, r := q.c, &q.req
+	switch wr.Opcode {
+	case driver.OpSend, driver.OpRDMAWrite:
+	default:
+		return false
+	}
+	if q.attr.State != driver.QPSRTS || wr.Flags&driver.SendFence != 0 || r.cur.active || r.failing ||
+		!q.sq.Idle() || !q.sq.Room() || q.sq.Check(wr) != nil {
+		return false
+	}
+	if c.txStopped || len(c.tb.bufs) > 0 || c.pinned || c.finishPending || c.aborted.Load() || !c.gate.Load() ||
+		c.term || c.closing || c.rtrOut != 0 || c.kickNow || c.irqHead != c.irqTail || c.lazyAt.Load() != 0 {
+		return false
+	}
+	r.local.Reset()
+	inline := wr.Flags&driver.SendInline != 0
+	need := driver.AccessFlags(0) // an inline payload's regions need no right (Post)
+	if !inline {
+		need = swq.NeedOf(wr.Opcode)
+	}
+	if !q.resolveSGL(wr.SGList, need) {
+		return false
+	}
+	length := r.local.Len()
+	if length > uint64(maxPayload) || (inline && length > inlineMax) {
+		return false
+	}
+	seq, signaled := q.sq.Commit(wr)
+	b := &c.tb
+	b.reset()
+	r.cur = txCursor{active: true}
+	t := r.slot(seq)
+	*t = wrTrack{wrid: wr.WRID, op: wr.Opcode.CompletionOpcode(), signaled: signaled}
+	q.buildWR(b, wr, t, length) // one frame, into an empty batch: it fits
+	r.cur = txCursor{}
+	r.built(t, length)
+	c.executed(b)
+	return true
 }
 
 // buildWR builds the frames of wr (length bytes of r.local) into b,
@@ -357,11 +415,19 @@ func (q *qp) resolveLocal(s *swq.Slot) bool {
 	if !s.WR.Opcode.ReadsLocal() {
 		need = driver.AccessLocalWrite
 	}
+	return q.resolveSGL(s.WR.SGList, need)
+}
+
+// resolveSGL maps sg, whose regions must grant need, into r.local (reset
+// by the caller) and their regions into r.localMR; false on a bad lkey,
+// PD, right or range.
+func (q *qp) resolveSGL(sg []driver.SGE, need driver.AccessFlags) bool {
+	l := &q.req.local
 	q.ctx.mu.RLock()
 	defer q.ctx.mu.RUnlock()
 	q.req.nlocalMR = 0
-	for i := range s.WR.SGList {
-		g := &s.WR.SGList[i]
+	for i := range sg {
+		g := &sg[i]
 		b, m, e := q.ctx.spanLocked(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
 		if e != accessOK || !l.Add(b) {
 			return false
