@@ -300,7 +300,10 @@ func TestHostilePeer(t *testing.T) {
 		ird   uint8
 		// run sends the bad input and returns the range of the target
 		// region it may legitimately have changed.
-		run   func(t *testing.T, h *hostile, v *victim, g guarded) (from, to int)
+		run func(t *testing.T, h *hostile, v *victim, g guarded) (from, to int)
+		// recv, if not 0, is the status the receive the bad input
+		// took completes with.
+		recv  verbs.WCStatus
 		layer wire.Layer
 		etype uint8
 		ecode uint8
@@ -337,7 +340,7 @@ func TestHostilePeer(t *testing.T) {
 			}
 			h.send(h.fpdu(h.untagged(wire.OpSend, wire.QNSend, len(payload)), payload))
 			return 0, 8
-		}, layer: wire.LayerDDP, etype: wire.DDPUntaggedError, ecode: wire.DDPTooLong},
+		}, recv: verbs.WCLocLenErr, layer: wire.LayerDDP, etype: wire.DDPUntaggedError, ecode: wire.DDPTooLong},
 		{name: "SendNoReceive", run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
 			h.send(h.fpdu(h.untagged(wire.OpSend, wire.QNSend, len(payload)), payload))
 			return 0, 0
@@ -384,6 +387,18 @@ func TestHostilePeer(t *testing.T) {
 			h.send(f)
 			return 0, len(payload)
 		}, layer: wire.LayerLLP, etype: wire.LLPMPAError, ecode: wire.LLPCRCError},
+		{name: "SendBadCRC", crc: true, run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
+			// A small Send arrives whole in one read: the receiver's
+			// short road (rxStagedSend) checks its CRC before it takes
+			// the receive.
+			if n, err := v.e.PostRecv(0, []verbs.RecvWR{{WRID: 5, SGList: []verbs.SGE{g.r.SGE(0, 64)}}}); n != 1 {
+				t.Fatalf("post receive: %v", err)
+			}
+			f := h.fpdu(h.untagged(wire.OpSend, wire.QNSend, len(payload)), payload)
+			f[len(f)-1] ^= 0xff
+			h.send(f)
+			return 0, len(payload)
+		}, recv: verbs.WCWRFlushErr, layer: wire.LayerLLP, etype: wire.LLPMPAError, ecode: wire.LLPCRCError},
 		{name: "MoreReadsThanIRD", ird: 1, run: func(t *testing.T, h *hostile, v *victim, g guarded) (int, int) {
 			// The first response (the whole region) cannot leave the
 			// victim while this side does not read, so the second
@@ -465,6 +480,12 @@ func TestHostilePeer(t *testing.T) {
 			h.expectTerminate(c.layer, c.etype, c.ecode)
 			expectVictimError(t, v)
 			g.intact(t, v, from, to)
+			if c.recv != 0 {
+				wc, err := v.e.Completions(verbstest.RecvCQ, 1, 10*time.Second)
+				if err != nil || len(wc) != 1 || wc[0].WRID != 5 || wc[0].Status != c.recv {
+					t.Fatalf("the receive completes with %+v (%v), want WRID 5 with %v", wc, err, c.recv)
+				}
+			}
 			h.nc.Close()
 			if c.noRTR {
 				// Accept does not wait for the RTR; the connection ends

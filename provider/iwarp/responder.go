@@ -586,10 +586,13 @@ func (c *conn) rxNext() (idle bool, err error) {
 			return false, err
 		}
 	}
+	rx.hlen, rx.plen, rx.tlen = hl, h.PayloadLen(), wire.Pad(h.ULPDULen())+wire.CRCLen
+	if done, err := c.rxStagedSend(h); done || err != nil {
+		return false, err
+	}
 	if err := c.rxBegin(h); err != nil {
 		return false, err
 	}
-	rx.hlen, rx.plen, rx.tlen = hl, h.PayloadLen(), wire.Pad(h.ULPDULen())+wire.CRCLen
 	// What is staged of the payload and trailer is copied out; the rest
 	// is read straight into place.
 	k := min(rx.plen, rx.sEnd-rx.sOff)
@@ -637,6 +640,50 @@ func (c *conn) place(b []byte) error {
 	}
 	c.rx.copyToDst(0, b)
 	return nil
+}
+
+// rxStagedSend handles, as rxBegin, place and rxComplete would, a Send
+// message of one FPDU (headers h, taken from the stage) whose payload and
+// trailer are staged too: the common small message. It takes the
+// receive, places the payload and completes the receive under one hold of
+// q.mu, where that road takes it twice. done is false, with nothing
+// done, for any other FPDU, or one whose CRC is wrong (the long road
+// reports it); err is the error that ends receiving.
+func (c *conn) rxStagedSend(h wire.Hdr) (done bool, err error) {
+	rx := &c.rx
+	if op := h.Opcode(); (op != wire.OpSend && op != wire.OpSendSE) || !h.Last() || h.MO() != 0 ||
+		rx.send.active || rx.held || h.QN() != wire.QNSend || h.MSN() != rx.msn[wire.QNSend] ||
+		rx.sEnd-rx.sOff < rx.plen+rx.tlen {
+		return false, nil
+	}
+	payload := rx.stage[rx.sOff : rx.sOff+rx.plen]
+	trailer := rx.stage[rx.sOff+rx.plen : rx.sOff+rx.plen+rx.tlen]
+	if c.crc && checkTrailer(crc32.Update(crc32.Update(0, wire.Castagnoli, h), wire.Castagnoli, payload), trailer) != nil {
+		return false, nil
+	}
+	q := c.q
+	q.mu.Lock()
+	err = c.takeRecvLocked()
+	if err == nil && uint64(rx.plen) > rx.send.room {
+		err = c.sendTooLong(rx.plen)
+		c.completeSendLocked(driver.WorkCompletion{Status: driver.WCLocLenErr, Opcode: driver.WCRecv})
+	}
+	if err == nil {
+		rx.sendDst()
+		err = c.place(payload)
+		clear(rx.dst[:rx.ndst])
+		clear(rx.dstMR[:rx.ndstMR])
+		rx.ndst, rx.ndstMR = 0, 0
+	}
+	if err == nil {
+		rx.sOff += rx.plen + rx.tlen
+		rx.send.placed = uint64(rx.plen)
+		rx.lookAhead()
+		c.rxCounted(h)
+		c.completeSendLocked(c.sendDone(h))
+	}
+	q.mu.Unlock()
+	return true, err
 }
 
 // dstRevoked reports whether a region the payload goes to has been
@@ -770,12 +817,17 @@ func (c *conn) rxComplete() error {
 	if err != nil {
 		return err
 	}
-	// Hold the receive completion back only for a Read Request already
-	// staged whole, which this round handles: a peer that sent part of
-	// one and stalls would otherwise keep a received Send from completing.
+	rx.lookAhead()
+	return c.rxEndFrame(h)
+}
+
+// lookAhead sees whether the next FPDU is a Read Request staged whole
+// (nextRead), which this round handles: a receive completion is held
+// back only for such a one, since a peer that sent part of one and
+// stalls would otherwise keep a received Send from completing.
+func (rx *rxState) lookAhead() {
 	next := wire.Hdr(rx.stage[rx.sOff:rx.sEnd])
 	rx.nextRead = len(next) >= readRequestFPDU && !next.Tagged() && next.Opcode() == wire.OpReadRequest
-	return c.rxEndFrame(h)
 }
 
 // readRequestFPDU is the length of an FPDU carrying a Read Request.
@@ -797,7 +849,12 @@ func (c *conn) rxCheckCRC(h wire.Hdr) error {
 		crc = crc32.Update(crc, wire.Castagnoli, s)
 		n -= len(s)
 	}
-	t := rx.trailer[:rx.tlen]
+	return checkTrailer(crc, rx.trailer[:rx.tlen])
+}
+
+// checkTrailer checks the trailer t (pad and CRC) of an FPDU whose CRC
+// over its headers and payload is crc.
+func checkTrailer(crc uint32, t []byte) error {
 	crc = crc32.Update(crc, wire.Castagnoli, t[:len(t)-wire.CRCLen])
 	if got := wire.CRC(t[len(t)-wire.CRCLen:]); got != crc {
 		return &termError{layer: wire.LayerLLP, etype: wire.LLPMPAError, ecode: wire.LLPCRCError, copyHdr: false,
@@ -810,6 +867,18 @@ func (c *conn) rxCheckCRC(h wire.Hdr) error {
 // with the held receive completion released after it.
 func (c *conn) rxEndFrame(h wire.Hdr) error {
 	rx := &c.rx
+	c.rxCounted(h)
+	held := rx.held
+	rx.held = false
+	err := c.rxEnd(h)
+	if held {
+		c.releaseRecv()
+	}
+	return err
+}
+
+// rxCounted counts the FPDU with headers h as received.
+func (c *conn) rxCounted(h wire.Hdr) {
 	// One writer (under rxMu): release stores, not locked additions.
 	atomicrel.StoreUint64(&c.rxFrames, c.rxFrames.Load()+1)
 	atomicrel.StoreUint64(&c.rxBytes, c.rxBytes.Load()+uint64(h.PayloadLen()))
@@ -821,13 +890,6 @@ func (c *conn) rxEndFrame(h wire.Hdr) error {
 			c.peerMid.Store(mid)
 		}
 	}
-	held := rx.held
-	rx.held = false
-	err := c.rxEnd(h)
-	if held {
-		c.releaseRecv()
-	}
-	return err
 }
 
 // protocolError ends the stream after an error the receiver found: the
@@ -1195,13 +1257,27 @@ func (c *conn) rxSendBegin(h wire.Hdr) error {
 	}
 	if uint64(n) > s.room-s.placed {
 		c.completeSend(driver.WCLocLenErr)
-		return protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPTooLong, driver.EventQPReqErr,
-			"a Send of more than %d bytes for a %d-byte receive", s.placed+uint64(n), s.room)
+		return c.sendTooLong(n)
 	}
+	rx.sendDst()
+	return nil
+}
+
+// sendTooLong is the error of a Send segment of n bytes that overruns
+// its receive.
+func (c *conn) sendTooLong(n int) error {
+	s := &c.rx.send
+	return protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPTooLong, driver.EventQPReqErr,
+		"a Send of more than %d bytes for a %d-byte receive", s.placed+uint64(n), s.room)
+}
+
+// sendDst makes the buffers of the receive being filled, from the bytes
+// placed so far, the payload's destination.
+func (rx *rxState) sendDst() {
+	s := &rx.send
 	rx.ndst = copy(rx.dst[:], s.segs[:s.nseg])
 	rx.ndstMR = copy(rx.dstMR[:], s.mrs[:s.nseg])
 	rx.skip = s.placed
-	return nil
 }
 
 // rxSendEnd accounts for a placed Send segment; the last completes the
@@ -1214,16 +1290,7 @@ func (c *conn) rxSendEnd(h wire.Hdr) error {
 	if !h.Last() {
 		return nil
 	}
-	rx.msn[wire.QNSend]++
-	wc := driver.WorkCompletion{Opcode: driver.WCRecv, ByteLen: uint32(s.placed), SrcQP: c.remoteQPN.Load()}
-	if op := h.Opcode(); op == wire.OpSendSE || op == wire.OpSendSEInv {
-		wc.Flags |= driver.WCSolicited
-	}
-	if rx.immNext {
-		rx.immNext = false
-		wc.Flags |= driver.WCWithImm
-		wc.Imm = rx.immNextVal
-	}
+	wc := c.sendDone(h)
 	if op := h.Opcode(); op == wire.OpSendInv || op == wire.OpSendSEInv {
 		stag := h.InvalidateSTag()
 		if !q.ctx.invalidate(stag, q.pd) {
@@ -1238,13 +1305,36 @@ func (c *conn) rxSendEnd(h wire.Hdr) error {
 	return nil
 }
 
+// sendDone ends the Send message whose last segment, with headers h, is
+// placed: the receive completion it gets (but for an invalidation).
+func (c *conn) sendDone(h wire.Hdr) driver.WorkCompletion {
+	rx := &c.rx
+	rx.msn[wire.QNSend]++
+	wc := driver.WorkCompletion{Opcode: driver.WCRecv, ByteLen: uint32(rx.send.placed), SrcQP: c.remoteQPN.Load()}
+	if op := h.Opcode(); op == wire.OpSendSE || op == wire.OpSendSEInv {
+		wc.Flags |= driver.WCSolicited
+	}
+	if rx.immNext {
+		rx.immNext = false
+		wc.Flags |= driver.WCWithImm
+		wc.Imm = rx.immNextVal
+	}
+	return wc
+}
+
 // takeRecv consumes the receive the Send that starts now fills, and
 // resolves its buffers.
 func (c *conn) takeRecv() error {
 	q := c.q
-	s := &c.rx.send
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	return c.takeRecvLocked()
+}
+
+// takeRecvLocked is takeRecv with q.mu held.
+func (c *conn) takeRecvLocked() error {
+	q := c.q
+	s := &c.rx.send
 	if !q.accepts() || q.c != c {
 		return io.EOF
 	}
@@ -1299,11 +1389,18 @@ func (c *conn) releaseRecv() {
 // complete as a success, as an InfiniBand acknowledgement would.
 func (c *conn) completeSendWC(wc driver.WorkCompletion) {
 	q := c.q
+	q.mu.Lock()
+	c.completeSendLocked(wc)
+	q.mu.Unlock()
+}
+
+// completeSendLocked is completeSendWC with q.mu held.
+func (c *conn) completeSendLocked(wc driver.WorkCompletion) {
+	q := c.q
 	s := &c.rx.send
 	s.active = false
 	clear(s.segs[:s.nseg])
 	clear(s.mrs[:s.nseg])
-	q.mu.Lock()
 	if q.rxActive && q.c == c {
 		q.rxActive = false
 		wc.WRID = s.recv.WRID
@@ -1317,7 +1414,6 @@ func (c *conn) completeSendWC(wc driver.WorkCompletion) {
 			q.completeRecv(wc)
 		}
 	}
-	q.mu.Unlock()
 }
 
 // rxImmData handles RFC 7306 Immediate Data: lent to the next Send, or
