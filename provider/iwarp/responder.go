@@ -482,11 +482,19 @@ func (c *conn) rxDrain(budget int) error {
 func (c *conn) sysRead(iov []unix.Iovec) (int, bool, error) {
 	c.rxBusy.Add(1)
 	defer c.rxBusy.Add(-1)
+	if c.rx.dstRevoked() {
+		return 0, false, c.rx.revokedErr()
+	}
+	return c.stageRead(iov)
+}
+
+// stageRead is sysRead into the stage alone, the connection's own
+// memory: it needs no announcement (rxBusy), which is two locked
+// instructions of every empty poll. The descriptor stays open meanwhile:
+// the receive goroutine releases it under rxMu, which the caller holds.
+func (c *conn) stageRead(iov []unix.Iovec) (int, bool, error) {
 	if c.aborted.Load() {
 		return 0, false, net.ErrClosed
-	}
-	if c.rx.planned && c.rx.dstRevoked() {
-		return 0, false, c.rx.revokedErr()
 	}
 	for {
 		n, e := sockIO(unix.SYS_READV, uintptr(c.sk.fd), iov)
@@ -531,7 +539,7 @@ func (c *conn) need(k int) (bool, error) {
 		iov := rx.stageIov[:]
 		iov[0].Base = &rx.stage[rx.sEnd]
 		iov[0].SetLen(room)
-		n, ok, err := c.sysRead(iov)
+		n, ok, err := c.stageRead(iov)
 		if err != nil {
 			if err == io.EOF && rx.sEnd == 0 {
 				return false, err

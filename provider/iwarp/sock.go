@@ -38,9 +38,11 @@ import (
 // medians of four interleaved runs).
 //
 // The descriptors stay open until release. Other system calls on fd
-// than the receiver's (which the connection accounts for itself, see
-// rxBusy) go between enter and exit; shutdown, after which enter fails,
-// waits for those in progress.
+// than the receiver's go between enter and exit; shutdown, after which
+// enter fails, waits for those in progress. The receiver reads under the
+// connection's rxMu, under which the receive goroutine releases the
+// descriptors (and a read that places bytes in the application's memory
+// is announced to abort, see rxBusy).
 type sock struct {
 	fd      int   // the socket
 	in, out watch // input; room to write
