@@ -107,3 +107,17 @@ func HoldTx(q driver.QP) (round func() (more, stop bool), release func()) {
 	c.txMu.Lock()
 	return func() (bool, bool) { return c.txRound(true) }, func() { c.txMu.Unlock(); c.wakeTx() }
 }
+
+// CachesMR reports whether q's cache of local key lookups (mrCache)
+// holds the region with key lkey.
+func CachesMR(q driver.QP, lkey uint32) bool {
+	p := q.(*qp)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range p.mrCache {
+		if m != nil && m.stag == lkey {
+			return true
+		}
+	}
+	return false
+}

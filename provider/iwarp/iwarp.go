@@ -331,6 +331,7 @@ func (m *mr) Dereg() error {
 			runtime.Gosched()
 		}
 		cn.q.mu.Lock()
+		cn.q.forgetMR(m)
 		cn.q.mu.Unlock()
 	}
 	// Nor is anything of it sent: the peer's Reads of it are cut short.
@@ -393,7 +394,11 @@ const (
 // it belongs to p, grants need and contains the range. c.mu is held for
 // reading.
 func (c *devCtx) spanLocked(stag uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, *mr, accessError) {
-	m := c.mrs[stag>>8]
+	return c.mrs[stag>>8].span(stag, p, addr, n, need)
+}
+
+// span is spanLocked of m, the region found for stag (nil if none).
+func (m *mr) span(stag uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, *mr, accessError) {
 	switch {
 	case m == nil || m.stag != stag || m.revoked.Load():
 		return nil, nil, accessBadSTag

@@ -56,6 +56,36 @@ type qp struct {
 	// not yet completed, and EventSQDrained waits for them (sqDrained).
 	sqdPending bool
 	destroyed  bool
+	// mrCache holds the regions the QP's local lookups found last, by
+	// the low bits of their keys (localSpan): a lookup in the context's
+	// table takes its lock, two locked instructions of every message's
+	// path. It is filled only while the QP is connected, and emptied when
+	// the QP fails or is reset, and by the Dereg of a region in it, so
+	// that it keeps no deregistered region's memory alive.
+	mrCache [4]*mr
+}
+
+// localSpan is ctx.span for q's own WRs (the local keys of its send and
+// receive SG lists), through q.mrCache. q.mu is held.
+func (q *qp) localSpan(g *driver.SGE, need driver.AccessFlags) ([]byte, *mr, accessError) {
+	slot := &q.mrCache[g.LKey%uint32(len(q.mrCache))]
+	if m := *slot; m != nil && m.stag == g.LKey && !m.revoked.Load() {
+		return m.span(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
+	}
+	b, m, e := q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
+	if e == accessOK && q.c != nil {
+		*slot = m
+	}
+	return b, m, e
+}
+
+// forgetMR takes m out of q.mrCache. q.mu is held.
+func (q *qp) forgetMR(m *mr) {
+	for i, c := range q.mrCache {
+		if c == m {
+			q.mrCache[i] = nil
+		}
+	}
 }
 
 func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
@@ -157,6 +187,7 @@ func (q *qp) reset() {
 	}
 	q.rxActive, q.rxHeld = false, false
 	q.attr = driver.QPAttr{Cap: q.cap}
+	clear(q.mrCache[:])
 }
 
 // accepts reports whether the QP's responder takes requests. q.mu is held.
@@ -177,6 +208,7 @@ func (q *qp) toErr() {
 		return
 	}
 	q.attr.State = driver.QPSErr
+	clear(q.mrCache[:])
 	expired := q.req.expired && q.req.cur.active
 	q.req.expired = false
 	q.req.flush(q)
@@ -305,9 +337,10 @@ func (q *qp) kick() {
 }
 
 // LocalSpan implements swq.Memory: the SGE's bytes in a region of q's PD
-// that grants need (an inline SGE must lie in such a region too).
+// that grants need (an inline SGE must lie in such a region too). q.mu is
+// held.
 func (q *qp) LocalSpan(g *driver.SGE, need driver.AccessFlags) ([]byte, bool) {
-	b, _, e := q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
+	b, _, e := q.localSpan(g, need)
 	return b, e == accessOK
 }
 

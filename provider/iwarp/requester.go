@@ -423,12 +423,9 @@ func (q *qp) resolveLocal(s *swq.Slot) bool {
 // PD, right or range.
 func (q *qp) resolveSGL(sg []driver.SGE, need driver.AccessFlags) bool {
 	l := &q.req.local
-	q.ctx.mu.RLock()
-	defer q.ctx.mu.RUnlock()
 	q.req.nlocalMR = 0
 	for i := range sg {
-		g := &sg[i]
-		b, m, e := q.ctx.spanLocked(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
+		b, m, e := q.localSpan(&sg[i], need)
 		if e != accessOK || !l.Add(b) {
 			return false
 		}

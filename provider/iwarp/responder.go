@@ -1352,11 +1352,8 @@ func (c *conn) takeRecvLocked() error {
 	}
 	q.rxActive, q.rxWRID = true, s.recv.WRID
 	s.active, s.nseg, s.room, s.placed = true, 0, 0, 0
-	q.ctx.mu.RLock()
-	defer q.ctx.mu.RUnlock()
 	for i := range s.recv.SGE {
-		g := &s.recv.SGE[i]
-		b, m, e := q.ctx.spanLocked(g.LKey, q.pd, g.Addr, uint64(g.Length), driver.AccessLocalWrite)
+		b, m, e := q.localSpan(&s.recv.SGE[i], driver.AccessLocalWrite)
 		if e != accessOK {
 			q.rxActive, s.active = false, false
 			q.completeRecv(driver.WorkCompletion{WRID: s.recv.WRID, Status: driver.WCLocProtErr, Opcode: driver.WCRecv})

@@ -317,6 +317,26 @@ func testDeregMR(t *testing.T, h Harness) {
 	expectBytes(t, p.A, local, 0, pattern(43, 64), "local buffer of the refused Read")
 }
 
+// testDeregLocalKey: once a region is deregistered its local key is
+// refused: a Send from it fails with WCLocProtErr, on the QP that sent
+// from it just before too (a provider that caches its lookups of local
+// keys must forget the key), and the peer receives nothing.
+func testDeregLocalKey(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	src := newRegion(t, p.A, 64, localRW)
+	dst := newRegion(t, p.B, 64, localRW)
+	fill(t, p.A, src, 0, pattern(46, 64))
+	postRecv(t, p.B, 0, recvWR(1, dst.SGE(0, 32)))
+	expectStatus(t, do(t, p, sendWR(2, src.SGE(0, 16))), 2, verbs.WCSuccess)
+	expectRecvWC(t, waitOne(t, p.B, RecvCQ), 1, verbs.WCRecv, 16, p.B.QPNum(0), p.A.QPNum(0))
+	if err := p.A.DeregRegion(src.ID); err != nil {
+		t.Fatalf("deregister: %v", err)
+	}
+	postRecv(t, p.B, 0, recvWR(3, dst.SGE(32, 32)))
+	expectFault(t, p, 0, sendWR(0, src.SGE(16, 16)), verbs.WCLocProtErr, false)
+	expectZero(t, p.B, dst, 32, 32, "receive buffer of a Send from a deregistered region")
+}
+
 // testDeregContainer: a region registered inside provider memory keeps
 // that memory alive when the allocation around it is deregistered: Writes
 // and Reads through the region, and Sends into it, still work, on both

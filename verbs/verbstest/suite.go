@@ -67,6 +67,7 @@ var suite = []testCase{
 	{"Lifecycle/SendQueueFull", testSendQueueFull},
 	{"Lifecycle/RecvQueueFull", testRecvQueueFull},
 	{"Lifecycle/DeregMR", testDeregMR},
+	{"Lifecycle/DeregLocalKey", testDeregLocalKey},
 	{"Lifecycle/DeregContainer", testDeregContainer},
 	{"Lifecycle/DestroyOrder", testDestroyOrder},
 	{"Lifecycle/CQOverrun", testCQOverrun},
