@@ -14,8 +14,12 @@ import (
 // that a peer in SQD still answers.
 
 // TestReadAnsweredDuringPeersLargeWrite: B writes 256 MiB to A while A
-// reads 8 bytes of B, A's QP with a short timeout: the Read completes
-// with success once B's Write is out, and so does the Write.
+// reads 8 bytes of B, A's QP with a short timeout (17 ms, a tenth of the
+// Write's time on loopback; the 2 ms it was failed a run of the whole
+// suite with -race, B's transmitter descheduled that long on two busy
+// cores, which is silence to A as it would be to an InfiniBand QP): the
+// Read completes with success once B's Write is out, and so does the
+// Write.
 func TestReadAnsweredDuringPeersLargeWrite(t *testing.T) {
 	defer iwarp.SetMinUserTimeout(0)()
 	const size = 256 << 20
@@ -25,7 +29,7 @@ func TestReadAnsweredDuringPeersLargeWrite(t *testing.T) {
 		mask verbs.QPAttrMask
 	}{
 		{verbs.QPAttr{State: verbs.QPSSQD}, verbs.QPAttrState},
-		{verbs.QPAttr{State: verbs.QPSSQD, Timeout: 9, RetryCnt: 1}, verbs.QPAttrState | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt},
+		{verbs.QPAttr{State: verbs.QPSSQD, Timeout: 12, RetryCnt: 1}, verbs.QPAttrState | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt},
 		{verbs.QPAttr{State: verbs.QPSRTS}, verbs.QPAttrState},
 	} {
 		if err := a.qp.Modify(&step.attr, step.mask); err != nil {
