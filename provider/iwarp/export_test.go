@@ -121,3 +121,21 @@ func CachesMR(q driver.QP, lkey uint32) bool {
 	}
 	return false
 }
+
+// StaleDstMRs counts the regions the receiver of q's connection still
+// points at (rx.dstMR) beyond those of the FPDU in hand (ndstMR).
+func StaleDstMRs(q driver.QP) int {
+	c := q.(*qp).live.Load()
+	if c == nil {
+		return -1
+	}
+	c.rxMu.Lock()
+	defer c.rxMu.Unlock()
+	n := 0
+	for _, m := range c.rx.dstMR[c.rx.ndstMR:] {
+		if m != nil {
+			n++
+		}
+	}
+	return n
+}

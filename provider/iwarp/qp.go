@@ -59,9 +59,10 @@ type qp struct {
 	// mrCache holds the regions the QP's local lookups found last, by
 	// the low bits of their keys (localSpan): a lookup in the context's
 	// table takes its lock, two locked instructions of every message's
-	// path. It is filled only while the QP is connected, and emptied when
-	// the QP fails or is reset, and by the Dereg of a region in it, so
-	// that it keeps no deregistered region's memory alive.
+	// path. It is filled only while the QP's connection is live and the
+	// QP not yet in the error state, and emptied when the QP fails, is
+	// reset or destroyed, and by the Dereg of a region in it, so that it
+	// keeps no deregistered region's memory alive.
 	mrCache [4]*mr
 }
 
@@ -73,7 +74,9 @@ func (q *qp) localSpan(g *driver.SGE, need driver.AccessFlags) ([]byte, *mr, acc
 		return m.span(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
 	}
 	b, m, e := q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
-	if e == accessOK && q.c != nil {
+	if e == accessOK && q.c != nil && q.live.Load() == q.c && q.accepts() {
+		// Only while Dereg can find the QP (its connection is live)
+		// and toErr is still to come, which empties the cache.
 		*slot = m
 	}
 	return b, m, e
@@ -435,6 +438,7 @@ func (q *qp) Destroy() error {
 		return driver.ErrClosed
 	}
 	q.destroyed = true
+	clear(q.mrCache[:]) // Dereg no longer visits the QP
 	conns := q.old
 	q.old = nil
 	if q.c != nil {

@@ -482,6 +482,11 @@ func (c *conn) rxDrain(budget int) error {
 func (c *conn) sysRead(iov []unix.Iovec) (int, bool, error) {
 	c.rxBusy.Add(1)
 	defer c.rxBusy.Add(-1)
+	// An abort comes first, as in place: a revoked destination is a
+	// protocol error, which an ended connection no longer reports.
+	if c.aborted.Load() {
+		return 0, false, net.ErrClosed
+	}
 	if c.rx.dstRevoked() {
 		return 0, false, c.rx.revokedErr()
 	}
@@ -677,6 +682,7 @@ func (c *conn) rxStagedSend(h wire.Hdr) (done bool, err error) {
 		c.completeSendLocked(driver.WorkCompletion{Status: driver.WCLocLenErr, Opcode: driver.WCRecv})
 	}
 	if err == nil {
+		clear(rx.dstMR[:rx.ndstMR]) // the last FPDU's, as rxBegin clears them
 		rx.sendDst()
 		err = c.place(payload)
 		clear(rx.dst[:rx.ndst])
