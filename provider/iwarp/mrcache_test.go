@@ -8,12 +8,11 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-// TestDeregEmptiesMRCache: the cache of local key lookups a QP keeps
-// (the sender's of its Send's source, the receiver's of its receive
-// buffer) lets go of a region once it is deregistered, so that it keeps
-// none of a deregistered region's memory alive.
-func TestDeregEmptiesMRCache(t *testing.T) {
-	p := newBenchPair(t, 4096)
+// exchangeOne sends one message from p.a to p.b and checks that each
+// QP's cache of local key lookups now holds the region the message went
+// through (the sender's source, the receiver's buffer).
+func exchangeOne(t *testing.T, p *benchPair) {
+	t.Helper()
 	ctx := benchCtx(t)
 	if _, err := p.b.qp.PostRecv(p.b.recv); err != nil {
 		t.Fatal(err)
@@ -28,6 +27,16 @@ func TestDeregEmptiesMRCache(t *testing.T) {
 		if !iwarp.CachesMR(e.qp.Driver(), e.mr.LKey()) {
 			t.Fatal("the region a message went through is not in its QP's cache: the test no longer tests the cache")
 		}
+	}
+}
+
+// TestDeregEmptiesMRCache: a QP's cache of local key lookups lets go of
+// a region once it is deregistered, so that it keeps none of a
+// deregistered region's memory alive.
+func TestDeregEmptiesMRCache(t *testing.T) {
+	p := newBenchPair(t, 4096)
+	exchangeOne(t, p)
+	for _, e := range []*benchEnd{p.a, p.b} {
 		if err := e.mr.Dereg(); err != nil {
 			t.Fatal(err)
 		}
@@ -74,18 +83,7 @@ func TestErrStateQPKeepsNoRegion(t *testing.T) {
 // destroyed QP the application still holds keeps no region alive.
 func TestDestroyEmptiesMRCache(t *testing.T) {
 	p := newBenchPair(t, 4096)
-	ctx := benchCtx(t)
-	if _, err := p.b.qp.PostRecv(p.b.recv); err != nil {
-		t.Fatal(err)
-	}
-	send := []verbs.SendWR{{WRID: 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{p.a.mr.SGE(0, latencySize)}}}
-	if _, err := p.a.qp.PostSend(send); err != nil {
-		t.Fatal(err)
-	}
-	p.a.waitOne(t, ctx, p.a.scq)
-	if !iwarp.CachesMR(p.a.qp.Driver(), p.a.mr.LKey()) {
-		t.Fatal("the region a message went through is not in its QP's cache: the test no longer tests the cache")
-	}
+	exchangeOne(t, p)
 	if err := p.a.qp.Destroy(); err != nil {
 		t.Fatal(err)
 	}

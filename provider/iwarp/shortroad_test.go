@@ -151,60 +151,53 @@ func shortRoadsUnderLoad(t *testing.T) {
 	expected := map[int][]byte{}
 	sendSeq := 0
 
+	// drain polls cq until stop is closed, handing each completion, a
+	// successful one, to handle, which returns false on a failure.
+	drain := func(cq *verbs.CQ, what string, handle func(w verbs.WorkCompletion) bool) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wc := make([]verbs.WorkCompletion, 32)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, w := range wc[:cq.Poll(wc)] {
+					if w.Status != verbs.WCSuccess {
+						fail("%s completion %+v", what, w)
+						return
+					}
+					if !handle(w) {
+						return
+					}
+				}
+			}
+		}()
+	}
 	// A's send CQ: completions in order of WRID among signaled ones.
 	var lastWRID atomic.Int64
 	lastWRID.Store(-1)
 	var sent atomic.Int64 // completions polled
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		wc := make([]verbs.WorkCompletion, 32)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			n := p.a.scq.Poll(wc)
-			for _, w := range wc[:n] {
-				if w.Status != verbs.WCSuccess {
-					fail("send completion %+v", w)
-					return
-				}
-				if int64(w.WRID) <= lastWRID.Load() {
-					fail("send completion %d after %d", w.WRID, lastWRID.Load())
-					return
-				}
-				lastWRID.Store(int64(w.WRID))
-				sent.Add(1)
-			}
+	drain(p.a.scq, "A send", func(w verbs.WorkCompletion) bool {
+		if int64(w.WRID) <= lastWRID.Load() {
+			fail("send completion %d after %d", w.WRID, lastWRID.Load())
+			return false
 		}
-	}()
-	// A's recv CQ: repost.
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		wc := make([]verbs.WorkCompletion, 32)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			n := p.a.rcq.Poll(wc)
-			for _, w := range wc[:n] {
-				if w.Status != verbs.WCSuccess {
-					fail("A recv completion %+v", w)
-					return
-				}
-				if _, err := p.a.qp.PostRecv([]verbs.RecvWR{{WRID: w.WRID, SGList: []verbs.SGE{p.a.mr.SGE(768<<10+int(w.WRID)*64, 64)}}}); err != nil {
-					fail("A repost: %v", err)
-					return
-				}
-				credits.Add(1)
-			}
+		lastWRID.Store(int64(w.WRID))
+		sent.Add(1)
+		return true
+	})
+	// A's receive CQ: repost, and give B the credit back.
+	drain(p.a.rcq, "A receive", func(w verbs.WorkCompletion) bool {
+		if _, err := p.a.qp.PostRecv([]verbs.RecvWR{{WRID: w.WRID, SGList: []verbs.SGE{p.a.mr.SGE(768<<10+int(w.WRID)*64, 64)}}}); err != nil {
+			fail("A repost: %v", err)
+			return false
 		}
-	}()
+		credits.Add(1)
+		return true
+	})
 	// B sends small messages back, unsignaled mostly, and polls its send CQ.
 	wg.Add(1)
 	go func() {
@@ -248,45 +241,27 @@ func shortRoadsUnderLoad(t *testing.T) {
 			runtime.Gosched()
 		}
 	}()
-	// B's receive checker.
-	recvDone := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer close(recvDone)
-		wc := make([]verbs.WorkCompletion, 32)
-		next := 0
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			n := p.b.rcq.Poll(wc)
-			for _, w := range wc[:n] {
-				if w.Status != verbs.WCSuccess {
-					fail("B recv completion %+v", w)
-					return
-				}
-				expMu.Lock()
-				want, ok := expected[next]
-				delete(expected, next)
-				expMu.Unlock()
-				if !ok {
-					fail("B received message %d, not posted", next)
-					return
-				}
-				off := int(w.WRID) * slot
-				got := p.b.mr.Bytes()[off : off+int(w.ByteLen)]
-				if int(w.ByteLen) != len(want) || !bytes.Equal(got, want) {
-					fail("message %d: %d bytes, want %d; equal=%v", next, w.ByteLen, len(want), bytes.Equal(got, want))
-					return
-				}
-				next++
-				postRecvB(int(w.WRID))
-			}
+	// B's receive checker: each message in order, with its bytes.
+	next := 0
+	drain(p.b.rcq, "B receive", func(w verbs.WorkCompletion) bool {
+		expMu.Lock()
+		want, ok := expected[next]
+		delete(expected, next)
+		expMu.Unlock()
+		if !ok {
+			fail("B received message %d, not posted", next)
+			return false
 		}
-	}()
+		off := int(w.WRID) * slot
+		got := p.b.mr.Bytes()[off : off+int(w.ByteLen)]
+		if int(w.ByteLen) != len(want) || !bytes.Equal(got, want) {
+			fail("message %d: %d bytes, want %d; equal=%v", next, w.ByteLen, len(want), bytes.Equal(got, want))
+			return false
+		}
+		next++
+		postRecvB(int(w.WRID))
+		return true
+	})
 	// Posters: several goroutines, one sequence.
 	var postMu sync.Mutex
 	var wrid atomic.Int64
