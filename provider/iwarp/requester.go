@@ -277,8 +277,8 @@ func (r *requester) built(t *wrTrack, length uint64) {
 // its frame straight from the WR into a new batch, as Execute would
 // have, and writes it at once, sparing the copy of the WR into the send
 // queue and the queue's round (swq.Queue.Commit takes its slot). It
-// reports false, having changed nothing, for any WR or state that is not
-// the common case: another WR queued or under way, responses owed, the
+// reports false, having changed nothing but scratch state (r.local and
+// the lookups' cache), for any WR or state that is not the common case: another WR queued or under way, responses owed, the
 // batch before still going out, a fence, a message of more than one
 // frame, an inline payload that would not be copied into the batch at
 // once; such a WR goes through the queue (Post, then Progress), whose
