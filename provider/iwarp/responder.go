@@ -640,6 +640,13 @@ func (c *conn) rxNext() (idle bool, err error) {
 // unless the connection was aborted: abort waits for a copy in progress
 // (rxBusy), as for a read, so nothing is placed once it returns.
 func (c *conn) place(b []byte) error {
+	rx := &c.rx
+	return c.placeInto(rx.dst[:rx.ndst], rx.dstMR[:rx.ndstMR], rx.skip, b)
+}
+
+// placeInto is place into dst from byte skip on, dst lying in the
+// regions mrs, none of which may have been revoked.
+func (c *conn) placeInto(dst [][]byte, mrs []*mr, skip uint64, b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
@@ -648,10 +655,10 @@ func (c *conn) place(b []byte) error {
 	if c.aborted.Load() {
 		return net.ErrClosed
 	}
-	if c.rx.dstRevoked() {
+	if anyRevoked(mrs) {
 		return c.rx.revokedErr()
 	}
-	c.rx.copyToDst(0, b)
+	copyInto(dst, skip, b)
 	return nil
 }
 
@@ -683,11 +690,9 @@ func (c *conn) rxStagedSend(h wire.Hdr) (done bool, err error) {
 	}
 	if err == nil {
 		clear(rx.dstMR[:rx.ndstMR]) // the last FPDU's, as rxBegin clears them
-		rx.sendDst()
-		err = c.place(payload)
-		clear(rx.dst[:rx.ndst])
-		clear(rx.dstMR[:rx.ndstMR])
-		rx.ndst, rx.ndstMR = 0, 0
+		rx.ndstMR = 0
+		s := &rx.send
+		err = c.placeInto(s.segs[:s.nseg], s.mrs[:s.nseg], 0, payload)
 	}
 	if err == nil {
 		rx.sOff += rx.plen + rx.tlen
@@ -704,8 +709,11 @@ func (c *conn) rxStagedSend(h wire.Hdr) (done bool, err error) {
 // deregistered or invalidated since the FPDU began: nothing more may be
 // placed there. Called between rxBusy's increment and the placement
 // (see Dereg).
-func (rx *rxState) dstRevoked() bool {
-	for _, m := range rx.dstMR[:rx.ndstMR] {
+func (rx *rxState) dstRevoked() bool { return anyRevoked(rx.dstMR[:rx.ndstMR]) }
+
+// anyRevoked reports whether a region of mrs has been revoked.
+func anyRevoked(mrs []*mr) bool {
+	for _, m := range mrs {
 		if m.revoked.Load() {
 			return true
 		}
@@ -730,16 +738,22 @@ func (rx *rxState) dstSeg(i int, off uint64) []byte {
 	return s[off:]
 }
 
-// copyToDst copies b to the payload destination at payload offset off.
+// copyInto copies b into the segments dst from byte off of them on.
 // Under the race detector the copy is out of its sight, as the readv
 // that places the rest of a payload is: an application may poll memory
 // that a peer's RDMA Write is landing in (perftest's write_lat, a credit
 // word), which RDMA allows.
-func (rx *rxState) copyToDst(off uint64, b []byte) {
-	off += rx.skip
-	for i := 0; i < rx.ndst && len(b) > 0; i++ {
-		s := rx.dstSeg(i, off)
-		off -= min(off, uint64(len(rx.dst[i])))
+func copyInto(dst [][]byte, off uint64, b []byte) {
+	for _, s := range dst {
+		if len(b) == 0 {
+			return
+		}
+		if off >= uint64(len(s)) {
+			off -= uint64(len(s))
+			continue
+		}
+		s = s[off:]
+		off = 0
 		n := min(len(s), len(b))
 		if raceEnabled {
 			copyUnwatched(s, b)
@@ -1273,7 +1287,9 @@ func (c *conn) rxSendBegin(h wire.Hdr) error {
 		c.completeSend(driver.WCLocLenErr)
 		return c.sendTooLong(n)
 	}
-	rx.sendDst()
+	rx.ndst = copy(rx.dst[:], s.segs[:s.nseg])
+	rx.ndstMR = copy(rx.dstMR[:], s.mrs[:s.nseg])
+	rx.skip = s.placed
 	return nil
 }
 
@@ -1283,15 +1299,6 @@ func (c *conn) sendTooLong(n int) error {
 	s := &c.rx.send
 	return protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPTooLong, driver.EventQPReqErr,
 		"a Send of more than %d bytes for a %d-byte receive", s.placed+uint64(n), s.room)
-}
-
-// sendDst makes the buffers of the receive being filled, from the bytes
-// placed so far, the payload's destination.
-func (rx *rxState) sendDst() {
-	s := &rx.send
-	rx.ndst = copy(rx.dst[:], s.segs[:s.nseg])
-	rx.ndstMR = copy(rx.dstMR[:], s.mrs[:s.nseg])
-	rx.skip = s.placed
 }
 
 // rxSendEnd accounts for a placed Send segment; the last completes the
