@@ -110,13 +110,15 @@ func TestShortRoadsUnderLoad(t *testing.T) {
 	}
 }
 
+// shortRoadsUnderLoad is TestShortRoadsUnderLoad with CRCs as set.
 func shortRoadsUnderLoad(t *testing.T) {
 	const slot = 4096
 	const nrecv = 128
 	const total = 4000
 	p := newBenchPair(t, 1<<20)
-	// B's receive buffers: [0, nrecv*slot); A's sources: [0, 64*slot)
-	// for Sends, Read sinks at [512K, ...).
+	// B's receive buffers: [0, nrecv*slot); A's Send sources: [0, 512K),
+	// its Writes' source at 512K and its Reads' sink at 600K; B's Write
+	// target at 600K and Read source at 700K.
 	var bmu sync.Mutex // B's QP posts from the checker and the back-sender
 	postRecvB := func(i int) {
 		bmu.Lock()
