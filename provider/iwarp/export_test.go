@@ -34,6 +34,35 @@ func SetRTRTimeout(d time.Duration) (restore func()) {
 	return func() { rtrTimeout = prev }
 }
 
+// SetPollGrace sets how long the receive goroutine stays off the socket
+// after it has seen an application poll, for connections made from now
+// on; it returns a function that restores the default, to be called
+// once those connections have ended.
+func SetPollGrace(d time.Duration) (restore func()) {
+	prev := pollGrace
+	pollGrace = d
+	return func() { pollGrace = prev }
+}
+
+// ReceiverRounds is how many rounds of receiving (holds of rxMu) the
+// receive goroutine of q's connection has run.
+func ReceiverRounds(q driver.QP) uint64 {
+	if c := q.(*qp).live.Load(); c != nil {
+		return c.rxRounds.Load()
+	}
+	return 0
+}
+
+// KickReceiver ends the receive goroutine's wait for the socket of q's
+// connection, so that it runs a round, as a poller that leaves receiving
+// to it does (kickRx, whose wakeRx would also cut short the stay off the
+// socket that follows the round).
+func KickReceiver(q driver.QP) {
+	if c := q.(*qp).live.Load(); c != nil {
+		c.sk.kick()
+	}
+}
+
 // RetainedConns is how many ended connections q keeps for Destroy to
 // wait for.
 func RetainedConns(q driver.QP) int {
