@@ -35,9 +35,9 @@ func SetRTRTimeout(d time.Duration) (restore func()) {
 }
 
 // SetPollGrace sets how long the receive goroutine stays off the socket
-// after it has seen an application poll, for connections made from now
-// on; it returns a function that restores the default, to be called
-// once those connections have ended.
+// after it has seen an application poll; it returns a function that
+// restores the default. Every receive goroutine reads it: call both
+// while no connection is live.
 func SetPollGrace(d time.Duration) (restore func()) {
 	prev := pollGrace
 	pollGrace = d

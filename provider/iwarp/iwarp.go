@@ -92,8 +92,8 @@
 // that finds the CQ empty makes one read system call per connection of
 // its QPs: a CQ shared by many connections is better waited on (CQ.Wait)
 // than busy-polled. While an application polls, the receive goroutine
-// leaves the socket to it, and takes it back a millisecond after the
-// polls stop (pollGrace): an application that polls and then waits on
+// leaves the socket to it, and takes it back a millisecond or so after
+// the polls stop (pollGrace; at most a quarter more): an application that polls and then waits on
 // memory for a peer's RDMA Write (perftest's write_lat) should go on
 // polling as it waits — Poll of an empty slice takes no completion and
 // still drives the connections — or the Write may wait that millisecond

@@ -268,19 +268,23 @@ func (c *conn) rxRun() error {
 }
 
 // stayOff keeps the receive goroutine off the socket while the
-// application goes on polling: it looks every pollGrace whether the
-// application has polled since its last look (seenPolls) and has not
-// armed a CQ to sleep on (arms still seenArms), and returns once one of
-// them fails, the connection stops receiving, or a poller or ReqNotify
-// wakes it (wakeRx). It takes neither rxMu nor the socket meanwhile: a
+// application goes on polling: it looks whether the application has
+// polled since its last look (seenPolls) and has not armed a CQ to sleep
+// on (arms still seenArms), and returns once one of them fails, the
+// connection stops receiving, or a poller or ReqNotify wakes it
+// (wakeRx). It looks pollGrace after the last poll it knows the time of
+// (polledAt), so that it takes the socket back about pollGrace after the
+// polls stop, and at most every pollGrace/4 (a poller too slow to stamp
+// the time often). It takes neither rxMu nor the socket meanwhile: a
 // round of its own would find a poller holding rxMu about half the time
 // and sleep on it, to be woken by the poller's unlock, and each such
 // wake-up puts a thread on a processor that two busy-polling processes
 // already fill (staying off took a 100,000-iteration send_lat from 2,257
 // futex calls to 1,574).
 func (c *conn) stayOff(t *time.Timer, seenPolls *uint64, seenArms uint64) {
+	wait := pollGrace
 	for {
-		t.Reset(pollGrace)
+		t.Reset(wait)
 		select {
 		case <-t.C:
 		case <-c.rxWake:
@@ -292,6 +296,7 @@ func (c *conn) stayOff(t *time.Timer, seenPolls *uint64, seenArms uint64) {
 			return
 		}
 		*seenPolls = polls
+		wait = max(pollGrace-time.Duration(monotime()-c.polledAt.Load()), pollGrace/4)
 	}
 }
 
@@ -442,20 +447,25 @@ func (c *conn) pollRx() {
 	if at := c.lazyAt.Load(); at != 0 && monotime()-at > int64(lazyAge) {
 		c.transmit()
 	}
-	// Unsignaled WRs that have waited confirmDelay: the next transmit
-	// round asks for their confirmation. An application that polls
-	// usually posts soon, and its batch carries the request at no extra
-	// system call; if it does not, the timer sends it (confirmBackstop).
-	// The clock is read every confirmEvery polls only (it costs about
-	// 44 ns, a tenth of a poll, and confirmDelay is long).
-	if since := c.confirmSince.Load(); since != 0 && polls%confirmEvery == 0 && monotime()-since > int64(confirmDelay) && c.confirmSince.CompareAndSwap(since, 0) {
-		c.confirmDue.Store(true)
+	// The clock is read every clockEvery polls only (it costs about
+	// 44 ns, a tenth of a poll): for the receive goroutine, which stays
+	// off the socket until pollGrace has passed since then (stayOff),
+	// and for unsignaled WRs that have waited confirmDelay, whose
+	// confirmation the next transmit round then asks for. An
+	// application that polls usually posts soon, and its batch carries
+	// the request at no extra system call; if it does not, the timer
+	// sends it (confirmBackstop).
+	if polls%clockEvery == 0 {
+		now := monotime()
+		c.polledAt.Store(now)
+		if since := c.confirmSince.Load(); since != 0 && now-since > int64(confirmDelay) && c.confirmSince.CompareAndSwap(since, 0) {
+			c.confirmDue.Store(true)
+		}
 	}
 }
 
-// confirmEvery is how many polls pass between pollRx's looks at the
-// clock for unsignaled WRs that have waited confirmDelay.
-const confirmEvery = 16
+// clockEvery is how many polls pass between pollRx's looks at the clock.
+const clockEvery = 16
 
 // flushLazy sends the answers to zero-length Reads left for the
 // application's next post (rxTry), for an application about to sleep.
