@@ -174,10 +174,17 @@ func (p *primary) stop(why error) {
 	// (both wait for a role that m.prim still names to stop).
 	m := p.m
 	m.mu.Lock()
-	if m.prim == p {
+	ended := m.prim == p
+	if ended {
 		m.prim = nil
 	}
 	m.mu.Unlock()
+	if ended {
+		// Said once the member's Status no longer reports the role: a
+		// watcher of the log lines that saw the stop begin (fail) sees
+		// it end.
+		m.cfg.Logf("rlog: %s: no longer primary (epoch %d)", m.cfg.Listen, p.epoch)
+	}
 	select {
 	case <-p.done:
 	default:
