@@ -16,7 +16,10 @@ func TestSilentClientHoldsServerNoLonger(t *testing.T) {
 			continue // the server is a goroutine of the client's process
 		}
 		t.Run(d.name, func(t *testing.T) {
-			addr, cli := startServer(t, d.name, d.addr, ServeOptions{RunTimeout: 300 * time.Millisecond})
+			// RunTimeout bounds the second client's run too: under -race
+			// on a busy machine, 300 ms was once too short for its
+			// connection and its 100 round trips.
+			addr, cli := startServer(t, d.name, d.addr, ServeOptions{RunTimeout: 1500 * time.Millisecond})
 			silent, _, err := dial(context.Background(), cli, addr, DefaultParams(WriteBW, 64, cli.QueryDevice()))
 			if err != nil {
 				t.Fatal(err)
