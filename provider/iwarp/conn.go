@@ -177,7 +177,7 @@ type conn struct {
 	rxEnded   atomic.Bool
 	rxStopped atomic.Bool
 	polls     atomic.Uint64 // rounds of pollers: see pollGrace
-	polledAt  atomic.Int64  // monotime of a recent poll (pollRx)
+	polledAt  atomic.Uint64 // monotime of a recent poll (pollRx)
 	rxRounds  atomic.Uint64 // rounds of receiving the receive goroutine ran (rxTry)
 	rxFrames  atomic.Uint64 // FPDUs received: see rxSpin
 	rxAnswers atomic.Uint64 // of those, Read and Atomic Responses

@@ -296,7 +296,7 @@ func (c *conn) stayOff(t *time.Timer, seenPolls *uint64, seenArms uint64) {
 			return
 		}
 		*seenPolls = polls
-		wait = max(pollGrace-time.Duration(monotime()-c.polledAt.Load()), pollGrace/4)
+		wait = max(pollGrace-time.Duration(monotime()-int64(c.polledAt.Load())), pollGrace/4)
 	}
 }
 
@@ -457,7 +457,7 @@ func (c *conn) pollRx() {
 	// sends it (confirmBackstop).
 	if polls%clockEvery == 0 {
 		now := monotime()
-		c.polledAt.Store(now)
+		atomicrel.StoreUint64(&c.polledAt, uint64(now)) // a release store, not a locked instruction
 		if since := c.confirmSince.Load(); since != 0 && now-since > int64(confirmDelay) && c.confirmSince.CompareAndSwap(since, 0) {
 			c.confirmDue.Store(true)
 		}
