@@ -93,12 +93,14 @@
 // its QPs: a CQ shared by many connections is better waited on (CQ.Wait)
 // than busy-polled. While an application polls, the receive goroutine
 // leaves the socket to it, and takes it back a millisecond or so after
-// the polls stop (pollGrace; at most a quarter more): an application that polls and then waits on
-// memory for a peer's RDMA Write (perftest's write_lat) should go on
-// polling as it waits — Poll of an empty slice takes no completion and
-// still drives the connections — or the Write may wait that millisecond
-// to land, and its writer as long for the completion, which tcp0 gives
-// once the peer has confirmed the Write.
+// the polls stop (pollGrace, by design at most a quarter more, and
+// later by as much as the runtime's timer is late on a busy machine):
+// an application that polls and then waits on memory for a peer's RDMA
+// Write (perftest's write_lat) should go on polling as it waits — Poll
+// of an empty slice takes no completion and still drives the
+// connections — or the Write may wait that millisecond to land, and its
+// writer as long for the completion, which tcp0 gives once the peer has
+// confirmed the Write.
 //
 // Once a connection is up its socket is out of the Go runtime's poller,
 // which wakes a thread at every segment that arrives on a socket it
