@@ -12,8 +12,7 @@ import (
 // arriving) or Write is under way when B moves to SQD. IB: SQ Drained
 // means every message in progress is out, every response owed to them
 // has come, and their WRs have completed; so the WR's completion is in
-// B's CQ when the event comes. (Found by review, 2 December: the event
-// came once the last frame was built.)
+// B's CQ when the event comes, not once the last frame is built.
 func TestSQDrainedAfterCompletion(t *testing.T) {
 	const size = 64 << 20
 	for _, op := range []verbs.Opcode{verbs.OpRDMARead, verbs.OpRDMAWrite} {
@@ -52,8 +51,8 @@ func TestSQDrainedAfterCompletion(t *testing.T) {
 }
 
 // TestSQDKeepsUnbuiltWR: a WR none of whose frames fitted the batch when
-// the QP moved to SQD has not begun, and waits for the move back to RTS.
-// (Found by review, 2 December: it went out in SQD.)
+// the QP moved to SQD has not begun, and waits for the move back to RTS:
+// it does not go out in SQD.
 func TestSQDKeepsUnbuiltWR(t *testing.T) {
 	const p = 100
 	defer iwarp.SetMaxPayload(p)()

@@ -12,7 +12,7 @@ import (
 // state and stays there; its peer A writes the gen word of B's shared QP
 // header (which A maps writable) before answering the fence that
 // EventQPLastWQEReached waits for. The event still comes: what tells a
-// Reset since is kept in B's own memory. (Found by review, 2 December.)
+// Reset since is kept in B's own memory.
 func TestLastWQENotSuppressedByPeer(t *testing.T) {
 	h := verbstest.Harness{Device: DeviceName, Addr: func(testing.TB) string { return uniqueAddr("lastwqe-gen") }}
 	p := h.NewPair(t, verbstest.PairOptions{SRQ: true})

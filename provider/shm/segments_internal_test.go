@@ -5,7 +5,6 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,8 +14,6 @@ import (
 	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/verbs/verbstest"
 )
-
-// Regressions from an adversarial review of the provider.
 
 // connOf returns q's connection.
 func connOf(q *qp) *conn {
@@ -238,87 +235,6 @@ func TestDeathWhileAwaitingSegment(t *testing.T) {
 	<-posted
 }
 
-// TestDeregWhilePeerBusy: a Dereg of a region the peer may write while
-// the peer's requester works through a long queue of 64 MiB Writes (into
-// another region). The peer confirms between two WRs, not once its queue
-// is done: it confirmed only when its QP's lock was free, and Dereg,
-// tired of waiting, ended the connection and flushed the rest.
-func TestDeregWhilePeerBusy(t *testing.T) {
-	const n, k = 64 << 20, 48
-	p := localHarness().NewPair(t, verbstest.PairOptions{Cap: verbs.QPCap{MaxSendWR: k, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}, CQDepth: 64})
-	b := p.B.(*verbstest.Local)
-	dst, err := p.A.PD.AllocMR(n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Dereg()
-	other, err := p.A.PD.AllocMR(4096, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := b.PD.AllocMR(n, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Dereg()
-	wrs := make([]verbs.SendWR, k)
-	for i := range wrs {
-		wrs[i] = verbs.SendWR{WRID: uint64(i), Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
-			SGList: []verbs.SGE{{Addr: src.Addr(), Length: n, LKey: src.LKey()}}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
-	}
-	posted := make(chan struct{})
-	go func() {
-		defer close(posted)
-		b.QPs[0].PostSend(wrs)
-	}()
-	waitForFrame(t, "shm.(*qp).PostSend(")
-	if err := other.Dereg(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-posted:
-		t.Error("Dereg returned only once the peer's whole queue was done")
-	default:
-	}
-	<-posted
-	for _, wc := range waitWCs(t, p.B, verbstest.SendCQ, k) {
-		if wc.Status != verbs.WCSuccess {
-			t.Fatalf("Write %d of the busy peer completed with %v after the Dereg", wc.WRID, wc.Status)
-		}
-	}
-}
-
-// TestLocalDeregWhileTargetStopped: one-sided operations go on while the
-// target process is stopped (SIGSTOP), and so they do after a Dereg of a
-// region no peer can reach (no remote rights, no receive): Dereg asked
-// every peer to confirm, and ended the connection to the stopped one.
-func TestLocalDeregWhileTargetStopped(t *testing.T) {
-	p := remoteHarness().NewPair(t, verbstest.PairOptions{})
-	pid := verbstest.PeerPID(p.B)
-	tgt := newRegion(t, p.B, 4096, verbs.AccessLocalWrite|verbs.RemoteAccess)
-	src := newRegion(t, p.A, 4096, verbs.AccessLocalWrite)
-	other, err := p.A.PD.AllocMR(4096, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
-	var info unix.Siginfo
-	if err := unix.Waitid(unix.P_PID, pid, &info, unix.WSTOPPED|unix.WNOWAIT, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := other.Dereg(); err != nil {
-		t.Fatal(err)
-	}
-	postSend(t, p.A, 0, rdma(10, verbs.OpRDMAWrite, src.SGE(0, 64), tgt, 0))
-	wcs := waitWCs(t, p.A, verbstest.SendCQ, 1)
-	if wcs[0].Status != verbs.WCSuccess {
-		t.Errorf("Write to the stopped target after a local Dereg: %v", wcs[0].Status)
-	}
-}
-
 // mapsCount counts this process's mappings.
 func mapsCount(t *testing.T) int {
 	b, err := os.ReadFile("/proc/self/maps")
@@ -350,62 +266,6 @@ func TestPeerMappingsBoundedDuringWait(t *testing.T) {
 	if peak > maxPeerMappings+64 {
 		t.Errorf("%d more mappings during one WR's wait, with at most %d peer segments mapped", peak, maxPeerMappings)
 	}
-}
-
-// TestSRQLimitEventOncePerArming: a peer's reports that the SRQ fell
-// below its limit raise the limit event once per arming, and only once
-// the shared limit word is disarmed: a peer sending report after report
-// filled the context's event queue, pushing out the events after them.
-func TestSRQLimitEventOncePerArming(t *testing.T) {
-	dc, err := (&provider{}).Open(DeviceName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dc.Close()
-	dp, err := dc.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ds, err := dp.CreateSRQ(driver.SRQInitAttr{MaxWR: 16, MaxSGE: 1, Limit: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := ds.(*srq)
-	events := func() (n int) {
-		for {
-			select {
-			case ev := <-dc.Events():
-				if ev.Type == driver.EventSRQLimitReached {
-					n++
-				}
-			default:
-				return n
-			}
-		}
-	}
-	for range 100 {
-		s.limitReached() // armed, but the word not disarmed: forged
-	}
-	if n := events(); n != 0 {
-		t.Fatalf("%d limit events from reports the limit word does not bear out, want none", n)
-	}
-	s.ring.h.state.Store(0) // a consumer disarms it, and reports
-	for range 100 {
-		s.limitReached()
-	}
-	if n := events(); n != 1 {
-		t.Fatalf("%d limit events from one arming, want 1", n)
-	}
-	if err := ds.Modify(driver.SRQAttr{Limit: 2}, driver.SRQAttrLimit); err != nil {
-		t.Fatal(err)
-	}
-	s.ring.h.state.Store(0)
-	s.limitReached()
-	if n := events(); n != 1 {
-		t.Fatalf("%d limit events after arming again, want 1", n)
-	}
-	ds.Destroy()
-	dp.Dealloc()
 }
 
 // holdsInode reports whether a descriptor of this process is open on

@@ -15,8 +15,10 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-// Tests of the short roads of the common small message: postNow on the
-// send side, rxStagedSend on the receive side.
+// Tests of the fast paths of a small message: a single WR posted to an
+// idle connection is built and written by the posting goroutine (postNow),
+// and a Send the stage holds whole is placed and completed under one hold
+// of the QP's lock (rxStagedSend).
 
 // pat is the content of message seq, n bytes long.
 func pat(seq, n int) []byte {
