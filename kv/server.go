@@ -42,13 +42,10 @@ type Config struct {
 	// 1 ms; negative: it always sleeps). A PUT or DELETE that finds the
 	// server awake skips the wake-up of a sleeping thread; the price is
 	// a processor kept busy while requests come closer together than
-	// Spin. Since CQ.Wait on shm sleeps on the waiting goroutine's own
-	// thread, that wake-up costs little: on 1 December, with 95% GETs
-	// and 5% PUTs of 64 B values on a 2-core virtual machine, a PUT's
-	// median was 1.9–2.0 µs with the default Spin and with a server that
-	// always slept (4 KiB: 3.8–8.6 µs either way). With the earlier
-	// hand-off through a waiter goroutine, the sleeping server's was
-	// 31–62 µs. GETs never wake the server either way.
+	// Spin. On shm, CQ.Wait sleeps on the waiting goroutine's own
+	// thread, so that wake-up costs little and a server that always
+	// sleeps serves PUTs about as fast; measure with goverbs kv bench
+	// before raising it. GETs never wake the server either way.
 	Spin time.Duration
 
 	// slowWrites makes the server write slots and records a few bytes at

@@ -116,7 +116,7 @@ func (c *CQ) notifyWait(ctx context.Context, wc []WorkCompletion) (n int, err er
 // can (driver.Sleeper), before it waits through the Notify channel
 // instead. A thread the CQ wakes itself runs the waiting goroutine at
 // once, where the channel's hand-off from the CQ's waiter costs another
-// thread's wake-up (2-40 µs on a 2-core virtual machine); but the
+// thread's wake-up (microseconds, tens of them on a busy machine); but the
 // sleeping thread cannot see ctx end, so its sleep is short: Wait sees
 // ctx end within sleepFor, and an idle Wait wakes once. (Like any
 // blocking system call, the sleep holds an OS thread: goroutines that

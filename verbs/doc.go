@@ -22,9 +22,13 @@
 //	for cq.Poll(wc) == 0 {
 //	}
 //
-// Devices come from providers, which register themselves when imported:
-// provider/loop (in-process), and further providers as they land. Import
-// the provider you need for its side effect, or the one that lists them all.
+// Devices come from providers, which register themselves when imported
+// for their side effect: provider/loop (device loop0, both ends in one
+// process), provider/shm (shm0, processes of one host over shared memory)
+// and provider/iwarp (tcp0, iWARP over TCP across hosts, interoperating
+// with Linux siw). Import the ones the program may use:
+//
+//	import _ "github.com/goverbs/goverbs/provider/shm"
 //
 // # Concurrency
 //

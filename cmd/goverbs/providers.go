@@ -2,8 +2,7 @@ package main
 
 // The providers goverbs offers. Every provider registers its devices (and
 // its cm address scheme) from its init function; this file is the one
-// place that imports them. Add a provider here when it lands
-// (provider/iwarp).
+// place that imports them, and a new provider is added here.
 import (
 	_ "github.com/goverbs/goverbs/provider/iwarp" // device tcp0, addresses tcp://host:port
 	_ "github.com/goverbs/goverbs/provider/loop"  // device loop0, addresses loop://name

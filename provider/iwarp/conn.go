@@ -341,8 +341,8 @@ func (c *conn) kickCheck() {
 // confirmBackstop is the timer's delay, for an application that stops
 // posting. Each confirmation costs both ends a frame, and each timer
 // that fires wakes a thread, which on a busy machine takes a processor
-// from the pollers: with a 50 µs timer, tcp0's 64 B send_lat averaged
-// 8.3 µs (the median of 12 runs' means), with these 7.0 µs.
+// from the pollers: a short timer (tens of µs) makes a Send ping-pong
+// measurably slower than these.
 const (
 	confirmDelay    = time.Millisecond
 	confirmBackstop = 10 * time.Millisecond
@@ -709,9 +709,8 @@ const rawIOMax = 64 << 10
 // fd. Up to rawIOMax bytes it is a raw system call, which the runtime is
 // not told of: on the non-blocking socket it cannot block, and entering
 // and leaving a system call the runtime's way costs more than a small
-// call's own overhead (a round trip of BenchmarkSendRecvLatency64Poll,
-// both ends in one process, took 13.8 µs rather than 15.2 in six
-// interleaved runs; across processes no change showed). Larger calls,
+// call's own overhead (BenchmarkSendRecvLatency64Poll shows it, both
+// ends in one process). Larger calls,
 // whose copies take long enough for the runtime to want the processor
 // back (for another goroutine, or to stop the world), tell it.
 //
@@ -729,9 +728,9 @@ func rawSockIO(trap, fd uintptr, iov []unix.Iovec) (uintptr, syscall.Errno) {
 	p, k := uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov))
 	if len(iov) == 1 {
 		// One buffer: read(2) or write(2), which the kernel takes
-		// without an iovec to import (perf of BenchmarkSendRecvPath64
-		// put that import and readv's and writev's own layers at about
-		// 0.5 µs of each round trip's kernel time).
+		// without an iovec to import (that import and readv's and
+		// writev's own layers are a visible part of a small message's
+		// kernel time in perf of BenchmarkSendRecvPath64).
 		p, k = uintptr(unsafe.Pointer(iov[0].Base)), uintptr(iov[0].Len)
 		trap = singleTrap(trap)
 	}

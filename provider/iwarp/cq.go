@@ -156,9 +156,9 @@ func (c *cq) Poll(wc []driver.WorkCompletion) int {
 
 // yieldEvery is how many empty polls pass between yields of the
 // processor. A yield is dear where another processor is idle: the runtime
-// wakes a thread for the goroutine yielded, about 4 µs in all. Every 16th
-// poll it was 30% of an empty poll's time (BenchmarkPollEmpty: 850 ns a
-// poll, 600 without), and a message arriving meanwhile waited for it.
+// wakes a thread for the goroutine yielded, microseconds in all. A yield
+// every 16th poll was about a third of an empty poll's time
+// (BenchmarkPollEmpty), and a message arriving meanwhile waited for it.
 const yieldEvery = 256
 
 // poll takes completions from the ring.

@@ -23,9 +23,8 @@ import (
 // sleeping in it wakes at each segment that arrives: with two
 // busy-polling processes on two cores, one wake-up per message, which
 // takes processor time from the pollers and makes the sender's write
-// wake a thread. (tcp0's 64 B send_lat across two processes, over 5
-// interleaved runs: mean 7.9 µs and 99th percentile 51 µs with the socket
-// watched, 5.8 µs and 22 µs without, medians 5.34 and 5.27 µs.) So the net
+// wake a thread (it raises the mean and the tail of a two-process Send
+// ping-pong, not its median). So the net
 // package's descriptor is closed once the connection starts, and two
 // epoll instances of the connection's own, which the runtime's poller
 // watches in its place, watch the socket, one for input and one for
@@ -33,9 +32,8 @@ import (
 // a goroutine is about to wait for it (waitIn, waitOut), and then once.
 // The socket is in an instance only while a goroutine waits on it: a
 // registration, even one disarmed, is a callback the kernel runs for
-// every segment it delivers to the socket, in the sender's write (two of
-// them made tcpfloor's two-process ping-pong 3.50 -> 3.76 µs one way,
-// medians of four interleaved runs).
+// every segment it delivers to the socket, in the sender's write
+// (scripts/tcpfloor shows the cost on a bare ping-pong).
 //
 // The descriptors stay open until release. Other system calls on fd
 // than the receiver's go between enter and exit; shutdown, after which

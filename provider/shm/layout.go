@@ -218,7 +218,7 @@ func (r *cqRing) take(wc *driver.WorkCompletion) {
 // and, for a success, no more bytes than a message may have. A
 // completion that breaks the last two is returned as a failure with no
 // byte count. (That a successful Send's byte count fits the buffers the
-// receive posted is not checked: see the README.)
+// receive posted is not checked: see docs/limitations.md.)
 func sanitizeRecv(wc *driver.WorkCompletion) {
 	if wc.Status > driver.WCGeneralErr {
 		wc.Status = driver.WCGeneralErr
