@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -36,6 +37,8 @@ type benchConfig struct {
 	json    bool
 	csv     bool
 	plot    string
+	md      string   // write a Markdown report to this file
+	args    []string // the command line, for the Markdown report
 	timeout time.Duration
 	cpuProf string // write a CPU profile of this process here
 	peer    bool   // hidden: serve for a parent goverbs bench
@@ -73,7 +76,7 @@ Across processes or hosts, start a server and point a client at it:
   goverbs bench shm://@bench write_bw    # client (tcp://server:18515 ...)`
 
 func runBench(ctx context.Context, e *env, args []string) error {
-	cfg := benchConfig{o: perftest.NoOverrides}
+	cfg := benchConfig{o: perftest.NoOverrides, args: args}
 	fs := newFlagSet("bench", "[address] [test ...]", benchDoc, e)
 	iters, warmup := optInt{v: &cfg.o.Iters}, optInt{v: &cfg.o.Warmup}
 	txDepth, rxDepth := optInt{v: &cfg.o.TxDepth}, optInt{v: &cfg.o.RxDepth}
@@ -96,6 +99,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.Bool(&cfg.json, "json", "", "print the results as JSON")
 	fs.Bool(&cfg.csv, "csv", "", "print the results as CSV")
 	fs.String(&cfg.plot, "plot", "", "", "draw latency and bandwidth against size into this PNG `file`")
+	fs.String(&cfg.md, "markdown", "", "", "also write the results, how they were measured and the command that made them\ninto this Markdown `file` (as docs/performance.md is made)")
 	fs.Duration(&cfg.timeout, "timeout", "", time.Minute, "give up on a run that takes longer than this (with -l: end a run\nthat takes longer, a client's included)")
 	fs.String(&cfg.cpuProf, "cpuprofile", "", "", "write a CPU profile of this process (the client; with -l, the server) to `file`")
 	fs.Hidden(&cfg.peer, "peer", "serve for a parent goverbs bench: print the address, exit at the end of stdin")
@@ -166,8 +170,8 @@ func (cfg *benchConfig) check() error {
 		return usageError("-s and -a both given: choose one")
 	case cfg.listen != "" && cfg.addr != "":
 		return usageError("-l serves, an address is a server to run against: give one of them")
-	case cfg.listen != "" && (cfg.compare || cfg.json || cfg.csv || cfg.plot != ""):
-		return usageError("the server (-l) measures nothing itself: give --compare, --json, --csv and --plot to the client")
+	case cfg.listen != "" && (cfg.compare || cfg.json || cfg.csv || cfg.plot != "" || cfg.md != ""):
+		return usageError("the server (-l) measures nothing itself: give --compare, --json, --csv, --plot and --markdown to the client")
 	case cfg.peer && cfg.listen == "":
 		return usageError("--peer needs -l")
 	case cfg.repeat < 1:
@@ -178,6 +182,8 @@ func (cfg *benchConfig) check() error {
 		return usageError("--timeout must be positive, got %v", cfg.timeout)
 	case cfg.plot != "" && !strings.HasSuffix(strings.ToLower(cfg.plot), ".png"):
 		return usageError("--plot %s: the plot is a PNG; name the file FILE.png", cfg.plot)
+	case cfg.md != "" && !strings.HasSuffix(strings.ToLower(cfg.md), ".md"):
+		return usageError("--markdown %s: the report is Markdown; name the file FILE.md", cfg.md)
 	}
 	for _, v := range []struct {
 		name string
@@ -413,6 +419,11 @@ func benchRun(ctx context.Context, e *env, cfg benchConfig) error {
 	if cfg.plot != "" {
 		if err := perftest.Plot(cfg.plot, rep); err != nil {
 			return fmt.Errorf("plot: %w", err)
+		}
+	}
+	if cfg.md != "" {
+		if err := writeMarkdown(cfg, rep); err != nil {
+			return fmt.Errorf("markdown: %w", err)
 		}
 	}
 	switch {
@@ -677,6 +688,55 @@ func startServerProcess(device, addr string, o perftest.ServeOptions) (*benchSer
 		stop()
 		return nil, fmt.Errorf("the bench server process for %s did not listen within 10s: %s", device, oneLine(stderr.String()))
 	}
+}
+
+// writeMarkdown writes the report to cfg.md, saying which command made it
+// and on what machine; the plot, if any, is linked relative to the file.
+func writeMarkdown(cfg benchConfig, rep *perftest.Report) error {
+	doc := perftest.MarkdownDoc{Command: commandLine(append([]string{"goverbs", "bench"}, cfg.args...)), Machine: cpuModel()}
+	if cfg.plot != "" {
+		rel, err := filepath.Rel(filepath.Dir(cfg.md), cfg.plot)
+		if err != nil {
+			rel = cfg.plot
+		}
+		doc.Plot = filepath.ToSlash(rel)
+	}
+	f, err := os.Create(cfg.md)
+	if err != nil {
+		return err
+	}
+	if err := perftest.WriteMarkdown(f, rep, doc); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// commandLine joins args as a shell would read them back.
+func commandLine(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = a
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`*?[]{}()<>|&;#~") {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(q, " ")
+}
+
+// cpuModel names the machine's processor (/proc/cpuinfo's model name),
+// or returns "" where it cannot tell.
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.Join(strings.Fields(v), " ")
+		}
+	}
+	return ""
 }
 
 // hostInfo describes the machine for the report.

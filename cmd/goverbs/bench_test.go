@@ -207,6 +207,45 @@ func TestBenchPlot(t *testing.T) {
 	}
 }
 
+// TestBenchMarkdown: --markdown writes the report as Markdown, naming the
+// command that made it, with a table per test and the plot linked
+// relative to the document; a file not named .md is refused.
+func TestBenchMarkdown(t *testing.T) {
+	dir := t.TempDir()
+	md, plot := filepath.Join(dir, "perf.md"), filepath.Join(dir, "img", "bench.png")
+	if err := os.Mkdir(filepath.Dir(plot), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"bench", "-d", "loop0", "-n", "20", "-s", "64", "--markdown", md, "--plot", plot, "send_lat", "read_bw"}
+	var o, e bytes.Buffer
+	if code := run(context.Background(), args, &o, &e); code != 0 {
+		t.Fatalf("bench: exit %d, stderr %q, stdout:\n%s", code, e.String(), o.String())
+	}
+	b, err := os.ReadFile(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, want := range []string{
+		"`goverbs " + strings.Join(args, " ") + "`",
+		"## How goverbs bench measures",
+		"### goverbs loop0: send_lat", "### goverbs loop0: read_bw",
+		"](img/bench.png)",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("the document lacks %q:\n%s", want, doc)
+		}
+	}
+	if n := regexp.MustCompile(`(?m)^\| 64 \| 20 \| `).FindAllStringIndex(doc, -1); len(n) != 2 {
+		t.Errorf("%d rows of 64 bytes and 20 iterations, want 2:\n%s", len(n), doc)
+	}
+
+	_, errOut, code := goverbs(t, "bench", "-d", "loop0", "--markdown", filepath.Join(dir, "perf.txt"))
+	if code != 2 || !strings.Contains(errOut, "FILE.md") {
+		t.Errorf("--markdown perf.txt: exit %d, %q; want a usage error that asks for FILE.md", code, errOut)
+	}
+}
+
 // TestBenchCompare: every peer is either measured and compared, or named
 // as skipped with a reason.
 func TestBenchCompare(t *testing.T) {
