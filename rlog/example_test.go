@@ -13,8 +13,11 @@ import (
 )
 
 // A log of three members in one process: two replicas and a primary.
-// The client's appends return once a majority holds them durably; every
-// member's log then holds them, framed and checked.
+// The client's appends return once a majority holds them durably. ScanDir
+// then tails the primary's log, which it reads from the member's data
+// directory while the member runs, each record checked (goverbs log tail
+// does the same). Across processes or hosts the addresses are shm://@name
+// or tcp://host:port.
 func Example() {
 	dir, err := os.MkdirTemp("", "rlog-example-")
 	if err != nil {
@@ -45,11 +48,23 @@ func Example() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		fmt.Println(seq, rec)
+		fmt.Println("appended", seq, rec)
 	}
+	res, err := rlog.ScanDir(filepath.Join(dir, "0"), 2, func(r rlog.Record) error {
+		fmt.Printf("tail %d %q\n", r.Seq, r.Data)
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("records", res.First, "to", res.Last)
 	// Output:
-	// 1 begin
-	// 2 debit 10
-	// 3 credit 10
-	// 4 commit
+	// appended 1 begin
+	// appended 2 debit 10
+	// appended 3 credit 10
+	// appended 4 commit
+	// tail 2 "debit 10"
+	// tail 3 "credit 10"
+	// tail 4 "commit"
+	// records 1 to 4
 }
