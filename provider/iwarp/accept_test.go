@@ -65,11 +65,10 @@ func TestSilentClientHoldsUpNoOther(t *testing.T) {
 }
 
 // TestAcceptFailingAfterStartClosesOnce: an initiator that completes MPA
-// but closes before its RTR ends the connection once it has started
-// (Accept failed then, until it stopped waiting for the RTR). The
-// connection's descriptors must be closed once: before the fix, both
-// Accept's failure path and the receive goroutine closed the socket's,
-// the second time under whoever had reused the number (here, the test's
+// but closes before its RTR ends the connection once it has started.
+// The connection's descriptors must be closed once: were both Accept's
+// failure path and the receive goroutine to close the socket's, the
+// second close would hit whoever had reused the number (here, the test's
 // own descriptors, which a goroutine keeps opening).
 func TestAcceptFailingAfterStartClosesOnce(t *testing.T) {
 	maxFD := func() int {

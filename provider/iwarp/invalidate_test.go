@@ -21,8 +21,8 @@ func (h *hostile) sendInv(stag uint32) []byte {
 
 // TestSendInvalidateOfLocalKeyRefused: a region that grants no remote
 // access has a local key only, and a peer may not revoke it with a Send
-// with Invalidate (before the fix it could, and the application's own
-// receive buffers then failed).
+// with Invalidate (the application's own receive buffers would then
+// fail).
 func TestSendInvalidateOfLocalKeyRefused(t *testing.T) {
 	v := newVictim(t, 4)
 	rb := guard(t, v, 64, verbs.AccessLocalWrite)

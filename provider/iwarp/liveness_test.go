@@ -139,8 +139,8 @@ func TestSlowPeerIsNotTimedOut(t *testing.T) {
 // outstanding only for a few of the QP's timeouts (here 0.55 s), once it
 // has sent more than any healthy peer can have queued ahead of an answer
 // (answerSlack): the Read then completes with WCRetryExcErr and the QP
-// fails. (The peer's traffic used to keep the Read outstanding for good:
-// only silence timed a request out.)
+// fails: the peer's traffic does not keep the Read outstanding for good,
+// as it would if only silence timed a request out.
 func TestPeerThatNeverAnswersTimesOut(t *testing.T) {
 	defer iwarp.SetMinUserTimeout(0)()
 	v := newVictim(t, 4)

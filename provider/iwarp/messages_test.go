@@ -474,7 +474,7 @@ func TestTerminateBlamesTheRightWrite(t *testing.T) {
 
 // TestInvalidateTwice: a second Send with Invalidate of an STag already
 // invalid succeeds, as the verbs allow and siw does, and both receive
-// completions report the STag; it used to end the stream.
+// completions report the STag; the stream goes on.
 func TestInvalidateTwice(t *testing.T) {
 	a, b, _, _ := connectPair(t, 1<<16, nil, nil)
 	target, err := b.pd.RegMR(b.mr.Bytes()[4096:8192], verbs.AccessLocalWrite|verbs.AccessRemoteWrite)

@@ -66,7 +66,7 @@ func (h *hostile) readFPDU() []byte {
 
 // TestNoReadResponseAfterDereg: the Read's sink is deregistered before
 // its response arrives. The response is not placed, and the Read does
-// not complete as a success (it did, into memory no longer registered).
+// not complete as a success into memory no longer registered.
 func TestNoReadResponseAfterDereg(t *testing.T) {
 	v := newVictim(t, 4)
 	g := guard(t, v, 4096, verbs.AccessLocalWrite|verbs.RemoteAccess)

@@ -50,8 +50,8 @@ func TestNoDescriptorLeakAfterDestroyOrReset(t *testing.T) {
 // goroutine ends (a poller's kick finds the connection aborted). Its own
 // abort must wait too: rxLoop closes the socket's descriptor right after
 // it, which would leave the writev to run on a closed, or reused,
-// descriptor number. Before the fix, the second abort returned at once
-// and the descriptor was closed under the writer in every run.
+// descriptor number: a second abort that returned at once would close
+// the descriptor under the writer in every run.
 func TestConcurrentAbortWaitsForWriter(t *testing.T) {
 	_, b, _, _ := connectPair(t, 4096, nil, nil)
 	fd, aborted, end, ok := iwarp.AbortWithSocketCallHeld(b.qp.Driver())

@@ -15,7 +15,7 @@ var spinSink atomic.Uint64
 // TestPostRecvRacingDestroy: a PostRecv that read the QP's state before
 // a concurrent Destroy published it is still writing the receive ring
 // when Destroy unmaps the block that holds the ring; Destroy must wait
-// it out (before the fix: a fault in recvRing.produce).
+// it out, or PostRecv faults in recvRing.produce.
 func TestPostRecvRacingDestroy(t *testing.T) {
 	p := localHarness().NewPair(t, verbstest.PairOptions{})
 	a := p.A
