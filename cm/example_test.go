@@ -1,12 +1,15 @@
 package cm_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"log"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,85 +27,121 @@ func check(err error) {
 	}
 }
 
-// A server registers a value peers may read and accepts a connection,
-// telling the client in its private data where the value is; the client
-// reads the value with one RDMA Read and polls for the completion. The
-// server's CPU does nothing for the read.
-func Example_rdmaRead() {
-	// Server: a value in a region peers may read, and a QP to serve it.
-	srv, err := verbs.Open("loop0")
-	check(err)
-	defer srv.Close()
-	spd, err := srv.AllocPD()
-	check(err)
-	value, err := spd.AllocMR(64, verbs.AccessRemoteRead)
-	check(err)
-	n := copy(value.Bytes(), "Hello, RDMA!")
-	scq, err := srv.CreateCQ(16)
-	check(err)
-	qpCap := verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
-	sqp, err := spd.CreateQP(verbs.QPInitAttr{SendCQ: scq, RecvCQ: scq, Cap: qpCap})
-	check(err)
+// A server and a client as two programs would write them, run here as
+// two goroutines of one process on loop0. Across processes on one host
+// the addresses are shm://@name (device shm0); across hosts,
+// tcp://host:port (tcp0): nothing else changes.
+func Example_clientServer() {
+	// The server's main: listen, then serve.
 	l, err := cm.Listen("loop://example")
 	check(err)
 	defer l.Close()
-	accepted := make(chan *cm.Conn)
+	served := make(chan struct{})
 	go func() {
-		req, err := l.Accept(context.Background())
-		check(err)
-		// Tell the client where the value is: address, rkey, length.
-		var where [16]byte
-		binary.BigEndian.PutUint64(where[0:], value.Addr())
-		binary.BigEndian.PutUint32(where[8:], value.RKey())
-		binary.BigEndian.PutUint32(where[12:], uint32(n))
-		conn, err := req.Accept(sqp, &cm.Param{PrivateData: where[:]})
-		check(err)
-		accepted <- conn
+		defer close(served)
+		server(l)
 	}()
 
-	// Client: a local buffer the value lands in, and a QP dialled to the server.
-	cli, err := verbs.Open("loop0")
+	// The client's main.
+	client("loop://example")
+	<-served
+	// Output:
+	// client: RDMA_READ success 12 bytes: Hello, RDMA!
+	// server: the client says "thanks"
+}
+
+// server registers a value peers may read, accepts one connection and
+// tells the client in the connection's private data where the value is;
+// its CPU takes no part in the client's RDMA Read. It posts a receive
+// before it accepts, for the message the client sends when it is done.
+func server(l *cm.Listener) {
+	dev, err := verbs.Open("loop0")
 	check(err)
-	defer cli.Close()
-	pd, err := cli.AllocPD()
+	defer dev.Close()
+	pd, err := dev.AllocPD()
 	check(err)
-	buf := make([]byte, 64)
-	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite)
+	value, err := pd.AllocMR(64, verbs.AccessRemoteRead)
 	check(err)
-	cq, err := cli.CreateCQ(16)
+	n := copy(value.Bytes(), "Hello, RDMA!")
+	inbox, err := pd.AllocMR(64, verbs.AccessLocalWrite)
 	check(err)
-	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: qpCap})
+	cq, err := dev.CreateCQ(16)
 	check(err)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	check(err)
+	// Receives are posted before the connection is up (the QP in Init),
+	// so that no Send finds none: tcp0 has no receiver-not-ready retry.
+	check(qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessRemoteRead},
+		verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
+	_, err = qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{inbox.SGE(0, 64)}}})
+	check(err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := cm.Dial(ctx, "loop://example", qp, nil)
+	req, err := l.Accept(ctx)
+	check(err)
+	// Where the value is: address, rkey, length.
+	var where [16]byte
+	binary.BigEndian.PutUint64(where[0:], value.Addr())
+	binary.BigEndian.PutUint32(where[8:], value.RKey())
+	binary.BigEndian.PutUint32(where[12:], uint32(n))
+	conn, err := req.Accept(qp, &cm.Param{PrivateData: where[:]})
 	check(err)
 	defer conn.Close()
-	sconn := <-accepted
-	defer sconn.Close()
+
+	wc := make([]verbs.WorkCompletion, 1)
+	_, err = cq.Wait(ctx, wc) // sleeps until the client's Send lands
+	check(err)
+	msg, err := verbs.Received(&wc[0], inbox.Bytes())
+	check(err)
+	fmt.Printf("server: the client says %q\n", msg)
+}
+
+// client dials the server, reads the value with one RDMA Read named by
+// the address and rkey the server sent, and tells the server it is done
+// with a Send.
+func client(addr string) {
+	dev, err := verbs.Open("loop0")
+	check(err)
+	defer dev.Close()
+	pd, err := dev.AllocPD()
+	check(err)
+	buf, err := pd.AllocMR(64, verbs.AccessLocalWrite)
+	check(err)
+	cq, err := dev.CreateCQ(16)
+	check(err)
+	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	check(err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := cm.Dial(ctx, addr, qp, nil)
+	check(err)
+	defer conn.Close()
 	where := conn.PrivateData()
-	addr := binary.BigEndian.Uint64(where[0:])
+	raddr := binary.BigEndian.Uint64(where[0:])
 	rkey := binary.BigEndian.Uint32(where[8:])
 	length := binary.BigEndian.Uint32(where[12:])
 
-	// The read: one work request naming the remote address and rkey.
-	_, err = qp.PostSend([]verbs.SendWR{{
-		WRID:       1,
-		Opcode:     verbs.OpRDMARead,
-		Flags:      verbs.SendSignaled,
-		SGList:     []verbs.SGE{mr.SGE(0, int(length))},
-		RemoteAddr: addr,
-		RKey:       rkey,
-	}})
-	check(err)
 	wc := make([]verbs.WorkCompletion, 1)
-	for cq.Poll(wc) == 0 {
+	_, err = qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{buf.SGE(0, int(length))}, RemoteAddr: raddr, RKey: rkey}})
+	check(err)
+	for cq.Poll(wc) == 0 { // busy-polls: no system call, no allocation
 	}
-	fmt.Println(wc[0].Opcode, wc[0].Status, wc[0].ByteLen, "bytes")
-	fmt.Printf("%s\n", buf[:wc[0].ByteLen])
-	// Output:
-	// RDMA_READ success 12 bytes
-	// Hello, RDMA!
+	fmt.Printf("client: %v %v %d bytes: %s\n", wc[0].Opcode, wc[0].Status, wc[0].ByteLen, buf.Bytes()[:wc[0].ByteLen])
+
+	n := copy(buf.Bytes(), "thanks")
+	_, err = qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{buf.SGE(0, n)}}})
+	check(err)
+	_, err = cq.Wait(ctx, wc)
+	check(err)
+	if wc[0].Status != verbs.WCSuccess {
+		log.Fatalf("send: %v", wc[0].Status)
+	}
 }
 
 // Message semantics: the receiver posts a buffer, the sender's Send lands
@@ -191,10 +230,11 @@ func Example_sendRecv() {
 }
 
 // TestREADMEExample keeps the example in the README at the root of the
-// repository the same as Example_rdmaRead: the README's first Go code
-// block after the marker below must be the example's body.
+// repository the same as server and client here: the README's first Go
+// code block after the marker below must be their source, as it stands
+// in this file.
 func TestREADMEExample(t *testing.T) {
-	const marker = "<!-- example: cm/example_test.go Example_rdmaRead -->"
+	const marker = "<!-- example: cm/example_test.go server client -->"
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatalf("read the README: %v", err)
@@ -209,20 +249,28 @@ func TestREADMEExample(t *testing.T) {
 	}
 	block, _, _ = strings.Cut(block, "```")
 
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "example_test.go", nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
 	src, err := os.ReadFile("example_test.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, body, ok := strings.Cut(string(src), "func Example_rdmaRead() {\n")
-	if !ok {
-		t.Fatal("example_test.go has no Example_rdmaRead")
+	var want []string
+	for _, name := range []string{"server", "client"} {
+		i := slices.IndexFunc(f.Decls, func(d ast.Decl) bool {
+			fd, ok := d.(*ast.FuncDecl)
+			return ok && fd.Name.Name == name
+		})
+		if i < 0 {
+			t.Fatalf("example_test.go has no func %s", name)
+		}
+		fd := f.Decls[i].(*ast.FuncDecl)
+		want = append(want, string(src[fset.Position(fd.Doc.Pos()).Offset:fset.Position(fd.End()).Offset]))
 	}
-	body, _, _ = strings.Cut(body, "\t// Output:")
-	var want bytes.Buffer
-	for _, line := range strings.SplitAfter(body, "\n") {
-		want.WriteString(strings.TrimPrefix(line, "\t"))
-	}
-	if got := strings.TrimSpace(block); got != strings.TrimSpace(want.String()) {
-		t.Errorf("the README's example differs from Example_rdmaRead in cm/example_test.go; copy the example's body (dedented by one tab, up to // Output:) into the README.\nREADME:\n%s\nexample:\n%s", got, want.String())
+	if got, want := strings.TrimSpace(block), strings.Join(want, "\n\n"); got != want {
+		t.Errorf("the README's example differs from server and client in cm/example_test.go; copy them into the README.\nREADME:\n%s\nexample:\n%s", got, want)
 	}
 }

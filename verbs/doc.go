@@ -22,6 +22,10 @@
 //	for cq.Poll(wc) == 0 {
 //	}
 //
+// The package's Example runs these steps whole on loop0, connecting the
+// QPs by hand; package cm's examples connect them as a client and a
+// server do.
+//
 // Devices come from providers, which register themselves when imported
 // for their side effect: provider/loop (device loop0, both ends in one
 // process), provider/shm (shm0, processes of one host over shared memory)
