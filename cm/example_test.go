@@ -22,8 +22,9 @@ func check(err error) {
 
 // A server and a client as two programs would write them, run here as
 // two goroutines of one process on loop0. Across processes on one host
-// the addresses are shm://@name (device shm0); across hosts,
-// tcp://host:port (tcp0): nothing else changes.
+// the address is shm://@name; across hosts, tcp://host:port: each side
+// opens the device that serves the address (cm.Device), and nothing else
+// changes.
 func Example_clientServer() {
 	// The server's main: listen, then serve.
 	l, err := cm.Listen("loop://example")
@@ -48,7 +49,9 @@ func Example_clientServer() {
 // its CPU takes no part in the client's RDMA Read. It posts a receive
 // before it accepts, for the message the client sends when it is done.
 func server(l *cm.Listener) {
-	dev, err := verbs.Open("loop0")
+	name, err := cm.Device(l.Addr()) // loop0, shm0 or tcp0
+	check(err)
+	dev, err := verbs.Open(name)
 	check(err)
 	defer dev.Close()
 	pd, err := dev.AllocPD()
@@ -95,7 +98,9 @@ func server(l *cm.Listener) {
 // the address and rkey the server sent, and tells the server it is done
 // with a Send.
 func client(addr string) {
-	dev, err := verbs.Open("loop0")
+	name, err := cm.Device(addr)
+	check(err)
+	dev, err := verbs.Open(name)
 	check(err)
 	defer dev.Close()
 	pd, err := dev.AllocPD()
