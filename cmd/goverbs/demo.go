@@ -91,8 +91,8 @@ The server's CPU takes no part in the read.
 
 Both sides run in this process, as two goroutines. Each step is printed
 with the time it took.`, e)
-	fs.String(&cfg.device, "device", "d", defaultDevice, "the RDMA device both sides open")
-	fs.String(&cfg.addr, "addr", "", "", "the cm address the server listens on (default: one that suits the device's\nprovider, e.g. shm://@goverbs-demo-PID)")
+	fs.String(&cfg.device, "device", "d", defaultDevice, "the RDMA device both sides open (with --addr, the one that serves it)")
+	fs.String(&cfg.addr, "addr", "", "", "the cm address the server listens on: shm://@name, shm:///path.sock or\ntcp://host:port (default: one that suits the device's provider, e.g.\nshm://@goverbs-demo-PID)")
 	fs.String(&cfg.value, "value", "", defaultValue, "the value the server serves and the client reads")
 	fs.Duration(&cfg.timeout, "timeout", "", 10*time.Second, "give up if the demo takes longer than this")
 	if err := fs.parse(args); err != nil {
@@ -106,6 +106,17 @@ with the time it took.`, e)
 	}
 	if cfg.timeout <= 0 {
 		return usageError("--timeout must be positive, got %v", cfg.timeout)
+	}
+	if dev, err := cm.Device(cfg.addr); err == nil {
+		// The address names the provider; the device is the one that
+		// serves it unless -d says otherwise, and then they must agree.
+		// (An address no provider serves fails when the server listens.)
+		switch {
+		case !fs.isSet("device"):
+			cfg.device = dev
+		case dev != cfg.device:
+			return usageError("--addr %s is served by device %s, not -d %s: leave out -d, or give an address of %s", cfg.addr, dev, cfg.device, cfg.device)
+		}
 	}
 	info, err := findDevice(cfg.device)
 	if err != nil {

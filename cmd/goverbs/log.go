@@ -231,6 +231,9 @@ func runLogAppend(ctx context.Context, e *env, args []string) error {
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	c, err := rlog.Dial(dctx, strings.Split(addrs, ",")...)
 	cancel()
+	if errors.Is(err, cm.ErrRefused) {
+		return fmt.Errorf("%w (are the members running? start each with `goverbs log serve`)", err)
+	}
 	if err != nil {
 		return err
 	}
