@@ -235,3 +235,23 @@ func TestPingAddressForms(t *testing.T) {
 		t.Fatalf("ping -a %s -p %s: exit %d, stderr %q; want a usage error", url, port, code, errOut)
 	}
 }
+
+// TestDemoOnTCP0: the demo's client posts its receive before it
+// connects, so the server's Send, posted the moment it accepts, finds it
+// on tcp0 too, which has no RNR retry; and --addr picks its device.
+func TestDemoOnTCP0(t *testing.T) {
+	for i := range 10 {
+		args := []string{"demo", "-d", "tcp0"}
+		if i%2 == 1 {
+			args = []string{"demo", "--addr", "tcp://127.0.0.1:0"}
+		}
+		var o, e bytes.Buffer
+		if code := run(context.Background(), args, &o, &e); code != 0 {
+			t.Fatalf("run %d, goverbs %q: exit %d, stderr %q, stdout:\n%s", i, args, code, e.String(), o.String())
+		}
+		checkDemo(t, o.String(), defaultValue)
+		if !strings.Contains(o.String(), "open device tcp0") {
+			t.Fatalf("goverbs %q did not open tcp0:\n%s", args, o.String())
+		}
+	}
+}

@@ -285,13 +285,16 @@ func (s *side) queues(dev *verbs.Context, pd *verbs.PD) (*verbs.CQ, *verbs.QP, e
 			return "", err
 		}
 		s.created(cq.Destroy)
-		qp, err = pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
+		// An endpoint's QP is in Init: it takes receives before it is
+		// connected, which every provider needs (tcp0 has no RNR retry).
+		ep, err := cm.NewEndpoint(pd, verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
 			Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			return "", err
 		}
-		s.created(qp.Destroy)
-		return fmt.Sprintf("CQ of 16 entries, RC QP %d in state %v", qp.Num(), qp.State()), nil
+		qp = ep.QP()
+		s.created(ep.Destroy)
+		return fmt.Sprintf("CQ of 16 entries, RC QP %d in state %v, ready for receives", qp.Num(), qp.State()), nil
 	})
 	return cq, qp, err
 }
@@ -478,6 +481,16 @@ func (s *side) read(ctx context.Context, cfg demoConfig, listening <-chan string
 	if err != nil {
 		return 0, err
 	}
+	err = s.step("post a receive for the server's message", func() (string, error) {
+		wr := []verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{mr.SGE(0, readOffset)}}}
+		if _, err := qp.PostRecv(wr); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%d bytes at %#x", readOffset, mr.Addr()), nil
+	})
+	if err != nil {
+		return 0, err
+	}
 	var conn *cm.Conn
 	err = s.step("connect to the server", func() (string, error) {
 		var addr string
@@ -487,26 +500,13 @@ func (s *side) read(ctx context.Context, cfg demoConfig, listening <-chan string
 			return "", fmt.Errorf("waiting for the server to listen: %w", ctx.Err())
 		}
 		var err error
-		// cm connects a QP in the Reset state, so the receive for the
-		// server's message can only be posted once connected; a Send
-		// that arrives first meets "receiver not ready" and is retried
-		// (cm's default RNR retry count retries forever), as on
-		// InfiniBand. A short RNR timer (10µs) keeps that wait short.
-		if conn, err = cm.Dial(ctx, addr, qp, &cm.Param{MinRNRTimer: 1}); err != nil {
+		// The receive posted before is there for the server's first
+		// Send, which may come the moment the connection is made.
+		if conn, err = cm.Dial(ctx, addr, qp, nil); err != nil {
 			return "", err
 		}
 		s.created(func() error { return closeConn(conn) })
 		return "dialled " + addr + ", " + connected(qp), nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	err = s.step("post a receive for the server's message", func() (string, error) {
-		wr := []verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{mr.SGE(0, readOffset)}}}
-		if _, err := qp.PostRecv(wr); err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("%d bytes at %#x", readOffset, mr.Addr()), nil
 	})
 	if err != nil {
 		return 0, err
