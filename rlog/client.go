@@ -219,14 +219,12 @@ func (cc *clientConn) setup(ctx context.Context, addr string) error {
 	if cc.cq, err = cc.vctx.CreateCQ(2*clientRecvs + 8); err != nil {
 		return err
 	}
-	if cc.qp, err = cc.pd.CreateQP(verbs.QPInitAttr{SendCQ: cc.cq, RecvCQ: cc.cq,
-		Cap: verbs.QPCap{MaxSendWR: clientRecvs, MaxRecvWR: clientRecvs, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+	ep, err := cm.NewEndpoint(cc.pd, verbs.QPInitAttr{SendCQ: cc.cq, RecvCQ: cc.cq,
+		Cap: verbs.QPCap{MaxSendWR: clientRecvs, MaxRecvWR: clientRecvs, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
 		return err
 	}
-	if err := cc.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessLocalWrite},
-		verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		return err
-	}
+	cc.qp = ep.QP()
 	if cc.recvMR, err = cc.pd.AllocMR(clientRecvs*replySize, verbs.AccessLocalWrite); err != nil {
 		return err
 	}
