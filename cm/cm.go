@@ -48,8 +48,8 @@ var (
 )
 
 // RejectError is returned by Dial when the listener rejected the request;
-// it carries the rejection's private data. errors.Is(err, ErrRejected)
-// holds for it.
+// its one field, PrivateData []byte, is the rejection's private data.
+// errors.Is(err, ErrRejected) holds for it.
 type RejectError = driver.RejectError
 
 // Param are the parameters of a connection request or reply (struct
