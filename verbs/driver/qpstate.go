@@ -63,7 +63,11 @@ func CheckModify(cur QPState, attr *QPAttr, mask QPAttrMask) (QPState, error) {
 		return cur, fmt.Errorf("%w: %v to %v is not a legal QP transition", ErrInvalidState, cur, next)
 	}
 	if missing := t.required &^ mask; missing != 0 {
-		return cur, fmt.Errorf("%w: %v to %v requires the attributes %v; the mask lacks %v (or connect the QP with cm, which makes these moves)", ErrInvalidArg, cur, next, t.required, missing)
+		hint := "cm's Dial and Accept make these moves"
+		if next == QPSInit {
+			hint = "cm.NewEndpoint makes a QP in INIT"
+		}
+		return cur, fmt.Errorf("%w: %v to %v requires the attributes %v; the mask lacks %v (%s)", ErrInvalidArg, cur, next, t.required, missing, hint)
 	}
 	if extra := rest &^ (t.required | t.optional); extra != 0 {
 		return cur, fmt.Errorf("%w: %v to %v does not take the attributes %v", ErrInvalidArg, cur, next, extra)
