@@ -13,6 +13,14 @@
 //
 // A scheme works when the provider that serves it is imported.
 //
+// Receives must be posted before a connection is made, because tcp0 and
+// other iWARP devices fail a Send that finds none (see "Portability" in
+// package verbs): make the QP with NewEndpoint, which moves it to Init,
+// post its receives, then Dial or Accept, as rdma_create_ep,
+// rdma_post_recv and rdma_connect do in librdmacm. Dial and Accept take a
+// QP made by pd.CreateQP too, for a connection that needs no receives
+// before its first exchange.
+//
 // Listeners and connections are safe for concurrent use.
 package cm
 
@@ -40,8 +48,8 @@ var (
 )
 
 // RejectError is returned by Dial when the listener rejected the request;
-// it carries the rejection's private data. errors.Is(err, ErrRejected)
-// holds for it.
+// its one field, PrivateData []byte, is the rejection's private data.
+// errors.Is(err, ErrRejected) holds for it.
 type RejectError = driver.RejectError
 
 // Param are the parameters of a connection request or reply (struct
@@ -56,13 +64,20 @@ type Param struct {
 	// means the device maximum.
 	ResponderResources uint8
 	InitiatorDepth     uint8
-	// RetryCount is the transport retry count (0 to 7; default 7).
+	// RetryCount is the transport retry count (0 to 7; default 7). tcp0
+	// turns it into the socket's timeout (see provider/iwarp).
 	RetryCount uint8
 	// RNRRetryCount is how often a Send that meets no posted receive is
-	// retried (0 to 7, where 7 is forever; default 7).
+	// retried (0 to 7, where 7 is forever; default 7), on devices that
+	// retry: loop0 and shm0 wait MinRNRTimer and retry, forever by
+	// default. tcp0 and other iWARP devices have no RNR retry and ignore
+	// it: such a Send ends the connection, and completes with
+	// WCRNRRetryExcErr. Post receives before connecting (NewEndpoint),
+	// and no device depends on it.
 	RNRRetryCount uint8
 	// MinRNRTimer is how long this side asks senders to wait before such
-	// a retry (encoded; 0 stands for 655 ms, so the default is 12, 0.64 ms).
+	// a retry (encoded; 0 stands for 655 ms, so the default is 12, 0.64 ms),
+	// on devices that retry.
 	MinRNRTimer verbs.RNRTimer
 	// NoDefaults sends zero RetryCount, RNRRetryCount and MinRNRTimer as
 	// zeros; otherwise zeros stand for the defaults above.

@@ -260,19 +260,18 @@ func (s *Server) acceptLoop(ctx context.Context) {
 }
 
 func (s *Server) accept(req *cm.Request) error {
-	qp, err := s.pd.CreateQP(verbs.QPInitAttr{SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
+	// The receives are posted before Accept connects the QP.
+	ep, err := cm.NewEndpoint(s.pd, verbs.QPInitAttr{SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
 		Cap: verbs.QPCap{MaxSendWR: uint32(s.cfg.RecvDepth), MaxRecvWR: uint32(s.cfg.RecvDepth), MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return err
 	}
+	qp := ep.QP()
 	sc := &serverConn{qp: qp}
 	fail := func(err error) error {
 		qp.Destroy()
 		s.release(sc)
 		return err
-	}
-	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessLocalWrite}, verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		return fail(err)
 	}
 	for i := range s.cfg.RecvDepth {
 		rb, err1 := s.msgs.Get(s.cfg.maxMsg())

@@ -30,13 +30,18 @@ type Client struct {
 }
 
 // Dial connects to the primary: it tries each address (the members of
-// the log) in turn until one is the primary, for as long as ctx allows.
+// the log) in turn until one is the primary, for as long as ctx allows
+// (members that answer but are not primary may be electing one). When
+// nothing listens at any of the addresses, Dial fails at once with an
+// error wrapping cm.ErrRefused, as cm.Dial does: start the members, or
+// check the addresses. Reconnecting after a connection breaks (Append)
+// keeps trying while its ctx allows, since members restart.
 func Dial(ctx context.Context, addrs ...string) (*Client, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("rlog: Dial needs at least one address")
 	}
 	c := &Client{addrs: slices.Clone(addrs)}
-	if _, err := c.connection(ctx); err != nil {
+	if _, err := c.dial(ctx, true); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -96,7 +101,12 @@ func (c *Client) Append(ctx context.Context, rec []byte) (uint64, error) {
 
 // connection returns the current connection, dialling if there is none
 // or it broke.
-func (c *Client) connection(ctx context.Context) (*clientConn, error) {
+func (c *Client) connection(ctx context.Context) (*clientConn, error) { return c.dial(ctx, false) }
+
+// dial returns the current connection, dialling if there is none or it
+// broke; with refusedFails, a round in which every address refused the
+// connection ends it.
+func (c *Client) dial(ctx context.Context, refusedFails bool) (*clientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -113,11 +123,15 @@ func (c *Client) connection(ctx context.Context) (*clientConn, error) {
 	backoff := 10 * time.Millisecond
 	for {
 		var errs []error
+		refused := 0
 		for _, a := range c.addrs {
 			cc, err := dialClient(ctx, a)
 			if err == nil {
 				c.cur = cc
 				return cc, nil
+			}
+			if errors.Is(err, cm.ErrRefused) {
+				refused++
 			}
 			errs = append(errs, fmt.Errorf("%s: %w", a, err))
 			if ctx.Err() != nil {
@@ -125,6 +139,9 @@ func (c *Client) connection(ctx context.Context) (*clientConn, error) {
 			}
 		}
 		err := fmt.Errorf("%w: no primary reachable: %w", ErrUnavailable, errors.Join(errs...))
+		if refusedFails && refused == len(c.addrs) {
+			return nil, err
+		}
 		select {
 		case <-ctx.Done():
 			return nil, err
@@ -202,14 +219,12 @@ func (cc *clientConn) setup(ctx context.Context, addr string) error {
 	if cc.cq, err = cc.vctx.CreateCQ(2*clientRecvs + 8); err != nil {
 		return err
 	}
-	if cc.qp, err = cc.pd.CreateQP(verbs.QPInitAttr{SendCQ: cc.cq, RecvCQ: cc.cq,
-		Cap: verbs.QPCap{MaxSendWR: clientRecvs, MaxRecvWR: clientRecvs, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+	ep, err := cm.NewEndpoint(cc.pd, verbs.QPInitAttr{SendCQ: cc.cq, RecvCQ: cc.cq,
+		Cap: verbs.QPCap{MaxSendWR: clientRecvs, MaxRecvWR: clientRecvs, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
 		return err
 	}
-	if err := cc.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessLocalWrite},
-		verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		return err
-	}
+	cc.qp = ep.QP()
 	if cc.recvMR, err = cc.pd.AllocMR(clientRecvs*replySize, verbs.AccessLocalWrite); err != nil {
 		return err
 	}

@@ -699,15 +699,12 @@ func newLink(m *Member, cqe int, qcap verbs.QPCap) (*link, error) {
 	if k.cq, err = m.vctx.CreateCQ(cqe); err != nil {
 		return nil, err
 	}
-	if k.qp, err = m.pd.CreateQP(verbs.QPInitAttr{SendCQ: k.cq, RecvCQ: k.cq, Cap: qcap}); err != nil {
+	ep, err := cm.NewEndpoint(m.pd, verbs.QPInitAttr{SendCQ: k.cq, RecvCQ: k.cq, Cap: qcap})
+	if err != nil {
 		k.cq.Destroy()
 		return nil, err
 	}
-	if err := k.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessLocalWrite | verbs.AccessRemoteWrite},
-		verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		k.close()
-		return nil, err
-	}
+	k.qp = ep.QP()
 	return k, nil
 }
 

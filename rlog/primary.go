@@ -424,19 +424,16 @@ func (p *primary) acceptClient(req *cm.Request, reply connMsg) uint8 {
 	p.nextTag++
 	tag := p.nextTag & (1<<24 - 1)
 	cs := &clientSession{tag: tag, msgSize: cfg.clientMsgSize(), k: &link{m: p.m}}
-	qp, err := p.m.pd.CreateQP(verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq,
+	ep, err := cm.NewEndpoint(p.m.pd, verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq,
 		Cap: verbs.QPCap{MaxSendWR: uint32(cfg.ClientDepth), MaxRecvWR: uint32(cfg.ClientDepth), MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return codeUnavailable
 	}
+	qp := ep.QP()
 	cs.k.qp = qp
 	fail := func() uint8 {
 		cs.k.close()
 		return codeUnavailable
-	}
-	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessLocalWrite},
-		verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		return fail()
 	}
 	if cs.recvMR, err = cs.k.alloc(cfg.ClientDepth*cs.msgSize, verbs.AccessLocalWrite); err != nil {
 		return fail()

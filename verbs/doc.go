@@ -48,4 +48,48 @@
 // QP.PostSend, QP.PostRecv, SRQ.PostRecv and CQ.Poll are the data path.
 // Each is one call into the provider and allocates nothing: keep the work
 // request and completion slices and reuse them.
+//
+// # Portability
+//
+// A program that keeps these rules runs unchanged on loop0, shm0 and tcp0,
+// and on the RDMA devices of rdma-core.
+//
+// Post receives before connecting. A Send, or an RDMA Write with
+// immediate data, that finds no receive posted meets a different fate on
+// each device. Devices that declare CapRNRRetry in DeviceAttr.Caps, as
+// loop0 and shm0 do (and InfiniBand and RoCE devices), make the sender
+// retry every
+// MinRNRTimer, up to the connection's RNRRetry count (cm's default, 7,
+// retries forever); each retry costs the sender that long. Devices
+// without it (tcp0, and iWARP devices such as siw) have no such
+// retry: the receiver ends the connection, both QPs move to the error
+// state, and the Send completes with WCRNRRetryExcErr. So make the QP
+// with cm.NewEndpoint, which moves it to Init, post its receives, and
+// only then Dial or Accept; receives posted in Init are kept. After
+// that, keep a receive posted for every message the peer may send (the
+// application's protocol grants the peer credits), as on any RDMA device.
+//
+// Atomics (OpAtomicCmpAndSwp, OpAtomicFetchAndAdd) work on one 8-byte
+// word. Its remote address must be a multiple of 8; an atomic on any
+// other address completes with WCRemInvReqErr and the QP moves to the
+// error state. The local buffer, which receives the word's previous
+// value, is 8 bytes in one or more SGEs, with no alignment required.
+// loop0, shm0 and tcp0 operate on the word in the byte order of the host
+// that holds it (little-endian on amd64 and arm64), as sync/atomic and
+// encoding/binary.NativeEndian see it, and write the previous value in
+// the byte order of the host that asked; tcp0 carries the operands
+// big-endian on the wire (RFC 7306) and converts at both ends. On these
+// three devices an RDMA atomic is atomic also with respect to the word's
+// owner using sync/atomic on it (AtomicGlob). Other devices declare what
+// they guarantee in DeviceAttr.AtomicCap; AtomicNone means no atomics.
+//
+// Remote atomics reach only a region registered with AccessRemoteAtomic
+// (which needs AccessLocalWrite), through a QP connected with responder
+// resources (cm offers the device's maximum). On shm0 that region must
+// lie in memory from AllocMR, which is shared with the peer (RegMR of
+// part of it will do); RegMR of other Go memory refuses
+// AccessRemoteAtomic with ErrUnsupported. On tcp0 both
+// ends must be goverbs, which negotiate RFC 7306: connected to another
+// iWARP implementation such as siw, PostSend refuses atomics with
+// ErrUnsupported.
 package verbs

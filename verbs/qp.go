@@ -50,10 +50,18 @@ func (q *QP) PostSend(wrs []SendWR) (int, error) { return q.d.PostSend(wrs) }
 func (q *QP) PostRecv(wrs []RecvWR) (int, error) { return q.d.PostRecv(wrs) }
 
 // Modify changes the QP's state and attributes (ibv_modify_qp). Only the
-// fields named in mask are used; illegal transitions and attributes the
-// transition does not take are refused with ErrInvalidState or
-// ErrInvalidArg, and leave the QP as it was.
+// fields named in mask are used; illegal transitions, attributes the
+// transition does not take and a Port the device does not have (ports
+// are numbered from 1 to DeviceAttr.PhysPortCnt) are refused with
+// ErrInvalidState or ErrInvalidArg, and leave the QP as it was. The
+// error names the attributes a transition lacks or does not take.
+//
+// Connecting with package cm makes these moves; a QP that must take
+// receives before it connects is made by cm.NewEndpoint.
 func (q *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
+	if ports := max(q.pd.ctx.attr.PhysPortCnt, 1); mask&QPAttrPort != 0 && (attr.Port < 1 || int(attr.Port) > ports) {
+		return fmt.Errorf("verbs: modify QP %d: %w: port %d; device %s has ports 1 to %d", q.num, ErrInvalidArg, attr.Port, q.pd.ctx.info.Name, ports)
+	}
 	if err := q.d.Modify(attr, mask); err != nil {
 		return fmt.Errorf("verbs: modify QP %d: %w", q.num, err)
 	}

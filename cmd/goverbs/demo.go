@@ -91,8 +91,8 @@ The server's CPU takes no part in the read.
 
 Both sides run in this process, as two goroutines. Each step is printed
 with the time it took.`, e)
-	fs.String(&cfg.device, "device", "d", defaultDevice, "the RDMA device both sides open")
-	fs.String(&cfg.addr, "addr", "", "", "the cm address the server listens on (default: one that suits the device's\nprovider, e.g. shm://@goverbs-demo-PID)")
+	fs.String(&cfg.device, "device", "d", defaultDevice, "the RDMA device both sides open (with --addr, the one that serves it)")
+	fs.String(&cfg.addr, "addr", "", "", "the cm address the server listens on: shm://@name, shm:///path.sock or\ntcp://host:port (default: one that suits the device's provider, e.g.\nshm://@goverbs-demo-PID)")
 	fs.String(&cfg.value, "value", "", defaultValue, "the value the server serves and the client reads")
 	fs.Duration(&cfg.timeout, "timeout", "", 10*time.Second, "give up if the demo takes longer than this")
 	if err := fs.parse(args); err != nil {
@@ -106,6 +106,17 @@ with the time it took.`, e)
 	}
 	if cfg.timeout <= 0 {
 		return usageError("--timeout must be positive, got %v", cfg.timeout)
+	}
+	if dev, err := cm.Device(cfg.addr); err == nil {
+		// The address names the provider; the device is the one that
+		// serves it unless -d says otherwise, and then they must agree.
+		// (An address no provider serves fails when the server listens.)
+		switch {
+		case !fs.isSet("device"):
+			cfg.device = dev
+		case dev != cfg.device:
+			return usageError("--addr %s is served by device %s, not -d %s: leave out -d, or give an address of %s", cfg.addr, dev, cfg.device, cfg.device)
+		}
 	}
 	info, err := findDevice(cfg.device)
 	if err != nil {
@@ -274,13 +285,16 @@ func (s *side) queues(dev *verbs.Context, pd *verbs.PD) (*verbs.CQ, *verbs.QP, e
 			return "", err
 		}
 		s.created(cq.Destroy)
-		qp, err = pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
+		// An endpoint's QP is in Init: it takes receives before it is
+		// connected, which every provider needs (tcp0 has no RNR retry).
+		ep, err := cm.NewEndpoint(pd, verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
 			Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			return "", err
 		}
-		s.created(qp.Destroy)
-		return fmt.Sprintf("CQ of 16 entries, RC QP %d in state %v", qp.Num(), qp.State()), nil
+		qp = ep.QP()
+		s.created(ep.Destroy)
+		return fmt.Sprintf("CQ of 16 entries, RC QP %d in state %v, ready for receives", qp.Num(), qp.State()), nil
 	})
 	return cq, qp, err
 }
@@ -467,6 +481,16 @@ func (s *side) read(ctx context.Context, cfg demoConfig, listening <-chan string
 	if err != nil {
 		return 0, err
 	}
+	err = s.step("post a receive for the server's message", func() (string, error) {
+		wr := []verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{mr.SGE(0, readOffset)}}}
+		if _, err := qp.PostRecv(wr); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%d bytes at %#x", readOffset, mr.Addr()), nil
+	})
+	if err != nil {
+		return 0, err
+	}
 	var conn *cm.Conn
 	err = s.step("connect to the server", func() (string, error) {
 		var addr string
@@ -476,26 +500,13 @@ func (s *side) read(ctx context.Context, cfg demoConfig, listening <-chan string
 			return "", fmt.Errorf("waiting for the server to listen: %w", ctx.Err())
 		}
 		var err error
-		// cm connects a QP in the Reset state, so the receive for the
-		// server's message can only be posted once connected; a Send
-		// that arrives first meets "receiver not ready" and is retried
-		// (cm's default RNR retry count retries forever), as on
-		// InfiniBand. A short RNR timer (10µs) keeps that wait short.
-		if conn, err = cm.Dial(ctx, addr, qp, &cm.Param{MinRNRTimer: 1}); err != nil {
+		// The receive posted before is there for the server's first
+		// Send, which may come the moment the connection is made.
+		if conn, err = cm.Dial(ctx, addr, qp, nil); err != nil {
 			return "", err
 		}
 		s.created(func() error { return closeConn(conn) })
 		return "dialled " + addr + ", " + connected(qp), nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	err = s.step("post a receive for the server's message", func() (string, error) {
-		wr := []verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{mr.SGE(0, readOffset)}}}
-		if _, err := qp.PostRecv(wr); err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("%d bytes at %#x", readOffset, mr.Addr()), nil
 	})
 	if err != nil {
 		return 0, err

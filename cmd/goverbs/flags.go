@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,6 +20,7 @@ type flagSet struct {
 	synopsis string
 	doc      string
 	opts     [][]string // flag names in definition order, long name first
+	pos      []string   // the positional arguments parse found
 }
 
 // newFlagSet returns the FlagSet of command name. synopsis is what follows
@@ -80,38 +82,68 @@ func (fs *flagSet) alias(long, short string) {
 	fs.opts = append(fs.opts, names)
 }
 
-// parse parses args. For -h or --help it prints the usage on stdout and
-// returns flag.ErrHelp; for a bad flag it returns a usage error.
+// parse parses args, whose flags may come before, between and after the
+// positional arguments (goverbs kv get KEY -a ADDR); "--" ends the flags,
+// so that a positional argument may begin with "-". Args, NArg and Arg
+// then give the positional arguments. For -h or --help it prints the
+// usage on stdout and returns flag.ErrHelp; for a bad flag it returns a
+// usage error.
 func (fs *flagSet) parse(args []string) error {
-	err := fs.Parse(args)
-	if errors.Is(err, flag.ErrHelp) {
-		fs.printUsage(fs.e.stdout)
-		return err
-	}
-	if err != nil {
-		return usageError("%v", err)
-	}
-	return nil
-}
-
-// parseInterspersed parses args whose flags may come after positional
-// arguments too (goverbs bench shm://@x -n 100 write_bw), and returns the
-// positional ones; "--" ends the flags.
-func (fs *flagSet) parseInterspersed(args []string) ([]string, error) {
-	var pos []string
+	fs.pos = fs.pos[:0]
 	for {
-		if err := fs.parse(args); err != nil {
-			return nil, err
+		err := fs.FlagSet.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			fs.printUsage(fs.e.stdout)
+			return err
 		}
-		rest := fs.Args()
+		if err != nil {
+			return usageError("%v", err)
+		}
+		rest := fs.FlagSet.Args()
 		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			return append(pos, rest...), nil
+			fs.pos = append(fs.pos, rest...)
+			return nil
 		}
 		if len(rest) == 0 {
-			return pos, nil
+			return nil
 		}
-		pos, args = append(pos, rest[0]), rest[1:]
+		fs.pos, args = append(fs.pos, rest[0]), rest[1:]
 	}
+}
+
+// isSet reports whether the command line set the flag called long (or by
+// its alias).
+func (fs *flagSet) isSet(long string) bool {
+	set := false
+	for _, names := range fs.opts {
+		if names[0] == long {
+			fs.Visit(func(f *flag.Flag) { set = set || slices.Contains(names, f.Name) })
+		}
+	}
+	return set
+}
+
+// Args returns the positional arguments parse found.
+func (fs *flagSet) Args() []string { return fs.pos }
+
+// NArg returns the number of positional arguments.
+func (fs *flagSet) NArg() int { return len(fs.pos) }
+
+// Arg returns positional argument i, or "" if there is none.
+func (fs *flagSet) Arg(i int) string {
+	if i < 0 || i >= len(fs.pos) {
+		return ""
+	}
+	return fs.pos[i]
+}
+
+// parseInterspersed parses args as parse does and returns the positional
+// arguments.
+func (fs *flagSet) parseInterspersed(args []string) ([]string, error) {
+	if err := fs.parse(args); err != nil {
+		return nil, err
+	}
+	return fs.pos, nil
 }
 
 func (fs *flagSet) printUsage(w io.Writer) {

@@ -95,18 +95,22 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 func runKVOp(ctx context.Context, e *env, op string, args []string) error {
 	var addr string
 	var timeout time.Duration
-	fs := newFlagSet("kv "+op, "KEY [VALUE]", "Put, get or delete one key.", e)
-	fs.String(&addr, "addr", "a", defaultKVAddr, "server address")
+	synopsis, doc := "KEY", "Get prints the value of KEY, read with one-sided RDMA Reads of the server's table."
+	switch op {
+	case "put":
+		synopsis, doc = "KEY VALUE", "Put stores VALUE under KEY (an RPC over send/recv)."
+	case "del":
+		doc = "Del deletes KEY (an RPC over send/recv)."
+	}
+	doc += "\nFlags may follow the arguments; put \"--\" before an argument that begins with \"-\"."
+	fs := newFlagSet("kv "+op, synopsis, doc, e)
+	fs.String(&addr, "addr", "a", defaultKVAddr, "server address: shm://@name, shm:///path.sock or tcp://host:port")
 	fs.Duration(&timeout, "timeout", "t", 5*time.Second, "connection timeout")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
-	want := 1
-	if op == "put" {
-		want = 2
-	}
-	if fs.NArg() != want {
-		return usageError("kv %s takes %d argument(s), got %d", op, want, fs.NArg())
+	if want := strings.Fields(synopsis); fs.NArg() != len(want) {
+		return usageError("kv %s takes %d argument(s), %s; got %d: %q", op, len(want), synopsis, fs.NArg(), fs.Args())
 	}
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -219,7 +219,7 @@ promotes again, quickly, and serves).`
 func runLogAppend(ctx context.Context, e *env, args []string) error {
 	var addrs string
 	var timeout time.Duration
-	fs := newFlagSet("log append", "[RECORD...]", "Append appends each argument as a record, or each line of stdin if there are none, and prints its sequence number once a majority holds it.", e)
+	fs := newFlagSet("log append", "[RECORD...]", "Append appends each argument as a record, or each line of stdin if there are none, and prints its sequence number once a majority holds it.\nFlags may follow the records; put \"--\" before records that begin with \"-\".", e)
 	fs.String(&addrs, "addr", "a", "", "the members' addresses, comma-separated (the primary is found among them)")
 	fs.Duration(&timeout, "timeout", "t", 10*time.Second, "time allowed for each append")
 	if err := fs.parse(args); err != nil {
@@ -231,6 +231,9 @@ func runLogAppend(ctx context.Context, e *env, args []string) error {
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	c, err := rlog.Dial(dctx, strings.Split(addrs, ",")...)
 	cancel()
+	if errors.Is(err, cm.ErrRefused) {
+		return fmt.Errorf("%w (are the members running? start each with `goverbs log serve`)", err)
+	}
 	if err != nil {
 		return err
 	}

@@ -3,14 +3,23 @@
 //
 // Usage:
 //
-//	goverbs <command> [flags]
+//	goverbs <command> [arguments and flags]
 //
 // The commands are:
 //
 //	devices   list RDMA devices and their attributes (like ibv_devices and ibv_devinfo)
 //	bench     measure latency and bandwidth with perftest's tests, and compare with UCX, libfabric and TCP
 //	demo      walk through one RDMA Read, step by step, with timings
+//	ping      rping's ping-pong, either end of which may be librdmacm's rping
+//	kv        key-value store with one-sided GET: serve, put, get, del, bench
+//	log       replicated log: serve, promote, append, tail, bench
 //	help      show help for a command
+//
+// Every command names a peer or a listening point by its cm address:
+// tcp://host:port (iWARP, device tcp0), shm://@name or shm:///path.sock
+// (shared memory on one host, device shm0). Flags may come before or after
+// a command's arguments; "--" ends the flags. A connection nothing listens
+// for fails at once.
 //
 // Run "goverbs help <command>" or "goverbs <command> -h" for a command's flags.
 package main
@@ -86,10 +95,11 @@ func lookup(name string) *command {
 
 func printUsage(w io.Writer) {
 	fmt.Fprintf(w, "goverbs is RDMA verbs for Go: it lists devices, measures them and shows the verbs at work.\n\n")
-	fmt.Fprintf(w, "Usage:\n\n\tgoverbs <command> [flags]\n\nThe commands are:\n\n")
+	fmt.Fprintf(w, "Usage:\n\n\tgoverbs <command> [arguments and flags]\n\nThe commands are:\n\n")
 	for _, c := range commands {
 		fmt.Fprintf(w, "\t%-9s %s\n", c.name, c.summary)
 	}
+	fmt.Fprintf(w, "\nAddresses are cm addresses: tcp://host:port (iWARP), shm://@name or shm:///path.sock\n(shared memory, one host). Flags may follow a command's arguments; \"--\" ends them.\n")
 	fmt.Fprintf(w, "\nRun \"goverbs help <command>\" or \"goverbs <command> -h\" for a command's flags.\n")
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/goverbs/goverbs/cm"
@@ -44,23 +45,27 @@ type pingConfig struct {
 	validate bool
 	crc      bool
 	timeout  time.Duration
+	url      string // the cm address: addr, or rping's -a host -p port as tcp://host:port
 }
 
 func runPing(ctx context.Context, e *env, args []string) error {
 	cfg := pingConfig{}
-	fs := newFlagSet("ping", "", `Ping runs the ping-pong of librdmacm's rping over iWARP (device tcp0), so
-that either side may be rping on a host with an iWARP device (Linux siw):
-the client advertises its buffer, the server pulls it with an RDMA Read
-and pushes it back into the client's sink with an RDMA Write, and the
-client checks that the data came back intact. Each ping's data follows
-rping's pattern ("rdma-ping-N: ABC..."), which the server checks too.
+	fs := newFlagSet("ping", "", `Ping runs the ping-pong of librdmacm's rping, over iWARP (tcp://) so
+that either side may be rping on a host with an iWARP device (Linux siw),
+or over any other provider's address: the client advertises its buffer,
+the server pulls it with an RDMA Read and pushes it back into the
+client's sink with an RDMA Write, and the client checks that the data
+came back intact. Each ping's data follows rping's pattern
+("rdma-ping-N: ABC..."), which the server checks too.
 
-  goverbs ping -s -a 0.0.0.0 -p 7174          serve (until the client disconnects)
-  goverbs ping -c -a 10.77.0.2 -C 100 -S 64   ping a server 100 times`, e)
+  goverbs ping -s -a tcp://0.0.0.0:7174                 serve (until the client disconnects)
+  goverbs ping -c -a tcp://10.77.0.2:7174 -C 100 -S 64  ping a server 100 times
+  goverbs ping -c -a 10.77.0.2 -p 7174 -C 100 -S 64     the same, in rping's form
+  goverbs ping -s -a shm://@ping                        serve over shared memory, on this host`, e)
 	fs.Bool(&cfg.server, "server", "s", "run the server side")
 	fs.Bool(&cfg.client, "client", "c", "run the client side")
-	fs.String(&cfg.addr, "addr", "a", "", "the address to listen on (-s; default all) or to connect to (-c)")
-	pingInt(fs, &cfg.port, "port", "p", pingPort, "the TCP port")
+	fs.String(&cfg.addr, "addr", "a", "", "the address to listen on (-s; default tcp://:7174, every interface) or to\nconnect to (-c): tcp://host:port, shm://@name or shm:///path.sock; or, as rping\ntakes it, a host, with the port in -p")
+	pingInt(fs, &cfg.port, "port", "p", pingPort, "the TCP port of an address given as a host (rping's form)")
 	pingInt(fs, &cfg.count, "count", "C", 0, "pings to run (client: 0 runs until interrupted; server: the\nnumber the client must complete, 0 for any)")
 	pingInt(fs, &cfg.size, "size", "S", pingDefaultRun, fmt.Sprintf("bytes of ping data (%d to %d)", pingMinSize, pingMaxSize))
 	fs.Bool(&cfg.verbose, "verbose", "v", "print each ping's data, as rping -v does")
@@ -76,7 +81,7 @@ rping's pattern ("rdma-ping-N: ABC..."), which the server checks too.
 	case cfg.server == cfg.client:
 		return usageError("give exactly one of -s (server) and -c (client)")
 	case cfg.client && cfg.addr == "":
-		return usageError("the client needs the server's address: -a host")
+		return usageError("the client needs the server's address: -a tcp://host:port (or rping's -a host -p port)")
 	case cfg.size < pingMinSize || cfg.size > pingMaxSize:
 		return usageError("-S %d: the size must be %d to %d", cfg.size, pingMinSize, pingMaxSize)
 	case cfg.count < 0:
@@ -85,6 +90,10 @@ rping's pattern ("rdma-ping-N: ABC..."), which the server checks too.
 		return usageError("-p %d: not a TCP port", cfg.port)
 	case cfg.timeout <= 0:
 		return usageError("--timeout must be positive, got %v", cfg.timeout)
+	}
+	var err error
+	if cfg.url, err = pingURL(cfg.addr, cfg.port, fs.isSet("port")); err != nil {
+		return err
 	}
 	if cfg.crc {
 		iwarp.SetCRC(true)
@@ -100,6 +109,26 @@ rping's pattern ("rdma-ping-N: ABC..."), which the server checks too.
 	return p.ping(ctx, e.stdout)
 }
 
+// pingURL returns the cm address ping listens on or dials: addr when it
+// is one (tcp://host:port, shm://@name, ...; a tcp:// address without a
+// port takes port), else rping's form, host addr and TCP port port. A
+// port given with -p beside a cm address is refused, so that no flag is
+// silently ignored.
+func pingURL(addr string, port int, portSet bool) (string, error) {
+	if !strings.Contains(addr, "://") {
+		return "tcp://" + net.JoinHostPort(addr, strconv.Itoa(port)), nil
+	}
+	if portSet {
+		return "", usageError("-p %d beside -a %s: give the port in the address (tcp://host:port), or the host alone with -p", port, addr)
+	}
+	if host, ok := strings.CutPrefix(addr, "tcp://"); ok {
+		if _, _, err := net.SplitHostPort(host); err != nil {
+			return "tcp://" + net.JoinHostPort(strings.Trim(host, "[]"), strconv.Itoa(port)), nil
+		}
+	}
+	return addr, nil
+}
+
 // pingInt defines an int flag of fs.
 func pingInt(fs *flagSet, p *int, long, short string, value int, usage string) {
 	fs.IntVar(p, long, value, usage)
@@ -113,6 +142,7 @@ type pinger struct {
 	ctx    *verbs.Context
 	pd     *verbs.PD
 	cq     *verbs.CQ
+	ep     *cm.Endpoint
 	qp     *verbs.QP
 	conn   *cm.Conn
 	recv   *verbs.MR // the 16-byte message received
@@ -130,8 +160,12 @@ func newPinger(cfg pingConfig) (*pinger, error) {
 		p.close()
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	if p.ctx, err = verbs.Open(iwarp.DeviceName); err != nil {
-		return fail("open the iWARP device", err)
+	dev, err := cm.Device(cfg.url)
+	if err != nil {
+		return fail("address "+cfg.url, err)
+	}
+	if p.ctx, err = verbs.Open(dev); err != nil {
+		return fail("open device "+dev, err)
 	}
 	p.closed = append(p.closed, func() { p.ctx.Close() })
 	if p.pd, err = p.ctx.AllocPD(); err != nil {
@@ -140,16 +174,13 @@ func newPinger(cfg pingConfig) (*pinger, error) {
 	if p.cq, err = p.ctx.CreateCQ(64); err != nil {
 		return fail("create a CQ", err)
 	}
-	if p.qp, err = p.pd.CreateQP(verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq,
+	// An endpoint's QP takes receives before it is connected, as rping's
+	// does (rdma_create_qp leaves it in Init).
+	if p.ep, err = cm.NewEndpoint(p.pd, verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq,
 		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return fail("create a QP", err)
 	}
-	// In Init the QP takes receives before it is connected, as rping's
-	// does (rdma_create_qp leaves it there).
-	if err = p.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.RemoteAccess | verbs.AccessLocalWrite},
-		verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		return fail("move the QP to Init", err)
-	}
+	p.qp = p.ep.QP()
 	remote := verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite
 	if p.recv, err = p.pd.AllocMR(pingInfoLen, verbs.AccessLocalWrite); err != nil {
 		return fail("register the receive buffer", err)
@@ -275,9 +306,9 @@ func (p *pinger) ping(ctx context.Context, w io.Writer) error {
 	if err := p.postRecv(); err != nil {
 		return fmt.Errorf("post receive: %w", err)
 	}
-	addr := "tcp://" + net.JoinHostPort(p.cfg.addr, strconv.Itoa(p.cfg.port))
+	addr := p.cfg.url
 	dctx, cancel := context.WithTimeout(ctx, p.cfg.timeout)
-	conn, err := cm.Dial(dctx, addr, p.qp, &cm.Param{ResponderResources: 1, InitiatorDepth: 1})
+	conn, err := p.ep.Dial(dctx, addr, &cm.Param{ResponderResources: 1, InitiatorDepth: 1})
 	cancel()
 	if err != nil {
 		return err
@@ -321,8 +352,7 @@ func (p *pinger) ping(ctx context.Context, w io.Writer) error {
 // serve runs the server: accept one connection and answer pings until
 // the client disconnects.
 func (p *pinger) serve(ctx context.Context, w io.Writer) error {
-	addr := "tcp://" + net.JoinHostPort(p.cfg.addr, strconv.Itoa(p.cfg.port))
-	l, err := cm.Listen(addr)
+	l, err := cm.Listen(p.cfg.url)
 	if err != nil {
 		return err
 	}
@@ -335,7 +365,7 @@ func (p *pinger) serve(ctx context.Context, w io.Writer) error {
 		req.Reject(nil)
 		return fmt.Errorf("post receive: %w", err)
 	}
-	conn, err := req.Accept(p.qp, &cm.Param{ResponderResources: 1, InitiatorDepth: 1})
+	conn, err := p.ep.Accept(req, &cm.Param{ResponderResources: 1, InitiatorDepth: 1})
 	if err != nil {
 		return err
 	}

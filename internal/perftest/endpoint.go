@@ -130,13 +130,11 @@ func newEndpoint(ctx context.Context, dev *verbs.Context, p Params) (e *endpoint
 	}
 	qpCap := verbs.QPCap{MaxSendWR: uint32(sendDepth), MaxRecvWR: uint32(recvDepth),
 		MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: uint32(inline)}
-	if e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq, Cap: qpCap}); err != nil {
+	ep, err := cm.NewEndpoint(e.pd, verbs.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq, Cap: qpCap})
+	if err != nil {
 		return e, err
 	}
-	init := verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessLocalWrite | verbs.RemoteAccess}
-	if err = e.qp.Modify(&init, verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		return e, err
-	}
+	e.qp = ep.QP()
 	e.swr = make([]verbs.SendWR, p.postList())
 	for i := range e.swr {
 		e.swr[i] = verbs.SendWR{Opcode: p.Test.Opcode(), SGList: []verbs.SGE{e.buf.SGE(0, p.Size)}, CompareAdd: 1}

@@ -159,6 +159,7 @@ var deviceAttr = driver.DeviceAttr{
 	MaxPrivateData:  maxPrivateData,
 	AtomicCap:       driver.AtomicGlob,
 	Caps:            driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess,
+	PhysPortCnt:     1,
 }
 
 func init() {

@@ -79,6 +79,7 @@ var deviceAttr = driver.DeviceAttr{
 	MaxPrivateData:  196,
 	AtomicCap:       driver.AtomicGlob,
 	Caps:            driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics,
+	PhysPortCnt:     1,
 }
 
 type provider struct{}

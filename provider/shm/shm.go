@@ -112,6 +112,7 @@ var deviceAttr = driver.DeviceAttr{
 	MaxPrivateData:  256,
 	AtomicCap:       driver.AtomicGlob,
 	Caps:            driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess,
+	PhysPortCnt:     1,
 }
 
 type provider struct{}

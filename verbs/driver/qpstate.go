@@ -54,7 +54,7 @@ func CheckModify(cur QPState, attr *QPAttr, mask QPAttrMask) (QPState, error) {
 			return cur, fmt.Errorf("%w: %v to %v needs QPAttrState", ErrInvalidArg, cur, next)
 		}
 		if rest != 0 {
-			return cur, fmt.Errorf("%w: a move to %v takes no attributes besides the state (got mask %#x)", ErrInvalidArg, next, uint32(rest))
+			return cur, fmt.Errorf("%w: a move to %v takes no attributes besides QPAttrState (the mask has %v)", ErrInvalidArg, next, rest)
 		}
 		return next, nil
 	}
@@ -63,10 +63,14 @@ func CheckModify(cur QPState, attr *QPAttr, mask QPAttrMask) (QPState, error) {
 		return cur, fmt.Errorf("%w: %v to %v is not a legal QP transition", ErrInvalidState, cur, next)
 	}
 	if missing := t.required &^ mask; missing != 0 {
-		return cur, fmt.Errorf("%w: %v to %v requires attribute mask %#x, missing %#x", ErrInvalidArg, cur, next, uint32(t.required), uint32(missing))
+		hint := "cm's Dial and Accept make these moves"
+		if next == QPSInit {
+			hint = "cm.NewEndpoint makes a QP in INIT"
+		}
+		return cur, fmt.Errorf("%w: %v to %v requires the attributes %v; the mask lacks %v (%s)", ErrInvalidArg, cur, next, t.required, missing, hint)
 	}
 	if extra := rest &^ (t.required | t.optional); extra != 0 {
-		return cur, fmt.Errorf("%w: %v to %v does not take attribute mask %#x", ErrInvalidArg, cur, next, uint32(extra))
+		return cur, fmt.Errorf("%w: %v to %v does not take the attributes %v", ErrInvalidArg, cur, next, extra)
 	}
 	if mask&QPAttrAccessFlags != 0 && attr.AccessFlags&^(RemoteAccess|AccessLocalWrite|AccessMWBind) != 0 {
 		return cur, fmt.Errorf("%w: unknown QP access flags %v", ErrInvalidArg, attr.AccessFlags)

@@ -23,24 +23,29 @@ const (
 const RemoteAccess = AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
 
 func (a AccessFlags) String() string {
-	names := []string{"LocalWrite", "RemoteWrite", "RemoteRead", "RemoteAtomic", "MWBind"}
+	return bitNames(uint32(a), []string{"LocalWrite", "RemoteWrite", "RemoteRead", "RemoteAtomic", "MWBind"}, "0")
+}
+
+// bitNames joins the names of the bits set in v with "|", bit i named
+// names[i]; bits without a name are shown in hex, and zero as zero.
+func bitNames(v uint32, names []string, zero string) string {
 	s := ""
 	for i, n := range names {
-		if a&(1<<i) != 0 {
+		if v&(1<<i) != 0 {
 			if s != "" {
 				s += "|"
 			}
 			s += n
 		}
 	}
-	if rest := a &^ (1<<len(names) - 1); rest != 0 {
+	if rest := v &^ (1<<len(names) - 1); rest != 0 {
 		if s != "" {
 			s += "|"
 		}
-		s += fmt.Sprintf("%#x", uint32(rest))
+		s += fmt.Sprintf("%#x", rest)
 	}
 	if s == "" {
-		return "0"
+		return zero
 	}
 	return s
 }
@@ -417,7 +422,18 @@ const (
 	QPAttrRetryCnt
 	QPAttrRNRRetry
 	QPAttrCap
+	numQPAttrs = iota
 )
+
+var qpAttrNames = [numQPAttrs]string{
+	"QPAttrState", "QPAttrCurState", "QPAttrAccessFlags", "QPAttrPort", "QPAttrPathMTU",
+	"QPAttrDestQPN", "QPAttrRQPSN", "QPAttrSQPSN", "QPAttrMaxQPRdAtomic", "QPAttrMaxDestRdAtomic",
+	"QPAttrMinRNRTimer", "QPAttrTimeout", "QPAttrRetryCnt", "QPAttrRNRRetry", "QPAttrCap",
+}
+
+// String names the bits of m as the constants that set them, joined by
+// "|" (QPAttrPort|QPAttrAccessFlags); unknown bits are shown in hex.
+func (m QPAttrMask) String() string { return bitNames(uint32(m), qpAttrNames[:], "0") }
 
 // QPAttr are the modifiable attributes of a queue pair (struct ibv_qp_attr).
 type QPAttr struct {
@@ -504,6 +520,11 @@ type DeviceAttr struct {
 	MaxPrivateData  int // connection private data cm carries
 	AtomicCap       AtomicCap
 	Caps            DeviceCaps
+
+	// PhysPortCnt is the number of the device's ports, numbered from 1:
+	// the values QPAttr.Port may take (0 counts as 1). goverbs' own
+	// devices have one.
+	PhysPortCnt int
 }
 
 // Has reports whether the device declares every capability in c.
@@ -570,18 +591,4 @@ func (a AtomicCap) String() string {
 
 var capNames = []string{"RNRRetry", "SRQ", "ImmData", "Atomics", "MemoryWindows", "CrossProcess"}
 
-func (c DeviceCaps) String() string {
-	s := ""
-	for i, n := range capNames {
-		if c&(1<<i) != 0 {
-			if s != "" {
-				s += "|"
-			}
-			s += n
-		}
-	}
-	if s == "" {
-		return "none"
-	}
-	return s
-}
+func (c DeviceCaps) String() string { return bitNames(uint32(c), capNames, "none") }
