@@ -213,6 +213,13 @@ const (
 	CapAtomics       = driver.CapAtomics
 	CapMemoryWindows = driver.CapMemoryWindows
 	CapCrossProcess  = driver.CapCrossProcess
+	// See verbs/driver for what each of these declares and which devices
+	// lack it.
+	CapAckedCompletion    = driver.CapAckedCompletion
+	CapModifyConnect      = driver.CapModifyConnect
+	CapRecvNoSGE          = driver.CapRecvNoSGE
+	CapSQD                = driver.CapSQD
+	CapAtomicResultSGList = driver.CapAtomicResultSGList
 )
 
 // DeviceAttr are a device's limits and capabilities.

@@ -158,7 +158,8 @@ var deviceAttr = driver.DeviceAttr{
 	MaxMsgSize:      1 << 31,
 	MaxPrivateData:  maxPrivateData,
 	AtomicCap:       driver.AtomicGlob,
-	Caps:            driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess,
+	Caps: driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess |
+		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList,
 }
 
 func init() {

@@ -78,7 +78,8 @@ var deviceAttr = driver.DeviceAttr{
 	MaxMsgSize:      1 << 31,
 	MaxPrivateData:  196,
 	AtomicCap:       driver.AtomicGlob,
-	Caps:            driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics,
+	Caps: driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics |
+		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList,
 }
 
 type provider struct{}

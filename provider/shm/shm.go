@@ -111,7 +111,8 @@ var deviceAttr = driver.DeviceAttr{
 	MaxMsgSize:      1 << 31,
 	MaxPrivateData:  256,
 	AtomicCap:       driver.AtomicGlob,
-	Caps:            driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess,
+	Caps: driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess |
+		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList,
 }
 
 type provider struct{}

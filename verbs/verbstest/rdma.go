@@ -76,7 +76,7 @@ func testWriteWithImm(t *testing.T, h Harness) {
 	}
 	wc := waitOne(t, p.B, RecvCQ)
 	expectBytes(t, p.B, dst, 12, pattern(14, 40), "data of a Write with immediate when its receive completion is seen")
-	expectRecvWC(t, wc, 9, verbs.WCRecvRDMAWithImm, 40, p.B.QPNum(0), p.A.QPNum(0))
+	expectRecvWC(t, wc, 9, verbs.WCRecvRDMAWithImm, 40, p.B.QPNum(0))
 	if wc.Flags&verbs.WCWithImm == 0 || wc.Imm != 0x12345678 {
 		t.Fatalf("receive completion %s: want WCWithImm and immediate 0x12345678", fmtWC(wc))
 	}
@@ -179,7 +179,7 @@ func testSendAfterWrites(t *testing.T, h Harness) {
 	}
 	wrs = append(wrs, sendWR(100, src.SGE(0, 8)))
 	postSend(t, p.A, 0, wrs...)
-	expectRecvWC(t, waitOne(t, p.B, RecvCQ), 9, verbs.WCRecv, 8, p.B.QPNum(0), p.A.QPNum(0))
+	expectRecvWC(t, waitOne(t, p.B, RecvCQ), 9, verbs.WCRecv, 8, p.B.QPNum(0))
 	expectBytes(t, p.B, dst, 0, data, "data of the Writes when the Send after them is received")
 	expectSendWC(t, waitOne(t, p.A, SendCQ), 100, verbs.WCSend, p.A.QPNum(0))
 }
