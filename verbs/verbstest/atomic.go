@@ -93,17 +93,35 @@ func testFetchAndAdd(t *testing.T, h Harness) {
 }
 
 // testAtomicMisaligned: an atomic on an address that is not 8-byte
-// aligned fails with WCRemInvReqErr, changes nothing and moves the QP to
-// the error state.
+// aligned changes nothing. Either the device refuses it at post time
+// with ErrInvalidArg (rxe does), and the QP stays usable, or it fails
+// with WCRemInvReqErr and moves the QP to the error state.
 func testAtomicMisaligned(t *testing.T, h Harness) {
 	p := atomicPair(t, h, PairOptions{})
 	dst, off := atomicTarget(t, p, remoteAll, 7)
-	res := newRegion(t, p.A, 8, localRW)
+	res := newRegion(t, p.A, 16, localRW)
 	before := snap(t, p.A, res, "local result buffer of a failed atomic")
-	expectFault(t, p, 0, atomicWR(0, verbs.OpAtomicFetchAndAdd, dst, off+4, res.SGE(0, 8), 1, 0),
-		verbs.WCRemInvReqErr, false)
+	for _, op := range []verbs.Opcode{verbs.OpAtomicFetchAndAdd, verbs.OpAtomicCmpAndSwp} {
+		wr := atomicWR(0, op, dst, off+4, res.SGE(0, 8), 7, 0)
+		n, err := p.A.PostSend(0, []verbs.SendWR{wr})
+		if n == 1 {
+			wcs := wait(t, p.A, SendCQ, 1)
+			expectStatus(t, wcs[0], 0, verbs.WCRemInvReqErr)
+			expectState(t, p.A, 0, verbs.QPSErr)
+			expectWord(t, p, dst, off, 7)
+			before.unchanged(t)
+			expectFlushAfterError(t, p.A, 0)
+			return
+		}
+		expectRefused(t, fmt.Sprintf("misaligned %v", op), n, err, verbs.ErrInvalidArg)
+	}
+	expectEmpty(t, p.A, SendCQ)
 	expectWord(t, p, dst, off, 7)
 	before.unchanged(t)
+	expectState(t, p.A, 0, verbs.QPSRTS)
+	wc := do(t, p, atomicWR(2, verbs.OpAtomicFetchAndAdd, dst, off, res.SGE(8, 8), 1, 0))
+	expectSendWC(t, wc, 2, verbs.WCFetchAdd, p.A.QPNum(0))
+	expectWord(t, p, dst, off, 8)
 }
 
 // testAtomicBadLocalLength: an atomic whose local SG list does not total
@@ -136,10 +154,12 @@ func testAtomicBadLocalLength(t *testing.T, h Harness) {
 	expectWord(t, p, dst, off, 51)
 }
 
-// testAtomicSplitResult: an atomic's local list may be any SGEs that
-// total 8 bytes; the previous value lands across them in order, in host
-// byte order, and the bytes around them are untouched.
+// testAtomicSplitResult: on a device with CapAtomicResultSGList an
+// atomic's local list may be any SGEs that total 8 bytes; the previous
+// value lands across them in order, in host byte order, and the bytes
+// around them are untouched.
 func testAtomicSplitResult(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapAtomicResultSGList, "CapAtomicResultSGList")
 	p := atomicPair(t, h, PairOptions{})
 	old := uint64(0x1122334455667788)
 	dst, off := atomicTarget(t, p, remoteAll, old)

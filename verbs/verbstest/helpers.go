@@ -352,11 +352,13 @@ const (
 
 // expectFlushAfterError checks that QP qp of e, in the error state, still
 // takes work requests and flushes them: a send and a receive posted now
-// complete with WCWRFlushErr. The CQs must hold nothing else.
+// complete with WCWRFlushErr, as soon as the device gets to them. The CQs
+// must hold nothing else.
 func expectFlushAfterError(t testing.TB, e Endpoint, qp int) {
 	t.Helper()
-	postSend(t, e, qp, verbs.SendWR{WRID: flushSendID, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled})
-	postRecv(t, e, qp, recvWR(flushRecvID))
+	buf := newRegion(t, e, 16, localRW)
+	postSend(t, e, qp, writeWR(flushSendID, buf, 0, buf.SGE(0, 8)))
+	postRecv(t, e, qp, recvWR(flushRecvID, buf.SGE(8, 8)))
 	expectStatus(t, waitOne(t, e, SendCQ), flushSendID, verbs.WCWRFlushErr)
 	expectStatus(t, waitOne(t, e, RecvCQ), flushRecvID, verbs.WCWRFlushErr)
 }

@@ -64,15 +64,19 @@ func testWriteWithImm(t *testing.T, h Harness) {
 	fill(t, p.A, src, 0, pattern(14, 40))
 	dst := newRegion(t, p.B, 64, remoteAll)
 	late := p.A.Attr().Has(verbs.CapRNRRetry)
+	recv := recvWR(9)
+	if !p.B.Attr().Has(verbs.CapRecvNoSGE) {
+		recv = recvWR(9, newRegion(t, p.B, 8, localRW).SGE(0, 8))
+	}
 	if !late {
-		postRecv(t, p.B, 0, recvWR(9))
+		postRecv(t, p.B, 0, recv)
 	}
 	wr := writeWR(1, dst, 12, src.SGE(0, 40))
 	wr.Opcode, wr.Imm = verbs.OpRDMAWriteWithImm, 0x12345678
 	postSend(t, p.A, 0, wr)
 	if late {
 		expectEmpty(t, p.A, SendCQ)
-		postRecv(t, p.B, 0, recvWR(9))
+		postRecv(t, p.B, 0, recv)
 	}
 	wc := waitOne(t, p.B, RecvCQ)
 	expectBytes(t, p.B, dst, 12, pattern(14, 40), "data of a Write with immediate when its receive completion is seen")

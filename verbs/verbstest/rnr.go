@@ -94,6 +94,9 @@ func testRNRDrain(t *testing.T, h Harness) {
 	if !p.A.Attr().Has(verbs.CapRNRRetry) {
 		skip(t, "no CapRNRRetry")
 	}
+	if !p.A.Attr().Has(verbs.CapSQD) {
+		skip(t, "no CapSQD")
+	}
 	src := newRegion(t, p.A, 32, localRW)
 	fill(t, p.A, src, 0, pattern(8, 32))
 	dst := newRegion(t, p.B, 32, localRW)

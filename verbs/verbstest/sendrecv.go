@@ -117,11 +117,12 @@ func testInlineUnregistered(t *testing.T, h Harness) {
 	expectState(t, p.A, 0, verbs.QPSRTS)
 }
 
-// testInlineTooLarge: an inline payload larger than MaxInlineData is
-// refused at post time; exactly MaxInlineData is taken.
+// testInlineTooLarge: an inline payload larger than MaxInlineData (as
+// Query reports it) is refused at post time; exactly MaxInlineData is
+// taken.
 func testInlineTooLarge(t *testing.T, h Harness) {
 	p := h.NewPair(t, PairOptions{})
-	limit := int(p.Opts.Cap.MaxInlineData)
+	limit := int(queriedCap(t, p.A.QPs[0]).MaxInlineData)
 	src := newRegion(t, p.A, limit+1, localRW)
 	fill(t, p.A, src, 0, pattern(3, limit+1))
 	dst := newRegion(t, p.B, limit+1, localRW)
@@ -141,13 +142,16 @@ func testInlineTooLarge(t *testing.T, h Harness) {
 	expectBytes(t, p.B, dst, 0, pattern(3, limit+1)[:limit], "inline payload of MaxInlineData bytes")
 }
 
-// testTooManySGEs: a WR with more SGEs than the QP's capacity is refused
-// at post time with ErrInvalidArg; the WRs before it in the same post are
-// posted and the ones after it are not.
+// testTooManySGEs: a WR with more SGEs than the QP's capacity (as Query
+// reports it) is refused at post time with ErrInvalidArg; the WRs before
+// it in the same post are posted and the ones after it are not.
 func testTooManySGEs(t *testing.T, h Harness) {
 	p := h.NewPair(t, PairOptions{})
-	src := newRegion(t, p.A, 256, localRW)
-	dst := newRegion(t, p.B, 256, remoteAll)
+	qc := queriedCap(t, p.A.QPs[0])
+	maxSGE := int(qc.MaxSendSGE)
+	size := 12 * (maxSGE + 1)
+	src := newRegion(t, p.A, size, localRW)
+	dst := newRegion(t, p.B, size, remoteAll)
 	sges := func(k int) []verbs.SGE {
 		var sg []verbs.SGE
 		for i := range k {
@@ -155,23 +159,23 @@ func testTooManySGEs(t *testing.T, h Harness) {
 		}
 		return sg
 	}
-	fill(t, p.A, src, 0, pattern(4, 256))
+	fill(t, p.A, src, 0, pattern(4, size))
 	wrs := []verbs.SendWR{
-		writeWR(1, dst, 0, sges(int(p.Opts.Cap.MaxSendSGE))...),
-		writeWR(2, dst, 64, sges(int(p.Opts.Cap.MaxSendSGE)+1)...),
-		writeWR(3, dst, 128, src.SGE(0, 8)),
+		writeWR(1, dst, 0, sges(maxSGE)...),
+		writeWR(2, dst, 4*(maxSGE+1), sges(maxSGE+1)...),
+		writeWR(3, dst, 8*(maxSGE+1), src.SGE(0, 8)),
 	}
 	n, err := p.A.PostSend(0, wrs)
 	expectRefusedAt(t, "Write with MaxSendSGE+1 SGEs", 1, n, err, verbs.ErrInvalidArg)
 	expectSendWC(t, waitOne(t, p.A, SendCQ), 1, verbs.WCRDMAWrite, p.A.QPNum(0))
 	expectEmpty(t, p.A, SendCQ)
-	k := 4 * int(p.Opts.Cap.MaxSendSGE)
-	expectBytes(t, p.B, dst, 0, pattern(4, 256)[:k], "the Write posted before the refused one")
-	expectZero(t, p.B, dst, k, 256-k, "the targets of the refused Write and the one after it")
+	k := 4 * maxSGE
+	expectBytes(t, p.B, dst, 0, pattern(4, size)[:k], "the Write posted before the refused one")
+	expectZero(t, p.B, dst, k, size-k, "the targets of the refused Write and the one after it")
 
-	recv := newRegion(t, p.A, 256, localRW)
+	recv := newRegion(t, p.A, 4*(int(qc.MaxRecvSGE)+1), localRW)
 	var rsg []verbs.SGE
-	for i := range int(p.Opts.Cap.MaxRecvSGE) + 1 {
+	for i := range int(qc.MaxRecvSGE) + 1 {
 		rsg = append(rsg, recv.SGE(4*i, 4))
 	}
 	n, err = p.A.PostRecv(0, []verbs.RecvWR{recvWR(4, rsg...)})
@@ -200,30 +204,39 @@ func testSendWithImm(t *testing.T, h Harness) {
 }
 
 // testZeroLengthSend: a Send without SGEs consumes a receive and completes
-// with zero bytes on both sides.
+// with zero bytes on both sides; where the device takes receives without
+// SGEs (CapRecvNoSGE), also one of those.
 func testZeroLengthSend(t *testing.T, h Harness) {
 	p := h.NewPair(t, PairOptions{})
-	dst := newRegion(t, p.B, 16, localRW)
-	postRecv(t, p.B, 0, recvWR(9, dst.SGE(0, 16)), recvWR(10))
+	dst := newRegion(t, p.B, 32, localRW)
+	second := recvWR(10, dst.SGE(16, 16))
+	if p.B.Attr().Has(verbs.CapRecvNoSGE) {
+		second = recvWR(10)
+	}
+	postRecv(t, p.B, 0, recvWR(9, dst.SGE(0, 16)), second)
 	expectSendWC(t, do(t, p, sendWR(1)), 1, verbs.WCSend, p.A.QPNum(0))
 	expectSendWC(t, do(t, p, sendWR(2)), 2, verbs.WCSend, p.A.QPNum(0))
 	wcs := wait(t, p.B, RecvCQ, 2)
 	expectRecvWC(t, wcs[0], 9, verbs.WCRecv, 0, p.B.QPNum(0))
 	expectRecvWC(t, wcs[1], 10, verbs.WCRecv, 0, p.B.QPNum(0))
-	expectZero(t, p.B, dst, 0, 16, "receive buffer of a zero-length Send")
+	expectZero(t, p.B, dst, 0, 32, "receive buffers of zero-length Sends")
 }
 
 // testRecvTooSmall: a message longer than the receive buffer completes
-// the receive with WCLocLenErr and the Send with WCRemInvReqErr, writes
-// nothing past the buffer, and moves both QPs to the error state, where
-// further WRs flush.
+// the receive with WCLocLenErr and the Send with WCRemInvReqErr (or, on a
+// device without CapAckedCompletion, which completes a Send once sent,
+// with success), writes nothing past the buffer, and moves both QPs to
+// the error state, where further WRs flush.
 func testRecvTooSmall(t *testing.T, h Harness) {
 	p := h.NewPair(t, PairOptions{})
 	src := newRegion(t, p.A, 32, localRW)
 	fill(t, p.A, src, 0, pattern(6, 32))
 	dst := newRegion(t, p.B, 8, localRW)
 	postRecv(t, p.B, 0, recvWR(9, dst.SGE(0, 8)))
-	expectStatus(t, do(t, p, sendWR(1, src.SGE(0, 32))), 1, verbs.WCRemInvReqErr)
+	sent := do(t, p, sendWR(1, src.SGE(0, 32)))
+	if p.A.Attr().Has(verbs.CapAckedCompletion) || sent.Status != verbs.WCSuccess {
+		expectStatus(t, sent, 1, verbs.WCRemInvReqErr)
+	}
 	wc := waitOne(t, p.B, RecvCQ)
 	expectStatus(t, wc, 9, verbs.WCLocLenErr)
 	if wc.QPNum != p.B.QPNum(0) {
@@ -237,8 +250,9 @@ func testRecvTooSmall(t *testing.T, h Harness) {
 }
 
 // testSolicited: a CQ armed for solicited completions only stays quiet for
-// an ordinary Send and wakes for one with SendSolicited, whose receive
-// completion carries WCSolicited.
+// an ordinary Send and wakes for one with SendSolicited. (ibverbs has no
+// completion flag that says a receive was solicited; WCSolicited, where a
+// provider sets it, is not checked.)
 func testSolicited(t *testing.T, h Harness) {
 	p := h.NewPair(t, PairOptions{})
 	src := newRegion(t, p.B, 32, localRW)
@@ -275,8 +289,5 @@ func testSolicited(t *testing.T, h Harness) {
 	}
 	expectRecvWC(t, wcs[0], 1, verbs.WCRecv, 16, p.A.QPNum(0))
 	expectRecvWC(t, wcs[1], 2, verbs.WCRecv, 16, p.A.QPNum(0))
-	if wcs[0].Flags&verbs.WCSolicited != 0 || wcs[1].Flags&verbs.WCSolicited == 0 {
-		t.Fatalf("WCSolicited on %s and %s: want it on the second only", fmtWC(wcs[0]), fmtWC(wcs[1]))
-	}
 	expectBytes(t, p.A, dst, 0, pattern(7, 32), "both messages")
 }
