@@ -279,3 +279,52 @@ func testAtomicConcurrent(t *testing.T, h Harness) {
 	}
 	expectCanaries(t, p.B, dst)
 }
+
+// testAtomicResultByteLen: a successful atomic's completion reports
+// ByteLen 8, for both operations.
+func testAtomicResultByteLen(t *testing.T, h Harness) {
+	p := atomicPair(t, h, PairOptions{})
+	dst, off := atomicTarget(t, p, remoteAll, 40)
+	res := newRegion(t, p.A, 16, localRW)
+	for i, op := range []verbs.Opcode{verbs.OpAtomicFetchAndAdd, verbs.OpAtomicCmpAndSwp} {
+		wc := do(t, p, atomicWR(uint64(1+i), op, dst, off, res.SGE(8*i, 8), 40, 41))
+		expectSendWC(t, wc, uint64(1+i), op.CompletionOpcode(), p.A.QPNum(0))
+		if wc.ByteLen != 8 {
+			t.Fatalf("%v completion %s: want ByteLen 8", op, fmtWC(wc))
+		}
+	}
+	// FetchAndAdd of 40 made it 80; CmpAndSwp compared with 40 and failed.
+	expectWord(t, p, dst, off, 80)
+}
+
+// testAtomicResultNoLocalWrite: an atomic whose result buffer is in a
+// region without AccessLocalWrite fails with WCLocProtErr; the result
+// buffer is untouched. (The remote word may or may not have changed: the
+// device may find the fault when the response returns.)
+func testAtomicResultNoLocalWrite(t *testing.T, h Harness) {
+	p := atomicPair(t, h, PairOptions{})
+	dst, off := atomicTarget(t, p, remoteAll, 7)
+	res := newRegion(t, p.A, 8, 0)
+	before := snap(t, p.A, res, "read-only result buffer")
+	expectFault(t, p, 0, atomicWR(0, verbs.OpAtomicFetchAndAdd, dst, off, res.SGE(0, 8), 1, 0), verbs.WCLocProtErr, false)
+	before.unchanged(t)
+	if w := readWord(t, p.B, dst, off); w != 7 && w != 8 {
+		t.Fatalf("target word after a FetchAndAdd of 1 on 7 is %d", w)
+	}
+}
+
+// testAtomicResultBadLKey: an atomic whose result SGE names no region
+// fails with WCLocProtErr.
+func testAtomicResultBadLKey(t *testing.T, h Harness) {
+	p := atomicPair(t, h, PairOptions{})
+	dst, off := atomicTarget(t, p, remoteAll, 7)
+	res := newRegion(t, p.A, 8, localRW)
+	before := snap(t, p.A, res, "result buffer named with a bad key")
+	sge := res.SGE(0, 8)
+	sge.LKey = badKey(sge.LKey)
+	expectFault(t, p, 0, atomicWR(0, verbs.OpAtomicCmpAndSwp, dst, off, sge, 7, 9), verbs.WCLocProtErr, false)
+	before.unchanged(t)
+	if w := readWord(t, p.B, dst, off); w != 7 && w != 9 {
+		t.Fatalf("target word after a CmpAndSwp of 7 for 9 is %d", w)
+	}
+}

@@ -127,6 +127,9 @@ type Endpoint interface {
 	// NewRegion registers a region of size bytes with the access given,
 	// surrounded by canaries, its bytes zeroed.
 	NewRegion(size int, access verbs.AccessFlags) (Region, error)
+	// NewOtherPDRegion is NewRegion on a second PD of the endpoint, one
+	// its QPs do not belong to.
+	NewOtherPDRegion(size int, access verbs.AccessFlags) (Region, error)
 	// WriteRegion and ReadRegion access a region's bytes locally.
 	WriteRegion(id, off int, data []byte) error
 	ReadRegion(id, off, n int) ([]byte, error)
@@ -147,6 +150,9 @@ type Endpoint interface {
 	Completions(cq CQKind, n int, timeout time.Duration) ([]verbs.WorkCompletion, error)
 	// QPState returns the state of QP i.
 	QPState(i int) (verbs.QPState, error)
+	// SetQPAccess sets the remote operations QP i's responder accepts
+	// (a Modify of AccessFlags in its current state).
+	SetQPAccess(i int, access verbs.AccessFlags) error
 	// ArmSRQLimit arms the SRQ's limit event; SRQLimitEvent waits up to
 	// timeout for the next limit event and reports whether one came.
 	ArmSRQLimit(limit uint32) error
@@ -237,6 +243,7 @@ type Local struct {
 	Conns  []*cm.Conn
 
 	mu        sync.Mutex
+	otherPD   *verbs.PD
 	regions   map[int]*region
 	nextID    int
 	srqEvents chan struct{}
@@ -362,7 +369,28 @@ func (e *Local) QPNum(i int) uint32 { return e.QPs[i].Num() }
 // provider memory with local access only, fills the guards with a pattern,
 // and registers the middle with the access under test.
 func (e *Local) NewRegion(size int, access verbs.AccessFlags) (Region, error) {
-	outer, err := e.PD.AllocMR(size+2*guardLen, verbs.AccessLocalWrite)
+	return e.newRegion(e.PD, size, access)
+}
+
+// NewOtherPDRegion implements Endpoint.
+func (e *Local) NewOtherPDRegion(size int, access verbs.AccessFlags) (Region, error) {
+	e.mu.Lock()
+	pd := e.otherPD
+	e.mu.Unlock()
+	if pd == nil {
+		var err error
+		if pd, err = e.Ctx.AllocPD(); err != nil {
+			return Region{}, err
+		}
+		e.mu.Lock()
+		e.otherPD = pd
+		e.mu.Unlock()
+	}
+	return e.newRegion(pd, size, access)
+}
+
+func (e *Local) newRegion(pd *verbs.PD, size int, access verbs.AccessFlags) (Region, error) {
+	outer, err := pd.AllocMR(size+2*guardLen, verbs.AccessLocalWrite)
 	if err != nil {
 		return Region{}, err
 	}
@@ -371,7 +399,7 @@ func (e *Local) NewRegion(size int, access verbs.AccessFlags) (Region, error) {
 		b[i] = canary(i)
 	}
 	clear(b[guardLen : guardLen+size])
-	inner, err := e.PD.RegMR(b[guardLen:guardLen+size], access)
+	inner, err := pd.RegMR(b[guardLen:guardLen+size], access)
 	if err != nil {
 		outer.Dereg()
 		return Region{}, err
@@ -512,6 +540,11 @@ func (e *Local) Completions(kind CQKind, n int, timeout time.Duration) ([]verbs.
 func (e *Local) QPState(i int) (verbs.QPState, error) {
 	a, err := e.QPs[i].Query()
 	return a.State, err
+}
+
+// SetQPAccess implements Endpoint.
+func (e *Local) SetQPAccess(i int, access verbs.AccessFlags) error {
+	return e.QPs[i].Modify(&verbs.QPAttr{AccessFlags: access}, verbs.QPAttrAccessFlags)
 }
 
 // ArmSRQLimit implements Endpoint.

@@ -479,3 +479,15 @@ func testCQOverrun(t *testing.T, h Harness) {
 	}
 	expectState(t, p.A, 0, verbs.QPSErr)
 }
+
+// testQueriedCap: Query reports capacities at least as large as those
+// CreateQP asked for (ibv_create_qp(3) may give more, never less).
+func testQueriedCap(t *testing.T, h Harness) {
+	want := verbs.QPCap{MaxSendWR: 13, MaxRecvWR: 11, MaxSendSGE: 3, MaxRecvSGE: 2, MaxInlineData: 40}
+	p := h.NewPair(t, PairOptions{Cap: want})
+	got := queriedCap(t, p.A.QPs[0])
+	if got.MaxSendWR < want.MaxSendWR || got.MaxRecvWR < want.MaxRecvWR || got.MaxSendSGE < want.MaxSendSGE ||
+		got.MaxRecvSGE < want.MaxRecvSGE || got.MaxInlineData < want.MaxInlineData {
+		t.Fatalf("Query reports %+v, less than the %+v asked for", got, want)
+	}
+}

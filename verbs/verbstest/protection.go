@@ -141,15 +141,7 @@ func remoteFault(t *testing.T, h Harness, op verbs.Opcode, access verbs.AccessFl
 	fill(t, p.A, local, 0, pattern(37, 64))
 	tb := snap(t, p.B, target, "remote region of a refused "+op.String())
 	lb := snap(t, p.A, local, "local buffer of a refused "+op.String())
-	var wr verbs.SendWR
-	switch op {
-	case verbs.OpRDMAWrite:
-		wr = writeWR(0, target, 16, local.SGE(0, 16))
-	case verbs.OpRDMARead:
-		wr = readWR(0, target, 16, local.SGE(0, 16))
-	default:
-		wr = atomicWR(0, op, target, alignedOff(target, 16), local.SGE(0, 8), 1, 2)
-	}
+	wr := remoteWR(op, target, local)
 	if spoil != nil {
 		spoil(&wr, target)
 	}
@@ -213,4 +205,123 @@ func testNoRemoteRead(t *testing.T, h Harness) {
 // fails with WCRemAccessErr.
 func testNoRemoteAtomic(t *testing.T, h Harness) {
 	remoteFault(t, h, verbs.OpAtomicFetchAndAdd, remoteAll&^verbs.AccessRemoteAtomic, nil)
+}
+
+// testUnsignaledFault: a WR that fails completes with its error even
+// when it was posted unsignaled, and the WRs after it flush.
+func testUnsignaledFault(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	dst := newRegion(t, p.B, 64, remoteAll)
+	before := snap(t, p.B, dst, "target of an unsignaled Write with a bad lkey")
+	src := newRegion(t, p.A, 64, localRW)
+	sge := src.SGE(0, 16)
+	sge.LKey = badKey(sge.LKey)
+	expectFaultSignaled(t, p, 0, writeWR(0, dst, 0, sge), verbs.WCLocProtErr, false, false)
+	before.unchanged(t)
+}
+
+// testOtherPDLKey: an lkey of a region of another PD than the QP's is
+// refused on the data path with WCLocProtErr, as a Write's source and as
+// a Read's destination, though the key is valid on the device.
+func testOtherPDLKey(t *testing.T, h Harness) {
+	for _, op := range []verbs.Opcode{verbs.OpRDMAWrite, verbs.OpRDMARead} {
+		t.Run(op.String(), func(t *testing.T) {
+			p := h.NewPair(t, PairOptions{})
+			remote := newRegion(t, p.B, 64, remoteAll)
+			fill(t, p.B, remote, 0, pattern(38, 64))
+			local, err := p.A.NewOtherPDRegion(64, localRW)
+			if err != nil {
+				t.Fatalf("region on a second PD: %v", err)
+			}
+			fill(t, p.A, local, 0, pattern(39, 64))
+			rb := snap(t, p.B, remote, "remote region")
+			lb := snap(t, p.A, local, "region of the other PD")
+			wr := writeWR(0, remote, 0, local.SGE(0, 16))
+			if op == verbs.OpRDMARead {
+				wr = readWR(0, remote, 0, local.SGE(0, 16))
+			}
+			expectFault(t, p, 0, wr, verbs.WCLocProtErr, false)
+			rb.unchanged(t)
+			lb.unchanged(t)
+		})
+	}
+}
+
+// testOtherPDRKey: an rkey of a region of B that belongs to another PD
+// than B's QP is refused with WCRemAccessErr for every remote operation,
+// and the region is not touched.
+func testOtherPDRKey(t *testing.T, h Harness) {
+	for _, op := range remoteOps {
+		t.Run(op.String(), func(t *testing.T) {
+			if op.IsAtomic() {
+				requireCap(t, h, verbs.CapAtomics, "CapAtomics")
+			}
+			p := h.NewPair(t, PairOptions{})
+			target, err := p.B.NewOtherPDRegion(64, remoteAll)
+			if err != nil {
+				t.Fatalf("region on a second PD: %v", err)
+			}
+			fill(t, p.B, target, 0, pattern(36, 64))
+			local := newRegion(t, p.A, 64, localRW)
+			fill(t, p.A, local, 0, pattern(37, 64))
+			tb := snap(t, p.B, target, "region of another PD")
+			lb := snap(t, p.A, local, "local buffer")
+			wr := remoteWR(op, target, local)
+			expectFault(t, p, 0, wr, verbs.WCRemAccessErr, true)
+			tb.unchanged(t)
+			lb.unchanged(t)
+		})
+	}
+}
+
+// remoteWR is a WR of op on 16 bytes (8 for an atomic) at offset 16 of
+// target, with local as its local buffer.
+func remoteWR(op verbs.Opcode, target, local Region) verbs.SendWR {
+	switch op {
+	case verbs.OpRDMAWrite:
+		return writeWR(0, target, 16, local.SGE(0, 16))
+	case verbs.OpRDMARead:
+		return readWR(0, target, 16, local.SGE(0, 16))
+	}
+	return atomicWR(0, op, target, alignedOff(target, 16), local.SGE(0, 8), 1, 2)
+}
+
+// testQPNoRemoteRights: a responder QP whose access flags lack a remote
+// right refuses the operation that needs it, though the region grants
+// it: the requester's WR fails with WCRemAccessErr (or WCRemInvReqErr,
+// as rxe answers), and the region is not touched.
+func testQPNoRemoteRights(t *testing.T, h Harness) {
+	rights := map[verbs.Opcode]verbs.AccessFlags{
+		verbs.OpRDMAWrite: verbs.AccessRemoteWrite, verbs.OpRDMARead: verbs.AccessRemoteRead,
+		verbs.OpAtomicFetchAndAdd: verbs.AccessRemoteAtomic,
+	}
+	for _, op := range remoteOps {
+		t.Run(op.String(), func(t *testing.T) {
+			if op.IsAtomic() {
+				requireCap(t, h, verbs.CapAtomics, "CapAtomics")
+			}
+			p := h.NewPair(t, PairOptions{})
+			if err := p.B.SetQPAccess(0, verbs.RemoteAccess&^rights[op]); err != nil {
+				t.Fatalf("take %v from B's QP: %v", rights[op], err)
+			}
+			target := newRegion(t, p.B, 64, remoteAll)
+			fill(t, p.B, target, 0, pattern(36, 64))
+			local := newRegion(t, p.A, 64, localRW)
+			fill(t, p.A, local, 0, pattern(37, 64))
+			tb := snap(t, p.B, target, "region behind a QP without the right")
+			lb := snap(t, p.A, local, "local buffer")
+			wr := remoteWR(op, target, local)
+			wr.Flags |= verbs.SendSignaled
+			postSend(t, p.A, 0, wr)
+			wc := waitOne(t, p.A, SendCQ)
+			if wc.Status != verbs.WCRemInvReqErr && !(op == verbs.OpRDMAWrite && wc.Status == verbs.WCSuccess && !p.A.Attr().Has(verbs.CapAckedCompletion)) {
+				expectStatus(t, wc, 0, verbs.WCRemAccessErr)
+			}
+			expectState(t, p.A, 0, verbs.QPSErr)
+			expectState(t, p.B, 0, verbs.QPSErr)
+			tb.unchanged(t)
+			lb.unchanged(t)
+			expectFlushAfterError(t, p.A, 0)
+		})
+	}
 }

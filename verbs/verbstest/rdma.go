@@ -1,6 +1,7 @@
 package verbstest
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/goverbs/goverbs/verbs"
@@ -228,4 +229,81 @@ func readThenFencedWrite(t *testing.T, p *Pair, read, write verbs.SendWR) {
 	wcs := wait(t, p.A, SendCQ, 2)
 	expectSendWC(t, wcs[0], 1, verbs.WCRDMARead, p.A.QPNum(0))
 	expectSendWC(t, wcs[1], 2, verbs.WCRDMAWrite, p.A.QPNum(0))
+}
+
+// testWriteInline: an inline RDMA Write places its payload, copied at
+// post time, at the remote address.
+func testWriteInline(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	n := int(queriedCap(t, p.A.QPs[0]).MaxInlineData)
+	if n == 0 {
+		skip(t, "no inline data on the QP")
+	}
+	src := newRegion(t, p.A, n, localRW)
+	orig := pattern(24, n)
+	fill(t, p.A, src, 0, orig)
+	dst := newRegion(t, p.B, n+16, remoteAll)
+	wr := writeWR(1, dst, 8, src.SGE(0, n))
+	wr.Flags |= verbs.SendInline
+	postSend(t, p.A, 0, wr)
+	fill(t, p.A, src, 0, pattern(25, n))
+	expectSendWC(t, waitOne(t, p.A, SendCQ), 1, verbs.WCRDMAWrite, p.A.QPNum(0))
+	expectZero(t, p.B, dst, 0, 8, "bytes before the inline Write")
+	expectBytes(t, p.B, dst, 8, orig, "inline payload as it was at post time")
+	expectZero(t, p.B, dst, 8+n, 8, "bytes after the inline Write")
+	expectCanaries(t, p.B, dst)
+}
+
+// testWriteWithImmZeroLength: a Write with immediate and no SGEs
+// consumes a receive, whose completion reports 0 bytes and the
+// immediate, and changes no memory.
+func testWriteWithImmZeroLength(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapImmData, "CapImmData")
+	p := h.NewPair(t, PairOptions{})
+	dst := newRegion(t, p.B, 32, remoteAll)
+	fill(t, p.B, dst, 0, pattern(26, 32))
+	before := snap(t, p.B, dst, "target of a zero-length Write with immediate")
+	recv := recvWR(9)
+	if !p.B.Attr().Has(verbs.CapRecvNoSGE) {
+		recv = recvWR(9, newRegion(t, p.B, 8, localRW).SGE(0, 8))
+	}
+	postRecv(t, p.B, 0, recv)
+	wr := writeWR(1, dst, 0)
+	wr.Opcode, wr.Imm = verbs.OpRDMAWriteWithImm, 0xcafe
+	expectSendWC(t, do(t, p, wr), 1, verbs.WCRDMAWrite, p.A.QPNum(0))
+	wc := waitOne(t, p.B, RecvCQ)
+	expectRecvWC(t, wc, 9, verbs.WCRecvRDMAWithImm, 0, p.B.QPNum(0))
+	if wc.Flags&verbs.WCWithImm == 0 || wc.Imm != 0xcafe {
+		t.Fatalf("receive completion %s: want WCWithImm and immediate 0xcafe", fmtWC(wc))
+	}
+	before.unchanged(t)
+}
+
+// testReadsBeyondORD: more RDMA Reads posted at once than the QP may
+// have outstanding (its MaxRdAtomic) wait their turn: every one
+// completes successfully, in order, with the right bytes.
+func testReadsBeyondORD(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{Cap: verbs.QPCap{MaxSendWR: 64}})
+	a, err := p.A.QPs[0].Query()
+	if err != nil {
+		t.Fatalf("query QP: %v", err)
+	}
+	n := min(4*max(int(a.MaxRdAtomic), 1)+3, int(a.Cap.MaxSendWR))
+	if n <= int(a.MaxRdAtomic) {
+		t.Fatalf("a send queue of %d cannot hold more Reads than MaxRdAtomic %d", a.Cap.MaxSendWR, a.MaxRdAtomic)
+	}
+	const chunk = 64
+	src := newRegion(t, p.B, chunk*n, remoteAll)
+	data := pattern(27, chunk*n)
+	fill(t, p.B, src, 0, data)
+	dst := newRegion(t, p.A, chunk*n, localRW)
+	var wrs []verbs.SendWR
+	var wrids []uint64
+	for i := range n {
+		wrs = append(wrs, readWR(uint64(1+i), src, chunk*i, dst.SGE(chunk*i, chunk)))
+		wrids = append(wrids, uint64(1+i))
+	}
+	postSend(t, p.A, 0, wrs...)
+	expectStatuses(t, wait(t, p.A, SendCQ, n), verbs.WCSuccess, wrids...)
+	expectBytes(t, p.A, dst, 0, data, fmt.Sprintf("%d Reads with MaxRdAtomic %d", n, a.MaxRdAtomic))
 }

@@ -161,6 +161,10 @@ func call(ep *Local, q *request, r *response) {
 		}
 	case "newRegion":
 		r.Region, err = ep.NewRegion(q.N, q.Access)
+	case "newOtherPDRegion":
+		r.Region, err = ep.NewOtherPDRegion(q.N, q.Access)
+	case "setQPAccess":
+		err = ep.SetQPAccess(q.I, q.Access)
 	case "writeRegion":
 		err = ep.WriteRegion(q.ID, q.Off, q.Data)
 	case "readRegion":
@@ -295,6 +299,19 @@ func (r *remote) NewRegion(size int, access verbs.AccessFlags) (Region, error) {
 		return Region{}, err
 	}
 	return resp.Region, nil
+}
+
+func (r *remote) NewOtherPDRegion(size int, access verbs.AccessFlags) (Region, error) {
+	resp, err := r.do(&request{Method: "newOtherPDRegion", N: size, Access: access})
+	if err != nil {
+		return Region{}, err
+	}
+	return resp.Region, nil
+}
+
+func (r *remote) SetQPAccess(i int, access verbs.AccessFlags) error {
+	_, err := r.do(&request{Method: "setQPAccess", I: i, Access: access})
+	return err
 }
 
 func (r *remote) WriteRegion(id, off int, data []byte) error {

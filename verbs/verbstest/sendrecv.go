@@ -1,6 +1,7 @@
 package verbstest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -290,4 +291,187 @@ func testSolicited(t *testing.T, h Harness) {
 	expectRecvWC(t, wcs[0], 1, verbs.WCRecv, 16, p.A.QPNum(0))
 	expectRecvWC(t, wcs[1], 2, verbs.WCRecv, 16, p.A.QPNum(0))
 	expectBytes(t, p.A, dst, 0, pattern(7, 32), "both messages")
+}
+
+// longSize is the size of the messages the long-message cases send:
+// larger than any MTU or segment, and not a multiple of one.
+const longSize = 300_000
+
+// longSGEs splits n bytes of r from offset 0 into k SGEs of uneven sizes.
+func longSGEs(r Region, n, k int) []verbs.SGE {
+	var sg []verbs.SGE
+	off := 0
+	for i := range k {
+		m := (n - off) / (k - i)
+		if i < k-1 {
+			m += 777 * (i%2*2 - 1) // uneven: a little less, then a little more
+		}
+		sg = append(sg, r.SGE(off, m))
+		off += m
+	}
+	return sg
+}
+
+// testLongMessages: a Send, an RDMA Write and a Write with immediate of
+// 300 000 bytes, gathered from three SGEs and (for the Send) scattered
+// over four, arrive byte-exact.
+func testLongMessages(t *testing.T, h Harness) {
+	ops := []verbs.Opcode{verbs.OpSend, verbs.OpRDMAWrite}
+	if deviceAttr(t, h).Has(verbs.CapImmData) {
+		ops = append(ops, verbs.OpRDMAWriteWithImm)
+	}
+	for i, op := range ops {
+		t.Run(op.String(), func(t *testing.T) {
+			p := h.NewPair(t, PairOptions{})
+			n := longSize
+			if m := p.A.Attr().MaxMsgSize; uint64(n) > m {
+				n = int(m)
+			}
+			src := newRegion(t, p.A, n, localRW)
+			data := pattern(70+i, n)
+			fill(t, p.A, src, 0, data)
+			dst := newRegion(t, p.B, n+64, remoteAll)
+			wr := sendWR(1, longSGEs(src, n, 3)...)
+			wcOp := verbs.WCSend
+			switch op {
+			case verbs.OpSend:
+				var sg []verbs.SGE
+				for _, s := range longSGEs(dst, n, 4) {
+					s.Addr += 32 // leave 32 bytes before the message
+					sg = append(sg, s)
+				}
+				postRecv(t, p.B, 0, recvWR(9, sg...))
+			case verbs.OpRDMAWrite, verbs.OpRDMAWriteWithImm:
+				wr = writeWR(1, dst, 32, wr.SGList...)
+				wr.Opcode, wr.Imm, wcOp = op, 0x01020304, verbs.WCRDMAWrite
+				if op == verbs.OpRDMAWriteWithImm {
+					postRecv(t, p.B, 0, recvWR(9, newRegion(t, p.B, 8, localRW).SGE(0, 8)))
+				}
+			}
+			expectSendWC(t, do(t, p, wr), 1, wcOp, p.A.QPNum(0))
+			switch op {
+			case verbs.OpSend:
+				expectRecvWC(t, waitOne(t, p.B, RecvCQ), 9, verbs.WCRecv, n, p.B.QPNum(0))
+			case verbs.OpRDMAWriteWithImm:
+				wc := waitOne(t, p.B, RecvCQ)
+				expectRecvWC(t, wc, 9, verbs.WCRecvRDMAWithImm, n, p.B.QPNum(0))
+				if wc.Flags&verbs.WCWithImm == 0 || wc.Imm != 0x01020304 {
+					t.Fatalf("receive completion %s: want WCWithImm and immediate 0x01020304", fmtWC(wc))
+				}
+			}
+			expectZero(t, p.B, dst, 0, 32, "bytes before the message")
+			expectBytes(t, p.B, dst, 32, data, "a message of "+fmt.Sprint(n)+" bytes")
+			expectZero(t, p.B, dst, 32+n, 32, "bytes after the message")
+			expectCanaries(t, p.B, dst)
+		})
+	}
+}
+
+// testRecvBadLKey: a Send into a receive whose SGE names no region fails
+// at the responder with WCLocProtErr and at the requester with an error
+// (or, without CapAckedCompletion, possibly success), both QPs reach the
+// error state, and nothing is written.
+func testRecvBadLKey(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	dst := newRegion(t, p.B, 32, localRW)
+	sge := dst.SGE(0, 32)
+	sge.LKey = badKey(sge.LKey)
+	expectResponderFault(t, p, dst, recvWR(9, sge))
+}
+
+// testRecvNoLocalWrite: a Send into a receive whose region lacks
+// AccessLocalWrite fails the same way: the responder may not write there.
+func testRecvNoLocalWrite(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	dst := newRegion(t, p.B, 32, 0)
+	expectResponderFault(t, p, dst, recvWR(9, dst.SGE(0, 32)))
+}
+
+// expectResponderFault posts recv on B, sends 16 bytes into it from A,
+// and checks the failure at the responder.
+func expectResponderFault(t *testing.T, p *Pair, dst Region, recv verbs.RecvWR) {
+	t.Helper()
+	before := snap(t, p.B, dst, "receive buffer the responder may not write")
+	src := newRegion(t, p.A, 16, localRW)
+	fill(t, p.A, src, 0, pattern(73, 16))
+	postRecv(t, p.B, 0, recv)
+	sent := do(t, p, sendWR(1, src.SGE(0, 16)))
+	if sent.Status == verbs.WCSuccess && p.A.Attr().Has(verbs.CapAckedCompletion) {
+		t.Fatalf("Send into a receive the responder cannot write completed %s, want an error", fmtWC(sent))
+	}
+	if sent.Status == verbs.WCWRFlushErr {
+		t.Fatalf("Send into a receive the responder cannot write completed %s, want the error itself", fmtWC(sent))
+	}
+	expectStatus(t, waitOne(t, p.B, RecvCQ), 9, verbs.WCLocProtErr)
+	expectState(t, p.A, 0, verbs.QPSErr)
+	expectState(t, p.B, 0, verbs.QPSErr)
+	before.unchanged(t)
+	expectFlushAfterError(t, p.B, 0)
+}
+
+// testSolicitedOnly: a CQ armed for solicited completions only fires for
+// an unsuccessful completion, never for successful unsolicited ones, and
+// once per arming; a solicited Write with immediate fires it too.
+func testSolicitedOnly(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	src := newRegion(t, p.B, 32, localRW)
+	fill(t, p.B, src, 0, pattern(74, 32))
+	dst := newRegion(t, p.A, 64, remoteAll)
+	cq := p.A.RecvCQ
+	notified := func(want bool, what string) {
+		t.Helper()
+		d := shortWait
+		if want {
+			d = timeout
+		}
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		select {
+		case <-cq.Notify():
+			if !want {
+				t.Fatalf("%s: the CQ armed for solicited events only was notified", what)
+			}
+		case <-timer.C:
+			if want {
+				t.Fatalf("%s: no notification within %v", what, d)
+			}
+		}
+	}
+	arm := func() {
+		t.Helper()
+		if err := cq.ReqNotify(true); err != nil {
+			t.Fatalf("ReqNotify(solicited only): %v", err)
+		}
+	}
+	postRecv(t, p.A, 0, recvWR(1, dst.SGE(0, 8)), recvWR(2, dst.SGE(8, 8)), recvWR(3, dst.SGE(16, 8)), recvWR(4, dst.SGE(24, 8)))
+	arm()
+	postSend(t, p.B, 0, sendWR(11, src.SGE(0, 8)))
+	expectSendWC(t, waitOne(t, p.B, SendCQ), 11, verbs.WCSend, p.B.QPNum(0))
+	notified(false, "an unsolicited Send")
+	if p.B.Attr().Has(verbs.CapImmData) {
+		wr := writeWR(12, dst, 40, src.SGE(8, 8))
+		wr.Opcode, wr.Imm, wr.Flags = verbs.OpRDMAWriteWithImm, 7, verbs.SendSignaled|verbs.SendSolicited
+		postSend(t, p.B, 0, wr)
+		notified(true, "a solicited Write with immediate")
+		expectSendWC(t, waitOne(t, p.B, SendCQ), 12, verbs.WCRDMAWrite, p.B.QPNum(0))
+	} else {
+		wr := sendWR(12, src.SGE(8, 8))
+		wr.Flags |= verbs.SendSolicited
+		postSend(t, p.B, 0, wr)
+		notified(true, "a solicited Send")
+		expectSendWC(t, waitOne(t, p.B, SendCQ), 12, verbs.WCSend, p.B.QPNum(0))
+	}
+	wr := sendWR(13, src.SGE(16, 8))
+	wr.Flags |= verbs.SendSolicited
+	postSend(t, p.B, 0, wr)
+	expectSendWC(t, waitOne(t, p.B, SendCQ), 13, verbs.WCSend, p.B.QPNum(0))
+	notified(false, "a solicited Send after the one notification, without arming again")
+	wcs := wait(t, p.A, RecvCQ, 3)
+	expectStatuses(t, wcs, verbs.WCSuccess, 1, 2, 3)
+	arm()
+	if err := p.A.QPs[0].Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState); err != nil {
+		t.Fatalf("move A's QP to the error state: %v", err)
+	}
+	notified(true, "a flushed receive")
+	expectStatus(t, waitOne(t, p.A, RecvCQ), 4, verbs.WCWRFlushErr)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -354,5 +355,102 @@ func testSRQNoLastWQEAfterReset(t *testing.T, h Harness) {
 		case <-deadline:
 		}
 		break
+	}
+}
+
+// testSRQPostRecvOnQP: a QP that takes its receives from an SRQ refuses
+// receives of its own, taking none, and still receives through the SRQ.
+func testSRQPostRecvOnQP(t *testing.T, h Harness) {
+	p := srqPair(t, h, 1)
+	dst := newRegion(t, p.B, 64, localRW)
+	n, err := p.B.PostRecv(0, []verbs.RecvWR{recvWR(1, dst.SGE(0, 32))})
+	if n != 0 || err == nil {
+		t.Fatalf("PostRecv on a QP that has an SRQ: posted %d, error %v; want it refused", n, err)
+	}
+	postSRQ(t, p, dst, 4, 1)
+	src := newRegion(t, p.A, 8, localRW)
+	fill(t, p.A, src, 0, pattern(61, 8))
+	expectSendWC(t, do(t, p, sendWR(2, src.SGE(0, 8))), 2, verbs.WCSend, p.A.QPNum(0))
+	expectRecvWC(t, waitOne(t, p.B, RecvCQ), 104, verbs.WCRecv, 8, p.B.QPNum(0))
+	expectBytes(t, p.B, dst, 32, pattern(61, 8), "message in the SRQ's receive")
+	expectZero(t, p.B, dst, 0, 32, "buffer of the refused receive")
+}
+
+// localSRQ opens the device in this process and creates an SRQ of maxWR
+// receives of maxSGE SGEs each on a new PD, with a region of size bytes
+// on that PD.
+func localSRQ(t *testing.T, h Harness, maxWR, maxSGE uint32, size int) (*verbs.SRQ, *verbs.MR) {
+	t.Helper()
+	requireCap(t, h, verbs.CapSRQ, "CapSRQ")
+	_, pd, _ := openLocal(t, h.Device)
+	srq, err := pd.CreateSRQ(verbs.SRQInitAttr{MaxWR: maxWR, MaxSGE: maxSGE})
+	if err != nil {
+		t.Fatalf("create SRQ of %d WRs, %d SGEs: %v", maxWR, maxSGE, err)
+	}
+	mr, err := pd.AllocMR(size, localRW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srq, mr
+}
+
+// querySRQ queries srq, failing the test if it cannot.
+func querySRQ(t testing.TB, srq *verbs.SRQ) verbs.SRQAttr {
+	t.Helper()
+	a, err := srq.Query()
+	if err != nil {
+		t.Fatalf("query SRQ: %v", err)
+	}
+	return a
+}
+
+// testSRQFull: an SRQ takes as many receives as Query says it holds (at
+// least what was asked for) and refuses the next with ErrQueueFull.
+func testSRQFull(t *testing.T, h Harness) {
+	srq, mr := localSRQ(t, h, 4, 1, 8)
+	a := querySRQ(t, srq)
+	if a.MaxWR < 4 || a.MaxSGE < 1 {
+		t.Fatalf("SRQ created for 4 WRs of 1 SGE reports %+v", a)
+	}
+	for i := range int(a.MaxWR) {
+		if n, err := srq.PostRecv([]verbs.RecvWR{recvWR(uint64(i), mr.SGE(0, 8))}); n != 1 || err != nil {
+			t.Fatalf("receive %d of an SRQ of %d: posted %d: %v", i, a.MaxWR, n, err)
+		}
+	}
+	n, err := srq.PostRecv([]verbs.RecvWR{recvWR(99, mr.SGE(0, 8))})
+	expectRefused(t, "PostRecv on a full SRQ", n, err, verbs.ErrQueueFull)
+}
+
+// testSRQTooManySGEs: a receive with more SGEs than the SRQ takes is
+// refused with ErrInvalidArg; the receives before it in the same post
+// are posted.
+func testSRQTooManySGEs(t *testing.T, h Harness) {
+	srq, mr := localSRQ(t, h, 4, 2, 256)
+	k := int(querySRQ(t, srq).MaxSGE)
+	var sg []verbs.SGE
+	for i := range k + 1 {
+		sg = append(sg, mr.SGE(4*i, 4))
+	}
+	n, err := srq.PostRecv([]verbs.RecvWR{recvWR(1, sg[:k]...), recvWR(2, sg...)})
+	expectRefusedAt(t, fmt.Sprintf("SRQ receive with MaxSGE+1 (%d) SGEs", k+1), 1, n, err, verbs.ErrInvalidArg)
+}
+
+// testSRQQueryLimit: Query reports the limit Modify armed, and a limit
+// above the SRQ's MaxWR is refused with ErrInvalidArg, leaving the armed
+// one.
+func testSRQQueryLimit(t *testing.T, h Harness) {
+	srq, _ := localSRQ(t, h, 8, 1, 8)
+	if err := srq.Modify(verbs.SRQAttr{Limit: 3}, verbs.SRQAttrLimit); err != nil {
+		t.Fatalf("arm the SRQ limit at 3: %v", err)
+	}
+	if a := querySRQ(t, srq); a.Limit != 3 {
+		t.Fatalf("SRQ armed at 3 reports %+v", a)
+	}
+	maxWR := querySRQ(t, srq).MaxWR
+	if err := srq.Modify(verbs.SRQAttr{Limit: maxWR + 1}, verbs.SRQAttrLimit); !errors.Is(err, verbs.ErrInvalidArg) {
+		t.Fatalf("arming the limit at MaxWR+1 (%d) returned %v, want an error wrapping ErrInvalidArg", maxWR+1, err)
+	}
+	if a := querySRQ(t, srq); a.Limit != 3 {
+		t.Fatalf("after a refused Modify the SRQ reports %+v, want limit 3", a)
 	}
 }

@@ -26,6 +26,10 @@ var suite = []testCase{
 	{"SendRecv/ZeroLength", testZeroLengthSend},
 	{"SendRecv/RecvTooSmall", testRecvTooSmall},
 	{"SendRecv/Solicited", testSolicited},
+	{"SendRecv/SolicitedOnly", testSolicitedOnly},
+	{"SendRecv/LongMessages", testLongMessages},
+	{"SendRecv/RecvBadLKey", testRecvBadLKey},
+	{"SendRecv/RecvNoLocalWrite", testRecvNoLocalWrite},
 
 	{"RNR/RetryExceeded", testRNRRetryExceeded},
 	{"RNR/RetryTimer", testRNRRetryTimer},
@@ -41,6 +45,9 @@ var suite = []testCase{
 	{"RDMA/ReadMultiSGE", testReadMultiSGE},
 	{"RDMA/ReadLarge", testReadLarge},
 	{"RDMA/ReadNoLocalWrite", testReadNoLocalWrite},
+	{"RDMA/WriteInline", testWriteInline},
+	{"RDMA/WriteWithImmZeroLength", testWriteWithImmZeroLength},
+	{"RDMA/ReadsBeyondORD", testReadsBeyondORD},
 
 	{"Atomic/CmpAndSwp", testCmpAndSwp},
 	{"Atomic/FetchAndAdd", testFetchAndAdd},
@@ -48,6 +55,9 @@ var suite = []testCase{
 	{"Atomic/BadLocalLength", testAtomicBadLocalLength},
 	{"Atomic/SplitResult", testAtomicSplitResult},
 	{"Atomic/Concurrent", testAtomicConcurrent},
+	{"Atomic/ResultByteLen", testAtomicResultByteLen},
+	{"Atomic/ResultNoLocalWrite", testAtomicResultNoLocalWrite},
+	{"Atomic/ResultBadLKey", testAtomicResultBadLKey},
 
 	{"Ordering/SendAfterWrites", testSendAfterWrites},
 	{"Ordering/Fence", testFence},
@@ -61,6 +71,10 @@ var suite = []testCase{
 	{"Protection/NoRemoteWrite", testNoRemoteWrite},
 	{"Protection/NoRemoteRead", testNoRemoteRead},
 	{"Protection/NoRemoteAtomic", testNoRemoteAtomic},
+	{"Protection/UnsignaledFault", testUnsignaledFault},
+	{"Protection/OtherPDLKey", testOtherPDLKey},
+	{"Protection/OtherPDRKey", testOtherPDRKey},
+	{"Protection/QPNoRemoteRights", testQPNoRemoteRights},
 
 	{"Lifecycle/StateMachine", testStateMachine},
 	{"Lifecycle/IllegalTransitions", testIllegalTransitions},
@@ -74,6 +88,7 @@ var suite = []testCase{
 	{"Lifecycle/DeregContainer", testDeregContainer},
 	{"Lifecycle/DestroyOrder", testDestroyOrder},
 	{"Lifecycle/CQOverrun", testCQOverrun},
+	{"Lifecycle/QueriedCap", testQueriedCap},
 
 	{"Completion/Unsignaled", testUnsignaled},
 	{"Completion/Retirement", testRetirement},
@@ -93,6 +108,10 @@ var suite = []testCase{
 	{"SRQ/LastWQEReached", testSRQLastWQE},
 	{"SRQ/LastWQEAfterPlacement", testSRQLastWQEAfterPlacement},
 	{"SRQ/NoLastWQEAfterReset", testSRQNoLastWQEAfterReset},
+	{"SRQ/PostRecvOnQP", testSRQPostRecvOnQP},
+	{"SRQ/Full", testSRQFull},
+	{"SRQ/TooManySGEs", testSRQTooManySGEs},
+	{"SRQ/QueryLimit", testSRQQueryLimit},
 
 	{"DataPath/ZeroAlloc", testZeroAlloc},
 
