@@ -220,6 +220,8 @@ const (
 	CapRecvNoSGE          = driver.CapRecvNoSGE
 	CapSQD                = driver.CapSQD
 	CapAtomicResultSGList = driver.CapAtomicResultSGList
+	CapResponderEvents    = driver.CapResponderEvents
+	CapTransportRetry     = driver.CapTransportRetry
 )
 
 // DeviceAttr are a device's limits and capabilities.

@@ -150,6 +150,8 @@ var capNames = []struct {
 	{verbs.CapRecvNoSGE, "RECV_NO_SGE"},
 	{verbs.CapSQD, "SQD"},
 	{verbs.CapAtomicResultSGList, "ATOMIC_RESULT_SG_LIST"},
+	{verbs.CapResponderEvents, "RESPONDER_EVENTS"},
+	{verbs.CapTransportRetry, "TRANSPORT_RETRY"},
 }
 
 func caps(c verbs.DeviceCaps) string {

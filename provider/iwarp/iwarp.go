@@ -159,7 +159,8 @@ var deviceAttr = driver.DeviceAttr{
 	MaxPrivateData:  maxPrivateData,
 	AtomicCap:       driver.AtomicGlob,
 	Caps: driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess |
-		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList,
+		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList |
+		driver.CapResponderEvents | driver.CapTransportRetry,
 }
 
 func init() {

@@ -79,7 +79,8 @@ var deviceAttr = driver.DeviceAttr{
 	MaxPrivateData:  196,
 	AtomicCap:       driver.AtomicGlob,
 	Caps: driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics |
-		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList,
+		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList |
+		driver.CapResponderEvents,
 }
 
 type provider struct{}

@@ -112,7 +112,8 @@ var deviceAttr = driver.DeviceAttr{
 	MaxPrivateData:  256,
 	AtomicCap:       driver.AtomicGlob,
 	Caps: driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess |
-		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList,
+		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList |
+		driver.CapResponderEvents,
 }
 
 type provider struct{}

@@ -509,6 +509,24 @@ const (
 	// several SGEs that total 8 bytes, in order. The verbs leave it to the
 	// device: mlx5 writes 8 bytes into each SGE.
 	CapAtomicResultSGList
+	// CapResponderEvents: a responder QP that refuses a request raises the
+	// affiliated asynchronous error of the IB specification on its own
+	// device: EventQPAccessErr for a remote access it may not grant (a
+	// bad rkey, a missing right), EventQPReqErr for an invalid request (a
+	// message longer than the receive). loop0, shm0 and tcp0 declare it;
+	// rdma-core's devices are to be checked one by one before the
+	// ibverbs provider declares it for them.
+	CapResponderEvents
+	// CapTransportRetry: requests travel over a transport the peer must
+	// answer; one left unanswered (the peer's process stopped, its link
+	// cut) is retried per the QP's Timeout and RetryCnt and then
+	// completes with WCRetryExcErr, the QP moving to the error state.
+	// InfiniBand and RoCE devices (rxe, mlx5) and tcp0 declare it (tcp0
+	// gives a request at least 4 s: TCP_USER_TIMEOUT and its own watch
+	// of unanswered requests). siw leaves it to TCP. shm0 and loop0 have
+	// no such transport: the requester moves the data itself, so a
+	// stopped peer process stops no operation.
+	CapTransportRetry
 )
 
 // DeviceAttr are a device's limits and capabilities (struct ibv_device_attr).
@@ -599,7 +617,7 @@ func (a AtomicCap) String() string {
 }
 
 var capNames = []string{"RNRRetry", "SRQ", "ImmData", "Atomics", "MemoryWindows", "CrossProcess",
-	"AckedCompletion", "ModifyConnect", "RecvNoSGE", "SQD", "AtomicResultSGList"}
+	"AckedCompletion", "ModifyConnect", "RecvNoSGE", "SQD", "AtomicResultSGList", "ResponderEvents", "TransportRetry"}
 
 func (c DeviceCaps) String() string {
 	s := ""

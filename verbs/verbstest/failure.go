@@ -116,3 +116,50 @@ func testPeerDisconnect(t *testing.T, h Harness) {
 		}
 	}, false)
 }
+
+// silentWait bounds the wait for a transport timeout: tcp0 gives a
+// request at least 4 s, and up to twice its timeout, before it fails.
+const silentWait = 60 * time.Second
+
+// testSilentPeer: a peer whose process stops answering, with a Read
+// outstanding, makes the Read complete with WCRetryExcErr once the
+// transport's retries have run out — no sooner than the QP's Timeout ×
+// (RetryCnt+1) — and the QP move to the error state, flushing the WR
+// after it.
+func testSilentPeer(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapTransportRetry, "CapTransportRetry")
+	if h.Remote == nil {
+		skip(t, "B in this process: the case stops B's process")
+	}
+	p := h.NewPair(t, PairOptions{})
+	src := newRegion(t, p.B, 64, remoteAll)
+	dst := newRegion(t, p.A, 64, localRW)
+	expectStatus(t, do(t, p, readWR(1, src, 0, dst.SGE(0, 32))), 1, verbs.WCSuccess)
+	a, err := p.A.QPs[0].Query()
+	if err != nil {
+		t.Fatalf("query QP: %v", err)
+	}
+	if a.Timeout == 0 {
+		t.Fatalf("the QP's Timeout is 0 (never): cm should have set one")
+	}
+	least := 4096 * time.Nanosecond << a.Timeout * time.Duration(int(a.RetryCnt)+1)
+	cont, err := stopProcess(PeerPID(p.B))
+	if err != nil {
+		t.Fatalf("stop B's process: %v", err)
+	}
+	defer cont()
+	start := time.Now()
+	postSend(t, p.A, 0, readWR(2, src, 0, dst.SGE(32, 32)), readWR(3, src, 32, dst.SGE(0, 32)))
+	wcs, err := p.A.Completions(SendCQ, 2, silentWait)
+	took := time.Since(start)
+	if err != nil || len(wcs) != 2 {
+		t.Fatalf("Reads to a stopped peer: %d completions %s (error %v) within %v, want 2", len(wcs), fmtWCs(wcs), err, silentWait)
+	}
+	expectStatus(t, wcs[0], 2, verbs.WCRetryExcErr)
+	expectStatus(t, wcs[1], 3, verbs.WCWRFlushErr)
+	if took < least {
+		t.Fatalf("a Read to a silent peer failed after %v, before Timeout %d × (RetryCnt %d + 1) = %v", took, a.Timeout, a.RetryCnt, least)
+	}
+	expectState(t, p.A, 0, verbs.QPSErr)
+	t.Logf("a Read to a stopped peer failed with WCRetryExcErr after %v (Timeout %d, RetryCnt %d)", took, a.Timeout, a.RetryCnt)
+}

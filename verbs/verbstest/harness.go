@@ -150,6 +150,10 @@ type Endpoint interface {
 	Completions(cq CQKind, n int, timeout time.Duration) ([]verbs.WorkCompletion, error)
 	// QPState returns the state of QP i.
 	QPState(i int) (verbs.QPState, error)
+	// QPEvent waits up to timeout for an asynchronous event of type typ on
+	// the endpoint's device and returns the index of the QP it names (-1
+	// for an event that names none of them), or reports that none came.
+	QPEvent(typ verbs.EventType, timeout time.Duration) (qp int, ok bool, err error)
 	// SetQPAccess sets the remote operations QP i's responder accepts
 	// (a Modify of AccessFlags in its current state).
 	SetQPAccess(i int, access verbs.AccessFlags) error
@@ -584,6 +588,20 @@ func (e *Local) WaitEvent(typ verbs.EventType, timeout time.Duration) (verbs.Asy
 			return verbs.AsyncEvent{}, false
 		}
 	}
+}
+
+// QPEvent implements Endpoint.
+func (e *Local) QPEvent(typ verbs.EventType, timeout time.Duration) (int, bool, error) {
+	ev, ok := e.WaitEvent(typ, timeout)
+	if !ok {
+		return -1, false, nil
+	}
+	for i, q := range e.QPs {
+		if ev.Element == any(q) {
+			return i, true, nil
+		}
+	}
+	return -1, true, nil
 }
 
 // Close implements Endpoint: it disconnects and destroys everything in

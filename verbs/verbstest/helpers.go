@@ -363,6 +363,10 @@ func expectFlushAfterError(t testing.TB, e Endpoint, qp int) {
 	expectStatus(t, waitOne(t, e, RecvCQ), flushRecvID, verbs.WCWRFlushErr)
 }
 
+// bothLocal is why a case that puts both ends in the test's process
+// skips in a harness with a remote B: the harness's addresses are B's.
+const bothLocal = "B in another process: the case needs both ends in this one"
+
 // requireCap skips the case when the device does not declare capability
 // c, named name in the message.
 func requireCap(t testing.TB, h Harness, c verbs.DeviceCaps, name string) {

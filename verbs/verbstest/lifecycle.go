@@ -491,3 +491,104 @@ func testQueriedCap(t *testing.T, h Harness) {
 		t.Fatalf("Query reports %+v, less than the %+v asked for", got, want)
 	}
 }
+
+// reuseSide is one end of testReuse: a QP with its own device context.
+type reuseSide struct {
+	cq  *verbs.CQ
+	qp  *verbs.QP
+	buf *verbs.MR
+}
+
+// testReuse: a connected QP moved to Err and back to Reset is connected
+// again (Reset→Init→RTR→RTS through cm) and carries traffic; its CQ
+// holds the flushes of the old connection's WRs, polled before the
+// reset, and afterwards nothing but the new connection's completions.
+// Both ends live in this process, so the case runs in the harnesses
+// without a remote B (whose addresses may be B's alone).
+func testReuse(t *testing.T, h Harness) {
+	if h.Remote != nil {
+		skip(t, bothLocal)
+	}
+	side := func() *reuseSide {
+		pd, cq, qp := QPOn(t, h.Device, 4)
+		buf, err := pd.AllocMR(64, localRW)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &reuseSide{cq: cq, qp: qp, buf: buf}
+	}
+	a, b := side(), side()
+	for round := range 3 {
+		Connect(t, h.Addr(t), b.qp, a.qp)
+		msg := pattern(80+round, 16)
+		copy(a.buf.Bytes(), msg)
+		base := uint64(100 * round)
+		post := func(s *reuseSide, wrid uint64, off int) {
+			t.Helper()
+			if n, err := s.qp.PostRecv([]verbs.RecvWR{recvWR(wrid, s.buf.SGE(off, 16))}); n != 1 {
+				t.Fatalf("round %d: PostRecv: %v", round, err)
+			}
+		}
+		post(b, base+1, 32)
+		post(b, base+2, 48) // left to flush
+		post(a, base+3, 48) // left to flush
+		if n, err := a.qp.PostSend([]verbs.SendWR{sendWR(base+4, a.buf.SGE(0, 16))}); n != 1 {
+			t.Fatalf("round %d: PostSend: %v", round, err)
+		}
+		expectSendWC(t, waitCQ(t, a.cq, 1)[0], base+4, verbs.WCSend, a.qp.Num())
+		expectRecvWC(t, waitCQ(t, b.cq, 1)[0], base+1, verbs.WCRecv, 16, b.qp.Num())
+		if got := b.buf.Bytes()[32:48]; string(got) != string(msg) {
+			t.Fatalf("round %d: received %x, want %x", round, got, msg)
+		}
+		for _, s := range []*reuseSide{a, b} {
+			if err := s.qp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState); err != nil {
+				t.Fatalf("round %d: move QP %d to Err: %v", round, s.qp.Num(), err)
+			}
+		}
+		expectStatus(t, waitCQ(t, a.cq, 1)[0], base+3, verbs.WCWRFlushErr)
+		expectStatus(t, waitCQ(t, b.cq, 1)[0], base+2, verbs.WCWRFlushErr)
+		for _, s := range []*reuseSide{a, b} {
+			if err := s.qp.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.QPAttrState); err != nil {
+				t.Fatalf("round %d: move QP %d to Reset: %v", round, s.qp.Num(), err)
+			}
+			expectQPState(t, s.qp, verbs.QPSReset)
+			if n := s.cq.Poll(make([]verbs.WorkCompletion, 8)); n != 0 {
+				t.Fatalf("round %d: the CQ of QP %d holds %d completions after its reset", round, s.qp.Num(), n)
+			}
+		}
+	}
+}
+
+// testDrain: a QP moved to SQD finishes the WRs under way, then raises
+// EventSQDrained; a WR posted in SQD waits for the move back to RTS.
+func testDrain(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapSQD, "CapSQD")
+	p := h.NewPair(t, PairOptions{})
+	const n = 8
+	src := newRegion(t, p.A, 8*(n+1), localRW)
+	data := pattern(47, 8*(n+1))
+	fill(t, p.A, src, 0, data)
+	dst := newRegion(t, p.B, 8*(n+1), remoteAll)
+	var wrs []verbs.SendWR
+	for i := range n {
+		wrs = append(wrs, writeWR(uint64(1+i), dst, 8*i, src.SGE(8*i, 8)))
+	}
+	postSend(t, p.A, 0, wrs...)
+	qp := p.A.QPs[0]
+	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSSQD}, verbs.QPAttrState); err != nil {
+		t.Fatalf("move to SQD: %v", err)
+	}
+	postSend(t, p.A, 0, writeWR(100, dst, 8*n, src.SGE(8*n, 8)))
+	if _, ok := p.A.WaitEvent(verbs.EventSQDrained, timeout); !ok {
+		t.Fatalf("no EventSQDrained within %v of the move to SQD", timeout)
+	}
+	wcs := wait(t, p.A, SendCQ, n)
+	expectStatuses(t, wcs, verbs.WCSuccess, 1, 2, 3, 4, 5, 6, 7, 8)
+	expectQuiet(t, p.A, SendCQ, "a Write posted in SQD completed before the move back to RTS")
+	expectZero(t, p.B, dst, 8*n, 8, "target of the Write posted in SQD")
+	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS}, verbs.QPAttrState); err != nil {
+		t.Fatalf("move back to RTS: %v", err)
+	}
+	expectSendWC(t, waitOne(t, p.A, SendCQ), 100, verbs.WCRDMAWrite, p.A.QPNum(0))
+	expectBytes(t, p.B, dst, 0, data, "every Write")
+}

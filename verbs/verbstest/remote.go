@@ -43,6 +43,7 @@ type request struct {
 	CQ      CQKind
 	Timeout time.Duration
 	Limit   uint32
+	Event   verbs.EventType
 }
 
 // response is an Endpoint call's result.
@@ -163,6 +164,8 @@ func call(ep *Local, q *request, r *response) {
 		r.Region, err = ep.NewRegion(q.N, q.Access)
 	case "newOtherPDRegion":
 		r.Region, err = ep.NewOtherPDRegion(q.N, q.Access)
+	case "qpEvent":
+		r.N, r.Bool, err = ep.QPEvent(q.Event, q.Timeout)
 	case "setQPAccess":
 		err = ep.SetQPAccess(q.I, q.Access)
 	case "writeRegion":
@@ -307,6 +310,14 @@ func (r *remote) NewOtherPDRegion(size int, access verbs.AccessFlags) (Region, e
 		return Region{}, err
 	}
 	return resp.Region, nil
+}
+
+func (r *remote) QPEvent(typ verbs.EventType, timeout time.Duration) (int, bool, error) {
+	resp, err := r.do(&request{Method: "qpEvent", Event: typ, Timeout: timeout})
+	if err != nil {
+		return -1, false, err
+	}
+	return resp.N, resp.Bool, nil
 }
 
 func (r *remote) SetQPAccess(i int, access verbs.AccessFlags) error {

@@ -241,7 +241,7 @@ func startSRQPlacement(t *testing.T, h Harness) *srqPlacement {
 	t.Helper()
 	requireCap(t, h, verbs.CapSRQ, "CapSRQ")
 	if h.Remote != nil {
-		skip(t, "B in another process: the case needs both ends in this one")
+		skip(t, bothLocal)
 	}
 	const size = 32 << 20
 	open := func() (*verbs.Context, *verbs.PD, *verbs.CQ, *verbs.MR) {

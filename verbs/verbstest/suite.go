@@ -89,6 +89,8 @@ var suite = []testCase{
 	{"Lifecycle/DestroyOrder", testDestroyOrder},
 	{"Lifecycle/CQOverrun", testCQOverrun},
 	{"Lifecycle/QueriedCap", testQueriedCap},
+	{"Lifecycle/Reuse", testReuse},
+	{"Lifecycle/Drain", testDrain},
 
 	{"Completion/Unsignaled", testUnsignaled},
 	{"Completion/Retirement", testRetirement},
@@ -113,10 +115,14 @@ var suite = []testCase{
 	{"SRQ/TooManySGEs", testSRQTooManySGEs},
 	{"SRQ/QueryLimit", testSRQQueryLimit},
 
+	{"Events/QPAccessErr", testQPAccessErrEvent},
+	{"Events/QPReqErr", testQPReqErrEvent},
+
 	{"DataPath/ZeroAlloc", testZeroAlloc},
 
 	{"PeerFailure/Kill", testPeerKilled},
 	{"PeerFailure/Disconnect", testPeerDisconnect},
+	{"PeerFailure/Silent", testSilentPeer},
 }
 
 // Cases returns the names of every case of the suite, as "Group/Name";
