@@ -45,14 +45,23 @@ func expectFaultSignaled(t testing.TB, p *Pair, qp int, bad verbs.SendWR, status
 	}
 	postSend(t, p.A, qp, bad, writeWR(faultNextID, spare, 0, src.SGE(0, 16)))
 	sentOnly := !p.A.Attr().Has(verbs.CapAckedCompletion) && bad.Opcode.ReadsLocal() && remoteStatus(status)
-	wcs := wait(t, p.A, SendCQ, 2)
-	if sentOnly && wcs[0].Status == verbs.WCSuccess {
-		expectStatus(t, wcs[0], faultBadID, verbs.WCSuccess)
+	wcs := wait(t, p.A, SendCQ, 1)
+	switch {
+	case sentOnly && wcs[0].Status == verbs.WCSuccess && wcs[0].WRID == faultBadID:
+		// Sent, and completed as such; the next Write was sent too or
+		// flushed.
+		wcs = append(wcs, waitOne(t, p.A, SendCQ))
 		if wcs[1].Status != verbs.WCSuccess {
 			expectStatus(t, wcs[1], faultNextID, verbs.WCWRFlushErr)
 		}
-	} else {
+	case sentOnly && !signaled && wcs[0].WRID == faultNextID:
+		// The unsignaled bad WR was sent without a completion.
+		if wcs[0].Status != verbs.WCSuccess {
+			expectStatus(t, wcs[0], faultNextID, verbs.WCWRFlushErr)
+		}
+	default:
 		expectStatus(t, wcs[0], faultBadID, status)
+		wcs = append(wcs, waitOne(t, p.A, SendCQ))
 		expectStatus(t, wcs[1], faultNextID, verbs.WCWRFlushErr)
 	}
 	for _, wc := range wcs {
@@ -208,16 +217,38 @@ func testNoRemoteAtomic(t *testing.T, h Harness) {
 }
 
 // testUnsignaledFault: a WR that fails completes with its error even
-// when it was posted unsignaled, and the WRs after it flush.
+// when it was posted unsignaled, and the WRs after it flush: a Write
+// with a bad lkey, and every remote operation with a bad rkey.
 func testUnsignaledFault(t *testing.T, h Harness) {
-	p := h.NewPair(t, PairOptions{})
-	dst := newRegion(t, p.B, 64, remoteAll)
-	before := snap(t, p.B, dst, "target of an unsignaled Write with a bad lkey")
-	src := newRegion(t, p.A, 64, localRW)
-	sge := src.SGE(0, 16)
-	sge.LKey = badKey(sge.LKey)
-	expectFaultSignaled(t, p, 0, writeWR(0, dst, 0, sge), verbs.WCLocProtErr, false, false)
-	before.unchanged(t)
+	t.Run("LKey", func(t *testing.T) {
+		p := h.NewPair(t, PairOptions{})
+		dst := newRegion(t, p.B, 64, remoteAll)
+		before := snap(t, p.B, dst, "target of an unsignaled Write with a bad lkey")
+		src := newRegion(t, p.A, 64, localRW)
+		sge := src.SGE(0, 16)
+		sge.LKey = badKey(sge.LKey)
+		expectFaultSignaled(t, p, 0, writeWR(0, dst, 0, sge), verbs.WCLocProtErr, false, false)
+		before.unchanged(t)
+	})
+	for _, op := range remoteOps {
+		t.Run("RKey/"+op.String(), func(t *testing.T) {
+			if op.IsAtomic() {
+				requireCap(t, h, verbs.CapAtomics, "CapAtomics")
+			}
+			p := h.NewPair(t, PairOptions{})
+			target := newRegion(t, p.B, 64, remoteAll)
+			fill(t, p.B, target, 0, pattern(36, 64))
+			local := newRegion(t, p.A, 64, localRW)
+			fill(t, p.A, local, 0, pattern(37, 64))
+			tb := snap(t, p.B, target, "target of an unsignaled "+op.String()+" with a bad rkey")
+			lb := snap(t, p.A, local, "local buffer of an unsignaled "+op.String()+" with a bad rkey")
+			wr := remoteWR(op, target, local)
+			wr.RKey = badKey(wr.RKey)
+			expectFaultSignaled(t, p, 0, wr, verbs.WCRemAccessErr, true, false)
+			tb.unchanged(t)
+			lb.unchanged(t)
+		})
+	}
 }
 
 // testOtherPDLKey: an lkey of a region of another PD than the QP's is
