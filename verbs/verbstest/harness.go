@@ -33,6 +33,12 @@ type Harness struct {
 	// Endpoint that drives it; kill must end that process abruptly (as
 	// SIGKILL does). If nil, B lives in the test's process.
 	Remote func(t testing.TB, opts PairOptions, addr string) (b Endpoint, kill func(), err error)
+	// Without are capabilities the suite treats the device as lacking,
+	// though it declares them: it then accepts every outcome the verbs
+	// allow a device without them. A provider runs the suite so to check
+	// that the suite's lenient side passes a device that behaves
+	// strictly.
+	Without verbs.DeviceCaps
 }
 
 // PairOptions shape the endpoints of one pair.
@@ -56,6 +62,8 @@ type PairOptions struct {
 	MinRNRTimer verbs.RNRTimer
 	// RNRRetrySet says that a zero RNRRetry is meant, not the default.
 	RNRRetrySet bool
+	// Without are the capabilities Attr leaves out (Harness.Without).
+	Without verbs.DeviceCaps
 }
 
 // Defaults fills in the zero fields of o.
@@ -185,6 +193,7 @@ const timeout = 10 * time.Second
 func (h Harness) NewPair(t testing.TB, opts PairOptions) *Pair {
 	t.Helper()
 	opts = opts.Defaults()
+	opts.Without = h.Without
 	addr := h.Addr(t)
 	p := &Pair{Opts: opts}
 	var err error
@@ -246,6 +255,8 @@ type Local struct {
 	QPs    []*verbs.QP
 	Conns  []*cm.Conn
 
+	without verbs.DeviceCaps
+
 	mu        sync.Mutex
 	otherPD   *verbs.PD
 	regions   map[int]*region
@@ -272,7 +283,7 @@ func NewLocal(device string, opts PairOptions, withSRQ bool) (*Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Local{Ctx: ctx, regions: map[int]*region{}, srqEvents: make(chan struct{}, 64),
+	e := &Local{Ctx: ctx, without: opts.Without, regions: map[int]*region{}, srqEvents: make(chan struct{}, 64),
 		asyncEvs: make(chan verbs.AsyncEvent, 64), done: make(chan struct{})}
 	fail := func(err error) (*Local, error) {
 		ctx.Close()
@@ -363,8 +374,13 @@ func (e *Local) Dial(addr string, opts PairOptions) error {
 	return nil
 }
 
-// Attr implements Endpoint.
-func (e *Local) Attr() verbs.DeviceAttr { return e.Ctx.QueryDevice() }
+// Attr implements Endpoint: the device's attributes, less the
+// capabilities the pair's options leave out.
+func (e *Local) Attr() verbs.DeviceAttr {
+	a := e.Ctx.QueryDevice()
+	a.Caps &^= e.without
+	return a
+}
 
 // QPNum implements Endpoint.
 func (e *Local) QPNum(i int) uint32 { return e.QPs[i].Num() }

@@ -385,5 +385,7 @@ func deviceAttr(t testing.TB, h Harness) verbs.DeviceAttr {
 		t.Fatalf("open %s: %v", h.Device, err)
 	}
 	defer ctx.Close()
-	return ctx.QueryDevice()
+	a := ctx.QueryDevice()
+	a.Caps &^= h.Without
+	return a
 }

@@ -190,6 +190,9 @@ func summarize(h Harness, results []caseResult) string {
 	if h.Remote != nil {
 		where = "B in another process"
 	}
+	if h.Without != 0 {
+		where += ", taken to lack " + h.Without.String()
+	}
 	var passed, failed, skipped int
 	var failures, whole, partial []string
 	for _, r := range results {
