@@ -231,8 +231,8 @@ func readThenFencedWrite(t *testing.T, p *Pair, read, write verbs.SendWR) {
 	expectSendWC(t, wcs[1], 2, verbs.WCRDMAWrite, p.A.QPNum(0))
 }
 
-// testWriteInline: an inline RDMA Write places its payload, copied at
-// post time, at the remote address.
+// testWriteInline: an inline RDMA Write of MaxInlineData bytes from two
+// SGEs places its payload, copied at post time, at the remote address.
 func testWriteInline(t *testing.T, h Harness) {
 	p := h.NewPair(t, PairOptions{})
 	n := int(queriedCap(t, p.A.QPs[0]).MaxInlineData)
@@ -243,7 +243,7 @@ func testWriteInline(t *testing.T, h Harness) {
 	orig := pattern(24, n)
 	fill(t, p.A, src, 0, orig)
 	dst := newRegion(t, p.B, n+16, remoteAll)
-	wr := writeWR(1, dst, 8, src.SGE(0, n))
+	wr := writeWR(1, dst, 8, src.SGE(0, n/2), src.SGE(n/2, n-n/2))
 	wr.Flags |= verbs.SendInline
 	postSend(t, p.A, 0, wr)
 	fill(t, p.A, src, 0, pattern(25, n))
@@ -279,9 +279,10 @@ func testWriteWithImmZeroLength(t *testing.T, h Harness) {
 	before.unchanged(t)
 }
 
-// testReadsBeyondORD: more RDMA Reads posted at once than the QP may
-// have outstanding (its MaxRdAtomic) wait their turn: every one
-// completes successfully, in order, with the right bytes.
+// testReadsBeyondORD: more RDMA Reads (and, with CapAtomics, every
+// third one a FetchAndAdd instead) posted at once than the QP may have
+// outstanding (its MaxRdAtomic) wait their turn: every one completes
+// successfully, in order, with the right bytes.
 func testReadsBeyondORD(t *testing.T, h Harness) {
 	p := h.NewPair(t, PairOptions{Cap: verbs.QPCap{MaxSendWR: 64}})
 	a, err := p.A.QPs[0].Query()
@@ -297,13 +298,34 @@ func testReadsBeyondORD(t *testing.T, h Harness) {
 	data := pattern(27, chunk*n)
 	fill(t, p.B, src, 0, data)
 	dst := newRegion(t, p.A, chunk*n, localRW)
+	atomics := p.A.Attr().Has(verbs.CapAtomics)
+	counter := newRegion(t, p.B, 16, remoteAll)
+	results := newRegion(t, p.A, 8*n, localRW)
 	var wrs []verbs.SendWR
 	var wrids []uint64
+	adds := 0
 	for i := range n {
-		wrs = append(wrs, readWR(uint64(1+i), src, chunk*i, dst.SGE(chunk*i, chunk)))
+		if atomics && i%3 == 2 {
+			wrs = append(wrs, atomicWR(uint64(1+i), verbs.OpAtomicFetchAndAdd, counter, alignedOff(counter, 0),
+				results.SGE(8*i, 8), 1, 0))
+			adds++
+		} else {
+			wrs = append(wrs, readWR(uint64(1+i), src, chunk*i, dst.SGE(chunk*i, chunk)))
+		}
 		wrids = append(wrids, uint64(1+i))
 	}
 	postSend(t, p.A, 0, wrs...)
 	expectStatuses(t, wait(t, p.A, SendCQ, n), verbs.WCSuccess, wrids...)
-	expectBytes(t, p.A, dst, 0, data, fmt.Sprintf("%d Reads with MaxRdAtomic %d", n, a.MaxRdAtomic))
+	for i := range n {
+		if atomics && i%3 == 2 {
+			if got := readWord(t, p.A, results, 8*i); got != uint64(i/3) {
+				t.Fatalf("FetchAndAdd %d of the batch returned %d, want %d", i/3, got, i/3)
+			}
+			continue
+		}
+		expectBytes(t, p.A, dst, chunk*i, data[chunk*i:chunk*(i+1)], fmt.Sprintf("Read %d of %d with MaxRdAtomic %d", i, n, a.MaxRdAtomic))
+	}
+	if got := readWord(t, p.B, counter, alignedOff(counter, 0)); got != uint64(adds) {
+		t.Fatalf("counter after %d FetchAndAdds is %d", adds, got)
+	}
 }
