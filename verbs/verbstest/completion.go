@@ -383,3 +383,48 @@ func testEventDriven(t *testing.T, h Harness) {
 	expectBytes(t, p.A, dst, 0, data, "messages received by events")
 	expectStatuses(t, wait(t, p.B, SendCQ, msgs), verbs.WCSuccess, 1, 2, 3, 4, 5, 6, 7, 8)
 }
+
+// pollOne busy-polls cq for one completion, without arming it.
+func pollOne(t testing.TB, cq *verbs.CQ) verbs.WorkCompletion {
+	t.Helper()
+	wc := make([]verbs.WorkCompletion, 1)
+	for deadline := time.Now().Add(timeout); cq.Poll(wc) == 0; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no completion within %v", timeout)
+		}
+	}
+	return wc[0]
+}
+
+// testSolicitedOnlySendErrors: a send CQ armed for solicited
+// completions only stays quiet for a successful Write and is notified of
+// a failed one (ibv_req_notify_cq(3): solicited or unsuccessful).
+func testSolicitedOnlySendErrors(t *testing.T, h Harness) {
+	p, src, dst, _ := writePair(t, h, PairOptions{}, 2)
+	cq := p.A.SendCQ
+	if err := cq.ReqNotify(true); err != nil {
+		t.Fatalf("ReqNotify(solicited only): %v", err)
+	}
+	postSend(t, p.A, 0, writeWR(1, dst, 0, src.SGE(0, 8)))
+	expectSendWC(t, pollOne(t, cq), 1, verbs.WCRDMAWrite, p.A.QPNum(0))
+	quiet := time.NewTimer(shortWait)
+	defer quiet.Stop()
+	select {
+	case <-cq.Notify():
+		t.Fatal("a send CQ armed for solicited events only was notified of a successful Write")
+	case <-quiet.C:
+	}
+	sge := src.SGE(8, 8)
+	sge.LKey = badKey(sge.LKey) // a local error: every device completes it so
+	bad := writeWR(2, dst, 8, sge)
+	postSend(t, p.A, 0, bad)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-cq.Notify():
+	case <-timer.C:
+		t.Fatalf("no notification within %v of a failed Write on a send CQ armed for solicited events", timeout)
+	}
+	wc := pollOne(t, cq)
+	expectStatus(t, wc, 2, verbs.WCLocProtErr)
+}

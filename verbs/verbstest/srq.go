@@ -454,3 +454,44 @@ func testSRQQueryLimit(t *testing.T, h Harness) {
 		t.Fatalf("after a refused Modify the SRQ reports %+v, want limit 3", a)
 	}
 }
+
+// testSRQLongMessage: a Send of 300 000 bytes is scattered over the four
+// SGEs of the SRQ receive it takes, byte-exact.
+func testSRQLongMessage(t *testing.T, h Harness) {
+	p := srqPair(t, h, 1)
+	n := longSize
+	src := newRegion(t, p.A, n, localRW)
+	data := pattern(62, n)
+	fill(t, p.A, src, 0, data)
+	dst := newRegion(t, p.B, n, localRW)
+	if k, err := p.B.PostSRQRecv([]verbs.RecvWR{recvWR(5, longSGEs(dst, n, 4)...)}); k != 1 || err != nil {
+		t.Fatalf("PostSRQRecv: posted %d: %v", k, err)
+	}
+	expectSendWC(t, do(t, p, sendWR(1, longSGEs(src, n, 3)...)), 1, verbs.WCSend, p.A.QPNum(0))
+	expectRecvWC(t, waitOne(t, p.B, RecvCQ), 5, verbs.WCRecv, n, p.B.QPNum(0))
+	expectBytes(t, p.B, dst, 0, data, "a long message in an SRQ receive")
+	expectCanaries(t, p.B, dst)
+}
+
+// testSRQRecvBadLKey: a Send into an SRQ receive whose SGE names no
+// region fails at the responder with WCLocProtErr and nothing is
+// written; the receiving QP moves to the error state.
+func testSRQRecvBadLKey(t *testing.T, h Harness) {
+	p := srqPair(t, h, 1)
+	dst := newRegion(t, p.B, 32, localRW)
+	before := snap(t, p.B, dst, "region of an SRQ receive named with a bad key")
+	sge := dst.SGE(0, 32)
+	sge.LKey = badKey(sge.LKey)
+	if k, err := p.B.PostSRQRecv([]verbs.RecvWR{recvWR(5, sge)}); k != 1 || err != nil {
+		t.Fatalf("PostSRQRecv: posted %d: %v", k, err)
+	}
+	src := newRegion(t, p.A, 16, localRW)
+	sent := do(t, p, sendWR(1, src.SGE(0, 16)))
+	if sent.Status == verbs.WCWRFlushErr || (sent.Status == verbs.WCSuccess && p.A.Attr().Has(verbs.CapAckedCompletion)) {
+		t.Fatalf("Send into an SRQ receive the responder cannot write completed %s, want an error", fmtWC(sent))
+	}
+	expectStatus(t, waitOne(t, p.B, RecvCQ), 5, verbs.WCLocProtErr)
+	expectState(t, p.A, 0, verbs.QPSErr)
+	expectState(t, p.B, 0, verbs.QPSErr)
+	before.unchanged(t)
+}

@@ -103,6 +103,7 @@ var suite = []testCase{
 	{"Completion/WaitDestroyed", testWaitDestroyed},
 	{"Completion/WaitContextClosed", testWaitContextClosed},
 	{"Completion/EventDriven", testEventDriven},
+	{"Completion/SolicitedOnlySendErrors", testSolicitedOnlySendErrors},
 
 	{"SRQ/SharedByQPs", testSRQShared},
 	{"SRQ/LimitEvent", testSRQLimit},
@@ -114,6 +115,8 @@ var suite = []testCase{
 	{"SRQ/Full", testSRQFull},
 	{"SRQ/TooManySGEs", testSRQTooManySGEs},
 	{"SRQ/QueryLimit", testSRQQueryLimit},
+	{"SRQ/LongMessage", testSRQLongMessage},
+	{"SRQ/RecvBadLKey", testSRQRecvBadLKey},
 
 	{"Events/QPAccessErr", testQPAccessErrEvent},
 	{"Events/QPReqErr", testQPReqErrEvent},
