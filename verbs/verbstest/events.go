@@ -23,6 +23,27 @@ func expectResponderEvent(t *testing.T, p *Pair, typ verbs.EventType) {
 	if _, again, err := p.B.QPEvent(typ, shortWait); err != nil || again {
 		t.Fatalf("a second %q on B (error %v)", typ, err)
 	}
+	expectNoErrorEvent(t, p.A)
+}
+
+// expectNoErrorEvent checks that e, the requester, raised neither of the
+// responder's affiliated errors: it learns of the responder's refusal
+// from its completion. (EventQPFatal is allowed: iWARP devices raise it
+// for the Terminate message the responder sends.)
+func expectNoErrorEvent(t *testing.T, e *Local) {
+	t.Helper()
+	for {
+		select {
+		case ev := <-e.asyncEvs:
+			switch ev.Type {
+			case verbs.EventQPAccessErr, verbs.EventQPReqErr:
+				t.Fatalf("the requester raised %q for its own QP: that error is the responder's", ev.Type)
+			}
+			continue
+		default:
+		}
+		return
+	}
 }
 
 // testQPAccessErrEvent: a responder that refuses an RDMA Write for a bad
