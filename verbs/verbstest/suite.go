@@ -146,6 +146,12 @@ func Cases() []string {
 // failed and skipped, and for each skip, whole or of some of a case's
 // subtests, the capability or harness property that caused it.
 func Run(t *testing.T, h Harness) {
+	skips.Range(func(k, _ any) bool { // from an earlier run of this test (-count)
+		if strings.HasPrefix(k.(string), t.Name()+"/") {
+			skips.Delete(k)
+		}
+		return true
+	})
 	var results []caseResult
 	for i := 0; i < len(suite); {
 		group, _, _ := strings.Cut(suite[i].name, "/")
@@ -162,7 +168,9 @@ func Run(t *testing.T, h Harness) {
 					defer func() { r.failed, r.skipped = t.Failed(), t.Skipped() }()
 					c.run(t, h)
 				})
-				results = append(results, r)
+				if r.testName != "" { // not left out by -run
+					results = append(results, r)
+				}
 			}
 		})
 		i = j
