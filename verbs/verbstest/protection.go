@@ -356,3 +356,59 @@ func testQPNoRemoteRights(t *testing.T, h Harness) {
 		})
 	}
 }
+
+// testRemoteWrap: a remote range whose end wraps past 2^64 fails with
+// WCRemAccessErr: a provider's bounds check must not overflow.
+func testRemoteWrap(t *testing.T, h Harness) {
+	eachRemoteOp(t, h, func(wr *verbs.SendWR, _ Region) { wr.RemoteAddr = ^uint64(0) - 7 })
+}
+
+// testLocalWrap: a local SGE whose end wraps past 2^64, or that is longer
+// than any region, with the key of a real region, fails with
+// WCLocProtErr (or WCLocLenErr for the long one), or is refused at post
+// time with ErrInvalidArg; nothing is touched.
+func testLocalWrap(t *testing.T, h Harness) {
+	edges := []struct {
+		name string
+		sge  func(r Region) verbs.SGE
+	}{
+		{"Wrap", func(r Region) verbs.SGE { return verbs.SGE{Addr: ^uint64(0) - 7, Length: 16, LKey: r.LKey} }},
+		{"Huge", func(r Region) verbs.SGE { return verbs.SGE{Addr: r.Addr, Length: ^uint32(0), LKey: r.LKey} }},
+	}
+	for _, edge := range edges {
+		for _, op := range []verbs.Opcode{verbs.OpRDMAWrite, verbs.OpRDMARead, verbs.OpSend} {
+			t.Run(op.String()+"/"+edge.name, func(t *testing.T) {
+				p := h.NewPair(t, PairOptions{})
+				remote := newRegion(t, p.B, 64, remoteAll)
+				fill(t, p.B, remote, 0, pattern(34, 64))
+				local := newRegion(t, p.A, 64, localRW)
+				fill(t, p.A, local, 0, pattern(35, 64))
+				rb := snap(t, p.B, remote, "remote region")
+				lb := snap(t, p.A, local, "local region")
+				var wr verbs.SendWR
+				switch op {
+				case verbs.OpRDMAWrite:
+					wr = writeWR(1, remote, 0, edge.sge(local))
+				case verbs.OpRDMARead:
+					wr = readWR(1, remote, 0, edge.sge(local))
+				default:
+					postRecv(t, p.B, 0, recvWR(9, remote.SGE(0, 64)))
+					wr = sendWR(1, edge.sge(local))
+				}
+				n, err := p.A.PostSend(0, []verbs.SendWR{wr})
+				if n == 0 {
+					expectRefused(t, op.String()+" with a "+edge.name+" local SGE", n, err, verbs.ErrInvalidArg)
+					expectState(t, p.A, 0, verbs.QPSRTS)
+				} else {
+					wc := waitOne(t, p.A, SendCQ)
+					if wc.Status != verbs.WCLocLenErr || edge.name != "Huge" {
+						expectStatus(t, wc, 1, verbs.WCLocProtErr)
+					}
+					expectState(t, p.A, 0, verbs.QPSErr)
+				}
+				rb.unchanged(t)
+				lb.unchanged(t)
+			})
+		}
+	}
+}

@@ -71,6 +71,8 @@ var suite = []testCase{
 	{"Protection/NoRemoteWrite", testNoRemoteWrite},
 	{"Protection/NoRemoteRead", testNoRemoteRead},
 	{"Protection/NoRemoteAtomic", testNoRemoteAtomic},
+	{"Protection/RemoteWrap", testRemoteWrap},
+	{"Protection/LocalWrap", testLocalWrap},
 	{"Protection/UnsignaledFault", testUnsignaledFault},
 	{"Protection/OtherPDLKey", testOtherPDLKey},
 	{"Protection/OtherPDRKey", testOtherPDRKey},
