@@ -592,3 +592,34 @@ func testDrain(t *testing.T, h Harness) {
 	expectSendWC(t, waitOne(t, p.A, SendCQ), 100, verbs.WCRDMAWrite, p.A.QPNum(0))
 	expectBytes(t, p.B, dst, 0, data, "every Write")
 }
+
+// testRecvCQOverrun: a receive CQ overrun by the peer's Sends is
+// reported on the receiver's side: EventCQErr, CQ.Err wrapping
+// ErrCQOverrun, and the receiving QP in the error state. (On shm0 the
+// peer writes the receive completions into the CQ itself.)
+func testRecvCQOverrun(t *testing.T, h Harness) {
+	const n = 64
+	p := h.NewPair(t, PairOptions{CQDepth: 4, Cap: verbs.QPCap{MaxSendWR: n, MaxRecvWR: n}})
+	if d := p.A.SendCQ.CQE(); d >= n {
+		t.Fatalf("a CQ created for 4 completions holds %d: %d Sends cannot overrun it", d, n)
+	}
+	src := newRegion(t, p.A, 8, localRW)
+	dst := newRegion(t, p.B, 8*n, localRW)
+	var recvs []verbs.RecvWR
+	var sends []verbs.SendWR
+	for i := range n {
+		recvs = append(recvs, recvWR(uint64(100+i), dst.SGE(8*i, 8)))
+		wr := sendWR(uint64(1+i), src.SGE(0, 8))
+		wr.Flags &^= verbs.SendSignaled
+		sends = append(sends, wr)
+	}
+	postRecv(t, p.B, 0, recvs...)
+	postSend(t, p.A, 0, sends...)
+	if _, ok, err := p.B.QPEvent(verbs.EventCQErr, timeout); err != nil || !ok {
+		t.Fatalf("no EventCQErr on B within %v of %d Sends into a receive CQ of 4 (error %v)", timeout, n, err)
+	}
+	if _, err := p.B.Completions(RecvCQ, 0, 0); !errors.Is(err, verbs.ErrCQOverrun) {
+		t.Fatalf("B's receive CQ after an overrun reports %v, want an error wrapping ErrCQOverrun", err)
+	}
+	expectState(t, p.B, 0, verbs.QPSErr)
+}

@@ -90,6 +90,7 @@ var suite = []testCase{
 	{"Lifecycle/DeregContainer", testDeregContainer},
 	{"Lifecycle/DestroyOrder", testDestroyOrder},
 	{"Lifecycle/CQOverrun", testCQOverrun},
+	{"Lifecycle/RecvCQOverrun", testRecvCQOverrun},
 	{"Lifecycle/QueriedCap", testQueriedCap},
 	{"Lifecycle/Reuse", testReuse},
 	{"Lifecycle/Drain", testDrain},
