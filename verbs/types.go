@@ -220,7 +220,7 @@ const (
 	CapRecvNoSGE          = driver.CapRecvNoSGE
 	CapSQD                = driver.CapSQD
 	CapAtomicResultSGList = driver.CapAtomicResultSGList
-	CapResponderEvents    = driver.CapResponderEvents
+	CapQPErrorEvents      = driver.CapQPErrorEvents
 	CapTransportRetry     = driver.CapTransportRetry
 )
 

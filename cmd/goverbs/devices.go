@@ -150,7 +150,7 @@ var capNames = []struct {
 	{verbs.CapRecvNoSGE, "RECV_NO_SGE"},
 	{verbs.CapSQD, "SQD"},
 	{verbs.CapAtomicResultSGList, "ATOMIC_RESULT_SG_LIST"},
-	{verbs.CapResponderEvents, "RESPONDER_EVENTS"},
+	{verbs.CapQPErrorEvents, "QP_ERROR_EVENTS"},
 	{verbs.CapTransportRetry, "TRANSPORT_RETRY"},
 }
 

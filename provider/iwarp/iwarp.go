@@ -160,7 +160,7 @@ var deviceAttr = driver.DeviceAttr{
 	AtomicCap:       driver.AtomicGlob,
 	Caps: driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess |
 		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList |
-		driver.CapResponderEvents | driver.CapTransportRetry,
+		driver.CapQPErrorEvents | driver.CapTransportRetry,
 }
 
 func init() {

@@ -113,7 +113,7 @@ var deviceAttr = driver.DeviceAttr{
 	AtomicCap:       driver.AtomicGlob,
 	Caps: driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess |
 		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList |
-		driver.CapResponderEvents,
+		driver.CapQPErrorEvents,
 }
 
 type provider struct{}

@@ -509,14 +509,16 @@ const (
 	// several SGEs that total 8 bytes, in order. The verbs leave it to the
 	// device: mlx5 writes 8 bytes into each SGE.
 	CapAtomicResultSGList
-	// CapResponderEvents: a responder QP that refuses a request raises the
-	// affiliated asynchronous error of the IB specification on its own
-	// device: EventQPAccessErr for a remote access it may not grant (a
-	// bad rkey, a missing right), EventQPReqErr for an invalid request (a
-	// message longer than the receive). loop0, shm0 and tcp0 declare it;
-	// rdma-core's devices are to be checked one by one before the
-	// ibverbs provider declares it for them.
-	CapResponderEvents
+	// CapQPErrorEvents: a QP that fails raises the affiliated
+	// asynchronous error of the IB specification on its own device: a
+	// responder that refuses a request EventQPAccessErr for a remote
+	// access it may not grant (a bad rkey, a missing right) and
+	// EventQPReqErr for an invalid request (a message longer than the
+	// receive); a QP that moves to the error state for a cause no
+	// completion of its own reports (its CQ overran) EventQPFatal. loop0,
+	// shm0 and tcp0 declare it; rdma-core's devices are to be checked one
+	// by one before the ibverbs provider declares it for them.
+	CapQPErrorEvents
 	// CapTransportRetry: requests travel over a transport the peer must
 	// answer; one left unanswered (the peer's process stopped, its link
 	// cut) is retried per the QP's Timeout and RetryCnt and then
@@ -617,7 +619,7 @@ func (a AtomicCap) String() string {
 }
 
 var capNames = []string{"RNRRetry", "SRQ", "ImmData", "Atomics", "MemoryWindows", "CrossProcess",
-	"AckedCompletion", "ModifyConnect", "RecvNoSGE", "SQD", "AtomicResultSGList", "ResponderEvents", "TransportRetry"}
+	"AckedCompletion", "ModifyConnect", "RecvNoSGE", "SQD", "AtomicResultSGList", "QPErrorEvents", "TransportRetry"}
 
 func (c DeviceCaps) String() string {
 	s := ""

@@ -50,7 +50,7 @@ func expectNoErrorEvent(t *testing.T, e *Local) {
 // rkey raises EventQPAccessErr on its QP (the IB specification's local
 // access violation work queue error).
 func testQPAccessErrEvent(t *testing.T, h Harness) {
-	requireCap(t, h, verbs.CapResponderEvents, "CapResponderEvents")
+	requireCap(t, h, verbs.CapQPErrorEvents, "CapQPErrorEvents")
 	p := h.NewPair(t, PairOptions{})
 	dst := newRegion(t, p.B, 64, remoteAll)
 	src := newRegion(t, p.A, 64, localRW)
@@ -66,7 +66,7 @@ func testQPAccessErrEvent(t *testing.T, h Harness) {
 // receive raises EventQPReqErr on its QP (the invalid request work queue
 // error).
 func testQPReqErrEvent(t *testing.T, h Harness) {
-	requireCap(t, h, verbs.CapResponderEvents, "CapResponderEvents")
+	requireCap(t, h, verbs.CapQPErrorEvents, "CapQPErrorEvents")
 	p := h.NewPair(t, PairOptions{})
 	src := newRegion(t, p.A, 32, localRW)
 	dst := newRegion(t, p.B, 8, localRW)

@@ -14,7 +14,7 @@
 // refused at post time or failed at the responder, queues larger than
 // asked for) it accepts each, and where devices differ it asks the
 // capability flags (CapAckedCompletion, CapModifyConnect, CapRecvNoSGE,
-// CapSQD, CapAtomicResultSGList, CapResponderEvents, CapTransportRetry).
+// CapSQD, CapAtomicResultSGList, CapQPErrorEvents, CapTransportRetry).
 // Run logs, per provider, the cases run, passed, failed and skipped, with
 // the capability behind each skip.
 //

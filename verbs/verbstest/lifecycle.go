@@ -478,6 +478,11 @@ func testCQOverrun(t *testing.T, h Harness) {
 		t.Fatalf("CQ.Err after an overrun returned %v, want an error wrapping ErrCQOverrun", err)
 	}
 	expectState(t, p.A, 0, verbs.QPSErr)
+	if p.A.Attr().Has(verbs.CapQPErrorEvents) {
+		if ev, ok := p.A.WaitEvent(verbs.EventQPFatal, timeout); !ok || ev.Element != any(p.A.QPs[0]) {
+			t.Fatalf("no EventQPFatal naming the QP whose completions the overrun CQ lost (got %v)", ev.Element)
+		}
+	}
 }
 
 // testQueriedCap: Query reports capacities at least as large as those
@@ -622,4 +627,9 @@ func testRecvCQOverrun(t *testing.T, h Harness) {
 		t.Fatalf("B's receive CQ after an overrun reports %v, want an error wrapping ErrCQOverrun", err)
 	}
 	expectState(t, p.B, 0, verbs.QPSErr)
+	if p.B.Attr().Has(verbs.CapQPErrorEvents) {
+		if qp, ok, err := p.B.QPEvent(verbs.EventQPFatal, timeout); err != nil || !ok || qp != 0 {
+			t.Fatalf("no EventQPFatal on B naming the QP whose completions the overrun CQ lost (QP %d, error %v)", qp, err)
+		}
+	}
 }
