@@ -179,6 +179,13 @@ type Endpoint interface {
 	// SetQPAccess sets the remote operations QP i's responder accepts
 	// (a Modify of AccessFlags in its current state).
 	SetQPAccess(i int, access verbs.AccessFlags) error
+	// SetQPState moves QP i to state s (a Modify of the state alone).
+	SetQPState(i int, s verbs.QPState) error
+	// Relisten listens at addr and accepts, in the background, one
+	// connection for QP i, which must be in Reset; Reaccepted waits for
+	// that accept's result.
+	Relisten(i int, addr string) error
+	Reaccepted() error
 	// ArmSRQLimit arms the SRQ's limit event; SRQLimitEvent waits up to
 	// timeout for the next limit event and reports whether one came.
 	ArmSRQLimit(limit uint32) error
@@ -270,6 +277,11 @@ type Local struct {
 	Conns  []*cm.Conn
 
 	without verbs.DeviceCaps
+	opts    PairOptions
+
+	reaccept chan error // Relisten's result
+	stopBg   func()     // ends Relisten's accept
+	bg       sync.WaitGroup
 
 	mu        sync.Mutex
 	otherPD   *verbs.PD
@@ -297,7 +309,7 @@ func NewLocal(device string, opts PairOptions, withSRQ bool) (*Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Local{Ctx: ctx, without: opts.Without, regions: map[int]*region{}, srqEvents: make(chan struct{}, 64),
+	e := &Local{Ctx: ctx, without: opts.Without, opts: opts, regions: map[int]*region{}, srqEvents: make(chan struct{}, 64),
 		asyncEvs: make(chan verbs.AsyncEvent, 64), done: make(chan struct{})}
 	fail := func(err error) (*Local, error) {
 		ctx.Close()
@@ -581,6 +593,60 @@ func (e *Local) SetQPAccess(i int, access verbs.AccessFlags) error {
 	return e.QPs[i].Modify(&verbs.QPAttr{AccessFlags: access}, verbs.QPAttrAccessFlags)
 }
 
+// SetQPState implements Endpoint.
+func (e *Local) SetQPState(i int, s verbs.QPState) error {
+	return e.QPs[i].Modify(&verbs.QPAttr{State: s}, verbs.QPAttrState)
+}
+
+// Relisten implements Endpoint.
+func (e *Local) Relisten(i int, addr string) error {
+	l, err := cm.Listen(addr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		cancel()
+		l.Close()
+		return ErrClosedEndpoint
+	}
+	e.reaccept, e.stopBg = make(chan error, 1), cancel
+	e.bg.Add(1)
+	e.mu.Unlock()
+	go func() {
+		defer e.bg.Done()
+		defer cancel()
+		defer l.Close()
+		req, err := l.Accept(ctx)
+		if err == nil {
+			var c *cm.Conn
+			if c, err = req.Accept(e.QPs[i], e.opts.param()); err == nil {
+				e.mu.Lock()
+				e.Conns = append(e.Conns, c)
+				e.mu.Unlock()
+			}
+		}
+		e.reaccept <- err
+	}()
+	return nil
+}
+
+// ErrClosedEndpoint is Relisten's answer on an endpoint already closed.
+var ErrClosedEndpoint = errors.New("verbstest: the endpoint is closed")
+
+// Reaccepted implements Endpoint.
+func (e *Local) Reaccepted() error {
+	e.mu.Lock()
+	ch := e.reaccept
+	e.mu.Unlock()
+	if ch == nil {
+		return errors.New("verbstest: Reaccepted without Relisten")
+	}
+	return <-ch
+}
+
 // ArmSRQLimit implements Endpoint.
 func (e *Local) ArmSRQLimit(limit uint32) error {
 	if e.SRQ == nil {
@@ -644,8 +710,12 @@ func (e *Local) Close() error {
 	}
 	e.closed = true
 	close(e.done)
+	if e.stopBg != nil {
+		e.stopBg()
+	}
 	e.mu.Unlock()
 	e.events.Wait()
+	e.bg.Wait()
 	for _, c := range e.Conns {
 		c.Close()
 	}

@@ -3,8 +3,10 @@ package verbstest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
+	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -497,69 +499,63 @@ func testQueriedCap(t *testing.T, h Harness) {
 	}
 }
 
-// reuseSide is one end of testReuse: a QP with its own device context.
-type reuseSide struct {
-	cq  *verbs.CQ
-	qp  *verbs.QP
-	buf *verbs.MR
-}
-
-// testReuse: a connected QP moved to Err and back to Reset is connected
-// again (Reset→Init→RTR→RTS through cm) and carries traffic; its CQ
-// holds the flushes of the old connection's WRs, polled before the
-// reset, and afterwards nothing but the new connection's completions.
-// Both ends live in this process, so the case runs in the harnesses
-// without a remote B (whose addresses may be B's alone).
+// testReuse: connected QPs moved to Err and back to Reset are connected
+// again through cm (Reset→Init→RTR→RTS), three times, and carry traffic
+// each time; their CQs hold the flushes of the old connection's WRs,
+// polled before the reset, and afterwards nothing but the new
+// connection's completions. B is in another process where the harness
+// puts it there.
 func testReuse(t *testing.T, h Harness) {
-	if h.Remote != nil {
-		skip(t, bothLocal)
-	}
-	side := func() *reuseSide {
-		pd, cq, qp := QPOn(t, h.Device, 4)
-		buf, err := pd.AllocMR(64, localRW)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &reuseSide{cq: cq, qp: qp, buf: buf}
-	}
-	a, b := side(), side()
-	for round := range 3 {
-		Connect(t, h.Addr(t), b.qp, a.qp)
+	p := h.NewPair(t, PairOptions{})
+	src := newRegion(t, p.A, 64, localRW)
+	dst := newRegion(t, p.B, 64, localRW)
+	const rounds = 3
+	for round := range rounds {
 		msg := pattern(80+round, 16)
-		copy(a.buf.Bytes(), msg)
+		fill(t, p.A, src, 0, msg)
 		base := uint64(100 * round)
-		post := func(s *reuseSide, wrid uint64, off int) {
-			t.Helper()
-			if n, err := s.qp.PostRecv([]verbs.RecvWR{recvWR(wrid, s.buf.SGE(off, 16))}); n != 1 {
-				t.Fatalf("round %d: PostRecv: %v", round, err)
+		postRecv(t, p.B, 0, recvWR(base+1, dst.SGE(0, 16)), recvWR(base+2, dst.SGE(16, 16)))
+		postRecv(t, p.A, 0, recvWR(base+3, src.SGE(32, 16)))
+		expectSendWC(t, do(t, p, sendWR(base+4, src.SGE(0, 16))), base+4, verbs.WCSend, p.A.QPNum(0))
+		expectRecvWC(t, waitOne(t, p.B, RecvCQ), base+1, verbs.WCRecv, 16, p.B.QPNum(0))
+		expectBytes(t, p.B, dst, 0, msg, fmt.Sprintf("message of connection %d", round+1))
+		if round == rounds-1 {
+			break
+		}
+		for _, e := range []Endpoint{p.A, p.B} {
+			if err := e.SetQPState(0, verbs.QPSErr); err != nil {
+				t.Fatalf("round %d: move QP to Err: %v", round, err)
 			}
 		}
-		post(b, base+1, 32)
-		post(b, base+2, 48) // left to flush
-		post(a, base+3, 48) // left to flush
-		if n, err := a.qp.PostSend([]verbs.SendWR{sendWR(base+4, a.buf.SGE(0, 16))}); n != 1 {
-			t.Fatalf("round %d: PostSend: %v", round, err)
-		}
-		expectSendWC(t, waitCQ(t, a.cq, 1)[0], base+4, verbs.WCSend, a.qp.Num())
-		expectRecvWC(t, waitCQ(t, b.cq, 1)[0], base+1, verbs.WCRecv, 16, b.qp.Num())
-		if got := b.buf.Bytes()[32:48]; string(got) != string(msg) {
-			t.Fatalf("round %d: received %x, want %x", round, got, msg)
-		}
-		for _, s := range []*reuseSide{a, b} {
-			if err := s.qp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState); err != nil {
-				t.Fatalf("round %d: move QP %d to Err: %v", round, s.qp.Num(), err)
+		expectStatus(t, waitOne(t, p.A, RecvCQ), base+3, verbs.WCWRFlushErr)
+		expectStatus(t, waitOne(t, p.B, RecvCQ), base+2, verbs.WCWRFlushErr)
+		for _, e := range []Endpoint{p.A, p.B} {
+			if err := e.SetQPState(0, verbs.QPSReset); err != nil {
+				t.Fatalf("round %d: move QP to Reset: %v", round, err)
+			}
+			expectState(t, e, 0, verbs.QPSReset)
+			for _, cq := range []CQKind{SendCQ, RecvCQ} {
+				expectEmpty(t, e, cq)
 			}
 		}
-		expectStatus(t, waitCQ(t, a.cq, 1)[0], base+3, verbs.WCWRFlushErr)
-		expectStatus(t, waitCQ(t, b.cq, 1)[0], base+2, verbs.WCWRFlushErr)
-		for _, s := range []*reuseSide{a, b} {
-			if err := s.qp.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.QPAttrState); err != nil {
-				t.Fatalf("round %d: move QP %d to Reset: %v", round, s.qp.Num(), err)
-			}
-			expectQPState(t, s.qp, verbs.QPSReset)
-			if n := s.cq.Poll(make([]verbs.WorkCompletion, 8)); n != 0 {
-				t.Fatalf("round %d: the CQ of QP %d holds %d completions after its reset", round, s.qp.Num(), n)
-			}
+		addr := h.Addr(t)
+		if err := p.B.Relisten(0, addr); err != nil {
+			t.Fatalf("round %d: B listens again: %v", round, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		c, err := cm.Dial(ctx, addr, p.A.QPs[0], p.Opts.param())
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: dial again: %v", round, err)
+		}
+		p.A.Conns = append(p.A.Conns, c)
+		if err := p.B.Reaccepted(); err != nil {
+			t.Fatalf("round %d: B accepts again: %v", round, err)
+		}
+	}
+	for _, e := range []Endpoint{p.A, p.B} {
+		for _, cq := range []CQKind{SendCQ, RecvCQ} {
+			expectEmpty(t, e, cq)
 		}
 	}
 }

@@ -44,6 +44,8 @@ type request struct {
 	Timeout time.Duration
 	Limit   uint32
 	Event   verbs.EventType
+	State   verbs.QPState
+	Addr    string
 }
 
 // response is an Endpoint call's result.
@@ -166,6 +168,12 @@ func call(ep *Local, q *request, r *response) {
 		r.Region, err = ep.NewOtherPDRegion(q.N, q.Access)
 	case "qpEvent":
 		r.N, r.Bool, err = ep.QPEvent(q.Event, q.Timeout)
+	case "setQPState":
+		err = ep.SetQPState(q.I, q.State)
+	case "relisten":
+		err = ep.Relisten(q.I, q.Addr)
+	case "reaccepted":
+		err = ep.Reaccepted()
 	case "setQPAccess":
 		err = ep.SetQPAccess(q.I, q.Access)
 	case "writeRegion":
@@ -318,6 +326,21 @@ func (r *remote) QPEvent(typ verbs.EventType, timeout time.Duration) (int, bool,
 		return -1, false, err
 	}
 	return resp.N, resp.Bool, nil
+}
+
+func (r *remote) SetQPState(i int, s verbs.QPState) error {
+	_, err := r.do(&request{Method: "setQPState", I: i, State: s})
+	return err
+}
+
+func (r *remote) Relisten(i int, addr string) error {
+	_, err := r.do(&request{Method: "relisten", I: i, Addr: addr})
+	return err
+}
+
+func (r *remote) Reaccepted() error {
+	_, err := r.do(&request{Method: "reaccepted"})
+	return err
 }
 
 func (r *remote) SetQPAccess(i int, access verbs.AccessFlags) error {
