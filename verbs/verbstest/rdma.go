@@ -329,3 +329,30 @@ func testReadsBeyondORD(t *testing.T, h Harness) {
 		t.Fatalf("counter after %d FetchAndAdds is %d", adds, got)
 	}
 }
+
+// testFenceAtomic: a fenced Write that sends what an atomic before it
+// returned into local memory sends that value: the fence waits for the
+// atomic's response as for a Read's.
+func testFenceAtomic(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapAtomics, "CapAtomics")
+	p := h.NewPair(t, PairOptions{})
+	counter := newRegion(t, p.B, 16, remoteAll)
+	off := alignedOff(counter, 0)
+	fill(t, p.B, counter, off, word(41))
+	y := newRegion(t, p.B, 8, remoteAll)
+	local := newRegion(t, p.A, 8, localRW)
+	fill(t, p.A, local, 0, word(7))
+	add := atomicWR(1, verbs.OpAtomicFetchAndAdd, counter, off, local.SGE(0, 8), 1, 0)
+	write := writeWR(2, y, 0, local.SGE(0, 8))
+	write.Flags |= verbs.SendFence
+	postSend(t, p.A, 0, add, write)
+	wcs := wait(t, p.A, SendCQ, 2)
+	expectSendWC(t, wcs[0], 1, verbs.WCFetchAdd, p.A.QPNum(0))
+	expectSendWC(t, wcs[1], 2, verbs.WCRDMAWrite, p.A.QPNum(0))
+	if got := readWord(t, p.B, y, 0); got != 41 {
+		t.Fatalf("the fenced Write sent %d, want 41, the FetchAndAdd's result", got)
+	}
+	if got := readWord(t, p.B, counter, off); got != 42 {
+		t.Fatalf("counter is %d after a FetchAndAdd of 1 on 41", got)
+	}
+}

@@ -62,6 +62,7 @@ var suite = []testCase{
 	{"Ordering/SendAfterWrites", testSendAfterWrites},
 	{"Ordering/Fence", testFence},
 	{"Ordering/FenceLocal", testFenceLocal},
+	{"Ordering/FenceAtomic", testFenceAtomic},
 
 	{"Protection/WrongLKey", testWrongLKey},
 	{"Protection/LocalOutOfBounds", testLocalOutOfBounds},
