@@ -19,7 +19,13 @@ type CQ struct {
 	done      chan struct{} // closed by Destroy, for the goroutines in Wait
 	waiters   atomic.Int32  // goroutines in Wait's Notify path
 	pass      chan struct{} // a woken waiter wakes another (notifyWait)
+	cqe       int
 }
+
+// CQE returns how many completions the CQ holds before it overruns: at
+// least as many as CreateCQ asked for, more where the device rounds the
+// size up (struct ibv_cq's cqe).
+func (c *CQ) CQE() int { return c.cqe }
 
 // Context returns the device context the CQ belongs to.
 func (c *CQ) Context() *Context { return c.ctx }

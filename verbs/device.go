@@ -119,6 +119,10 @@ func (c *Context) CreateCQ(cqe int) (*CQ, error) {
 	}
 	cq.d = d
 	cq.sleeper, _ = d.(driver.Sleeper)
+	cq.cqe = cqe
+	if s, ok := d.(driver.Sizer); ok {
+		cq.cqe = s.CQE()
+	}
 	return cq, nil
 }
 

@@ -145,6 +145,13 @@ var capNames = []struct {
 	{verbs.CapAtomics, "ATOMICS"},
 	{verbs.CapMemoryWindows, "MEMORY_WINDOWS"},
 	{verbs.CapCrossProcess, "CROSS_PROCESS"},
+	{verbs.CapAckedCompletion, "ACKED_COMPLETION"},
+	{verbs.CapModifyConnect, "MODIFY_CONNECT"},
+	{verbs.CapRecvNoSGE, "RECV_NO_SGE"},
+	{verbs.CapSQD, "SQD"},
+	{verbs.CapAtomicResultSGList, "ATOMIC_RESULT_SG_LIST"},
+	{verbs.CapQPErrorEvents, "QP_ERROR_EVENTS"},
+	{verbs.CapTransportRetry, "TRANSPORT_RETRY"},
 }
 
 func caps(c verbs.DeviceCaps) string {

@@ -158,8 +158,10 @@ var deviceAttr = driver.DeviceAttr{
 	MaxMsgSize:      1 << 31,
 	MaxPrivateData:  maxPrivateData,
 	AtomicCap:       driver.AtomicGlob,
-	Caps:            driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess,
-	PhysPortCnt:     1,
+	Caps: driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess |
+		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList |
+		driver.CapQPErrorEvents | driver.CapTransportRetry,
+	PhysPortCnt: 1,
 }
 
 func init() {

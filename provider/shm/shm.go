@@ -111,8 +111,10 @@ var deviceAttr = driver.DeviceAttr{
 	MaxMsgSize:      1 << 31,
 	MaxPrivateData:  256,
 	AtomicCap:       driver.AtomicGlob,
-	Caps:            driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess,
-	PhysPortCnt:     1,
+	Caps: driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess |
+		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList |
+		driver.CapQPErrorEvents,
+	PhysPortCnt: 1,
 }
 
 type provider struct{}

@@ -107,6 +107,15 @@ type CQ interface {
 	Destroy() error
 }
 
+// Sizer is a CQ that holds more completions than were asked for, as
+// ibverbs devices may round a CQ's size up (struct ibv_cq's cqe). It is
+// optional: a CQ that does not implement it holds exactly as many as its
+// CreateCQ asked for.
+type Sizer interface {
+	// CQE returns how many completions the CQ holds before it overruns.
+	CQE() int
+}
+
 // Sleeper is a CQ that can put the calling thread itself to sleep until
 // it is notified, which spares CQ.Wait the hand-off from a waiting
 // goroutine through Notify (a thread woken, then a goroutine readied for

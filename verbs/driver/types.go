@@ -495,6 +495,56 @@ const (
 	// CapCrossProcess: the two ends of a connection may live in different
 	// processes.
 	CapCrossProcess
+	// CapAckedCompletion: a Send or RDMA Write completes only once the
+	// responder has taken it, so an error the responder finds (a receive
+	// too small, a bad rkey, a missing right) completes the WR itself with
+	// the remote error. InfiniBand and RoCE devices (rxe, mlx5) and loop0,
+	// shm0 and tcp0 declare it. siw does not: it completes Sends and
+	// Writes once they are on the wire, and the responder's error reaches
+	// the requester as a Terminate that moves its QP to the error state
+	// after the WR has completed successfully.
+	CapAckedCompletion
+	// CapModifyConnect: a QP is connected by Modify alone. A new QP is in
+	// Reset; Reset→Init→RTR→RTS takes exactly the attributes of the table
+	// in ibv_modify_qp(3), DestQPNum naming the peer; an illegal
+	// transition is refused with ErrInvalidState and a missing or
+	// superfluous attribute with ErrInvalidArg. loop0, shm0 and tcp0
+	// declare it. rdma-core devices do not: siw reports a new QP as Init
+	// and refuses RTS without a connected socket, rxe and mlx5 need an
+	// address vector for RTR, and the kernel answers both kinds of
+	// refusal with the same EINVAL.
+	CapModifyConnect
+	// CapRecvNoSGE: a receive with no SGE is taken; it receives
+	// zero-length Sends and RDMA Writes with immediate. libsiw refuses
+	// such receives at post time.
+	CapRecvNoSGE
+	// CapSQD: RTS→SQD drains the send queue and raises EventSQDrained.
+	// mlx5 has no RTS→SQD.
+	CapSQD
+	// CapAtomicResultSGList: an atomic's result may be scattered over
+	// several SGEs that total 8 bytes, in order. The verbs leave it to the
+	// device: mlx5 writes 8 bytes into each SGE.
+	CapAtomicResultSGList
+	// CapQPErrorEvents: a QP that fails raises the affiliated
+	// asynchronous error of the IB specification on its own device: a
+	// responder that refuses a request EventQPAccessErr for a remote
+	// access it may not grant (a bad rkey, a missing right) and
+	// EventQPReqErr for an invalid request (a message longer than the
+	// receive); a QP that moves to the error state for a cause no
+	// completion of its own reports (its CQ overran) EventQPFatal. loop0,
+	// shm0 and tcp0 declare it; rdma-core's devices are to be checked one
+	// by one before the ibverbs provider declares it for them.
+	CapQPErrorEvents
+	// CapTransportRetry: requests travel over a transport the peer must
+	// answer; one left unanswered (the peer's process stopped, its link
+	// cut) is retried per the QP's Timeout and RetryCnt and then
+	// completes with WCRetryExcErr, the QP moving to the error state.
+	// InfiniBand and RoCE devices (rxe, mlx5) and tcp0 declare it (tcp0
+	// gives a request at least 4 s: TCP_USER_TIMEOUT and its own watch
+	// of unanswered requests). siw leaves it to TCP. shm0 and loop0 have
+	// no such transport: the requester moves the data itself, so a
+	// stopped peer process stops no operation.
+	CapTransportRetry
 )
 
 // DeviceAttr are a device's limits and capabilities (struct ibv_device_attr).
@@ -589,6 +639,7 @@ func (a AtomicCap) String() string {
 	return fmt.Sprintf("AtomicCap(%d)", uint8(a))
 }
 
-var capNames = []string{"RNRRetry", "SRQ", "ImmData", "Atomics", "MemoryWindows", "CrossProcess"}
+var capNames = []string{"RNRRetry", "SRQ", "ImmData", "Atomics", "MemoryWindows", "CrossProcess",
+	"AckedCompletion", "ModifyConnect", "RecvNoSGE", "SQD", "AtomicResultSGList", "QPErrorEvents", "TransportRetry"}
 
 func (c DeviceCaps) String() string { return bitNames(uint32(c), capNames, "none") }

@@ -93,17 +93,35 @@ func testFetchAndAdd(t *testing.T, h Harness) {
 }
 
 // testAtomicMisaligned: an atomic on an address that is not 8-byte
-// aligned fails with WCRemInvReqErr, changes nothing and moves the QP to
-// the error state.
+// aligned changes nothing. Either the device refuses it at post time
+// with ErrInvalidArg (rxe does), and the QP stays usable, or it fails
+// with WCRemInvReqErr and moves the QP to the error state.
 func testAtomicMisaligned(t *testing.T, h Harness) {
 	p := atomicPair(t, h, PairOptions{})
 	dst, off := atomicTarget(t, p, remoteAll, 7)
-	res := newRegion(t, p.A, 8, localRW)
+	res := newRegion(t, p.A, 16, localRW)
 	before := snap(t, p.A, res, "local result buffer of a failed atomic")
-	expectFault(t, p, 0, atomicWR(0, verbs.OpAtomicFetchAndAdd, dst, off+4, res.SGE(0, 8), 1, 0),
-		verbs.WCRemInvReqErr, false)
+	for _, op := range []verbs.Opcode{verbs.OpAtomicFetchAndAdd, verbs.OpAtomicCmpAndSwp} {
+		wr := atomicWR(0, op, dst, off+4, res.SGE(0, 8), 7, 0)
+		n, err := p.A.PostSend(0, []verbs.SendWR{wr})
+		if n == 1 {
+			wcs := wait(t, p.A, SendCQ, 1)
+			expectStatus(t, wcs[0], 0, verbs.WCRemInvReqErr)
+			expectState(t, p.A, 0, verbs.QPSErr)
+			expectWord(t, p, dst, off, 7)
+			before.unchanged(t)
+			expectFlushAfterError(t, p.A, 0)
+			return
+		}
+		expectRefused(t, fmt.Sprintf("misaligned %v", op), n, err, verbs.ErrInvalidArg)
+	}
+	expectEmpty(t, p.A, SendCQ)
 	expectWord(t, p, dst, off, 7)
 	before.unchanged(t)
+	expectState(t, p.A, 0, verbs.QPSRTS)
+	wc := do(t, p, atomicWR(2, verbs.OpAtomicFetchAndAdd, dst, off, res.SGE(8, 8), 1, 0))
+	expectSendWC(t, wc, 2, verbs.WCFetchAdd, p.A.QPNum(0))
+	expectWord(t, p, dst, off, 8)
 }
 
 // testAtomicBadLocalLength: an atomic whose local SG list does not total
@@ -136,10 +154,12 @@ func testAtomicBadLocalLength(t *testing.T, h Harness) {
 	expectWord(t, p, dst, off, 51)
 }
 
-// testAtomicSplitResult: an atomic's local list may be any SGEs that
-// total 8 bytes; the previous value lands across them in order, in host
-// byte order, and the bytes around them are untouched.
+// testAtomicSplitResult: on a device with CapAtomicResultSGList an
+// atomic's local list may be any SGEs that total 8 bytes; the previous
+// value lands across them in order, in host byte order, and the bytes
+// around them are untouched.
 func testAtomicSplitResult(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapAtomicResultSGList, "CapAtomicResultSGList")
 	p := atomicPair(t, h, PairOptions{})
 	old := uint64(0x1122334455667788)
 	dst, off := atomicTarget(t, p, remoteAll, old)
@@ -258,4 +278,53 @@ func testAtomicConcurrent(t *testing.T, h Harness) {
 		t.Fatalf("counter after %d concurrent FetchAndAdds of 1 is %d", total, got)
 	}
 	expectCanaries(t, p.B, dst)
+}
+
+// testAtomicResultByteLen: a successful atomic's completion reports
+// ByteLen 8, for both operations.
+func testAtomicResultByteLen(t *testing.T, h Harness) {
+	p := atomicPair(t, h, PairOptions{})
+	dst, off := atomicTarget(t, p, remoteAll, 40)
+	res := newRegion(t, p.A, 16, localRW)
+	for i, op := range []verbs.Opcode{verbs.OpAtomicFetchAndAdd, verbs.OpAtomicCmpAndSwp} {
+		wc := do(t, p, atomicWR(uint64(1+i), op, dst, off, res.SGE(8*i, 8), 40, 41))
+		expectSendWC(t, wc, uint64(1+i), op.CompletionOpcode(), p.A.QPNum(0))
+		if wc.ByteLen != 8 {
+			t.Fatalf("%v completion %s: want ByteLen 8", op, fmtWC(wc))
+		}
+	}
+	// FetchAndAdd of 40 made it 80; CmpAndSwp compared with 40 and failed.
+	expectWord(t, p, dst, off, 80)
+}
+
+// testAtomicResultNoLocalWrite: an atomic whose result buffer is in a
+// region without AccessLocalWrite fails with WCLocProtErr; the result
+// buffer is untouched. (The remote word may or may not have changed: the
+// device may find the fault when the response returns.)
+func testAtomicResultNoLocalWrite(t *testing.T, h Harness) {
+	p := atomicPair(t, h, PairOptions{})
+	dst, off := atomicTarget(t, p, remoteAll, 7)
+	res := newRegion(t, p.A, 8, 0)
+	before := snap(t, p.A, res, "read-only result buffer")
+	expectFault(t, p, 0, atomicWR(0, verbs.OpAtomicFetchAndAdd, dst, off, res.SGE(0, 8), 1, 0), verbs.WCLocProtErr, false)
+	before.unchanged(t)
+	if w := readWord(t, p.B, dst, off); w != 7 && w != 8 {
+		t.Fatalf("target word after a FetchAndAdd of 1 on 7 is %d", w)
+	}
+}
+
+// testAtomicResultBadLKey: an atomic whose result SGE names no region
+// fails with WCLocProtErr.
+func testAtomicResultBadLKey(t *testing.T, h Harness) {
+	p := atomicPair(t, h, PairOptions{})
+	dst, off := atomicTarget(t, p, remoteAll, 7)
+	res := newRegion(t, p.A, 8, localRW)
+	before := snap(t, p.A, res, "result buffer named with a bad key")
+	sge := res.SGE(0, 8)
+	sge.LKey = badKey(sge.LKey)
+	expectFault(t, p, 0, atomicWR(0, verbs.OpAtomicCmpAndSwp, dst, off, sge, 7, 9), verbs.WCLocProtErr, false)
+	before.unchanged(t)
+	if w := readWord(t, p.B, dst, off); w != 7 && w != 9 {
+		t.Fatalf("target word after a CmpAndSwp of 7 for 9 is %d", w)
+	}
 }

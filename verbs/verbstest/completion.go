@@ -119,7 +119,7 @@ func expectWaitResult(t testing.TB, p *Pair, res <-chan waitResult, wrid uint64,
 		if r.err != nil || r.n != 1 {
 			t.Fatalf("CQ.Wait returned %d completions, error %v; want 1", r.n, r.err)
 		}
-		expectRecvWC(t, r.wc, wrid, verbs.WCRecv, n, p.A.QPNum(0), p.B.QPNum(0))
+		expectRecvWC(t, r.wc, wrid, verbs.WCRecv, n, p.A.QPNum(0))
 	case <-timer.C:
 		t.Fatalf("CQ.Wait did not return within %v of the Send", timeout)
 	}
@@ -156,7 +156,7 @@ const idleWindow = 200 * time.Millisecond
 // CPU (busy polling would use a whole one).
 func testWaitIdleCPU(t *testing.T, h Harness) {
 	if _, ok := processCPU(); !ok {
-		t.Skip("process CPU time is not measurable on this system")
+		skip(t, "process CPU time is not measurable on this system")
 	}
 	p, src, _ := sendPair(t, h)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -269,7 +269,7 @@ func testWaitBurst(t *testing.T, h Harness) {
 			t.Fatalf("CQ.Wait returned %d completions, error %v, with %d completion(s) left in the CQ; want 1",
 				r.n, r.err, p.A.RecvCQ.Poll(make([]verbs.WorkCompletion, 4)))
 		}
-		expectRecvWC(t, r.wc, r.wc.WRID, verbs.WCRecv, 16, p.A.QPNum(0), p.B.QPNum(0))
+		expectRecvWC(t, r.wc, r.wc.WRID, verbs.WCRecv, 16, p.A.QPNum(0))
 		got[r.wc.WRID] = true
 	}
 	if !got[9] || !got[10] {
@@ -287,7 +287,7 @@ func expectOneRecv(t testing.TB, p *Pair, r waitResult, wrid uint64) {
 	if r.err != nil || r.n != 1 {
 		t.Fatalf("CQ.Wait returned %d completions, error %v; want 1", r.n, r.err)
 	}
-	expectRecvWC(t, r.wc, wrid, verbs.WCRecv, 16, p.A.QPNum(0), p.B.QPNum(0))
+	expectRecvWC(t, r.wc, wrid, verbs.WCRecv, 16, p.A.QPNum(0))
 }
 
 // testWaitContextClosed: a goroutine asleep in CQ.Wait returns ErrClosed
@@ -378,8 +378,53 @@ func testEventDriven(t *testing.T, h Harness) {
 		if n != 1 {
 			t.Fatalf("after the notification for message %d Poll returned %d completions: %s", i, n, fmtWCs(wc[:n]))
 		}
-		expectRecvWC(t, wc[0], uint64(100+i), verbs.WCRecv, 8, p.A.QPNum(0), p.B.QPNum(0))
+		expectRecvWC(t, wc[0], uint64(100+i), verbs.WCRecv, 8, p.A.QPNum(0))
 	}
 	expectBytes(t, p.A, dst, 0, data, "messages received by events")
 	expectStatuses(t, wait(t, p.B, SendCQ, msgs), verbs.WCSuccess, 1, 2, 3, 4, 5, 6, 7, 8)
+}
+
+// pollOne busy-polls cq for one completion, without arming it.
+func pollOne(t testing.TB, cq *verbs.CQ) verbs.WorkCompletion {
+	t.Helper()
+	wc := make([]verbs.WorkCompletion, 1)
+	for deadline := time.Now().Add(timeout); cq.Poll(wc) == 0; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no completion within %v", timeout)
+		}
+	}
+	return wc[0]
+}
+
+// testSolicitedOnlySendErrors: a send CQ armed for solicited
+// completions only stays quiet for a successful Write and is notified of
+// a failed one (ibv_req_notify_cq(3): solicited or unsuccessful).
+func testSolicitedOnlySendErrors(t *testing.T, h Harness) {
+	p, src, dst, _ := writePair(t, h, PairOptions{}, 2)
+	cq := p.A.SendCQ
+	if err := cq.ReqNotify(true); err != nil {
+		t.Fatalf("ReqNotify(solicited only): %v", err)
+	}
+	postSend(t, p.A, 0, writeWR(1, dst, 0, src.SGE(0, 8)))
+	expectSendWC(t, pollOne(t, cq), 1, verbs.WCRDMAWrite, p.A.QPNum(0))
+	quiet := time.NewTimer(shortWait)
+	defer quiet.Stop()
+	select {
+	case <-cq.Notify():
+		t.Fatal("a send CQ armed for solicited events only was notified of a successful Write")
+	case <-quiet.C:
+	}
+	sge := src.SGE(8, 8)
+	sge.LKey = badKey(sge.LKey) // a local error: every device completes it so
+	bad := writeWR(2, dst, 8, sge)
+	postSend(t, p.A, 0, bad)
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-cq.Notify():
+	case <-timer.C:
+		t.Fatalf("no notification within %v of a failed Write on a send CQ armed for solicited events", timeout)
+	}
+	wc := pollOne(t, cq)
+	expectStatus(t, wc, 2, verbs.WCLocProtErr)
 }

@@ -15,18 +15,30 @@ const peerLossBound = time.Second
 // runs lose, which ends B, and checks that every connection of A ends
 // within peerLossBound with its QP in the error state and that every
 // outstanding WR flushes.
-func expectPeerLoss(t *testing.T, h Harness, lose func(p *Pair)) {
+//
+// With silent set, B's end makes no sound (its device closed in this
+// process, with no disconnect): an RC QP has no keepalive, so A learns of
+// it only from traffic. A then posts a Write on each QP; each QP must
+// reach the error state within the suite's timeout, its Write and the
+// held Send completing with WCRetryExcErr (the transport's retries ran
+// out) or flushed (the provider saw the peer go), and the receives flush.
+func expectPeerLoss(t *testing.T, h Harness, lose func(p *Pair), silent bool) {
 	p := h.NewPair(t, PairOptions{QPs: 2})
 	dst := newRegion(t, p.A, 64, localRW)
+	target := newRegion(t, p.B, 16, remoteAll)
 	postRecv(t, p.A, 0, recvWR(100, dst.SGE(0, 32)))
 	postRecv(t, p.A, 1, recvWR(101, dst.SGE(32, 32)))
 	held := p.A.Attr().Has(verbs.CapRNRRetry)
+	src := newRegion(t, p.A, 8, localRW)
 	if held {
-		src := newRegion(t, p.A, 8, localRW)
 		postSend(t, p.A, 0, sendWR(1, src.SGE(0, 8)))
 		expectEmpty(t, p.A, SendCQ)
 	}
 	lose(p)
+	if silent {
+		expectSilentPeerLoss(t, p, target, src, held)
+		return
+	}
 	bound := time.NewTimer(peerLossBound)
 	defer bound.Stop()
 	for i, c := range p.A.Conns {
@@ -39,13 +51,7 @@ func expectPeerLoss(t *testing.T, h Harness, lose func(p *Pair)) {
 			t.Fatalf("QP %d is in state %v (error %v) after its connection ended, want ERR", i, s, err)
 		}
 	}
-	got := map[uint64]bool{}
-	for _, wc := range wait(t, p.A, RecvCQ, 2) {
-		if wc.Status != verbs.WCWRFlushErr || got[wc.WRID] || (wc.WRID != 100 && wc.WRID != 101) {
-			t.Fatalf("receive completion %s: want WRIDs 100 and 101 flushed", fmtWC(wc))
-		}
-		got[wc.WRID] = true
-	}
+	expectFlushedRecvs(t, p)
 	if held {
 		expectStatus(t, waitOne(t, p.A, SendCQ), 1, verbs.WCWRFlushErr)
 	}
@@ -53,11 +59,52 @@ func expectPeerLoss(t *testing.T, h Harness, lose func(p *Pair)) {
 	expectEmpty(t, p.A, RecvCQ)
 }
 
-// testPeerKilled: the peer dying (its process killed, or its device closed
-// without a disconnect) ends A's connections within a second and flushes
-// everything outstanding.
+// expectFlushedRecvs checks that A's receives 100 and 101 were flushed.
+func expectFlushedRecvs(t *testing.T, p *Pair) {
+	t.Helper()
+	got := map[uint64]bool{}
+	for _, wc := range wait(t, p.A, RecvCQ, 2) {
+		if wc.Status != verbs.WCWRFlushErr || got[wc.WRID] || (wc.WRID != 100 && wc.WRID != 101) {
+			t.Fatalf("receive completion %s: want WRIDs 100 and 101 flushed", fmtWC(wc))
+		}
+		got[wc.WRID] = true
+	}
+}
+
+// expectSilentPeerLoss is the end of expectPeerLoss for a silent peer.
+func expectSilentPeerLoss(t *testing.T, p *Pair, target, src Region, held bool) {
+	t.Helper()
+	want := 2
+	for i := range 2 {
+		postSend(t, p.A, i, writeWR(uint64(10+i), target, 8*i, src.SGE(0, 8)))
+	}
+	if held {
+		want++
+	}
+	for i := range 2 {
+		expectState(t, p.A, i, verbs.QPSErr)
+	}
+	for _, wc := range wait(t, p.A, SendCQ, want) {
+		switch {
+		case wc.WRID != 1 && wc.WRID != 10 && wc.WRID != 11:
+			t.Fatalf("send completion %s of no WR posted", fmtWC(wc))
+		case wc.Status == verbs.WCRetryExcErr || wc.Status == verbs.WCWRFlushErr:
+		case wc.Status == verbs.WCSuccess && wc.WRID != 1 && !p.A.Attr().Has(verbs.CapAckedCompletion):
+		default:
+			t.Fatalf("send completion %s after the peer went silent: want WCRetryExcErr or a flush", fmtWC(wc))
+		}
+	}
+	expectFlushedRecvs(t, p)
+	expectEmpty(t, p.A, SendCQ)
+	expectEmpty(t, p.A, RecvCQ)
+}
+
+// testPeerKilled: the peer dying ends A's connections within a second
+// and flushes everything outstanding when it is a process that dies (its
+// kernel closes what it held); when it is a device closed in this
+// process without a disconnect, A learns of it from its next WRs.
 func testPeerKilled(t *testing.T, h Harness) {
-	expectPeerLoss(t, h, func(p *Pair) { p.KillB() })
+	expectPeerLoss(t, h, func(p *Pair) { p.KillB() }, h.Remote == nil)
 }
 
 // testPeerDisconnect: the peer closing its endpoint in order does the
@@ -67,5 +114,52 @@ func testPeerDisconnect(t *testing.T, h Harness) {
 		if err := p.B.Close(); err != nil {
 			t.Fatalf("close B: %v", err)
 		}
-	})
+	}, false)
+}
+
+// silentWait bounds the wait for a transport timeout: tcp0 gives a
+// request at least 4 s, and up to twice its timeout, before it fails.
+const silentWait = 60 * time.Second
+
+// testSilentPeer: a peer whose process stops answering, with a Read
+// outstanding, makes the Read complete with WCRetryExcErr once the
+// transport's retries have run out — no sooner than the QP's Timeout ×
+// (RetryCnt+1) — and the QP move to the error state, flushing the WR
+// after it.
+func testSilentPeer(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapTransportRetry, "CapTransportRetry")
+	if h.Remote == nil {
+		skip(t, "B in this process: the case stops B's process")
+	}
+	p := h.NewPair(t, PairOptions{})
+	src := newRegion(t, p.B, 64, remoteAll)
+	dst := newRegion(t, p.A, 64, localRW)
+	expectStatus(t, do(t, p, readWR(1, src, 0, dst.SGE(0, 32))), 1, verbs.WCSuccess)
+	a, err := p.A.QPs[0].Query()
+	if err != nil {
+		t.Fatalf("query QP: %v", err)
+	}
+	if a.Timeout == 0 {
+		t.Fatalf("the QP's Timeout is 0 (never): cm should have set one")
+	}
+	least := 4096 * time.Nanosecond << a.Timeout * time.Duration(int(a.RetryCnt)+1)
+	cont, err := stopProcess(PeerPID(p.B))
+	if err != nil {
+		t.Fatalf("stop B's process: %v", err)
+	}
+	defer cont()
+	start := time.Now()
+	postSend(t, p.A, 0, readWR(2, src, 0, dst.SGE(32, 32)), readWR(3, src, 32, dst.SGE(0, 32)))
+	wcs, err := p.A.Completions(SendCQ, 2, silentWait)
+	took := time.Since(start)
+	if err != nil || len(wcs) != 2 {
+		t.Fatalf("Reads to a stopped peer: %d completions %s (error %v) within %v, want 2", len(wcs), fmtWCs(wcs), err, silentWait)
+	}
+	expectStatus(t, wcs[0], 2, verbs.WCRetryExcErr)
+	expectStatus(t, wcs[1], 3, verbs.WCWRFlushErr)
+	if took < least {
+		t.Fatalf("a Read to a silent peer failed after %v, before Timeout %d × (RetryCnt %d + 1) = %v", took, a.Timeout, a.RetryCnt, least)
+	}
+	expectState(t, p.A, 0, verbs.QPSErr)
+	t.Logf("a Read to a stopped peer failed with WCRetryExcErr after %v (Timeout %d, RetryCnt %d)", took, a.Timeout, a.RetryCnt)
 }

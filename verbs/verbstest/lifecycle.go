@@ -3,16 +3,19 @@ package verbstest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
+	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/verbs"
 )
 
 // freshCap is the capacity of the QPs the lifecycle cases create.
 var freshCap = verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
 
-// freshQPs creates n unconnected QPs in the Reset state on A's PD, sharing
-// one new CQ. The test's cleanup destroys whatever the case left of them.
+// freshQPs creates n unconnected QPs on A's PD, sharing one new CQ; on a
+// device with CapModifyConnect they are in the Reset state. The test's
+// cleanup destroys whatever the case left of them.
 func freshQPs(t testing.TB, p *Pair, n int) ([]*verbs.QP, *verbs.CQ) {
 	t.Helper()
 	cq, err := p.A.Ctx.CreateCQ(64)
@@ -31,7 +34,7 @@ func freshQPs(t testing.TB, p *Pair, n int) ([]*verbs.QP, *verbs.CQ) {
 		if err != nil {
 			t.Fatalf("create QP: %v", err)
 		}
-		if s := q.State(); s != verbs.QPSReset {
+		if s := q.State(); s != verbs.QPSReset && p.A.Attr().Has(verbs.CapModifyConnect) {
 			t.Fatalf("a new QP is in state %v, want RESET", s)
 		}
 		qps = append(qps, q)
@@ -136,6 +139,7 @@ func waitCQ(t testing.TB, cq *verbs.CQ, n int) []verbs.WorkCompletion {
 // testStateMachine: a QP goes Reset→Init→RTR→RTS with the attributes each
 // transition requires, then to Err and back to Reset, and is usable again.
 func testStateMachine(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapModifyConnect, "CapModifyConnect")
 	p := h.NewPair(t, PairOptions{})
 	qs, _ := freshQPs(t, p, 2)
 	q, peer := qs[0], qs[1]
@@ -156,6 +160,7 @@ func testStateMachine(t *testing.T, h Harness) {
 // testIllegalTransitions: transitions outside the state table are refused
 // with ErrInvalidState and leave the QP as it was.
 func testIllegalTransitions(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapModifyConnect, "CapModifyConnect")
 	p := h.NewPair(t, PairOptions{})
 	qs, _ := freshQPs(t, p, 2)
 	q, dest := qs[0], qs[1].Num()
@@ -172,6 +177,7 @@ func testIllegalTransitions(t *testing.T, h Harness) {
 // or with one it does not take, is refused with ErrInvalidArg and leaves
 // the QP as it was.
 func testMissingAttributes(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapModifyConnect, "CapModifyConnect")
 	p := h.NewPair(t, PairOptions{})
 	qs, _ := freshQPs(t, p, 2)
 	q, dest := qs[0], qs[1].Num()
@@ -194,6 +200,7 @@ func testMissingAttributes(t *testing.T, h Harness) {
 
 // testErrAndReset: every state may move to Err, and Err to Reset.
 func testErrAndReset(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapModifyConnect, "CapModifyConnect")
 	p := h.NewPair(t, PairOptions{})
 	qs, _ := freshQPs(t, p, 2)
 	q, dest := qs[0], qs[1].Num()
@@ -208,6 +215,7 @@ func testErrAndReset(t *testing.T, h Harness) {
 // sends (ErrInvalidState); Init takes receives, which flush on the move
 // to Err.
 func testPostInWrongState(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapModifyConnect, "CapModifyConnect")
 	p := h.NewPair(t, PairOptions{})
 	qs, cq := freshQPs(t, p, 2)
 	q, dest := qs[0], qs[1].Num()
@@ -228,12 +236,24 @@ func testPostInWrongState(t *testing.T, h Harness) {
 	expectStatus(t, waitCQ(t, cq, 1)[0], 2, verbs.WCWRFlushErr)
 }
 
-// testSendQueueFull: posting beyond MaxSendWR outstanding WRs is refused
+// queriedCap returns the capacities q has: at least those asked for, more
+// where the device rounds them up (ibv_create_qp(3)).
+func queriedCap(t testing.TB, q *verbs.QP) verbs.QPCap {
+	t.Helper()
+	a, err := q.Query()
+	if err != nil {
+		t.Fatalf("query QP %d: %v", q.Num(), err)
+	}
+	return a.Cap
+}
+
+// testSendQueueFull: posting beyond MaxSendWR outstanding WRs (as Query
+// reports it) is refused
 // with ErrQueueFull, without losing the WRs already posted, and works
 // again once their completions are polled.
 func testSendQueueFull(t *testing.T, h Harness) {
 	p := h.NewPair(t, PairOptions{})
-	depth := int(p.Opts.Cap.MaxSendWR)
+	depth := int(queriedCap(t, p.A.QPs[0]).MaxSendWR)
 	src := newRegion(t, p.A, 8*(depth+1), localRW)
 	data := pattern(40, 8*(depth+1))
 	fill(t, p.A, src, 0, data)
@@ -258,12 +278,13 @@ func testSendQueueFull(t *testing.T, h Harness) {
 	expectBytes(t, p.B, dst, 0, data, "data of every Write")
 }
 
-// testRecvQueueFull: posting beyond MaxRecvWR receives is refused with
+// testRecvQueueFull: posting beyond MaxRecvWR receives (as Query reports
+// it) is refused with
 // ErrQueueFull, without losing the receives already posted, and works
 // again once they are consumed and polled.
 func testRecvQueueFull(t *testing.T, h Harness) {
 	p := h.NewPair(t, PairOptions{})
-	depth := int(p.Opts.Cap.MaxRecvWR)
+	depth := int(queriedCap(t, p.A.QPs[0]).MaxRecvWR)
 	dst := newRegion(t, p.A, 8*(depth+1), localRW)
 	src := newRegion(t, p.B, 8*(depth+1), localRW)
 	data := pattern(41, 8*(depth+1))
@@ -280,15 +301,18 @@ func testRecvQueueFull(t *testing.T, h Harness) {
 	n, err := p.A.PostRecv(0, []verbs.RecvWR{recvWR(200, dst.SGE(8*depth, 8))})
 	expectRefused(t, "PostRecv on a full receive queue", n, err, verbs.ErrQueueFull)
 
-	postSend(t, p.B, 0, sends...)
-	wait(t, p.B, SendCQ, depth)
+	for batch := int(p.Opts.Cap.MaxSendWR); len(sends) > 0; sends = sends[min(batch, len(sends)):] {
+		k := min(batch, len(sends))
+		postSend(t, p.B, 0, sends[:k]...)
+		wait(t, p.B, SendCQ, k)
+	}
 	expectStatuses(t, wait(t, p.A, RecvCQ, depth), verbs.WCSuccess, wrids...)
 	expectBytes(t, p.A, dst, 0, data[:8*depth], "messages in the posted receives")
 
 	postRecv(t, p.A, 0, recvWR(200, dst.SGE(8*depth, 8)))
 	postSend(t, p.B, 0, sendWR(99, src.SGE(8*depth, 8)))
 	expectSendWC(t, waitOne(t, p.B, SendCQ), 99, verbs.WCSend, p.B.QPNum(0))
-	expectRecvWC(t, waitOne(t, p.A, RecvCQ), 200, verbs.WCRecv, 8, p.A.QPNum(0), p.B.QPNum(0))
+	expectRecvWC(t, waitOne(t, p.A, RecvCQ), 200, verbs.WCRecv, 8, p.A.QPNum(0))
 	expectBytes(t, p.A, dst, 0, data, "every message")
 }
 
@@ -328,7 +352,7 @@ func testDeregLocalKey(t *testing.T, h Harness) {
 	fill(t, p.A, src, 0, pattern(46, 64))
 	postRecv(t, p.B, 0, recvWR(1, dst.SGE(0, 32)))
 	expectStatus(t, do(t, p, sendWR(2, src.SGE(0, 16))), 2, verbs.WCSuccess)
-	expectRecvWC(t, waitOne(t, p.B, RecvCQ), 1, verbs.WCRecv, 16, p.B.QPNum(0), p.A.QPNum(0))
+	expectRecvWC(t, waitOne(t, p.B, RecvCQ), 1, verbs.WCRecv, 16, p.B.QPNum(0))
 	if err := p.A.DeregRegion(src.ID); err != nil {
 		t.Fatalf("deregister: %v", err)
 	}
@@ -423,16 +447,20 @@ func testDestroyOrder(t *testing.T, h Harness) {
 	}
 }
 
-// testCQOverrun: more completions than a CQ holds are an overrun that is
-// reported, not silent: CQ.Err wraps ErrCQOverrun, EventCQErr arrives,
-// Poll returns what the CQ holds, and the QP that lost completions moves
-// to the error state.
+// testCQOverrun: more completions than a CQ holds (CQE, at least what
+// was asked for) are an overrun that is reported, not silent: CQ.Err
+// wraps ErrCQOverrun, EventCQErr arrives, and the QP that lost
+// completions moves to the error state. (What Poll then returns is the
+// device's affair: ibv_poll_cq(3) says an overrun CQ cannot be used.)
 func testCQOverrun(t *testing.T, h Harness) {
-	const depth = 4
-	p := h.NewPair(t, PairOptions{CQDepth: depth})
-	n := int(p.Opts.Cap.MaxSendWR)
-	if n < 2*depth {
-		t.Fatalf("the default MaxSendWR %d is too small to overrun a CQ of %d", n, depth)
+	p := h.NewPair(t, PairOptions{CQDepth: 4, Cap: verbs.QPCap{MaxSendWR: 64}})
+	depth := p.A.SendCQ.CQE()
+	if depth < 4 {
+		t.Fatalf("a CQ created for 4 completions holds %d", depth)
+	}
+	n := int(queriedCap(t, p.A.QPs[0]).MaxSendWR)
+	if n <= depth {
+		t.Fatalf("a send queue of %d WRs cannot overrun a CQ of %d", n, depth)
 	}
 	src := newRegion(t, p.A, 8, localRW)
 	dst := newRegion(t, p.B, 8*n, remoteAll)
@@ -451,17 +479,165 @@ func testCQOverrun(t *testing.T, h Harness) {
 	if err := p.A.SendCQ.Err(); !errors.Is(err, verbs.ErrCQOverrun) {
 		t.Fatalf("CQ.Err after an overrun returned %v, want an error wrapping ErrCQOverrun", err)
 	}
-	buf := make([]verbs.WorkCompletion, 2*n)
-	k := p.A.SendCQ.Poll(buf)
-	if k > depth {
-		t.Fatalf("Poll on an overrun CQ of %d returned %d completions: %s", depth, k, fmtWCs(buf[:k]))
-	}
-	seen := map[uint64]bool{}
-	for _, wc := range buf[:k] {
-		if wc.WRID < 1 || wc.WRID > uint64(n) || seen[wc.WRID] {
-			t.Fatalf("Poll on an overrun CQ returned %s", fmtWCs(buf[:k]))
-		}
-		seen[wc.WRID] = true
-	}
 	expectState(t, p.A, 0, verbs.QPSErr)
+	if p.A.Attr().Has(verbs.CapQPErrorEvents) {
+		if ev, ok := p.A.WaitEvent(verbs.EventQPFatal, timeout); !ok || ev.Element != any(p.A.QPs[0]) {
+			t.Fatalf("no EventQPFatal naming the QP whose completions the overrun CQ lost (got %v)", ev.Element)
+		}
+	}
+}
+
+// testQueriedCap: Query reports capacities at least as large as those
+// CreateQP asked for (ibv_create_qp(3) may give more, never less).
+func testQueriedCap(t *testing.T, h Harness) {
+	want := verbs.QPCap{MaxSendWR: 13, MaxRecvWR: 11, MaxSendSGE: 3, MaxRecvSGE: 2, MaxInlineData: 40}
+	p := h.NewPair(t, PairOptions{Cap: want})
+	got := queriedCap(t, p.A.QPs[0])
+	if got.MaxSendWR < want.MaxSendWR || got.MaxRecvWR < want.MaxRecvWR || got.MaxSendSGE < want.MaxSendSGE ||
+		got.MaxRecvSGE < want.MaxRecvSGE || got.MaxInlineData < want.MaxInlineData {
+		t.Fatalf("Query reports %+v, less than the %+v asked for", got, want)
+	}
+}
+
+// testReuse: connected QPs moved to Err and back to Reset are connected
+// again through cm (Reset→Init→RTR→RTS), three times, and carry traffic
+// each time; their CQs hold the flushes of the old connection's WRs,
+// polled before the reset, and afterwards nothing but the new
+// connection's completions. B is in another process where the harness
+// puts it there.
+func testReuse(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	src := newRegion(t, p.A, 64, localRW)
+	dst := newRegion(t, p.B, 64, localRW)
+	const rounds = 3
+	for round := range rounds {
+		msg := pattern(80+round, 16)
+		fill(t, p.A, src, 0, msg)
+		base := uint64(100 * round)
+		postRecv(t, p.B, 0, recvWR(base+1, dst.SGE(0, 16)), recvWR(base+2, dst.SGE(16, 16)))
+		postRecv(t, p.A, 0, recvWR(base+3, src.SGE(32, 16)))
+		expectSendWC(t, do(t, p, sendWR(base+4, src.SGE(0, 16))), base+4, verbs.WCSend, p.A.QPNum(0))
+		expectRecvWC(t, waitOne(t, p.B, RecvCQ), base+1, verbs.WCRecv, 16, p.B.QPNum(0))
+		expectBytes(t, p.B, dst, 0, msg, fmt.Sprintf("message of connection %d", round+1))
+		if round == rounds-1 {
+			break
+		}
+		for _, e := range []Endpoint{p.A, p.B} {
+			if err := e.SetQPState(0, verbs.QPSErr); err != nil {
+				t.Fatalf("round %d: move QP to Err: %v", round, err)
+			}
+		}
+		expectStatus(t, waitOne(t, p.A, RecvCQ), base+3, verbs.WCWRFlushErr)
+		expectStatus(t, waitOne(t, p.B, RecvCQ), base+2, verbs.WCWRFlushErr)
+		for _, e := range []Endpoint{p.A, p.B} {
+			if err := e.SetQPState(0, verbs.QPSReset); err != nil {
+				t.Fatalf("round %d: move QP to Reset: %v", round, err)
+			}
+			expectState(t, e, 0, verbs.QPSReset)
+			for _, cq := range []CQKind{SendCQ, RecvCQ} {
+				expectEmpty(t, e, cq)
+			}
+		}
+		addr := h.Addr(t)
+		if err := p.B.Relisten(0, addr); err != nil {
+			t.Fatalf("round %d: B listens again: %v", round, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		c, err := cm.Dial(ctx, addr, p.A.QPs[0], p.Opts.param())
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: dial again: %v", round, err)
+		}
+		p.A.Conns = append(p.A.Conns, c)
+		if err := p.B.Reaccepted(); err != nil {
+			t.Fatalf("round %d: B accepts again: %v", round, err)
+		}
+	}
+	for _, e := range []Endpoint{p.A, p.B} {
+		for _, cq := range []CQKind{SendCQ, RecvCQ} {
+			expectEmpty(t, e, cq)
+		}
+	}
+}
+
+// testDrain: a QP moved to SQD finishes the WRs under way, then raises
+// EventSQDrained, by which time their completions are in the CQ; the WRs
+// it had not begun, and a WR posted in SQD, wait for the move back to
+// RTS. Which of the Writes posted just before the move had begun is the
+// device's affair: the ones that completed by the event are a prefix of
+// them, in order.
+func testDrain(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapSQD, "CapSQD")
+	p := h.NewPair(t, PairOptions{})
+	const n = 8
+	src := newRegion(t, p.A, 8*(n+1), localRW)
+	data := pattern(47, 8*(n+1))
+	fill(t, p.A, src, 0, data)
+	dst := newRegion(t, p.B, 8*(n+1), remoteAll)
+	var wrs []verbs.SendWR
+	for i := range n {
+		wrs = append(wrs, writeWR(uint64(1+i), dst, 8*i, src.SGE(8*i, 8)))
+	}
+	postSend(t, p.A, 0, wrs...)
+	qp := p.A.QPs[0]
+	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSSQD}, verbs.QPAttrState); err != nil {
+		t.Fatalf("move to SQD: %v", err)
+	}
+	postSend(t, p.A, 0, writeWR(100, dst, 8*n, src.SGE(8*n, 8)))
+	if _, ok := p.A.WaitEvent(verbs.EventSQDrained, timeout); !ok {
+		t.Fatalf("no EventSQDrained within %v of the move to SQD", timeout)
+	}
+	before, err := p.A.Completions(SendCQ, 0, 0)
+	if err != nil {
+		t.Fatalf("poll the send CQ: %v", err)
+	}
+	expectQuiet(t, p.A, SendCQ, "a Write completed in SQD after EventSQDrained")
+	expectZero(t, p.B, dst, 8*n, 8, "target of the Write posted in SQD")
+	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS}, verbs.QPAttrState); err != nil {
+		t.Fatalf("move back to RTS: %v", err)
+	}
+	after := wait(t, p.A, SendCQ, n+1-len(before))
+	var wrids []uint64
+	for i := range n {
+		wrids = append(wrids, uint64(1+i))
+	}
+	expectStatuses(t, append(before, after...), verbs.WCSuccess, append(wrids, 100)...)
+	expectBytes(t, p.B, dst, 0, data, "every Write")
+	t.Logf("%d of the %d Writes had completed by EventSQDrained", len(before), n)
+}
+
+// testRecvCQOverrun: a receive CQ overrun by the peer's Sends is
+// reported on the receiver's side: EventCQErr, CQ.Err wrapping
+// ErrCQOverrun, and the receiving QP in the error state. (On shm0 the
+// peer writes the receive completions into the CQ itself.)
+func testRecvCQOverrun(t *testing.T, h Harness) {
+	const n = 64
+	p := h.NewPair(t, PairOptions{CQDepth: 4, Cap: verbs.QPCap{MaxSendWR: n, MaxRecvWR: n}})
+	if d := p.A.SendCQ.CQE(); d >= n {
+		t.Fatalf("a CQ created for 4 completions holds %d: %d Sends cannot overrun it", d, n)
+	}
+	src := newRegion(t, p.A, 8, localRW)
+	dst := newRegion(t, p.B, 8*n, localRW)
+	var recvs []verbs.RecvWR
+	var sends []verbs.SendWR
+	for i := range n {
+		recvs = append(recvs, recvWR(uint64(100+i), dst.SGE(8*i, 8)))
+		wr := sendWR(uint64(1+i), src.SGE(0, 8))
+		wr.Flags &^= verbs.SendSignaled
+		sends = append(sends, wr)
+	}
+	postRecv(t, p.B, 0, recvs...)
+	postSend(t, p.A, 0, sends...)
+	if _, ok, err := p.B.QPEvent(verbs.EventCQErr, timeout); err != nil || !ok {
+		t.Fatalf("no EventCQErr on B within %v of %d Sends into a receive CQ of 4 (error %v)", timeout, n, err)
+	}
+	if _, err := p.B.Completions(RecvCQ, 0, 0); !errors.Is(err, verbs.ErrCQOverrun) {
+		t.Fatalf("B's receive CQ after an overrun reports %v, want an error wrapping ErrCQOverrun", err)
+	}
+	expectState(t, p.B, 0, verbs.QPSErr)
+	if p.B.Attr().Has(verbs.CapQPErrorEvents) {
+		if qp, ok, err := p.B.QPEvent(verbs.EventQPFatal, timeout); err != nil || !ok || qp != 0 {
+			t.Fatalf("no EventQPFatal on B naming the QP whose completions the overrun CQ lost (QP %d, error %v)", qp, err)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package verbstest
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/goverbs/goverbs/verbs"
@@ -64,19 +65,23 @@ func testWriteWithImm(t *testing.T, h Harness) {
 	fill(t, p.A, src, 0, pattern(14, 40))
 	dst := newRegion(t, p.B, 64, remoteAll)
 	late := p.A.Attr().Has(verbs.CapRNRRetry)
+	recv := recvWR(9)
+	if !p.B.Attr().Has(verbs.CapRecvNoSGE) {
+		recv = recvWR(9, newRegion(t, p.B, 8, localRW).SGE(0, 8))
+	}
 	if !late {
-		postRecv(t, p.B, 0, recvWR(9))
+		postRecv(t, p.B, 0, recv)
 	}
 	wr := writeWR(1, dst, 12, src.SGE(0, 40))
 	wr.Opcode, wr.Imm = verbs.OpRDMAWriteWithImm, 0x12345678
 	postSend(t, p.A, 0, wr)
 	if late {
 		expectEmpty(t, p.A, SendCQ)
-		postRecv(t, p.B, 0, recvWR(9))
+		postRecv(t, p.B, 0, recv)
 	}
 	wc := waitOne(t, p.B, RecvCQ)
 	expectBytes(t, p.B, dst, 12, pattern(14, 40), "data of a Write with immediate when its receive completion is seen")
-	expectRecvWC(t, wc, 9, verbs.WCRecvRDMAWithImm, 40, p.B.QPNum(0), p.A.QPNum(0))
+	expectRecvWC(t, wc, 9, verbs.WCRecvRDMAWithImm, 40, p.B.QPNum(0))
 	if wc.Flags&verbs.WCWithImm == 0 || wc.Imm != 0x12345678 {
 		t.Fatalf("receive completion %s: want WCWithImm and immediate 0x12345678", fmtWC(wc))
 	}
@@ -179,7 +184,7 @@ func testSendAfterWrites(t *testing.T, h Harness) {
 	}
 	wrs = append(wrs, sendWR(100, src.SGE(0, 8)))
 	postSend(t, p.A, 0, wrs...)
-	expectRecvWC(t, waitOne(t, p.B, RecvCQ), 9, verbs.WCRecv, 8, p.B.QPNum(0), p.A.QPNum(0))
+	expectRecvWC(t, waitOne(t, p.B, RecvCQ), 9, verbs.WCRecv, 8, p.B.QPNum(0))
 	expectBytes(t, p.B, dst, 0, data, "data of the Writes when the Send after them is received")
 	expectSendWC(t, waitOne(t, p.A, SendCQ), 100, verbs.WCSend, p.A.QPNum(0))
 }
@@ -224,4 +229,130 @@ func readThenFencedWrite(t *testing.T, p *Pair, read, write verbs.SendWR) {
 	wcs := wait(t, p.A, SendCQ, 2)
 	expectSendWC(t, wcs[0], 1, verbs.WCRDMARead, p.A.QPNum(0))
 	expectSendWC(t, wcs[1], 2, verbs.WCRDMAWrite, p.A.QPNum(0))
+}
+
+// testWriteInline: an inline RDMA Write of MaxInlineData bytes from two
+// SGEs places its payload, copied at post time, at the remote address.
+func testWriteInline(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	n := int(queriedCap(t, p.A.QPs[0]).MaxInlineData)
+	if n == 0 {
+		skip(t, "no inline data on the QP")
+	}
+	src := newRegion(t, p.A, n, localRW)
+	orig := pattern(24, n)
+	fill(t, p.A, src, 0, orig)
+	dst := newRegion(t, p.B, n+16, remoteAll)
+	wr := writeWR(1, dst, 8, src.SGE(0, n/2), src.SGE(n/2, n-n/2))
+	wr.Flags |= verbs.SendInline
+	postSend(t, p.A, 0, wr)
+	fill(t, p.A, src, 0, pattern(25, n))
+	expectSendWC(t, waitOne(t, p.A, SendCQ), 1, verbs.WCRDMAWrite, p.A.QPNum(0))
+	expectZero(t, p.B, dst, 0, 8, "bytes before the inline Write")
+	expectBytes(t, p.B, dst, 8, orig, "inline payload as it was at post time")
+	expectZero(t, p.B, dst, 8+n, 8, "bytes after the inline Write")
+	expectCanaries(t, p.B, dst)
+}
+
+// testWriteWithImmZeroLength: a Write with immediate and no SGEs
+// consumes a receive, whose completion reports 0 bytes and the
+// immediate, and changes no memory.
+func testWriteWithImmZeroLength(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapImmData, "CapImmData")
+	p := h.NewPair(t, PairOptions{})
+	dst := newRegion(t, p.B, 32, remoteAll)
+	fill(t, p.B, dst, 0, pattern(26, 32))
+	before := snap(t, p.B, dst, "target of a zero-length Write with immediate")
+	recv := recvWR(9)
+	if !p.B.Attr().Has(verbs.CapRecvNoSGE) {
+		recv = recvWR(9, newRegion(t, p.B, 8, localRW).SGE(0, 8))
+	}
+	postRecv(t, p.B, 0, recv)
+	wr := writeWR(1, dst, 0)
+	wr.Opcode, wr.Imm = verbs.OpRDMAWriteWithImm, 0xcafe
+	expectSendWC(t, do(t, p, wr), 1, verbs.WCRDMAWrite, p.A.QPNum(0))
+	wc := waitOne(t, p.B, RecvCQ)
+	expectRecvWC(t, wc, 9, verbs.WCRecvRDMAWithImm, 0, p.B.QPNum(0))
+	if wc.Flags&verbs.WCWithImm == 0 || wc.Imm != 0xcafe {
+		t.Fatalf("receive completion %s: want WCWithImm and immediate 0xcafe", fmtWC(wc))
+	}
+	before.unchanged(t)
+}
+
+// testReadsBeyondORD: more RDMA Reads (and, with CapAtomics, every
+// third one a FetchAndAdd instead) posted at once than the QP may have
+// outstanding (its MaxRdAtomic) wait their turn: every one completes
+// successfully, in order, with the right bytes.
+func testReadsBeyondORD(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{Cap: verbs.QPCap{MaxSendWR: 64}})
+	a, err := p.A.QPs[0].Query()
+	if err != nil {
+		t.Fatalf("query QP: %v", err)
+	}
+	n := min(4*max(int(a.MaxRdAtomic), 1)+3, int(a.Cap.MaxSendWR))
+	if n <= int(a.MaxRdAtomic) {
+		t.Fatalf("a send queue of %d cannot hold more Reads than MaxRdAtomic %d", a.Cap.MaxSendWR, a.MaxRdAtomic)
+	}
+	const chunk = 64
+	src := newRegion(t, p.B, chunk*n, remoteAll)
+	data := pattern(27, chunk*n)
+	fill(t, p.B, src, 0, data)
+	dst := newRegion(t, p.A, chunk*n, localRW)
+	atomics := p.A.Attr().Has(verbs.CapAtomics)
+	counter := newRegion(t, p.B, 16, remoteAll)
+	results := newRegion(t, p.A, 8*n, localRW)
+	var wrs []verbs.SendWR
+	var wrids []uint64
+	adds := 0
+	for i := range n {
+		if atomics && i%3 == 2 {
+			wrs = append(wrs, atomicWR(uint64(1+i), verbs.OpAtomicFetchAndAdd, counter, alignedOff(counter, 0),
+				results.SGE(8*i, 8), 1, 0))
+			adds++
+		} else {
+			wrs = append(wrs, readWR(uint64(1+i), src, chunk*i, dst.SGE(chunk*i, chunk)))
+		}
+		wrids = append(wrids, uint64(1+i))
+	}
+	postSend(t, p.A, 0, wrs...)
+	expectStatuses(t, wait(t, p.A, SendCQ, n), verbs.WCSuccess, wrids...)
+	for i := range n {
+		if atomics && i%3 == 2 {
+			if got := readWord(t, p.A, results, 8*i); got != uint64(i/3) {
+				t.Fatalf("FetchAndAdd %d of the batch returned %d, want %d", i/3, got, i/3)
+			}
+			continue
+		}
+		expectBytes(t, p.A, dst, chunk*i, data[chunk*i:chunk*(i+1)], fmt.Sprintf("Read %d of %d with MaxRdAtomic %d", i, n, a.MaxRdAtomic))
+	}
+	if got := readWord(t, p.B, counter, alignedOff(counter, 0)); got != uint64(adds) {
+		t.Fatalf("counter after %d FetchAndAdds is %d", adds, got)
+	}
+}
+
+// testFenceAtomic: a fenced Write that sends what an atomic before it
+// returned into local memory sends that value: the fence waits for the
+// atomic's response as for a Read's.
+func testFenceAtomic(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapAtomics, "CapAtomics")
+	p := h.NewPair(t, PairOptions{})
+	counter := newRegion(t, p.B, 16, remoteAll)
+	off := alignedOff(counter, 0)
+	fill(t, p.B, counter, off, word(41))
+	y := newRegion(t, p.B, 8, remoteAll)
+	local := newRegion(t, p.A, 8, localRW)
+	fill(t, p.A, local, 0, word(7))
+	add := atomicWR(1, verbs.OpAtomicFetchAndAdd, counter, off, local.SGE(0, 8), 1, 0)
+	write := writeWR(2, y, 0, local.SGE(0, 8))
+	write.Flags |= verbs.SendFence
+	postSend(t, p.A, 0, add, write)
+	wcs := wait(t, p.A, SendCQ, 2)
+	expectSendWC(t, wcs[0], 1, verbs.WCFetchAdd, p.A.QPNum(0))
+	expectSendWC(t, wcs[1], 2, verbs.WCRDMAWrite, p.A.QPNum(0))
+	if got := readWord(t, p.B, y, 0); got != 41 {
+		t.Fatalf("the fenced Write sent %d, want 41, the FetchAndAdd's result", got)
+	}
+	if got := readWord(t, p.B, counter, off); got != 42 {
+		t.Fatalf("counter is %d after a FetchAndAdd of 1 on 41", got)
+	}
 }

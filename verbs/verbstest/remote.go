@@ -43,6 +43,9 @@ type request struct {
 	CQ      CQKind
 	Timeout time.Duration
 	Limit   uint32
+	Event   verbs.EventType
+	State   verbs.QPState
+	Addr    string
 }
 
 // response is an Endpoint call's result.
@@ -161,6 +164,18 @@ func call(ep *Local, q *request, r *response) {
 		}
 	case "newRegion":
 		r.Region, err = ep.NewRegion(q.N, q.Access)
+	case "newOtherPDRegion":
+		r.Region, err = ep.NewOtherPDRegion(q.N, q.Access)
+	case "qpEvent":
+		r.N, r.Bool, err = ep.QPEvent(q.Event, q.Timeout)
+	case "setQPState":
+		err = ep.SetQPState(q.I, q.State)
+	case "relisten":
+		err = ep.Relisten(q.I, q.Addr)
+	case "reaccepted":
+		err = ep.Reaccepted()
+	case "setQPAccess":
+		err = ep.SetQPAccess(q.I, q.Access)
 	case "writeRegion":
 		err = ep.WriteRegion(q.ID, q.Off, q.Data)
 	case "readRegion":
@@ -295,6 +310,42 @@ func (r *remote) NewRegion(size int, access verbs.AccessFlags) (Region, error) {
 		return Region{}, err
 	}
 	return resp.Region, nil
+}
+
+func (r *remote) NewOtherPDRegion(size int, access verbs.AccessFlags) (Region, error) {
+	resp, err := r.do(&request{Method: "newOtherPDRegion", N: size, Access: access})
+	if err != nil {
+		return Region{}, err
+	}
+	return resp.Region, nil
+}
+
+func (r *remote) QPEvent(typ verbs.EventType, timeout time.Duration) (int, bool, error) {
+	resp, err := r.do(&request{Method: "qpEvent", Event: typ, Timeout: timeout})
+	if err != nil {
+		return -1, false, err
+	}
+	return resp.N, resp.Bool, nil
+}
+
+func (r *remote) SetQPState(i int, s verbs.QPState) error {
+	_, err := r.do(&request{Method: "setQPState", I: i, State: s})
+	return err
+}
+
+func (r *remote) Relisten(i int, addr string) error {
+	_, err := r.do(&request{Method: "relisten", I: i, Addr: addr})
+	return err
+}
+
+func (r *remote) Reaccepted() error {
+	_, err := r.do(&request{Method: "reaccepted"})
+	return err
+}
+
+func (r *remote) SetQPAccess(i int, access verbs.AccessFlags) error {
+	_, err := r.do(&request{Method: "setQPAccess", I: i, Access: access})
+	return err
 }
 
 func (r *remote) WriteRegion(id, off int, data []byte) error {
