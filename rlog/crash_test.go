@@ -86,11 +86,18 @@ type crashCluster struct {
 	logs   []*os.File
 	procs  []*memberProc
 	starts int
+	secret string // the members' --secret-file
 }
 
 func (c *crashCluster) start(i int, primary bool) {
 	c.t.Helper()
-	args := []string{"log", "serve", "-v", "--data", c.dirs[i], "--listen", c.addrs[i], "--members", strings.Join(c.addrs, ","),
+	if c.secret == "" {
+		c.secret = filepath.Join(c.t.TempDir(), "secret")
+		if err := os.WriteFile(c.secret, testSecret, 0o600); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	args := []string{"log", "serve", "-v", "--data", c.dirs[i], "--listen", c.addrs[i], "--members", strings.Join(c.addrs, ","), "--secret-file", c.secret,
 		"--buffer-size", "64K", "--max-record", "4K", "--segment-size", "256K"}
 	if primary {
 		args = append(args, "--primary")

@@ -101,6 +101,10 @@ var (
 	ErrProtocol = errors.New("rlog: protocol violation")
 	// ErrCluster: the peer is configured with other members.
 	ErrCluster = errors.New("rlog: the peer belongs to another cluster (its member list differs)")
+	// ErrAuth: a peer did not prove that it is a member of the log (it
+	// does not hold Config.Secret); check that every member is given the
+	// same secret.
+	ErrAuth = errors.New("rlog: the peer did not prove that it is a member (check that every member has the same secret)")
 	// ErrClosed: the member or client is closed.
 	ErrClosed = errors.New("rlog: closed")
 )
@@ -143,6 +147,12 @@ type Config struct {
 	Listen string
 	// Members are the addresses of every member, this one included.
 	Members []string
+	// Secret is the cluster's secret, the same on every member and at
+	// least MinSecret bytes (draw it from a random source). A member
+	// proves with it that it belongs, and checks that its peers do:
+	// replication, fetches and fences come only from and go only to
+	// members that hold it. Clients need none (see Dial).
+	Secret []byte
 	// Primary starts the member as the primary: it first promotes itself
 	// (see the package documentation), which needs a majority of members.
 	Primary bool
@@ -218,6 +228,9 @@ func (c *Config) defaults() error {
 	}
 	if len(c.Members) == 0 {
 		return errors.New("rlog: Config.Members is empty")
+	}
+	if len(c.Secret) < MinSecret {
+		return fmt.Errorf("rlog: Config.Secret has %d bytes: give every member the same secret of at least %d random bytes", len(c.Secret), MinSecret)
 	}
 	if !slices.Contains(c.Members, c.Listen) {
 		return fmt.Errorf("rlog: the member's address %q is not one of Members %q", c.Listen, c.Members)
