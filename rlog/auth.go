@@ -41,12 +41,7 @@ import (
 // session's later messages, so a network that lets an attacker inject
 // into an established connection is outside what it defends.
 //
-// Clients hold no secret. What a client may do and learn: append records
-// through the primary, and learn the sequence numbers its own appends
-// were given (and so how long the log is), the primary's limits (request
-// size, MaxRecord, depth), and whether the member it reached is the
-// primary. It never learns the cluster id, member ids or epochs, and it
-// can neither fence, nor replicate, nor fetch.
+// What clients may do and learn is in the package documentation.
 
 const (
 	// MinSecret is the shortest cluster secret a member takes.
