@@ -127,6 +127,10 @@ func newNonce(b []byte) {
 const (
 	hsWRID = 1 << 62
 	hsSlot = 128 // the handshake buffer: a receive slot, then a send slot
+	// maxStash bounds the session's completions a handshake keeps (a
+	// well-behaved peer sends at most its first message, HELLO, before
+	// the handshake is done; a hostile shm0 peer may write more).
+	maxStash = 16
 )
 
 // hsSend sends b from the link's handshake send slot.
@@ -159,6 +163,9 @@ func (k *link) hsWait(ctx context.Context, send, recv bool) (msg, error) {
 		}
 		c := wc[0]
 		if c.WRID&hsWRID == 0 {
+			if len(k.stash) == maxStash {
+				return nil, errMsg("%d completions of the session before the handshake's own", maxStash)
+			}
 			k.stash = append(k.stash, c)
 			continue
 		}
