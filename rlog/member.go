@@ -583,6 +583,7 @@ func (m *Member) Promote(ctx context.Context) error {
 	defer cancel()
 	seen := uint64(0)
 	backoff := 20 * time.Millisecond
+	var whole error // why the last attempt that ran its course failed
 	for {
 		e, err := m.promoteOnce(ctx, &seen)
 		if err == nil {
@@ -591,10 +592,15 @@ func (m *Member) Promote(ctx context.Context) error {
 		if !errors.Is(err, ErrNoQuorum) && !errors.Is(err, ErrFenced) && !errors.Is(err, ErrUnavailable) {
 			return err
 		}
+		if ctx.Err() == nil || whole == nil {
+			whole = err
+		}
 		m.cfg.Logf("rlog: %s: promotion: %v; trying again", m.cfg.Listen, err)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w (promotion gave up: %w)", err, ctx.Err())
+			// An attempt that the deadline cut short says less than
+			// the one before it.
+			return fmt.Errorf("%w (promotion gave up: %w)", whole, ctx.Err())
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)

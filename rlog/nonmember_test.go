@@ -277,7 +277,7 @@ func TestProofBoundToConnection(t *testing.T) {
 // would need it fails, telling why, and it is never sent a proof.
 func TestMemberChecksAcceptor(t *testing.T) {
 	cfg := smallConfig()
-	cfg.PromoteTimeout = 500 * time.Millisecond
+	cfg.PromoteTimeout = 2 * time.Second
 	c := newCluster(t, "loop", 3, cfg)
 	l, err := cm.Listen(c.addrs[1])
 	if err != nil {
