@@ -267,9 +267,17 @@ func (m *Member) acceptMember(req *cm.Request, cmsg connMsg, k *link) (*pendingM
 	return p, nil
 }
 
+// authTimeout is how long a member connection may take to prove itself.
+func (m *Member) authTimeout() time.Duration {
+	if m.cfg.hooks != nil && m.cfg.hooks.authTimeout != 0 {
+		return m.cfg.hooks.authTimeout
+	}
+	return authTimeout
+}
+
 // verify waits for the dialer's AUTH and checks it; it returns the AUTH.
-func (p *pendingMember) verify(ctx context.Context, secret []byte, self int) (msg, error) {
-	ctx, cancel := context.WithTimeout(ctx, authTimeout)
+func (p *pendingMember) verify(ctx context.Context, timeout time.Duration, secret []byte, self int) (msg, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	a, err := p.k.hsWait(ctx, false, true)
 	if err != nil {

@@ -321,7 +321,7 @@ func (m *Member) admitMember(req *cm.Request, cmsg connMsg) uint8 {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		auth, err := p.verify(m.ctx, m.cfg.Secret, m.self)
+		auth, err := p.verify(m.ctx, m.authTimeout(), m.cfg.Secret, m.self)
 		release()
 		if err != nil {
 			closeAll()

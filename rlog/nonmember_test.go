@@ -395,3 +395,41 @@ func TestClientLearnsOnlyLimits(t *testing.T) {
 	}
 	leaks("the refusal of another cluster's fence", r)
 }
+
+// TestHandshakeSlotsBounded: peers that connect and never prove
+// themselves take at most maxPendingAuth handshake slots; the next is
+// refused (too many connections), and once a silent peer is dropped, a
+// member gets through again.
+func TestHandshakeSlotsBounded(t *testing.T) {
+	c := newCluster(t, "loop", 3, smallConfig())
+	c.hooks = []*hooks{nil, {authTimeout: time.Hour}, nil}
+	c.start(1, false)
+	addr := c.addrs[1]
+	fence := func() connMsg {
+		req := newConnMsg(kindFence)
+		req.setEpoch(3)
+		req.setMember(5)
+		req.setCluster(clusterID(c.addrs))
+		req.setIndex(0)
+		newNonce(req.nonce())
+		return req
+	}
+	silent := make([]*rawPeer, maxPendingAuth)
+	for i := range silent {
+		silent[i] = newRawPeer(t, addr)
+		if _, err := silent[i].dial(addr, fence()); err != nil {
+			t.Fatalf("silent peer %d: %v", i, err)
+		}
+	}
+	_, err := newRawPeer(t, addr).dial(addr, fence())
+	var rej *cm.RejectError
+	if !errors.As(err, &rej) || connMsg(rej.PrivateData).status() != codeTooManyConns {
+		t.Fatalf("a connection beyond %d silent ones: %v, want refused with too many connections", maxPendingAuth, err)
+	}
+	silent[0].conn.Close()
+	c.waitFor("the member to drop the silent peer", func() bool { return c.logs[1].has("refused a connection") })
+	p := newRawPeer(t, addr)
+	if r := p.dialMember(addr, 1, 0, testSecret, fence(), 0, 0); r.status() != codeOK || r.epoch() != 3 {
+		t.Fatalf("a member after a slot was freed: status %d, epoch %d", r.status(), r.epoch())
+	}
+}

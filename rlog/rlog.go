@@ -245,6 +245,8 @@ type hooks struct {
 	// returns true, the sender flips a byte of the batch's first frame
 	// before pushing it.
 	corrupt func(first uint64) bool
+	// authTimeout, if not zero, replaces authTimeout.
+	authTimeout time.Duration
 }
 
 const (
