@@ -14,7 +14,7 @@ func BenchmarkAppend(b *testing.B) {
 	for _, size := range []int{64, 4096, 65536} {
 		for _, mode := range []Mode{ModeSend, ModeWrite} {
 			b.Run(fmt.Sprintf("%s/%d", mode, size), func(b *testing.B) {
-				cfg := Config{MaxRecord: max(size, 4096), NoSync: true}
+				cfg := Config{Secret: testSecret, MaxRecord: max(size, 4096), NoSync: true}
 				cfg.Mode = mode
 				c := newCluster(b, "shm", 3, cfg)
 				c.start(1, false)

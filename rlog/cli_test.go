@@ -82,7 +82,7 @@ func TestCommand(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, "0 or more") {
 		t.Fatalf("log tail -n -1: %q, exit %d", errOut, code)
 	}
-	out, errOut, code = run("", "log", "promote", "--data", c.dirs[1], "--listen", c.addrs[1], "--members", members,
+	out, errOut, code = run("", "log", "promote", "--data", c.dirs[1], "--listen", c.addrs[1], "--members", members, "--secret-file", c.secret,
 		"--buffer-size", "64K", "--max-record", "4K", "--segment-size", "256K")
 	if code != 0 || !strings.Contains(out, "promoted "+c.addrs[1]+" to epoch 2") {
 		t.Fatalf("log promote: %q %q %d", out, errOut, code)
@@ -94,10 +94,26 @@ func TestCommand(t *testing.T) {
 		t.Fatalf("log append to the new primary: %q %d", out, code)
 	}
 	_, errOut, code = run("", "log", "serve", "--data", c.dirs[2], "--listen", c.addrs[2])
-	if code != 2 || !strings.Contains(errOut, "--members are required") {
+	if code != 2 || !strings.Contains(errOut, "--members and --secret-file are required") {
 		t.Fatalf("log serve without --members: %q %d", errOut, code)
 	}
-	_, errOut, code = run("", "log", "serve", "--data", c.dirs[2], "--listen", c.addrs[2], "--members", members)
+	loose := filepath.Join(base, "loose-secret")
+	if err := os.WriteFile(loose, testSecret, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = run("", "log", "serve", "--data", c.dirs[2], "--listen", c.addrs[2], "--members", members, "--secret-file", loose)
+	if code == 0 || !strings.Contains(errOut, "chmod 600") {
+		t.Fatalf("a secret file others may read: %q %d", errOut, code)
+	}
+	short := filepath.Join(base, "short-secret")
+	if err := os.WriteFile(short, []byte("hunter2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = run("", "log", "serve", "--data", c.dirs[2], "--listen", c.addrs[2], "--members", members, "--secret-file", short)
+	if code == 0 || !strings.Contains(errOut, "holds 7 bytes") {
+		t.Fatalf("a secret file too short: %q %d", errOut, code)
+	}
+	_, errOut, code = run("", "log", "serve", "--data", c.dirs[2], "--listen", c.addrs[2], "--members", members, "--secret-file", c.secret)
 	if code != 1 || !strings.Contains(errOut, "in use by another process") {
 		t.Fatalf("a second member on a data directory in use: %q %d", errOut, code)
 	}

@@ -36,6 +36,10 @@ type Client struct {
 // error wrapping cm.ErrRefused, as cm.Dial does: start the members, or
 // check the addresses. Reconnecting after a connection breaks (Append)
 // keeps trying while its ctx allows, since members restart.
+//
+// A client holds no secret and proves nothing: anyone who can reach the
+// primary may append (see "Members, clients and trust" in the package
+// documentation).
 func Dial(ctx context.Context, addrs ...string) (*Client, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("rlog: Dial needs at least one address")

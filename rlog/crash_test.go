@@ -35,6 +35,11 @@ import (
 // opens each log as a member does, which truncates a torn tail, and
 // checks that nothing else changed.
 //
+// Throughout the rounds an intruder — a peer that is not a member —
+// asks the members to take records from it, to let it fetch, and to
+// promise it a huge epoch, injecting a truncating START and forged
+// records; no member may answer it, and the checks above hold.
+//
 // RLOG_CRASH_ROUNDS sets the number of rounds (default 50).
 
 var (
@@ -86,11 +91,18 @@ type crashCluster struct {
 	logs   []*os.File
 	procs  []*memberProc
 	starts int
+	secret string // the members' --secret-file
 }
 
 func (c *crashCluster) start(i int, primary bool) {
 	c.t.Helper()
-	args := []string{"log", "serve", "-v", "--data", c.dirs[i], "--listen", c.addrs[i], "--members", strings.Join(c.addrs, ","),
+	if c.secret == "" {
+		c.secret = filepath.Join(c.t.TempDir(), "secret")
+		if err := os.WriteFile(c.secret, testSecret, 0o600); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	args := []string{"log", "serve", "-v", "--data", c.dirs[i], "--listen", c.addrs[i], "--members", strings.Join(c.addrs, ","), "--secret-file", c.secret,
 		"--buffer-size", "64K", "--max-record", "4K", "--segment-size", "256K"}
 	if primary {
 		args = append(args, "--primary")
@@ -285,6 +297,30 @@ func TestCrash(t *testing.T) {
 	}
 	waitProgress("start", 20)
 
+	// The intruder: a peer that is not a member attacks the members
+	// throughout the rounds, one attempt after another — replicate,
+	// fetch and fence requests of epoch 2^62 with a made-up member id
+	// and a secret of its own, followed at once by a START truncating
+	// the log to nothing and forged records, or silence.
+	var intrusions, intruderAnswered atomic.Int64
+	ictx, stopIntruder := context.WithCancel(context.Background())
+	intruderDone := make(chan struct{})
+	go func() {
+		defer close(intruderDone)
+		kinds := []uint8{kindReplicate, kindFetch, kindFence}
+		for n := 0; ictx.Err() == nil; n++ {
+			res := intrude(ictx, c.addrs[n%3], c.addrs, kinds[n/3%3], 1<<62, n/9%4 == 3)
+			intrusions.Add(1)
+			if res.answered {
+				intruderAnswered.Add(1)
+			}
+		}
+	}()
+	defer func() {
+		stopIntruder()
+		<-intruderDone
+	}()
+
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	kills := map[string]int{}
 	prim := 0
@@ -335,6 +371,13 @@ func TestCrash(t *testing.T) {
 		}
 		waitProgress("converging", 1)
 	}
+
+	stopIntruder()
+	<-intruderDone
+	if intruderAnswered.Load() > 0 || intrusions.Load() == 0 {
+		t.Fatalf("the intruder got through %d times in %d attempts", intruderAnswered.Load(), intrusions.Load())
+	}
+	t.Logf("the intruder made %d attempts; none was answered", intrusions.Load())
 
 	// The final crash: all three at once, under load.
 	for i := range 3 {

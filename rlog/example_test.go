@@ -25,6 +25,9 @@ func Example() {
 	}
 	defer os.RemoveAll(dir)
 	members := []string{"loop://rlog-ex-0", "loop://rlog-ex-1", "loop://rlog-ex-2"}
+	// Every member holds the same secret; read it from a file that only
+	// the members' owner may read (goverbs log serve --secret-file).
+	secret := []byte("an example secret: use 32 random bytes")
 	ctx := context.Background()
 	for i := 2; i >= 0; i-- { // the replicas first: the primary needs a majority
 		m, err := rlog.Start(ctx, rlog.Config{
@@ -32,6 +35,7 @@ func Example() {
 			Listen:  members[i],
 			Members: members,
 			Primary: i == 0,
+			Secret:  secret,
 		})
 		if err != nil {
 			log.Fatal(err)

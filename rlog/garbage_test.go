@@ -27,10 +27,10 @@ func TestGarbageFromSender(t *testing.T) {
 		req.setCluster(clusterID(c.addrs))
 		req.setBuffers(2)
 		req.setBufSize(bufSize)
-		req.setA(uint64(mode))
-		r, err := p.dial(addr, req)
-		if err != nil {
-			t.Fatal(err)
+		req.setMode(mode)
+		r := p.dialMember(addr, 1, 0, testSecret, req, 0, 0)
+		if r.status() != codeOK {
+			t.Fatalf("replicate refused: status %d", r.status())
 		}
 		if h := p.until(msgHello); h == nil {
 			t.Fatal("no HELLO")
@@ -142,8 +142,8 @@ func TestGarbageFromReceiver(t *testing.T) {
 		p := newRawPeer(t, c.addrs[2])
 		reply := newConnMsg(kindReplicate)
 		reply.setRing(ringInfo{addr: p.ring.Addr(), rkey: p.ring.RKey(), buffers: r.buffers(), bufSize: r.bufSize()})
-		reply.setCluster(clusterID(c.addrs))
-		p.accept(req, reply)
+		reply.setEpoch(r.epoch())
+		p.acceptMember(req, r, 2, testSecret, reply)
 		return p
 	}
 	expectError := func(p *rawPeer, what string) {

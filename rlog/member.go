@@ -24,6 +24,12 @@ type Member struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 
+	// authSlots bounds the member connections proving themselves at
+	// once, and roleMu puts the proved ones' effects (promises, role
+	// changes) in order.
+	authSlots chan struct{}
+	roleMu    sync.Mutex
+
 	mu      sync.Mutex // guards what follows
 	st      memberState
 	recv    *receiver // the replicate session, if one is up
@@ -42,7 +48,8 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	m := &Member{cfg: cfg, cluster: clusterID(cfg.Members), sources: map[*sender]struct{}{}}
+	m := &Member{cfg: cfg, cluster: clusterID(cfg.Members), sources: map[*sender]struct{}{},
+		authSlots: make(chan struct{}, maxPendingAuth)}
 	for i, a := range cfg.Members {
 		if a == cfg.Listen {
 			m.self = i
@@ -207,9 +214,10 @@ func (m *Member) watchEvents() {
 	}
 }
 
-// acceptLoop serves connection requests, one at a time: each kind is
-// quick to answer, and answering them in turn keeps the member's role
-// changes in order.
+// acceptLoop serves connection requests, one at a time. A client's is
+// answered here; a member's is accepted with this member's proof only,
+// and what it asks for is done once it has proved itself (see auth.go),
+// in the order the proofs arrive.
 func (m *Member) acceptLoop() {
 	defer m.wg.Done()
 	for {
@@ -222,39 +230,117 @@ func (m *Member) acceptLoop() {
 		}
 		cmsg := connMsg(req.PrivateData())
 		if !cmsg.valid() {
-			reply := newConnMsg(kindClient)
-			reply.setStatus(codeProtocol)
-			req.Reject(reply)
-			continue
-		}
-		reply := newConnMsg(cmsg.kind())
-		reply.setMember(m.ID())
-		reply.setCluster(m.cluster)
-		if cmsg.kind() != kindClient && cmsg.cluster() != m.cluster {
-			reply.setStatus(codeCluster)
-			req.Reject(reply)
+			refuse(req, kindClient, codeProtocol)
 			continue
 		}
 		var code uint8
-		switch cmsg.kind() {
-		case kindFence:
-			m.answerFence(req, cmsg, reply)
-			continue
-		case kindReplicate:
-			code = m.acceptReplicate(req, cmsg, reply)
-		case kindFetch:
-			code = m.acceptFetch(req, cmsg, reply)
-		case kindClient:
-			code = m.acceptClient(req, reply)
+		if cmsg.kind() == kindClient {
+			code = m.acceptClient(req, newConnMsg(kindClient))
+		} else {
+			code = m.admitMember(req, cmsg)
 		}
 		if code != codeOK {
-			m.mu.Lock()
-			reply.setEpoch(m.st.epoch)
-			m.mu.Unlock()
-			reply.setStatus(code)
-			req.Reject(reply)
+			refuse(req, cmsg.kind(), code)
 		}
 	}
+}
+
+// refuse rejects a connection request with a status and nothing else.
+func refuse(req *cm.Request, kind, code uint8) {
+	reply := newConnMsg(kind)
+	reply.setStatus(code)
+	req.Reject(reply)
+}
+
+// saneRing reports whether a ring of buffers buffers of size bytes is
+// within the limits a member accepts.
+func saneRing(buffers, size int) bool {
+	return buffers >= 1 && buffers <= maxBuffers && size >= 4096 && size <= maxBufferSize && size%frameAlign == 0
+}
+
+// admitMember accepts a member's connection request with this member's
+// proof, and serves it once the dialer has proved itself. Nothing about
+// this member's state, and no memory, is given before that.
+func (m *Member) admitMember(req *cm.Request, cmsg connMsg) uint8 {
+	kind := cmsg.kind()
+	if cmsg.cluster() != m.cluster {
+		return codeCluster
+	}
+	if i := cmsg.index(); i >= len(m.cfg.Members) || i == m.self {
+		return codeProtocol
+	}
+	if kind != kindFence && (!saneRing(cmsg.buffers(), cmsg.bufSize()) || cmsg.mode() > ModeSend) {
+		return codeProtocol
+	}
+	select {
+	case m.authSlots <- struct{}{}:
+	default:
+		return codeTooManyConns
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { <-m.authSlots }) }
+	var (
+		k   *link
+		r   *receiver
+		s   *sender
+		err error
+	)
+	switch kind {
+	case kindFence:
+		k, err = newLink(m, 0, verbs.QPCap{})
+	case kindReplicate:
+		if r, err = newReceiver(m, cmsg.mode(), cmsg.buffers(), cmsg.bufSize(), cmsg.epoch(), 0); err == nil {
+			k = r.k
+		}
+	case kindFetch:
+		if s, err = newSender(m, nil, -1, cmsg.mode(), ringInfo{buffers: cmsg.buffers(), bufSize: cmsg.bufSize()}); err == nil {
+			k = s.k
+		}
+	}
+	if err != nil {
+		release()
+		m.cfg.Logf("rlog: %s: a member's connection: %v", m.cfg.Listen, err)
+		return codeUnavailable
+	}
+	closeAll := func() {
+		switch {
+		case r != nil:
+			r.close()
+		case s != nil:
+			s.close()
+		default:
+			k.close()
+		}
+	}
+	p, err := m.acceptMember(req, cmsg, k)
+	if err != nil {
+		closeAll()
+		release()
+		return codeOK // the requester is gone; nothing to answer
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		auth, err := p.verify(m.ctx, m.authTimeout(), m.cfg.Secret, m.self)
+		release()
+		if err != nil {
+			closeAll()
+			if m.ctx.Err() == nil {
+				m.cfg.Logf("rlog: %s: refused a connection (kind %d) from a peer claiming to be member %d: %v", m.cfg.Listen, kind, cmsg.index(), err)
+			}
+			return
+		}
+		switch kind {
+		case kindFence:
+			m.serveFence(p)
+			k.close()
+		case kindReplicate:
+			m.serveReplicate(p, r)
+		case kindFetch:
+			m.serveFetch(p, s, auth)
+		}
+	}()
+	return codeOK
 }
 
 // promise checks that a request of epoch e from member id may be served
@@ -295,11 +381,14 @@ func (m *Member) stopRolesLocked(why error) {
 	m.mu.Lock()
 }
 
-// answerFence answers a promoter: if its epoch is newer than any this
-// member promised, the member promises it — ending its replicate session
-// and, if it was primary, its primary role — and tells the promoter how
-// long its log is. The answer travels in the private data of a rejection.
-func (m *Member) answerFence(req *cm.Request, cmsg connMsg, reply connMsg) {
+// serveFence answers a promoter that proved itself: if its epoch is
+// newer than any this member promised, the member promises it — ending
+// its replicate session and, if it was primary, its primary role — and
+// tells the promoter how long its log is.
+func (m *Member) serveFence(p *pendingMember) {
+	cmsg := p.req
+	reply := newConnMsg(kindFence)
+	m.roleMu.Lock()
 	m.mu.Lock()
 	e, id := cmsg.epoch(), cmsg.member()
 	if e < m.st.epoch || (e == m.st.epoch && id != m.st.holder) {
@@ -312,126 +401,127 @@ func (m *Member) answerFence(req *cm.Request, cmsg connMsg, reply connMsg) {
 	}
 	reply.setEpoch(m.st.epoch)
 	m.mu.Unlock()
+	m.roleMu.Unlock()
 	last, lastEpoch := m.log.Last()
 	reply.setA(last)
 	reply.setB(lastEpoch)
-	req.Reject(reply)
+	p.answer(m.ctx, m.cfg.Secret, m.self, reply)
 }
 
-// acceptReplicate accepts a primary's connection: it replaces the
+// refuseProved answers a member that proved itself with code and this
+// member's epoch.
+func (m *Member) refuseProved(p *pendingMember, code uint8) {
+	reply := newConnMsg(p.req.kind())
+	m.mu.Lock()
+	reply.setEpoch(m.st.epoch)
+	m.mu.Unlock()
+	reply.setStatus(code)
+	p.answer(m.ctx, m.cfg.Secret, m.self, reply)
+}
+
+// serveReplicate serves a primary that proved itself: it replaces the
 // current replicate session with one for the new primary.
-func (m *Member) acceptReplicate(req *cm.Request, cmsg connMsg, reply connMsg) uint8 {
+func (m *Member) serveReplicate(p *pendingMember, r *receiver) {
+	cmsg := p.req
+	e, id := cmsg.epoch(), cmsg.member()
+	m.roleMu.Lock()
+	code := m.admitReplicate(e, id)
+	if code == codeOK {
+		if err := r.prepare(); err != nil {
+			m.cfg.Logf("rlog: %s: replicate session: %v", m.cfg.Listen, err)
+			code = codeUnavailable
+		}
+	}
+	if code != codeOK {
+		m.roleMu.Unlock()
+		m.refuseProved(p, code)
+		r.close()
+		return
+	}
+	reply := newConnMsg(kindReplicate)
+	reply.setRing(r.ring)
+	reply.setEpoch(e)
+	if err := p.answer(m.ctx, m.cfg.Secret, m.self, reply); err != nil {
+		m.roleMu.Unlock()
+		r.close()
+		return
+	}
+	m.mu.Lock()
+	if m.closed || m.st.epoch != e || m.st.holder != id {
+		m.mu.Unlock()
+		m.roleMu.Unlock()
+		r.close()
+		return
+	}
+	m.recv = r
+	m.mu.Unlock()
+	m.roleMu.Unlock()
+	err := r.run()
+	m.mu.Lock()
+	if m.recv == r {
+		m.recv = nil
+	}
+	m.mu.Unlock()
+	r.close()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		m.cfg.Logf("rlog: %s: replicate session with the primary of epoch %d ended: %v", m.cfg.Listen, e, err)
+	}
+}
+
+// admitReplicate checks a primary's epoch, promises it, and ends the
+// roles it fences.
+func (m *Member) admitReplicate(e, id uint64) uint8 {
 	if err := m.log.Err(); err != nil {
 		return codeStorage
 	}
 	m.mu.Lock()
-	e, id := cmsg.epoch(), cmsg.member()
+	defer m.mu.Unlock()
 	if m.prim != nil && m.prim.epoch >= e {
-		m.mu.Unlock()
 		return codeFenced
 	}
 	if code := m.promiseLocked(e, id); code != codeOK {
-		m.mu.Unlock()
 		return code
 	}
 	m.stopRolesLocked(ErrFenced)
-	m.mu.Unlock()
-	ring := ringInfo{buffers: cmsg.buffers(), bufSize: cmsg.bufSize()}
-	if ring.buffers < 1 || ring.buffers > maxBuffers || ring.bufSize < 4096 || ring.bufSize > maxBufferSize || ring.bufSize%frameAlign != 0 {
-		return codeProtocol
-	}
-	mode := ModeWrite
-	if cmsg.a() == uint64(ModeSend) {
-		mode = ModeSend
-	}
-	r, err := newReceiver(m, mode, ring.buffers, ring.bufSize, e, 0)
-	if err != nil {
-		m.cfg.Logf("rlog: %s: replicate session: %v", m.cfg.Listen, err)
-		return codeUnavailable
-	}
-	reply.setRing(r.ring)
-	reply.setEpoch(e)
-	conn, err := req.Accept(r.k.qp, &cm.Param{PrivateData: reply})
-	if err != nil {
-		r.close()
-		return codeOK // the requester is gone; nothing to answer
-	}
-	r.k.conn = conn
-	m.mu.Lock()
-	if m.closed || m.st.epoch != e || m.st.holder != id {
-		m.mu.Unlock()
-		r.close()
-		return codeOK
-	}
-	m.recv = r
-	m.wg.Add(1)
-	m.mu.Unlock()
-	go func() {
-		defer m.wg.Done()
-		err := r.run()
-		m.mu.Lock()
-		if m.recv == r {
-			m.recv = nil
-		}
-		m.mu.Unlock()
-		r.close()
-		if err != nil && !errors.Is(err, context.Canceled) {
-			m.cfg.Logf("rlog: %s: replicate session with the primary of epoch %d ended: %v", m.cfg.Listen, e, err)
-		}
-	}()
 	return codeOK
 }
 
-// acceptFetch accepts the connection of the promoter this member has
-// promised its epoch to, and streams it the records it lacks.
-func (m *Member) acceptFetch(req *cm.Request, cmsg connMsg, reply connMsg) uint8 {
+// serveFetch streams a promoter that proved itself, and that this member
+// has promised its epoch to, the records it lacks, into the ring its
+// AUTH granted.
+func (m *Member) serveFetch(p *pendingMember, s *sender, auth msg) {
+	cmsg := p.req
 	m.mu.Lock()
-	if cmsg.epoch() != m.st.epoch || cmsg.member() != m.st.holder || m.closed {
-		m.mu.Unlock()
-		return codeFenced
-	}
+	ok := cmsg.epoch() == m.st.epoch && cmsg.member() == m.st.holder && !m.closed
 	m.mu.Unlock()
-	ring := cmsg.ring()
-	if ring.buffers < 1 || ring.buffers > maxBuffers || ring.bufSize < 4096 || ring.bufSize > maxBufferSize || ring.bufSize%frameAlign != 0 {
-		return codeProtocol
-	}
-	mode := ModeWrite
-	if cmsg.b() == uint64(ModeSend) {
-		mode = ModeSend
-	}
-	s, err := newSender(m, nil, -1, mode, ring)
-	if err != nil {
-		m.cfg.Logf("rlog: %s: fetch session: %v", m.cfg.Listen, err)
-		return codeUnavailable
-	}
-	reply.setEpoch(cmsg.epoch())
-	conn, err := req.Accept(s.k.qp, &cm.Param{PrivateData: reply})
-	if err != nil {
+	if !ok {
+		m.refuseProved(p, codeFenced)
 		s.close()
-		return codeOK
+		return
 	}
-	s.k.conn = conn
+	s.remote.addr, s.remote.rkey = auth.authRing()
+	reply := newConnMsg(kindFetch)
+	reply.setEpoch(cmsg.epoch())
+	if err := p.answer(m.ctx, m.cfg.Secret, m.self, reply); err != nil {
+		s.close()
+		return
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		s.close()
-		return codeOK
+		return
 	}
 	m.sources[s] = struct{}{}
-	m.wg.Add(1)
 	m.mu.Unlock()
-	go func() {
-		defer m.wg.Done()
-		err := s.run()
-		m.mu.Lock()
-		delete(m.sources, s)
-		m.mu.Unlock()
-		s.close()
-		if err != nil && !errors.Is(err, errPeerGone) && !errors.Is(err, context.Canceled) {
-			m.cfg.Logf("rlog: %s: fetch session: %v", m.cfg.Listen, err)
-		}
-	}()
-	return codeOK
+	err := s.run()
+	m.mu.Lock()
+	delete(m.sources, s)
+	m.mu.Unlock()
+	s.close()
+	if err != nil && !errors.Is(err, errPeerGone) && !errors.Is(err, context.Canceled) {
+		m.cfg.Logf("rlog: %s: fetch session: %v", m.cfg.Listen, err)
+	}
 }
 
 // acceptClient hands a client's connection to the primary role.
@@ -449,6 +539,7 @@ func (m *Member) acceptClient(req *cm.Request, reply connMsg) uint8 {
 
 // fenceAnswer is a member's answer to a fence.
 type fenceAnswer struct {
+	idx             int
 	addr            string
 	code            uint8
 	epoch           uint64
@@ -456,10 +547,10 @@ type fenceAnswer struct {
 	err             error
 }
 
-// fence asks the member at addr to promise epoch e to this member.
-func (m *Member) fence(ctx context.Context, addr string, e uint64) fenceAnswer {
-	ans := fenceAnswer{addr: addr}
-	k, err := newLink(m, 1, verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
+// fence asks member i to promise epoch e to this member.
+func (m *Member) fence(ctx context.Context, i int, e uint64) fenceAnswer {
+	ans := fenceAnswer{idx: i, addr: m.cfg.Members[i]}
+	k, err := newLink(m, 0, verbs.QPCap{})
 	if err != nil {
 		ans.err = err
 		return ans
@@ -467,29 +558,14 @@ func (m *Member) fence(ctx context.Context, addr string, e uint64) fenceAnswer {
 	defer k.close()
 	req := newConnMsg(kindFence)
 	req.setEpoch(e)
-	req.setMember(m.ID())
-	req.setCluster(m.cluster)
-	dctx, cancel := context.WithTimeout(ctx, m.cfg.DialTimeout)
-	defer cancel()
-	conn, err := cm.Dial(dctx, addr, k.qp, &cm.Param{PrivateData: req})
-	if err == nil {
-		conn.Close()
-		ans.err = fmt.Errorf("%w: %s accepted a fence instead of answering it", ErrProtocol, addr)
-		return ans
-	}
-	var rej *cm.RejectError
-	if !errors.As(err, &rej) {
+	r, err := m.dialMember(ctx, k, i, req, 0, 0)
+	if err != nil {
 		ans.err = err
-		return ans
-	}
-	r := connMsg(rej.PrivateData)
-	if !r.valid() || r.kind() != kindFence {
-		ans.err = fmt.Errorf("%w: %s answered a fence with %d bytes that are not an answer", ErrProtocol, addr, len(rej.PrivateData))
 		return ans
 	}
 	ans.code, ans.epoch, ans.last, ans.lastEpoch = r.status(), r.epoch(), r.a(), r.b()
 	if ans.code == codeOK && (ans.epoch != e || (ans.last > 0 && ans.lastEpoch == 0) || ans.lastEpoch > e) {
-		ans.err = fmt.Errorf("%w: %s answered a fence of epoch %d with epoch %d, last record %d of epoch %d", ErrProtocol, addr, e, ans.epoch, ans.last, ans.lastEpoch)
+		ans.err = fmt.Errorf("%w: %s answered a fence of epoch %d with epoch %d, last record %d of epoch %d", ErrProtocol, ans.addr, e, ans.epoch, ans.last, ans.lastEpoch)
 	}
 	return ans
 }
@@ -507,6 +583,7 @@ func (m *Member) Promote(ctx context.Context) error {
 	defer cancel()
 	seen := uint64(0)
 	backoff := 20 * time.Millisecond
+	var whole error // why the last attempt that ran its course failed
 	for {
 		e, err := m.promoteOnce(ctx, &seen)
 		if err == nil {
@@ -515,10 +592,15 @@ func (m *Member) Promote(ctx context.Context) error {
 		if !errors.Is(err, ErrNoQuorum) && !errors.Is(err, ErrFenced) && !errors.Is(err, ErrUnavailable) {
 			return err
 		}
+		if ctx.Err() == nil || whole == nil {
+			whole = err
+		}
 		m.cfg.Logf("rlog: %s: promotion: %v; trying again", m.cfg.Listen, err)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w (promotion gave up: %w)", err, ctx.Err())
+			// An attempt that the deadline cut short says less than
+			// the one before it.
+			return fmt.Errorf("%w (promotion gave up: %w)", whole, ctx.Err())
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Second)
@@ -548,19 +630,19 @@ func (m *Member) promoteOnce(ctx context.Context, seen *uint64) (uint64, error) 
 	m.mu.Unlock()
 	answers := make([]fenceAnswer, len(m.cfg.Members))
 	var wg sync.WaitGroup
-	for i, addr := range m.cfg.Members {
+	for i := range m.cfg.Members {
 		if i == m.self {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			answers[i] = m.fence(ctx, addr, e)
+			answers[i] = m.fence(ctx, i, e)
 		}()
 	}
 	wg.Wait()
 	last, lastEpoch := m.log.Last()
-	best := fenceAnswer{addr: m.cfg.Listen, last: last, lastEpoch: lastEpoch}
+	best := fenceAnswer{idx: m.self, addr: m.cfg.Listen, last: last, lastEpoch: lastEpoch}
 	promised := 1
 	var why []error
 	for i, a := range answers {
@@ -607,35 +689,43 @@ func (m *Member) fetch(ctx context.Context, a fenceAnswer, e uint64) error {
 		return err
 	}
 	defer r.close()
+	if err := r.prepare(); err != nil {
+		return err
+	}
 	req := newConnMsg(kindFetch)
 	req.setEpoch(e)
-	req.setMember(m.ID())
-	req.setCluster(m.cluster)
-	req.setRing(r.ring)
-	req.setB(uint64(m.cfg.Mode))
-	dctx, cancel := context.WithTimeout(ctx, m.cfg.DialTimeout)
-	conn, err := cm.Dial(dctx, a.addr, r.k.qp, &cm.Param{PrivateData: req})
-	cancel()
+	req.setBuffers(r.ring.buffers)
+	req.setBufSize(r.ring.bufSize)
+	req.setMode(m.cfg.Mode)
+	reply, err := m.dialMember(ctx, r.k, a.idx, req, r.ring.addr, r.ring.rkey)
 	if err != nil {
-		return rejectError(err)
+		return err
 	}
-	r.k.conn = conn
+	if reply.status() != codeOK {
+		return answerError(reply)
+	}
 	stop := context.AfterFunc(ctx, r.stopNoWait)
 	defer stop()
 	return r.run()
 }
 
-// rejectError turns a connection rejection into the error its status
+// rejectError turns a refused connection into the error its status
 // code names.
 func rejectError(err error) error {
 	var rej *cm.RejectError
 	if errors.As(err, &rej) {
 		if r := connMsg(rej.PrivateData); r.valid() && r.status() != codeOK {
-			return codeError(r.status(), fmt.Sprintf("the peer's epoch is %d", r.epoch()))
+			return codeError(r.status(), "")
 		}
 		return fmt.Errorf("%w: the peer rejected the connection with %d bytes that are not an answer", ErrProtocol, len(rej.PrivateData))
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// answerError turns a member's answer of another status than codeOK into
+// the error its status code names.
+func answerError(r connMsg) error {
+	return codeError(r.status(), fmt.Sprintf("the member's epoch is %d", r.epoch()))
 }
 
 // becomePrimary starts the primary role in epoch e.
@@ -689,22 +779,39 @@ type link struct {
 	conn *cm.Conn
 	mrs  []*verbs.MR
 	once sync.Once
+	// hs is the membership handshake's buffer (one receive, posted
+	// first, and one send), and stash the session's completions the
+	// handshake polled.
+	hs    *verbs.MR
+	stash []verbs.WorkCompletion
 }
 
 // newLink creates a CQ and a QP in Init, ready for receives to be posted
-// before it connects.
+// before it connects, with the membership handshake's receive posted
+// first (one more receive, send and two more completions than asked).
 func newLink(m *Member, cqe int, qcap verbs.QPCap) (*link, error) {
 	k := &link{m: m}
 	var err error
-	if k.cq, err = m.vctx.CreateCQ(cqe); err != nil {
+	if k.cq, err = m.vctx.CreateCQ(cqe + 2); err != nil {
 		return nil, err
 	}
+	qcap.MaxSendWR++
+	qcap.MaxRecvWR++
+	qcap.MaxSendSGE, qcap.MaxRecvSGE = max(qcap.MaxSendSGE, 1), max(qcap.MaxRecvSGE, 1)
 	ep, err := cm.NewEndpoint(m.pd, verbs.QPInitAttr{SendCQ: k.cq, RecvCQ: k.cq, Cap: qcap})
 	if err != nil {
 		k.cq.Destroy()
 		return nil, err
 	}
 	k.qp = ep.QP()
+	if k.hs, err = k.alloc(2*hsSlot, verbs.AccessLocalWrite); err != nil {
+		k.close()
+		return nil, err
+	}
+	if _, err = k.qp.PostRecv([]verbs.RecvWR{{WRID: hsWRID, SGList: []verbs.SGE{k.hs.SGE(0, hsSlot)}}}); err != nil {
+		k.close()
+		return nil, err
+	}
 	return k, nil
 }
 

@@ -2,6 +2,7 @@ package rlog
 
 import (
 	"context"
+	"crypto/hmac"
 	"testing"
 	"time"
 
@@ -175,4 +176,48 @@ func (p *rawPeer) until(typ uint8) msg {
 			return m
 		}
 	}
+}
+
+// dialMember connects to member target as member self would, proving
+// membership with secret (a ring grant in the AUTH, if any), and returns
+// the acceptor's answer; it fails the test if the acceptor does not
+// prove itself or does not answer.
+func (p *rawPeer) dialMember(addr string, target, self int, secret []byte, req connMsg, grantAddr uint64, grantKey uint32) connMsg {
+	p.t.Helper()
+	req.setIndex(self)
+	newNonce(req.nonce())
+	r, err := p.dial(addr, req)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if !hmac.Equal(r.acceptMAC(), authMAC(secret, labelAcceptor, req, r.acceptNonce(), target, nil)) {
+		p.t.Fatal("the acceptor did not prove that it is a member")
+	}
+	a := putAuth(make([]byte, authLen), nil, grantAddr, grantKey)
+	copy(a.authMAC(), authMAC(secret, labelDialer, req, r.acceptNonce(), target, a.authGrant()))
+	p.sendMsg(a)
+	ans := p.until(msgAnswer)
+	if ans == nil {
+		p.t.Fatal("no ANSWER")
+	}
+	if !hmac.Equal(ans.answerMAC(), authMAC(secret, labelAnswer, req, r.acceptNonce(), target, ans.answer())) {
+		p.t.Fatal("an ANSWER that is not signed")
+	}
+	return ans.answer()
+}
+
+// acceptMember accepts req (of a member that dials member self) as a
+// member does: it proves itself, checks the dialer's AUTH, and answers
+// reply.
+func (p *rawPeer) acceptMember(req *cm.Request, r connMsg, self int, secret []byte, reply connMsg) {
+	p.t.Helper()
+	acc := newConnMsg(r.kind())
+	newNonce(acc.acceptNonce())
+	copy(acc.acceptMAC(), authMAC(secret, labelAcceptor, r, acc.acceptNonce(), self, nil))
+	p.accept(req, acc)
+	a := p.until(msgAuth)
+	if a == nil || !hmac.Equal(a.authMAC(), authMAC(secret, labelDialer, r, acc.acceptNonce(), self, a.authGrant())) {
+		p.t.Fatal("the dialer did not prove that it is a member")
+	}
+	p.sendMsg(putAnswer(make([]byte, answerLen), reply, authMAC(secret, labelAnswer, r, acc.acceptNonce(), self, reply)))
 }

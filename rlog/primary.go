@@ -357,21 +357,18 @@ func (p *primary) session(i int) error {
 	defer s.close()
 	req := newConnMsg(kindReplicate)
 	req.setEpoch(p.epoch)
-	req.setMember(p.m.ID())
-	req.setCluster(p.m.cluster)
 	req.setBuffers(cfg.Buffers)
 	req.setBufSize(cfg.BufferSize)
-	req.setA(uint64(cfg.Mode))
-	ctx, cancel := context.WithTimeout(p.ctx, cfg.DialTimeout)
-	conn, err := cm.Dial(ctx, addr, s.k.qp, &cm.Param{PrivateData: req})
-	cancel()
+	req.setMode(cfg.Mode)
+	r, err := p.m.dialMember(p.ctx, s.k, i, req, 0, 0)
 	if err != nil {
-		return rejectError(err)
+		return err
 	}
-	s.k.conn = conn
-	r := connMsg(conn.PrivateData())
+	if r.status() != codeOK {
+		return answerError(r)
+	}
 	ring := r.ring()
-	if !r.valid() || r.kind() != kindReplicate || ring.buffers != cfg.Buffers || ring.bufSize != cfg.BufferSize {
+	if ring.buffers != cfg.Buffers || ring.bufSize != cfg.BufferSize {
 		return fmt.Errorf("%w: %s accepted with a ring of %d buffers of %d bytes, not %d of %d", ErrProtocol, addr, ring.buffers, ring.bufSize, cfg.Buffers, cfg.BufferSize)
 	}
 	s.remote = ring
@@ -447,7 +444,6 @@ func (p *primary) acceptClient(req *cm.Request, reply connMsg) uint8 {
 			return fail()
 		}
 	}
-	reply.setEpoch(p.epoch)
 	reply.setA(uint64(cs.msgSize))
 	reply.setB(uint64(cfg.MaxRecord))
 	reply.setBuffers(cfg.ClientDepth)

@@ -14,6 +14,9 @@ import (
 //
 // Connections are set up with package cm; the request and the reply carry
 // a connMsg in their private data (56 bytes, what every provider carries).
+// Between members, the reply carries only the acceptor's nonce and proof,
+// and the acceptor's real reply travels in an ANSWER once the dialer has
+// proved that it is a member (see auth.go).
 // The kinds of connection:
 //
 //	kindReplicate  a primary connects to a replica to push records to it
@@ -25,7 +28,7 @@ import (
 //	               pair is made for this one-shot question
 //	kindClient     a client connects to the primary to append
 //
-// On a replicate or fetch connection, the side that receives records (the
+// On a replicate or fetch connection, after AUTH and ANSWER, the side that receives records (the
 // receiver) sends HELLO first; the sender answers START, then pushes DATA;
 // the receiver answers STATUS. Either may send ERROR and disconnect.
 
@@ -35,16 +38,18 @@ import (
 //	7  buffers u8       8 epoch u64     16 member id u64    24 cluster u64
 //	32 a u64            40 b u64        48 buffer size u32  52 rkey u32
 //
-// a and b depend on the kind: the receiver's ring address (replicate
-// reply, fetch request) and the client message size (client reply, in a);
-// the member's last sequence number and the epoch of its last record
-// (fence reply).
+// a and b depend on the kind: in a member's request, the dialer's nonce
+// (with its mode in the status byte and its member index in rkey); the
+// receiver's ring address (replicate answer); the client message size and
+// MaxRecord (client reply); the member's last sequence number and the
+// epoch of its last record (fence answer). A member's accept reply is
+// instead: 8 the acceptor's nonce [16], 24 its MAC [32].
 type connMsg []byte
 
 const (
 	connMsgLen   = 56
 	connMagic    = 0x474c5647 // "GVLG"
-	protoVersion = 1
+	protoVersion = 2
 )
 
 // Connection kinds.
@@ -70,7 +75,8 @@ const (
 	codeShutdown     = 10 // the member is closing
 	codeTooManyConns = 11 // no room for another connection
 	codeUnknown      = 12 // the primary stopped before the append was committed: outcome unknown
-	maxCode          = 12
+	codeAuth         = 13 // the peer did not prove that it is a member
+	maxCode          = 13
 )
 
 func newConnMsg(kind uint8) connMsg {
@@ -138,6 +144,8 @@ const (
 	msgError  = 5
 	msgAppend = 6
 	msgReply  = 7
+	msgAuth   = 8
+	msgAnswer = 9
 )
 
 // msg is a control message sent over send/recv. Every message starts
@@ -163,6 +171,8 @@ const (
 	maxErrText = 200
 	appendLen  = 24 // + the records, each a u32 length and the bytes
 	replyLen   = 32 // + the error text
+	authLen    = 56
+	answerLen  = 8 + connMsgLen + macLen
 
 	flagNack = 1 // STATUS: the batch of generation nackGen failed its checks
 )
@@ -217,6 +227,10 @@ func parseMsg(b []byte) (msg, error) {
 		min = appendLen
 	case msgReply:
 		min = replyLen
+	case msgAuth:
+		min = authLen
+	case msgAnswer:
+		min = answerLen
 	default:
 		return nil, errMsg("unknown message type %d", m.typ())
 	}
@@ -228,7 +242,7 @@ func parseMsg(b []byte) (msg, error) {
 		if n := m.histLen(); n > maxHistory || len(m) != helloLen+16*n {
 			return nil, errMsg("HELLO with %d history entries in %d bytes", n, len(m))
 		}
-	case msgStart, msgStatus:
+	case msgStart, msgStatus, msgAuth, msgAnswer:
 		if len(m) != min {
 			return nil, errMsg("message of type %d has %d bytes, not %d", m.typ(), len(m), min)
 		}
@@ -532,6 +546,8 @@ func codeError(code uint8, text string) error {
 		base = ErrTooLarge
 	case codeUnknown:
 		base = ErrOutcomeUnknown
+	case codeAuth:
+		base = ErrAuth
 	case codeBadRequest, codeProtocol:
 		base = ErrProtocol
 	default:
@@ -558,6 +574,8 @@ func errorCode(err error) uint8 {
 		return codeShutdown
 	case errors.Is(err, ErrCluster):
 		return codeCluster
+	case errors.Is(err, ErrAuth):
+		return codeAuth
 	}
 	return codeUnavailable
 }

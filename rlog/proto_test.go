@@ -2,6 +2,7 @@ package rlog
 
 import (
 	"bytes"
+	"crypto/hmac"
 	"testing"
 )
 
@@ -126,12 +127,18 @@ func FuzzMessage(f *testing.F) {
 	a, _ := addAppend(b, startAppend(b, 1), []byte("rec"))
 	f.Add(bytes.Clone(a))
 	f.Add(bytes.Clone(putReply(b, 77, 10, 3, codeOK, "")))
+	f.Add(bytes.Clone(putAuth(b, make([]byte, macLen), 1<<40, 7)))
+	f.Add(bytes.Clone(putAnswer(b, newConnMsg(kindFence), make([]byte, macLen))))
 	f.Add(make([]byte, connMsgLen))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c := connMsg(b)
 		if c.valid() {
 			_ = c.ring()
 			_, _, _, _ = c.epoch(), c.member(), c.cluster(), c.b()
+			_, _, _ = c.nonce(), c.index(), c.mode()
+			if len(c.acceptNonce()) != nonceLen || len(c.acceptMAC()) != macLen {
+				t.Fatalf("accept reply of %d bytes gives a nonce of %d and a MAC of %d", len(c), len(c.acceptNonce()), len(c.acceptMAC()))
+			}
 		}
 		m, err := parseMsg(b)
 		if err != nil {
@@ -166,6 +173,19 @@ func FuzzMessage(f *testing.F) {
 			}
 		case msgReply:
 			_ = m.replyText()
+		case msgAuth:
+			if len(m.authMAC()) != macLen || len(m.authGrant()) != authLen-40 {
+				t.Fatalf("AUTH of %d bytes accepted", len(m))
+			}
+			_, _ = m.authRing()
+			if hmac.Equal(m.authMAC(), authMAC(testSecret, labelDialer, newConnMsg(kindFence), make([]byte, nonceLen), 0, m.authGrant())) {
+				t.Fatal("arbitrary bytes proved membership")
+			}
+		case msgAnswer:
+			if len(m.answer()) != connMsgLen || len(m.answerMAC()) != macLen {
+				t.Fatalf("ANSWER of %d bytes accepted", len(m))
+			}
+			_ = m.answer().valid()
 		}
 	})
 }

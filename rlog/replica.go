@@ -59,8 +59,8 @@ const (
 	sendSlots   = statusSlots + 2
 )
 
-// newReceiver prepares a receiving end: its buffers registered and its
-// receives posted, so that the sender may send as soon as it connects.
+// newReceiver makes a receiving end's connection; prepare then registers
+// its buffers and posts its receives, before the sender may send.
 // epoch is the sender's epoch (no record may be newer); target, if not
 // zero, ends the session once the log is durable up to it (fetch).
 func newReceiver(m *Member, mode Mode, buffers, bufSize int, epoch, target uint64) (*receiver, error) {
@@ -73,34 +73,38 @@ func newReceiver(m *Member, mode Mode, buffers, bufSize int, epoch, target uint6
 	}
 	r.k = k
 	r.ctx, r.cancel = context.WithCancel(m.ctx)
-	fail := func(err error) (*receiver, error) {
-		r.close()
-		return nil, err
-	}
+	return r, nil
+}
+
+// prepare registers the receiver's buffers and posts its receives; on an
+// error the caller closes the receiver.
+func (r *receiver) prepare() error {
+	k, mode, buffers, bufSize := r.k, r.mode, r.ring.buffers, r.ring.bufSize
+	var err error
 	if mode == ModeWrite {
 		if r.ringMR, err = k.alloc(buffers*bufSize, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
-			return fail(err)
+			return err
 		}
 		r.ring.addr, r.ring.rkey = r.ringMR.Addr(), r.ringMR.RKey()
 		if r.ctrlMR, err = k.alloc(r.nrecv*ctrlSize, verbs.AccessLocalWrite); err != nil {
-			return fail(err)
+			return err
 		}
 		r.slot = ctrlSize
 	} else {
 		r.slot = dataLen + bufSize
 		if r.ctrlMR, err = k.alloc(r.nrecv*r.slot, verbs.AccessLocalWrite); err != nil {
-			return fail(err)
+			return err
 		}
 	}
 	if r.sendMR, err = k.alloc(sendSlots*ctrlSize, verbs.AccessLocalWrite); err != nil {
-		return fail(err)
+		return err
 	}
 	for i := range r.nrecv {
 		if err := r.postRecv(i); err != nil {
-			return fail(err)
+			return err
 		}
 	}
-	return r, nil
+	return nil
 }
 
 func (r *receiver) postRecv(i int) error {
@@ -150,6 +154,11 @@ func (r *receiver) run() (err error) {
 	last, _ := r.m.log.Last()
 	if err := r.post(helloSlot, putHello(r.sendSlot(helloSlot), r.epoch, r.m.log.First(), last, r.m.log.Durable(), r.m.log.history())); err != nil {
 		return fmt.Errorf("%w: %w", errPeerGone, err)
+	}
+	for _, wc := range r.k.takeStash() {
+		if err := r.handle(wc); err != nil {
+			return err
+		}
 	}
 	for {
 		if err := r.m.log.Err(); err != nil {

@@ -60,6 +60,38 @@
 // are posted before connections are accepted or dialled, and credits
 // bound every stream of messages, as iWARP (which has no RNR retry)
 // requires.
+//
+// # Members, clients and trust
+//
+// The members are the addresses of Config.Members, and every member
+// holds the same secret (Config.Secret; goverbs log reads it from
+// --secret-file). When one member connects to another — to replicate,
+// to fetch, to fence — each proves to the other that it holds the
+// secret, by an HMAC-SHA256 challenge and response over fresh random
+// nonces from both ends and the connection's kind, epoch and members, so
+// that a response made for one connection proves nothing on another.
+// Until the dialer has proved itself, the member it reached tells it
+// nothing (no member id, epoch or log length), promises no epoch, steps
+// down from no role and registers no ring for it; a peer that fails, or
+// says nothing for a second, is disconnected, and at most 8 such peers
+// are heard at once (more are refused until one is done). A dialer
+// likewise sends nothing of its own — its proof, its ring — to a peer
+// that has not proved itself, and counts no promise of it toward a
+// majority.
+//
+// The handshake proves who is at each end of a connection when it is
+// made; the messages that follow are not signed. On a network where an
+// attacker can inject into an established connection (tcp0 without a
+// protected network), the log is no safer than that network.
+//
+// Clients hold no secret. Anyone who can reach the primary may append
+// records (MaxClients of them at once), and learns what its appends
+// need: the primary's limits (request size, MaxRecord, depth), the
+// sequence numbers of its own records (and so how long the log is), and
+// whether the member it reached is the primary. It learns no cluster id,
+// member id or epoch, and cannot fence, replicate or fetch. Reading the
+// log is done from a member's data directory (ScanDir, goverbs log
+// tail), not over the network.
 package rlog
 
 import (
@@ -101,6 +133,10 @@ var (
 	ErrProtocol = errors.New("rlog: protocol violation")
 	// ErrCluster: the peer is configured with other members.
 	ErrCluster = errors.New("rlog: the peer belongs to another cluster (its member list differs)")
+	// ErrAuth: a peer did not prove that it is a member of the log (it
+	// does not hold Config.Secret); check that every member is given the
+	// same secret.
+	ErrAuth = errors.New("rlog: the peer did not prove that it is a member (check that every member has the same secret)")
 	// ErrClosed: the member or client is closed.
 	ErrClosed = errors.New("rlog: closed")
 )
@@ -143,6 +179,12 @@ type Config struct {
 	Listen string
 	// Members are the addresses of every member, this one included.
 	Members []string
+	// Secret is the cluster's secret, the same on every member and at
+	// least MinSecret bytes (draw it from a random source). A member
+	// proves with it that it belongs, and checks that its peers do:
+	// replication, fetches and fences come only from and go only to
+	// members that hold it. Clients need none (see Dial).
+	Secret []byte
 	// Primary starts the member as the primary: it first promotes itself
 	// (see the package documentation), which needs a majority of members.
 	Primary bool
@@ -203,6 +245,8 @@ type hooks struct {
 	// returns true, the sender flips a byte of the batch's first frame
 	// before pushing it.
 	corrupt func(first uint64) bool
+	// authTimeout, if not zero, replaces authTimeout.
+	authTimeout time.Duration
 }
 
 const (
@@ -218,6 +262,9 @@ func (c *Config) defaults() error {
 	}
 	if len(c.Members) == 0 {
 		return errors.New("rlog: Config.Members is empty")
+	}
+	if len(c.Secret) < MinSecret {
+		return fmt.Errorf("rlog: Config.Secret has %d bytes: give every member the same secret of at least %d random bytes", len(c.Secret), MinSecret)
 	}
 	if !slices.Contains(c.Members, c.Listen) {
 		return fmt.Errorf("rlog: the member's address %q is not one of Members %q", c.Listen, c.Members)

@@ -83,7 +83,7 @@ func (l *testLogf) has(sub string) bool {
 // smallConfig is a configuration with small buffers, so that batches,
 // chunks and segments turn over quickly.
 func smallConfig() Config {
-	return Config{BufferSize: 16 << 10, MaxRecord: 1024, CacheBuffers: 4, SegmentBytes: 32 << 10, ClientDepth: 8,
+	return Config{Secret: testSecret, BufferSize: 16 << 10, MaxRecord: 1024, CacheBuffers: 4, SegmentBytes: 32 << 10, ClientDepth: 8,
 		DialTimeout: 2 * time.Second, PromoteTimeout: 10 * time.Second}
 }
 
@@ -252,3 +252,6 @@ func TestBasic(t *testing.T) {
 		}
 	}
 }
+
+// testSecret is the cluster secret of the tests' members.
+var testSecret = []byte("the rlog tests' cluster secret, 41 bytes")

@@ -173,6 +173,11 @@ func (s *sender) run() (err error) {
 			s.postCtrl(errSlot, putError(s.hdr(errSlot), errorCode(err), err.Error()))
 		}
 	}()
+	for _, wc := range s.k.takeStash() {
+		if err := s.handle(wc); err != nil {
+			return err
+		}
+	}
 	for {
 		if err := s.pump(); err != nil {
 			return err

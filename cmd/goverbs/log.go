@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -31,9 +33,9 @@ with sequence numbers and CRC-32C, control (buffer flips, acknowledgements,
 epochs) over send/recv, and an append acknowledged once a majority holds
 it durably.
 
-  goverbs log serve   --data DIR --listen ADDR --members A,B,C [--primary]
+  goverbs log serve   --data DIR --listen ADDR --members A,B,C --secret-file F [--primary]
                       run a member; with --primary, promote it and serve as primary
-  goverbs log promote --data DIR --listen ADDR --members A,B,C
+  goverbs log promote --data DIR --listen ADDR --members A,B,C --secret-file F
                       promote a stopped member (fence a majority, catch up) and exit
   goverbs log append  --addr A,B,C [RECORD...]
                       append records (the arguments, or the lines of stdin)
@@ -43,7 +45,13 @@ it durably.
                       throughput of send/recv only against RDMA Write + send/recv
 
 Addresses: shm://@name or shm:///path.sock (same host), tcp://host:port
-(iWARP), loop://name (in process).`
+(iWARP), loop://name (in process).
+
+Members prove to each other that they belong with a shared secret: give
+every member the same file (at least 16 bytes; for example
+head -c 32 /dev/urandom > secret), readable by its owner only. A peer
+without it cannot replicate to a member, fence it or fetch from it.
+Clients need no secret: they append through the primary.`
 
 func runLog(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
@@ -110,10 +118,11 @@ func parseLogSize(v string) (int, error) {
 
 // memberFlags defines the flags that configure a member.
 // It returns where the segment size lands.
-func memberFlags(fs *flagSet, cfg *rlog.Config, members, mode *string, verbose *bool) *int {
+func memberFlags(fs *flagSet, cfg *rlog.Config, members, mode, secretFile *string, verbose *bool) *int {
 	fs.String(&cfg.Dir, "data", "D", "", "the member's data directory (segment files and state)")
 	fs.String(&cfg.Listen, "listen", "l", "", "the member's address, one of --members")
 	fs.String(members, "members", "m", "", "every member's address, comma-separated, this one included")
+	fs.String(secretFile, "secret-file", "", "", "file holding the cluster's secret, the same on every member (at least 16 bytes; readable by its owner only)")
 	fs.String(mode, "mode", "", "write", "how the primary moves records to replicas: write (RDMA Write, control by send/recv) or send (send/recv only)")
 	fs.IntVar(&cfg.Quorum, "quorum", 0, "members that must hold a record durably before it is acknowledged (default: a majority)")
 	fs.alias("quorum", "")
@@ -137,19 +146,23 @@ func memberFlags(fs *flagSet, cfg *rlog.Config, members, mode *string, verbose *
 }
 
 // finishMember completes a Config from the parsed flags.
-func finishMember(fs *flagSet, e *env, cfg *rlog.Config, seg *int, members, mode string, verbose bool) error {
+func finishMember(fs *flagSet, e *env, cfg *rlog.Config, seg *int, members, mode, secretFile string, verbose bool) error {
 	if fs.NArg() > 0 {
 		return usageError("unexpected arguments %q", fs.Args())
 	}
-	if cfg.Dir == "" || cfg.Listen == "" || members == "" {
-		return usageError("--data, --listen and --members are required")
+	if cfg.Dir == "" || cfg.Listen == "" || members == "" || secretFile == "" {
+		return usageError("--data, --listen, --members and --secret-file are required")
 	}
+	secret, err := readSecret(secretFile)
+	if err != nil {
+		return err
+	}
+	cfg.Secret = secret
 	for _, a := range strings.Split(members, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			cfg.Members = append(cfg.Members, a)
 		}
 	}
-	var err error
 	if cfg.Mode, err = rlog.ParseMode(mode); err != nil {
 		return usageError("%v", err)
 	}
@@ -163,6 +176,38 @@ func finishMember(fs *flagSet, e *env, cfg *rlog.Config, seg *int, members, mode
 		}
 	}
 	return nil
+}
+
+// readSecret reads a cluster secret from path: the file's bytes, without
+// a trailing newline. A file that others than its owner may read or
+// write is refused, as is one shorter than rlog.MinSecret.
+func readSecret(path string) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("--secret-file: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("--secret-file %s is accessible to others (mode %v): chmod 600 it", path, fi.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--secret-file: %w", err)
+	}
+	b = bytes.TrimRight(b, "\r\n")
+	if len(b) < rlog.MinSecret {
+		return nil, fmt.Errorf("--secret-file %s holds %d bytes: a secret has at least %d (head -c 32 /dev/urandom > %s)", path, len(b), rlog.MinSecret, path)
+	}
+	return b, nil
+}
+
+// writeSecret writes a fresh random secret to path, readable by its
+// owner only.
+func writeSecret(path string) error {
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return err
+	}
+	return os.WriteFile(path, secret, 0o600)
 }
 
 func runLogServe(ctx context.Context, e *env, args []string, promoteOnly bool) error {
@@ -179,17 +224,17 @@ Then run "goverbs log serve --primary" on the same data directory (which
 promotes again, quickly, and serves).`
 	}
 	var cfg rlog.Config
-	var members, mode string
+	var members, mode, secretFile string
 	var verbose bool
 	fs := newFlagSet(name, synopsis, doc, e)
-	seg := memberFlags(fs, &cfg, &members, &mode, &verbose)
+	seg := memberFlags(fs, &cfg, &members, &mode, &secretFile, &verbose)
 	if !promoteOnly {
 		fs.Bool(&cfg.Primary, "primary", "p", "serve as the primary (promote this member first)")
 	}
 	if err := fs.parse(args); err != nil {
 		return err
 	}
-	if err := finishMember(fs, e, &cfg, seg, members, mode, verbose); err != nil {
+	if err := finishMember(fs, e, &cfg, seg, members, mode, secretFile, verbose); err != nil {
 		return err
 	}
 	if promoteOnly {
@@ -478,6 +523,13 @@ func runLogBenchOnce(ctx context.Context, e *env, b logBenchRun) (float64, error
 	}
 	maxRecord := max(b.size, 4096)
 	bufSize := max(1<<20, 2*(maxRecord+64))
+	secretFile := filepath.Join(b.dir, "secret")
+	if err := os.MkdirAll(b.dir, 0o700); err != nil {
+		return 0, err
+	}
+	if err := writeSecret(secretFile); err != nil {
+		return 0, err
+	}
 	var procs []*exec.Cmd
 	defer func() {
 		for _, p := range procs {
@@ -487,7 +539,7 @@ func runLogBenchOnce(ctx context.Context, e *env, b logBenchRun) (float64, error
 	}()
 	for _, i := range []int{1, 2, 0} {
 		a := []string{"log", "serve", "--data", filepath.Join(b.dir, fmt.Sprint(i)), "--listen", addrs[i],
-			"--members", strings.Join(addrs, ","), "--mode", mode, "--max-batch", batch,
+			"--members", strings.Join(addrs, ","), "--secret-file", secretFile, "--mode", mode, "--max-batch", batch,
 			"--max-record", fmt.Sprint(maxRecord), "--buffer-size", fmt.Sprint(bufSize)}
 		if b.noSync {
 			a = append(a, "--no-sync")
