@@ -67,8 +67,8 @@ func segmentOf(t testing.TB, ctx *devCtx, key uint32) uint32 {
 	t.Helper()
 	ctx.mu.RLock()
 	defer ctx.mu.RUnlock()
-	m := ctx.mrs[key>>8].Load()
-	if m == nil || m.key != key || m.si == nil {
+	m := ctx.lookupMR(key)
+	if m == nil || m.si == nil {
 		t.Fatalf("key %#x names no region in shared memory", key)
 	}
 	for id, si := range ctx.segs {

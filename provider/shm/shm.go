@@ -64,7 +64,6 @@
 package shm
 
 import (
-	"crypto/rand"
 	"fmt"
 	"os"
 	"sync"
@@ -73,6 +72,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goverbs/goverbs/internal/keytab"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -84,7 +84,7 @@ const DeviceName = "shm0"
 const maxSGE = 16
 
 // maxKeys is the capacity of a context's key table.
-const maxKeys = 1 << 16
+const maxKeys = keytab.Size
 
 func init() {
 	verbs.Register("shm", &provider{})
@@ -100,7 +100,7 @@ var deviceAttr = driver.DeviceAttr{
 	MaxSGE:          maxSGE,
 	MaxCQ:           1 << 12,
 	MaxCQE:          1 << 20,
-	MaxMR:           maxKeys - 1,
+	MaxMR:           maxKeys,
 	MaxPD:           1 << 12,
 	MaxQPRdAtom:     16,
 	MaxQPInitRdAtom: 16,
@@ -140,9 +140,7 @@ func (*provider) Open(name string) (driver.Context, error) {
 		keySeg:     keys,
 		keysRO:     keysRO,
 		keys:       viewKeyTable(keys.mem, maxKeys),
-		mrs:        make([]atomic.Pointer[mr], maxKeys),
 		segs:       map[uint32]*segInfo{},
-		nextKey:    1,
 		pid:        os.Getpid(),
 	}
 	return c, nil
@@ -153,19 +151,17 @@ type devCtx struct {
 	pid               int
 	driver.EventQueue // Events, and Event to deliver one
 
-	mu      sync.RWMutex // guards what follows; readers: key lookups on the data path
-	keySeg  *segment
-	keysRO  int // a read-only descriptor of keySeg's memfd, for peers
-	keys    *keyTable
-	mrs     []atomic.Pointer[mr] // by key index; written under mu, read without it
-	nextKey uint32
-	nmr     int
-	pds     int
-	nextPD  uint32
-	cqs     map[*cq]bool
-	qps     map[*qp]bool
-	srqs    map[*srq]bool
-	closed  bool
+	mu     sync.RWMutex // guards what follows; readers: key lookups on the data path
+	keySeg *segment
+	keysRO int // a read-only descriptor of keySeg's memfd, for peers
+	keys   *keyTable
+	mrs    keytab.Table[*mr] // written under mu, read without it
+	pds    int
+	nextPD uint32
+	cqs    map[*cq]bool
+	qps    map[*qp]bool
+	srqs   map[*srq]bool
+	closed bool
 
 	// segMu guards the AllocMR segments, which peers ask for by id; it is
 	// taken alone, or after mu.
@@ -340,12 +336,11 @@ func (c *devCtx) Close() error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i := range c.mrs {
-		if c.mrs[i].Load() != nil {
-			c.keys.revoke(uint32(i))
-			c.mrs[i].Store(nil)
-		}
-	}
+	c.mrs.Range(func(key uint32, _ *mr) bool {
+		c.keys.revoke(keytab.Index(key))
+		c.mrs.Remove(key)
+		return true
+	})
 	c.segMu.Lock()
 	for id, s := range c.segs {
 		s.seg.close()
@@ -374,8 +369,8 @@ func (p *pd) Dealloc() error {
 	return nil
 }
 
-// mr is a registered region; its key is both lkey and rkey: the index in
-// the key table in the high 24 bits, a random tag in the low 8.
+// mr is a registered region; its key is both lkey and rkey, made by the
+// context's key table (internal/keytab): a slot index and 24 random bits.
 type mr struct {
 	ctx    *devCtx
 	pd     *pd
@@ -444,20 +439,14 @@ func (p *pd) RegMR(buf []byte, access driver.AccessFlags) (driver.MR, error) {
 
 func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID uint32, segOff uint64) (*mr, error) {
 	c := p.ctx
-	if c.nmr >= deviceAttr.MaxMR {
-		return nil, driver.ErrNoResources
+	var m *mr
+	_, err := c.mrs.Insert(func(key uint32) *mr {
+		m = &mr{ctx: c, pd: p, key: key, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access}
+		return m
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", driver.ErrNoResources, err)
 	}
-	idx := c.nextKey
-	for c.mrs[idx].Load() != nil || idx == 0 {
-		idx = (idx + 1) % maxKeys
-	}
-	c.nextKey = (idx + 1) % maxKeys
-	var tag [1]byte
-	rand.Read(tag[:])
-	m := &mr{ctx: c, pd: p, key: idx<<8 | uint32(tag[0]), buf: buf,
-		addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access}
-	c.mrs[idx].Store(m)
-	c.nmr++
 	if kind == kindSegment {
 		c.segMu.Lock()
 		if si := c.segs[segID]; si != nil {
@@ -470,7 +459,7 @@ func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID u
 		}
 		c.segMu.Unlock()
 	}
-	c.keys.publish(idx, keyInfo{key: m.key, access: access, kind: kind, segID: segID, segOff: segOff, addr: m.addr, length: uint64(len(buf)), pd: p.id})
+	c.keys.publish(keytab.Index(m.key), keyInfo{key: m.key, access: access, kind: kind, segID: segID, segOff: segOff, addr: m.addr, length: uint64(len(buf)), pd: p.id})
 	return m, nil
 }
 
@@ -499,14 +488,12 @@ func (m *mr) Access() driver.AccessFlags { return m.access }
 func (m *mr) Dereg() error {
 	c := m.ctx
 	c.mu.Lock()
-	idx := m.key >> 8
-	if c.mrs[idx].Load() != m {
+	if cur, _ := c.mrs.Lookup(m.key); cur != m {
 		c.mu.Unlock()
 		return driver.ErrClosed
 	}
-	c.keys.revoke(idx)
-	c.mrs[idx].Store(nil)
-	c.nmr--
+	c.keys.revoke(keytab.Index(m.key))
+	c.mrs.Remove(m.key)
 	var dead *segment
 	if si := m.si; si != nil {
 		// The segment lives while any region lies in it: AllocMR memory
@@ -562,8 +549,8 @@ func (m *mr) Dereg() error {
 // with the peer whose Send will fill them.
 func (c *devCtx) exposeForRecv(sg []driver.SGE) {
 	for i := range sg {
-		m := c.mrs[(sg[i].LKey>>8)%maxKeys].Load()
-		if m == nil || m.key != sg[i].LKey || m.recvPosted.Load() {
+		m, _ := c.mrs.Lookup(sg[i].LKey)
+		if m == nil || m.recvPosted.Load() {
 			continue // the region's first receive has been seen to
 		}
 		m.recvPosted.Store(true)
@@ -576,7 +563,7 @@ func (c *devCtx) exposeForRecv(sg []driver.SGE) {
 		// descriptor, whose number another file may take. Nor is a
 		// region counted that its Dereg has taken out of the table
 		// (before it takes segMu), which would not uncount it.
-		if c.segs[m.segID] == m.si && c.mrs[(m.key>>8)%maxKeys].Load() == m {
+		if c.segs[m.segID] == m.si && c.lookupMR(m.key) == m {
 			newPD := m.si.count(m)
 			c.announceSegment(m.segID, m.si, !m.si.recv.Swap(true), newPD, m.pd) // the first receive: now writable
 		}
@@ -588,8 +575,8 @@ func (c *devCtx) exposeForRecv(sg []driver.SGE) {
 // belongs to p, grants need and contains the range. It takes no lock:
 // callers hold their QP's lock, which Dereg waits for before it unmaps.
 func (c *devCtx) span(key uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, bool) {
-	m := c.mrs[(key>>8)%maxKeys].Load()
-	if m == nil || m.key != key || m.pd != p || m.access&need != need {
+	m, _ := c.mrs.Lookup(key)
+	if m == nil || m.pd != p || m.access&need != need {
 		return nil, false
 	}
 	// An addr below the region's wraps off past its end. (Kept small
@@ -599,4 +586,10 @@ func (c *devCtx) span(key uint32, p *pd, addr, n uint64, need driver.AccessFlags
 		return nil, false
 	}
 	return m.buf[off : off+n], true
+}
+
+// lookupMR returns the region of key, or nil. It takes no lock.
+func (c *devCtx) lookupMR(key uint32) *mr {
+	m, _ := c.mrs.Lookup(key)
+	return m
 }
