@@ -274,7 +274,7 @@ func (s *Server) accept(req *cm.Request) error {
 		s.release(sc)
 		return err
 	}
-	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessLocalWrite}, verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessLocalWrite | verbs.AccessRemoteRead}, verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 		return fail(err)
 	}
 	for i := range s.cfg.RecvDepth {

@@ -58,6 +58,7 @@ var suite = []testCase{
 	{"Protection/NoRemoteWrite", testNoRemoteWrite},
 	{"Protection/NoRemoteRead", testNoRemoteRead},
 	{"Protection/NoRemoteAtomic", testNoRemoteAtomic},
+	{"Protection/QPAccessKept", testQPAccessKept},
 
 	{"Lifecycle/StateMachine", testStateMachine},
 	{"Lifecycle/IllegalTransitions", testIllegalTransitions},
