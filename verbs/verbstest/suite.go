@@ -60,6 +60,15 @@ var suite = []testCase{
 	{"Protection/NoRemoteAtomic", testNoRemoteAtomic},
 	{"Protection/QPAccessKept", testQPAccessKept},
 
+	{"Hostile/ForgedKey", testHostileForgedKey},
+	{"Hostile/GuessedKeys", testHostileGuessedKeys},
+	{"Hostile/StaleKey", testHostileStaleKey},
+	{"Hostile/OutOfBounds", testHostileOutOfBounds},
+	{"Hostile/Misaligned", testHostileMisaligned},
+	{"Hostile/MissingRights", testHostileMissingRights},
+	{"Hostile/AfterDisconnect", testHostileAfterDisconnect},
+	{"Hostile/SendTooLarge", testHostileSendTooLarge},
+
 	{"Lifecycle/StateMachine", testStateMachine},
 	{"Lifecycle/IllegalTransitions", testIllegalTransitions},
 	{"Lifecycle/MissingAttributes", testMissingAttributes},
