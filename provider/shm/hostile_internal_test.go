@@ -376,7 +376,7 @@ func scribbleRound(t *testing.T, seed uint64, mode int, opts verbstest.PairOptio
 		bq.mu.Unlock()
 		base.recvs = append(base.recvs, bc.peerBlock.mem) // the victim's
 		base.cqs = append(base.cqs, bc.cqSeg.mem)         // the victim's
-		base.keyMem = bctx.keySeg.mem
+		base.keyMem = bq.grantSeg.mem                     // the table the victim reads
 		base.segments = append(append(append([][]byte{}, base.recvs...), base.cqs...), base.keyMem)
 		bctx.mu.RLock()
 		bctx.mrs.Range(func(key uint32, _ *mr) bool {

@@ -145,7 +145,7 @@ func TestReadOnlyRegionMappedReadOnly(t *testing.T) {
 	}{
 		{"the read-only region's segment", roSeg.mem, "r--s", "/memfd:goverbs-mr"},
 		{"the writable region's segment", rwSeg.mem, "rw-s", "/memfd:goverbs-mr"},
-		{"the peer's key table", aq.conn.keySeg.mem, "r--s", "/memfd:goverbs-keys"},
+		{"the peer's grant table", aq.conn.keySeg.mem, "r--s", "/memfd:goverbs-grants"},
 	} {
 		m := mappingAt(t, c.mem)
 		if m.perms != c.perms || !strings.HasPrefix(m.path, c.name) {

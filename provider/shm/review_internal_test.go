@@ -58,7 +58,7 @@ func stallOnSegment(t *testing.T, p *verbstest.Pair, n int) (*conn, <-chan struc
 	bq := driverQP(p.B.(*verbstest.Local).QPs[0])
 	target := newRegion(t, p.B, 4096, driverRemoteAll)
 	local := newRegion(t, p.A, 4096, verbs.AccessLocalWrite)
-	bq.ctx.keys.publish(keytab.Index(target.RKey), keyInfo{key: target.RKey, access: driverRemoteAll, kind: kindSegment, segID: 777,
+	forgeGrant(bq, keyInfo{key: target.RKey, access: driverRemoteAll, kind: kindSegment, segID: 777,
 		addr: target.Addr, length: 4096, pd: bq.pd.id})
 	bq.ctx.segMu.Lock()
 	t.Cleanup(bq.ctx.segMu.Unlock)
@@ -93,7 +93,7 @@ func TestSendSurvivesRemappedSGE(t *testing.T) {
 	s1 := bctx.lookupMR(r1.LKey).segID
 	// The peer's key slot of r2 names a segment 777 not pushed yet, and
 	// its reader cannot answer the request for it (segMu).
-	bctx.keys.publish(keytab.Index(r2.LKey), keyInfo{key: r2.LKey, access: verbs.AccessLocalWrite, kind: kindSegment, segID: 777,
+	forgeGrant(bq, keyInfo{key: r2.LKey, access: verbs.AccessLocalWrite, kind: kindSegment, segID: 777,
 		addr: r2.Addr, length: 4096, pd: bq.pd.id})
 	bctx.segMu.Lock()
 	done := make(chan struct{})
@@ -490,4 +490,12 @@ func TestRepeatedSegmentKeepsMapping(t *testing.T) {
 	if same {
 		t.Fatal("the segment pushed with other rights was not mapped anew")
 	}
+}
+
+// forgeGrant writes k into the grant table q's peer reads, as a hostile
+// owner would.
+func forgeGrant(q *qp, k keyInfo) {
+	q.grantMu.Lock()
+	q.grants.publish(keytab.Index(k.key), k)
+	q.grantMu.Unlock()
 }

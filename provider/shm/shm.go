@@ -61,6 +61,42 @@
 // against a peer's mistakes; they do not stop a hostile process of the
 // same user, which could reopen a read-only memfd descriptor writable
 // through /proc/self/fd, or ptrace this process.
+//
+// # Trust
+//
+// A listener accepts only processes of its own user unless its
+// cm.ListenConfig names other users (TrustUIDs) or primary groups
+// (TrustGIDs); the kernel's SO_PEERCRED says who dials, and an untrusted
+// process is rejected before anything of its request is used. (Only the
+// listener checks: a dialler trusts the address it dials.)
+//
+// Keys are made by internal/keytab: 8 bits of slot, 24 random bits, so a
+// peer guessing a region's key must search 2^24 keys. Each QP hands its
+// peer a grant table of its own, read-only: the keys of the regions of
+// the QP's protection domain that peers may reach (remote rights, or a
+// receive posted in them), written before the key is returned by
+// registration or the receive is posted, and revoked by Dereg. The peer
+// never maps a table naming a local-only region, a region of another PD,
+// or a key of another connection. A key the peer's table lacks is asked
+// for over the control socket; a refused one counts against the peer's
+// user in the listener's guard (peerguard, ListenConfig.Strikes and
+// Backoff), which ends the connection and rejects that user's Dials for
+// a back-off period that doubles.
+//
+// What a hostile peer of a trusted user can still do: the unit of
+// isolation is the segment (one AllocMR) and the PD, not the region or
+// the key. A peer maps every segment holding a region of its QP's PD it
+// may reach, and can read (and, where any region on it grants remote
+// write or atomics or holds a posted receive, write) all of that segment
+// directly, with no key at all; regions of one PD registered inside one
+// AllocMR share that fate, and so do receive buffers of different peers
+// posted in one segment (an SRQ's buffers serve every peer of it). A
+// peer of the same user can moreover ptrace this process or write it
+// with process_vm_writev, which no provider can prevent; trust other
+// users (TrustUIDs) to keep that out. What it cannot do: reach a segment
+// with no region of its PD that peers may reach, learn the keys of other
+// PDs or of local-only regions, or make this process panic, hang or
+// touch memory outside the segments it was given.
 package shm
 
 import (
@@ -69,8 +105,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/internal/keytab"
 	"github.com/goverbs/goverbs/verbs"
@@ -128,17 +162,9 @@ func (*provider) Open(name string) (driver.Context, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Peers only read the key table: they get a read-only descriptor of
-	// it, so that not even a buggy peer can map it writable.
-	keysRO, err := keys.readOnlyFD()
-	if err != nil {
-		keys.close()
-		return nil, fmt.Errorf("open the key table read-only: %w", err)
-	}
 	c := &devCtx{
 		EventQueue: driver.NewEventQueue(),
 		keySeg:     keys,
-		keysRO:     keysRO,
 		keys:       viewKeyTable(keys.mem, maxKeys),
 		segs:       map[uint32]*segInfo{},
 		pid:        os.Getpid(),
@@ -153,8 +179,7 @@ type devCtx struct {
 
 	mu     sync.RWMutex // guards what follows; readers: key lookups on the data path
 	keySeg *segment
-	keysRO int // a read-only descriptor of keySeg's memfd, for peers
-	keys   *keyTable
+	keys   *keyTable         // every region, as serveKey grants it to peers; this process's alone
 	mrs    keytab.Table[*mr] // written under mu, read without it
 	pds    int
 	nextPD uint32
@@ -348,7 +373,6 @@ func (c *devCtx) Close() error {
 	}
 	c.segMu.Unlock()
 	c.keySeg.close()
-	unix.Close(c.keysRO)
 	return nil
 }
 
@@ -460,7 +484,39 @@ func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID u
 		c.segMu.Unlock()
 	}
 	c.keys.publish(keytab.Index(m.key), keyInfo{key: m.key, access: access, kind: kind, segID: segID, segOff: segOff, addr: m.addr, length: uint64(len(buf)), pd: p.id})
+	if m.reachable() {
+		c.grantAll(m)
+	}
 	return m, nil
+}
+
+// reachable reports whether peers may reach m: it has remote rights, or
+// a receive was posted in it.
+func (m *mr) reachable() bool {
+	return m.access&driver.RemoteAccess != 0 || m.recvPosted.Load()
+}
+
+// grantAll writes m's key into the grant table of every QP of its PD, so
+// that the peers' first access needs nothing from this process. devCtx.mu
+// is held (for reading, at least).
+func (c *devCtx) grantAll(m *mr) {
+	for q := range c.qps {
+		if q.pd == m.pd {
+			q.grantMu.Lock()
+			q.grantLocked(m.key)
+			q.grantMu.Unlock()
+		}
+	}
+}
+
+// grantLocked copies key's slot of the context's table into the QP's
+// grant table; false if the key is not registered. q.grantMu is held.
+func (q *qp) grantLocked(key uint32) bool {
+	k, ok := q.ctx.keys.lookup(key)
+	if ok {
+		q.grants.publish(keytab.Index(key), k)
+	}
+	return ok
 }
 
 func (m *mr) LKey() uint32               { return m.key }
@@ -494,6 +550,9 @@ func (m *mr) Dereg() error {
 	}
 	c.keys.revoke(keytab.Index(m.key))
 	c.mrs.Remove(m.key)
+	for q := range c.qps {
+		q.revokeGrant(m.key)
+	}
 	var dead *segment
 	if si := m.si; si != nil {
 		// The segment lives while any region lies in it: AllocMR memory
@@ -554,6 +613,13 @@ func (c *devCtx) exposeForRecv(sg []driver.SGE) {
 			continue // the region's first receive has been seen to
 		}
 		m.recvPosted.Store(true)
+		// Before the receive is published: the peer whose Send fills it
+		// finds its key granted.
+		c.mu.RLock()
+		if c.lookupMR(m.key) == m {
+			c.grantAll(m)
+		}
+		c.mu.RUnlock()
 		if m.si == nil {
 			continue
 		}
@@ -592,4 +658,15 @@ func (c *devCtx) span(key uint32, p *pd, addr, n uint64, need driver.AccessFlags
 func (c *devCtx) lookupMR(key uint32) *mr {
 	m, _ := c.mrs.Lookup(key)
 	return m
+}
+
+// revokeGrant takes key out of the QP's grant table, if its peer was
+// granted it. devCtx.mu is held.
+func (q *qp) revokeGrant(key uint32) {
+	q.grantMu.Lock()
+	defer q.grantMu.Unlock()
+	idx := keytab.Index(key)
+	if q.grants.slots[idx].key.Load() == key {
+		q.grants.revoke(idx)
+	}
 }
