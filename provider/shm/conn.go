@@ -447,7 +447,7 @@ func (c *conn) serveKey(key uint32) {
 	q, ctx := c.q, c.q.ctx
 	ctx.mu.RLock()
 	m := ctx.lookupMR(key)
-	ok := m != nil && m.pd == q.pd && m.reachable()
+	ok := m != nil && q.reaches(m)
 	if ok {
 		q.grantMu.Lock()
 		ok = q.grantConn == c && q.grantLocked(key)
@@ -520,9 +520,9 @@ func (c *conn) serveSegment(id uint32, write bool) {
 func (c *conn) pushSegmentLocked(id uint32, si *segInfo, wantWrite bool) {
 	fd, writable := -1, false
 	if si.inPD(c.q.pd) {
-		if ok, w := si.shareable(true); ok && w {
+		if ok, w := si.shareable(c.q, true); ok && w {
 			fd, writable = si.seg.fd, true
-		} else if ok, _ := si.shareable(false); ok && !wantWrite {
+		} else if ok, _ := si.shareable(c.q, false); ok && !wantWrite {
 			if ro, err := si.seg.readOnlyFD(); err == nil {
 				fd = ro
 				defer unix.Close(ro)
@@ -551,7 +551,7 @@ func (c *conn) pushShareable() {
 	ctx.segMu.Lock()
 	defer ctx.segMu.Unlock()
 	for id, si := range ctx.segs {
-		if ok, _ := si.shareable(false); ok && si.inPD(c.q.pd) {
+		if ok, _ := si.shareable(c.q, false); ok && si.inPD(c.q.pd) {
 			c.pushSegmentLocked(id, si, false)
 		}
 	}

@@ -42,8 +42,11 @@ type qp struct {
 	grantsRO  int
 	grantMu   sync.Mutex
 	grantConn *conn
-	rq        *recvRing // nil with an SRQ
-	rqN       int
+	// recvExposed: the regions receives of this QP's own queue were
+	// posted in (exposeForRecv).
+	recvExposed recvSet
+	rq          *recvRing // nil with an SRQ
+	rqN         int
 
 	// mu guards what follows. It is a spin lock, since PostSend takes
 	// it on every call: hold it only briefly. (A holder that blocks —
@@ -336,7 +339,7 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 		if driver.CheckRecvWR(&wrs[i], q.cap.MaxRecvSGE) != nil {
 			break
 		}
-		q.ctx.exposeForRecv(wrs[i].SGList)
+		q.ctx.exposeForRecv(wrs[i].SGList, &q.recvExposed)
 	}
 	q.rqMu.Lock()
 	// The state is read under rqMu: toErr publishes the error state
@@ -421,6 +424,7 @@ func (q *qp) Destroy() error {
 	q.rqMu.Lock()
 	q.rqMu.Unlock()
 	q.grantTo(nil)
+	q.ctx.forgetRecvs(&q.recvExposed)
 	q.block.close()
 	q.grantSeg.close()
 	unix.Close(q.grantsRO)
@@ -446,7 +450,7 @@ func (q *qp) grantTo(c *conn) {
 		return
 	}
 	q.ctx.mrs.Range(func(key uint32, m *mr) bool {
-		if m.pd == q.pd && m.reachable() {
+		if q.reaches(m) {
 			q.grantLocked(key)
 		}
 		return true

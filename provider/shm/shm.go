@@ -3,8 +3,9 @@
 //
 // Remotely accessible memory lives in shared memory. Each AllocMR is its
 // own memfd, sealed against resizing; its owner hands it to each peer of
-// the PDs with regions in it that peers reach (remote rights, or a receive
-// posted into it) when it becomes shareable (or when the
+// the PDs with regions in it that have remote rights, and to the peers of
+// the QPs whose receive queue (own or SRQ) had a receive posted into it,
+// when it becomes shareable (or when the
 // connection is made), so that even a first access needs nothing from the
 // target, and tells a PD's peers to unmap it once no region of that PD
 // that they reach lies in it (a hostile process may keep its mapping,
@@ -13,7 +14,7 @@
 // the peer must place a Send in it, so that the MMU, not only a check in
 // code, enforces the right. Regions without remote
 // access are never handed to a peer, except that a receive buffer's
-// memory is handed to the peer whose Send fills it. RegMR of a sub-range
+// memory is handed to the peers whose Sends may fill it. RegMR of a sub-range
 // of AllocMR memory shares that memfd; RegMR of ordinary Go memory is
 // reached by peers with process_vm_readv/writev (one copy, one system call
 // per access) and does not support remote atomics.
@@ -76,8 +77,9 @@
 // the QP's protection domain that peers may reach (remote rights, or a
 // receive posted in them), written before the key is returned by
 // registration or the receive is posted, and revoked by Dereg. The peer
-// never maps a table naming a local-only region, a region of another PD,
-// or a key of another connection. A key the peer's table lacks is asked
+// never maps a table naming a local-only region (other than its own
+// QP's receive buffers), a region of another PD, or a key of another
+// connection. A key the peer's table lacks is asked
 // for over the control socket; a refused one counts against the peer's
 // user in the listener's guard (peerguard, ListenConfig.Strikes and
 // Backoff), which ends the connection and rejects that user's Dials for
@@ -89,8 +91,10 @@
 // may reach, and can read (and, where any region on it grants remote
 // write or atomics or holds a posted receive, write) all of that segment
 // directly, with no key at all; regions of one PD registered inside one
-// AllocMR share that fate, and so do receive buffers of different peers
-// posted in one segment (an SRQ's buffers serve every peer of it). A
+// AllocMR share that fate. Receive buffers are handed only to the peers
+// of the receive queue they were posted to, so buffers of different
+// peers share a writable mapping only if the application posts them into
+// one AllocMR (or to one SRQ, whose buffers serve every peer of it). A
 // peer of the same user can moreover ptrace this process or write it
 // with process_vm_writev, which no provider can prevent; trust other
 // users (TrustUIDs) to keep that out. What it cannot do: reach a segment
@@ -222,7 +226,7 @@ func (c *devCtx) publishSegment(id uint32, si *segInfo, only *pd) {
 	c.connMu.Lock()
 	defer c.connMu.Unlock()
 	for cn := range c.conns {
-		if ok, _ := si.shareable(false); ok && si.inPD(cn.q.pd) && (only == nil || cn.q.pd == only) {
+		if ok, _ := si.shareable(cn.q, false); ok && si.inPD(cn.q.pd) && (only == nil || cn.q.pd == only) {
 			cn.pushSegmentLocked(id, si, false)
 		}
 	}
@@ -256,15 +260,30 @@ func (c *devCtx) withdrawSegment(id uint32, only *pd) {
 
 // segInfo is an AllocMR segment with what decides whether, and how, a
 // peer may map it: the union of the remote rights of the regions
-// registered on it, and whether a receive was ever posted into it (a
-// peer's Send must then write it).
+// registered on it, and the receive queues (a QP's, or an SRQ's) that had
+// receives posted into it (their peers' Sends must then write it).
 type segInfo struct {
 	seg    *segment
 	access driver.AccessFlags // guarded by devCtx.segMu
 	refs   int                // regions registered in it; guarded by devCtx.segMu
 	pds    map[*pd]int        // of those, per PD, the ones peers reach (see count); guarded by devCtx.segMu
-	recv   atomic.Bool
+	recvBy map[*recvSet]bool  // guarded by devCtx.segMu
 }
+
+// recvSet records the regions a receive queue (a QP's own, or an SRQ)
+// had receives posted into: by key slot, the region's key. Only the peers
+// of the QPs drawing from that queue may write those regions' segments
+// for a Send; the peers of other QPs are not handed them on that account,
+// so that receive buffers of different peers never share a writable
+// mapping unless the application posts them into one segment.
+type recvSet [maxKeys]atomic.Uint32
+
+// has reports whether a receive was posted into the region of key.
+func (rs *recvSet) has(key uint32) bool { return rs[keytab.Index(key)].Load() == key }
+
+// recvFor reports whether q's receive queue had receives posted into the
+// segment. devCtx.segMu is held.
+func (si *segInfo) recvFor(q *qp) bool { return si.recvBy[q.recvSet()] }
 
 // inPD reports whether a region of p that peers reach lies in the
 // segment: only the peers of p's QPs, whose keys must name regions of p,
@@ -300,11 +319,12 @@ func (si *segInfo) uncount(m *mr) bool {
 	return true
 }
 
-// shareable says whether a peer may map the segment, and whether
-// writable: only segments with remote rights or receive buffers are ever
-// handed out, and writable only for remote write, atomics or receives.
-func (si *segInfo) shareable(write bool) (ok, writable bool) {
-	recv := si.recv.Load()
+// shareable says whether the peer of q may map the segment, and whether
+// writable: only segments with remote rights or receive buffers of q's
+// receive queue are ever handed out, and writable only for remote write,
+// atomics or those receives. devCtx.segMu is held.
+func (si *segInfo) shareable(q *qp, write bool) (ok, writable bool) {
+	recv := si.recvFor(q)
 	if write {
 		w := recv || si.access&(driver.AccessRemoteWrite|driver.AccessRemoteAtomic) != 0
 		return w, w
@@ -484,21 +504,39 @@ func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID u
 		c.segMu.Unlock()
 	}
 	c.keys.publish(keytab.Index(m.key), keyInfo{key: m.key, access: access, kind: kind, segID: segID, segOff: segOff, addr: m.addr, length: uint64(len(buf)), pd: p.id})
-	if m.reachable() {
+	if access&driver.RemoteAccess != 0 {
 		c.grantAll(m)
 	}
 	return m, nil
 }
 
-// reachable reports whether peers may reach m: it has remote rights, or
-// a receive was posted in it.
-func (m *mr) reachable() bool {
-	return m.access&driver.RemoteAccess != 0 || m.recvPosted.Load()
+// reaches reports whether q's peer may reach m: it is a region of q's PD
+// with remote rights, or one a receive of q's receive queue was posted
+// in.
+func (q *qp) reaches(m *mr) bool {
+	return m.pd == q.pd && (m.access&driver.RemoteAccess != 0 || q.recvSet().has(m.key))
 }
 
-// grantAll writes m's key into the grant table of every QP of its PD, so
-// that the peers' first access needs nothing from this process. devCtx.mu
-// is held (for reading, at least).
+// recvSet is the set of q's receive queue: its SRQ's, or its own.
+func (q *qp) recvSet() *recvSet {
+	if q.srq != nil {
+		return &q.srq.recvExposed
+	}
+	return &q.recvExposed
+}
+
+// forgetRecvs takes a destroyed receive queue's set out of every segment.
+func (c *devCtx) forgetRecvs(rs *recvSet) {
+	c.segMu.Lock()
+	defer c.segMu.Unlock()
+	for _, si := range c.segs {
+		delete(si.recvBy, rs)
+	}
+}
+
+// grantAll writes m's key, a region with remote rights, into the grant
+// table of every QP of its PD, so that the peers' first access needs
+// nothing from this process. devCtx.mu is held (for reading, at least).
 func (c *devCtx) grantAll(m *mr) {
 	for q := range c.qps {
 		if q.pd == m.pd {
@@ -604,20 +642,31 @@ func (m *mr) Dereg() error {
 	return nil
 }
 
-// exposeForRecv marks the segments of a receive's buffers as shareable
-// with the peer whose Send will fill them.
-func (c *devCtx) exposeForRecv(sg []driver.SGE) {
+// exposeForRecv marks the segments of a receive's buffers, posted to the
+// receive queue whose set is rs, as shareable with the peers whose Sends
+// fill that queue, and grants them the buffers' keys.
+func (c *devCtx) exposeForRecv(sg []driver.SGE, rs *recvSet) {
 	for i := range sg {
+		if rs.has(sg[i].LKey) {
+			continue // the region's first receive on this queue has been seen to
+		}
 		m, _ := c.mrs.Lookup(sg[i].LKey)
-		if m == nil || m.recvPosted.Load() {
-			continue // the region's first receive has been seen to
+		if m == nil {
+			continue
 		}
 		m.recvPosted.Store(true)
 		// Before the receive is published: the peer whose Send fills it
 		// finds its key granted.
 		c.mu.RLock()
 		if c.lookupMR(m.key) == m {
-			c.grantAll(m)
+			rs[keytab.Index(m.key)].Store(m.key)
+			for q := range c.qps {
+				if q.pd == m.pd && q.recvSet() == rs {
+					q.grantMu.Lock()
+					q.grantLocked(m.key)
+					q.grantMu.Unlock()
+				}
+			}
 		}
 		c.mu.RUnlock()
 		if m.si == nil {
@@ -631,7 +680,14 @@ func (c *devCtx) exposeForRecv(sg []driver.SGE) {
 		// (before it takes segMu), which would not uncount it.
 		if c.segs[m.segID] == m.si && c.lookupMR(m.key) == m {
 			newPD := m.si.count(m)
-			c.announceSegment(m.segID, m.si, !m.si.recv.Swap(true), newPD, m.pd) // the first receive: now writable
+			first := !m.si.recvBy[rs]
+			if first {
+				if m.si.recvBy == nil {
+					m.si.recvBy = map[*recvSet]bool{}
+				}
+				m.si.recvBy[rs] = true
+			}
+			c.announceSegment(m.segID, m.si, first, newPD, m.pd) // the queue's first receive: now writable for its peers
 		}
 		c.segMu.Unlock()
 	}

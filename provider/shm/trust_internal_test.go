@@ -397,3 +397,56 @@ func TestGuessRate(t *testing.T) {
 		})
 	}
 }
+
+// TestReceiveBuffersOfOnePeerOnly: B posts the receives of its two QPs
+// into two segments of one PD that grant no remote right. Each peer is
+// handed, and can get, only the segment of its own QP's receives: asked
+// for the other one, writable or not, B refuses, and the other's key is
+// not in its grant table.
+func TestReceiveBuffersOfOnePeerOnly(t *testing.T) {
+	p := localHarness().NewPair(t, verbstest.PairOptions{QPs: 2})
+	b := p.B.(*verbstest.Local)
+	var bufs [2]verbstest.Region
+	var segIDs [2]uint32
+	bctx := driverQP(b.QPs[0]).ctx
+	for i := range bufs {
+		mr, err := b.PD.AllocMR(256, verbs.AccessLocalWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mr.Dereg()
+		bufs[i] = verbstest.Region{Addr: mr.Addr(), Len: 256, LKey: mr.LKey(), RKey: mr.RKey()}
+		segIDs[i] = segmentOf(t, bctx, mr.LKey())
+		postRecv(t, p.B, i, verbs.RecvWR{WRID: uint64(i), SGList: []verbs.SGE{bufs[i].SGE(0, 256)}})
+	}
+	src := newRegion(t, p.A, 64, verbs.AccessLocalWrite)
+	for i := range bufs {
+		postSend(t, p.A, i, send(uint64(10+i), src.SGE(0, 64)))
+	}
+	waitWCs(t, p.A, verbstest.SendCQ, 2)
+	for i := range 2 {
+		other := 1 - i
+		aq := driverQP(p.A.QPs[i])
+		c := connOf(aq)
+		aq.mu.Lock()
+		c.absorb()
+		_, mine := c.segs[segIDs[i]]
+		_, theirs := c.segs[segIDs[other]]
+		aq.mu.Unlock()
+		if !mine || theirs {
+			t.Fatalf("peer %d maps its own receive segment: %v, the other peer's: %v", i, mine, theirs)
+		}
+		for _, write := range []bool{true, false} {
+			aq.mu.Lock()
+			_, got := c.segment(segIDs[other], write)
+			c.segWaitUntil = time.Time{}
+			aq.mu.Unlock()
+			if got {
+				t.Fatalf("peer %d was handed the other peer's receive segment (writable: %v)", i, write)
+			}
+		}
+		if keysIn(c.keySeg.mem)[bufs[other].LKey] {
+			t.Fatalf("peer %d's grant table names the other peer's receive buffer", i)
+		}
+	}
+}
