@@ -86,9 +86,8 @@ func (*provider) ListenConfig(addr string, cfg driver.ListenConfig) (driver.List
 // concurrently (acceptq). A connection from an address its guard refuses
 // is closed before anything is read from it.
 type listener struct {
-	l     *net.TCPListener
-	q     *acceptq.Queue[*net.TCPConn, *request]
-	guard *peerguard.Guard
+	l *net.TCPListener
+	q *acceptq.Queue[*net.TCPConn, *request]
 }
 
 func newListener(l *net.TCPListener, g *peerguard.Guard) *listener {
@@ -104,7 +103,7 @@ func newListener(l *net.TCPListener, g *peerguard.Guard) *listener {
 		}
 		return r, ok
 	}
-	return &listener{l: l, guard: g, q: acceptq.New(l.AcceptTCP, l.Close, shake, func(r *request) { r.nc.Close() })}
+	return &listener{l: l, q: acceptq.New(l.AcceptTCP, l.Close, shake, func(r *request) { r.nc.Close() })}
 }
 
 // peerIP is the remote IP address of nc, the identity the guard counts

@@ -108,6 +108,17 @@
 // input and for room, armed only when the receive goroutine or the
 // transmitter is about to wait, so that while an application polls, the
 // segments that arrive wake no thread.
+//
+// Trust: every tagged access is checked against the STag's region (PD,
+// bounds, rights of the region and of the QP) before a byte moves; STags
+// come from internal/keytab (8 bits of slot, 24 random bits per
+// registration), so a peer must search 2^24 STags per region. A failed
+// check ends the connection with a Terminate and counts against the
+// peer's IP address in the guard of the listener that accepted it, which
+// refuses that address for a back-off period once it has failed
+// cm.ListenConfig.Strikes times (defaults: 4 strikes, 1 s doubling up to
+// 1 h). Dialled connections are not guarded. The traffic itself is plain
+// TCP: anyone on the path reads the data and the STags.
 package iwarp
 
 import (
