@@ -182,13 +182,28 @@ type Listener struct {
 	addr string
 }
 
-// Listen starts listening on addr (rdma_listen).
-func Listen(addr string) (*Listener, error) {
+// ListenConfig configures a listener: the back-off of peers that fail
+// remote accesses, and, on shm0, the users and groups it trusts besides
+// its own. The zero value is the default of every field.
+type ListenConfig = driver.ListenConfig
+
+// Listen starts listening on addr (rdma_listen), with the default
+// ListenConfig.
+func Listen(addr string) (*Listener, error) { return ListenWith(addr, ListenConfig{}) }
+
+// ListenWith starts listening on addr with cfg. A provider that has
+// nothing to configure ignores cfg.
+func ListenWith(addr string, cfg ListenConfig) (*Listener, error) {
 	m, rest, err := resolve(addr)
 	if err != nil {
 		return nil, err
 	}
-	l, err := m.Listen(rest)
+	var l driver.Listener
+	if cl, ok := m.(driver.ConfigListener); ok {
+		l, err = cl.ListenConfig(rest, cfg)
+	} else {
+		l, err = m.Listen(rest)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cm: listen %s: %w", addr, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/internal/acceptq"
+	"github.com/goverbs/goverbs/internal/peerguard"
 	"github.com/goverbs/goverbs/provider/iwarp/wire"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -61,7 +62,15 @@ func (*provider) Schemes() []string { return []string{"tcp"} }
 
 func (*provider) MaxPrivateData() int { return maxPrivateData }
 
-func (*provider) Listen(addr string) (driver.Listener, error) {
+func (p *provider) Listen(addr string) (driver.Listener, error) {
+	return p.ListenConfig(addr, driver.ListenConfig{})
+}
+
+// ListenConfig implements driver.ConfigListener: the listener refuses,
+// for a growing back-off period, the IP addresses whose connections
+// failed too many remote accesses (cfg.Strikes, cfg.Backoff,
+// cfg.MaxBackoff; see peerguard for the defaults).
+func (*provider) ListenConfig(addr string, cfg driver.ListenConfig) (driver.Listener, error) {
 	if addr == "" {
 		return nil, fmt.Errorf("%w: empty address: use tcp://host:port (tcp://:0 picks a free port)", driver.ErrInvalidArg)
 	}
@@ -69,18 +78,41 @@ func (*provider) Listen(addr string) (driver.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on tcp://%s: %w", addr, err)
 	}
-	return newListener(l.(*net.TCPListener)), nil
+	g := peerguard.New(peerguard.Config{Strikes: cfg.Strikes, Base: cfg.Backoff, Max: cfg.MaxBackoff})
+	return newListener(l.(*net.TCPListener), g), nil
 }
 
 // listener accepts TCP connections and reads their MPA Requests
-// concurrently (acceptq).
+// concurrently (acceptq). A connection from an address its guard refuses
+// is closed before anything is read from it.
 type listener struct {
 	l *net.TCPListener
 	q *acceptq.Queue[*net.TCPConn, *request]
 }
 
-func newListener(l *net.TCPListener) *listener {
-	return &listener{l: l, q: acceptq.New(l.AcceptTCP, l.Close, handshake, func(r *request) { r.nc.Close() })}
+func newListener(l *net.TCPListener, g *peerguard.Guard) *listener {
+	shake := func(nc *net.TCPConn) (*request, bool) {
+		peer := peerIP(nc)
+		if _, refused := g.Refused(peer); refused {
+			nc.SetLinger(0) // a reset: the refused peer learns at once
+			return nil, false
+		}
+		r, ok := handshake(nc)
+		if ok {
+			r.guard, r.peer = g, peer
+		}
+		return r, ok
+	}
+	return &listener{l: l, q: acceptq.New(l.AcceptTCP, l.Close, shake, func(r *request) { r.nc.Close() })}
+}
+
+// peerIP is the remote IP address of nc, the identity the guard counts
+// failures against.
+func peerIP(nc *net.TCPConn) string {
+	if a, ok := nc.RemoteAddr().(*net.TCPAddr); ok {
+		return a.IP.String()
+	}
+	return nc.RemoteAddr().String()
 }
 
 func (l *listener) Addr() string { return l.l.Addr().String() }
@@ -164,6 +196,8 @@ type request struct {
 	req      wire.Frame
 	s        setup
 	answered sync.Once
+	guard    *peerguard.Guard // the listener's
+	peer     string           // the requester's IP address
 }
 
 func newRequest(nc *net.TCPConn, req wire.Frame) *request {
@@ -253,6 +287,7 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 		return nil, err
 	}
 	c.wantRTR = rtr
+	c.guard, c.peer = r.guard, r.peer
 	remote := driver.ConnParam{PrivateData: append([]byte(nil), s.private...),
 		ResponderResources: uint8(min(s.ird, 255)), InitiatorDepth: uint8(min(s.ord, 255))}
 	p.QPNum = q.num

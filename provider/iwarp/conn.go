@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goverbs/goverbs/internal/peerguard"
 	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/provider/iwarp/wire"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -85,6 +86,11 @@ type conn struct {
 	ird    int  // Reads and atomics this side serves at once
 	ord    int  // Reads and atomics this side may have outstanding
 	remote driver.ConnParam
+	// guard, of the listener that accepted the connection (nil for a
+	// dialled one), counts the peer's failed remote accesses against
+	// peer, its IP address.
+	guard *peerguard.Guard
+	peer  string
 
 	// Connection setup: the initiator sends an RTR first (rtrOut); the
 	// responder sends nothing until the first FPDU arrives (gate), and
@@ -1343,6 +1349,11 @@ func (c *conn) finish() {
 type connHandle struct {
 	c      *conn
 	remote driver.ConnParam
+	// guard, of the listener that accepted the connection (nil for a
+	// dialled one), counts the peer's failed remote accesses against
+	// peer, its IP address.
+	guard *peerguard.Guard
+	peer  string
 }
 
 // RemoteParam is what the peer sent; a goverbs initiator in

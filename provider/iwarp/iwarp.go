@@ -108,16 +108,27 @@
 // input and for room, armed only when the receive goroutine or the
 // transmitter is about to wait, so that while an application polls, the
 // segments that arrive wake no thread.
+//
+// Trust: every tagged access is checked against the STag's region (PD,
+// bounds, rights of the region and of the QP) before a byte moves; STags
+// come from internal/keytab (8 bits of slot, 24 random bits per
+// registration), so a peer must search 2^24 STags per region. A failed
+// check ends the connection with a Terminate and counts against the
+// peer's IP address in the guard of the listener that accepted it, which
+// refuses that address for a back-off period once it has failed
+// cm.ListenConfig.Strikes times (defaults: 4 strikes, 1 s doubling up to
+// 1 h). Dialled connections are not guarded. The traffic itself is plain
+// TCP: anyone on the path reads the data and the STags.
 package iwarp
 
 import (
-	"crypto/rand"
 	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/goverbs/goverbs/internal/keytab"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -147,7 +158,7 @@ var deviceAttr = driver.DeviceAttr{
 	MaxSGE:          maxSGE,
 	MaxCQ:           1 << 14,
 	MaxCQE:          1 << 20,
-	MaxMR:           1 << 20,
+	MaxMR:           keytab.Size,
 	MaxPD:           1 << 14,
 	MaxQPRdAtom:     maxRdAtomic,
 	MaxQPInitRdAtom: maxRdAtomic,
@@ -178,7 +189,7 @@ func (*provider) Open(name string) (driver.Context, error) {
 	if name != DeviceName {
 		return nil, driver.ErrNoDevice
 	}
-	return &devCtx{EventQueue: driver.NewEventQueue(), mrs: map[uint32]*mr{}, nextMR: 1,
+	return &devCtx{EventQueue: driver.NewEventQueue(),
 		qps: map[*qp]bool{}, cqs: map[*cq]bool{}, srqs: map[*srq]bool{}}, nil
 }
 
@@ -186,9 +197,8 @@ func (*provider) Open(name string) (driver.Context, error) {
 type devCtx struct {
 	driver.EventQueue // Events, and Event to deliver one
 
-	mu     sync.RWMutex // guards what follows; readers: STag lookups on the data path
-	mrs    map[uint32]*mr
-	nextMR uint32
+	mu     sync.RWMutex      // guards what follows; readers: STag lookups on the data path
+	mrs    keytab.Table[*mr] // written under mu
 	pds    int
 	qps    map[*qp]bool
 	cqs    map[*cq]bool
@@ -236,10 +246,11 @@ func (c *devCtx) Close() error {
 	for q := range c.cqs {
 		q.destroyLocked()
 	}
-	for k, m := range c.mrs {
+	c.mrs.Range(func(stag uint32, m *mr) bool {
 		m.revoked.Store(true)
-		delete(c.mrs, k)
-	}
+		c.mrs.Remove(stag)
+		return true
+	})
 	return nil
 }
 
@@ -259,9 +270,10 @@ func (p *pd) Dealloc() error {
 	return nil
 }
 
-// mr is a registered region. Its STag serves as lkey and rkey: the index
-// in the context's table in the high 24 bits, a random key in the low 8
-// (the STag layout of RFC 5040), so that stale and guessed STags miss.
+// mr is a registered region. Its STag serves as lkey and rkey; the
+// context's key table (internal/keytab) makes it: a slot index and 24
+// random bits, so that stale and guessed STags miss. (RFC 5040 leaves the
+// STag's layout to its owner; peers treat it as opaque.)
 type mr struct {
 	ctx    *devCtx
 	pd     *pd
@@ -286,25 +298,20 @@ func (p *pd) RegMR(buf []byte, access driver.AccessFlags) (driver.MR, error) {
 }
 
 func (p *pd) register(buf []byte, access driver.AccessFlags) (driver.MR, error) {
-	var key [1]byte
-	rand.Read(key[:])
 	c := p.ctx
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed || p.released {
 		return nil, driver.ErrClosed
 	}
-	if len(c.mrs) >= deviceAttr.MaxMR {
-		return nil, driver.ErrNoResources
+	var m *mr
+	_, err := c.mrs.Insert(func(stag uint32) *mr {
+		m = &mr{ctx: c, pd: p, stag: stag, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access}
+		return m
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", driver.ErrNoResources, err)
 	}
-	idx := c.nextMR
-	for c.mrs[idx] != nil || idx == 0 {
-		idx = (idx + 1) & 0xffffff
-	}
-	c.nextMR = (idx + 1) & 0xffffff
-	m := &mr{ctx: c, pd: p, stag: idx<<8 | uint32(key[0]), buf: buf,
-		addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access}
-	c.mrs[idx] = m
 	return m, nil
 }
 
@@ -317,12 +324,12 @@ func (m *mr) Access() driver.AccessFlags { return m.access }
 func (m *mr) Dereg() error {
 	c := m.ctx
 	c.mu.Lock()
-	if c.mrs[m.stag>>8] != m {
+	if cur, _ := c.mrs.Lookup(m.stag); cur != m {
 		c.mu.Unlock()
 		return driver.ErrClosed
 	}
 	m.revoked.Store(true)
-	delete(c.mrs, m.stag>>8)
+	c.mrs.Remove(m.stag)
 	var buf [16]*conn
 	conns := c.liveConns(buf[:0])
 	c.mu.Unlock()
@@ -399,7 +406,8 @@ const (
 // it belongs to p, grants need and contains the range. c.mu is held for
 // reading.
 func (c *devCtx) spanLocked(stag uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, *mr, accessError) {
-	return c.mrs[stag>>8].span(stag, p, addr, n, need)
+	m, _ := c.mrs.Lookup(stag)
+	return m.span(stag, p, addr, n, need)
 }
 
 // span is spanLocked of m, the region found for stag (nil if none).
@@ -438,7 +446,7 @@ func (c *devCtx) span(stag uint32, p *pd, addr, n uint64, need driver.AccessFlag
 // peer may not revoke.
 func (c *devCtx) invalidate(stag uint32, p *pd) bool {
 	c.mu.Lock()
-	m := c.mrs[stag>>8]
+	m, _ := c.mrs.Lookup(stag)
 	if m == nil || m.stag != stag || m.pd != p || m.access&driver.RemoteAccess == 0 {
 		c.mu.Unlock()
 		return false

@@ -183,6 +183,9 @@ func (c *conn) rxLoop() {
 	debugf("QP %d: stream ended: %v", c.q.num, err)
 	var te *termError
 	if errors.As(err, &te) {
+		if te.event == driver.EventQPAccessErr && c.guard != nil {
+			c.guard.Fail(c.peer)
+		}
 		c.protocolError(te)
 	}
 	// The socket closes first (abort waits for a writev in progress), so

@@ -23,13 +23,13 @@
 package loop
 
 import (
-	"crypto/rand"
 	"fmt"
 	"slices"
 	"sync"
 	"syscall"
 	"unsafe"
 
+	"github.com/goverbs/goverbs/internal/keytab"
 	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -67,7 +67,7 @@ var deviceAttr = driver.DeviceAttr{
 	MaxSGE:          maxSGE,
 	MaxCQ:           1 << 14,
 	MaxCQE:          1 << 20,
-	MaxMR:           1 << 20,
+	MaxMR:           keytab.Size,
 	MaxPD:           1 << 14,
 	MaxQPRdAtom:     16,
 	MaxQPInitRdAtom: 16,
@@ -94,14 +94,13 @@ func (*provider) Open(name string) (driver.Context, error) {
 	if name != DeviceName {
 		return nil, driver.ErrNoDevice
 	}
-	return &devCtx{EventQueue: driver.NewEventQueue(), mrs: map[uint32]*mr{}, nextMR: 1}, nil
+	return &devCtx{EventQueue: driver.NewEventQueue()}, nil
 }
 
 // devCtx is an open loop device. Its fields are guarded by fab.mu.
 type devCtx struct {
-	driver.EventQueue                // Events, and Event to deliver one
-	mrs               map[uint32]*mr // by key index (key >> 8)
-	nextMR            uint32
+	driver.EventQueue                   // Events, and Event to deliver one
+	mrs               keytab.Table[*mr] // by key
 	pds               int
 	cqs               []*cq
 	qps               []*qp
@@ -136,11 +135,12 @@ func (c *devCtx) Close() error {
 	for _, q := range slices.Clone(c.qps) {
 		q.destroy()
 	}
-	for _, m := range c.mrs {
+	c.mrs.Range(func(key uint32, m *mr) bool {
 		m.valid = false
 		m.release()
-	}
-	clear(c.mrs)
+		c.mrs.Remove(key)
+		return true
+	})
 	for _, cq := range c.cqs {
 		cq.destroyed = true
 	}
@@ -163,9 +163,9 @@ func (p *pd) Dealloc() error {
 	return nil
 }
 
-// mr is a registered region. Its key serves as both lkey and rkey: the
-// key's index in the context's table in the high 24 bits, a random tag in
-// the low 8, so that stale and guessed keys miss.
+// mr is a registered region. Its key serves as both lkey and rkey; the
+// context's key table (internal/keytab) makes it: a slot index and 24
+// random bits, so that stale and guessed keys miss.
 type mr struct {
 	ctx     *devCtx
 	pd      *pd
@@ -218,34 +218,35 @@ func (m *mr) release() {
 // mappingOf finds the AllocMR mapping of c that contains buf; fab.mu is held.
 func (c *devCtx) mappingOf(buf []byte) *mapping {
 	start := uintptr(unsafe.Pointer(&buf[0]))
-	for _, m := range c.mrs {
+	var found *mapping
+	c.mrs.Range(func(_ uint32, m *mr) bool {
 		if mp := m.mapping; mp != nil {
 			base := uintptr(unsafe.Pointer(&mp.mem[0]))
 			if start >= base && start-base+uintptr(len(buf)) <= uintptr(len(mp.mem)) {
-				return mp
+				found = mp
+				return false
 			}
 		}
-	}
-	return nil
+		return true
+	})
+	return found
 }
 
 func (p *pd) register(buf []byte, access driver.AccessFlags, mp *mapping) (driver.MR, error) {
-	var tag [1]byte
-	rand.Read(tag[:])
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
 	c := p.ctx
 	if c.closed || p.released {
 		return nil, driver.ErrClosed
 	}
-	if len(c.mrs) >= deviceAttr.MaxMR {
-		return nil, driver.ErrNoResources
+	var m *mr
+	_, err := c.mrs.Insert(func(key uint32) *mr {
+		m = &mr{ctx: c, pd: p, key: key, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access, valid: true}
+		return m
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", driver.ErrNoResources, err)
 	}
-	idx := c.nextMR
-	for c.mrs[idx] != nil || idx == 0 {
-		idx = (idx + 1) & 0xffffff
-	}
-	c.nextMR = (idx + 1) & 0xffffff
 	if mp == nil {
 		// A region inside AllocMR memory keeps that memory mapped.
 		mp = c.mappingOf(buf)
@@ -253,9 +254,7 @@ func (p *pd) register(buf []byte, access driver.AccessFlags, mp *mapping) (drive
 	if mp != nil {
 		mp.refs++
 	}
-	m := &mr{ctx: c, pd: p, key: idx<<8 | uint32(tag[0]), buf: buf,
-		addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access, valid: true, mapping: mp}
-	c.mrs[idx] = m
+	m.mapping = mp
 	return m, nil
 }
 
@@ -272,15 +271,15 @@ func (m *mr) Dereg() error {
 		return driver.ErrClosed
 	}
 	m.valid = false
-	delete(m.ctx.mrs, m.key>>8)
+	m.ctx.mrs.Remove(m.key)
 	m.release()
 	return nil
 }
 
 // lookup finds the valid region of key on c, or nil.
 func (c *devCtx) lookup(key uint32) *mr {
-	m := c.mrs[key>>8]
-	if m == nil || m.key != key || !m.valid {
+	m, _ := c.mrs.Lookup(key)
+	if m == nil || !m.valid {
 		return nil
 	}
 	return m

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/internal/acceptq"
+	"github.com/goverbs/goverbs/internal/peerguard"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -92,7 +95,7 @@ func makeHello(typ uint8, q *qp, p driver.ConnParam) (hello, []int) {
 	h[36], h[37], h[38], h[39], h[40] = p.ResponderResources, p.InitiatorDepth, p.RetryCount, p.RNRRetryCount, uint8(p.MinRNRTimer)
 	binary.LittleEndian.PutUint16(h[44:], uint16(len(p.PrivateData)))
 	copy(h[helloHeader:], p.PrivateData)
-	fds := []int{q.block.fd, q.recvCQ.seg.fd, q.ctx.keysRO}
+	fds := []int{q.block.fd, q.recvCQ.seg.fd, q.grantsRO}
 	if q.srq != nil {
 		h[7] |= 1
 		binary.LittleEndian.PutUint32(h[28:], uint32(q.srq.n))
@@ -149,7 +152,7 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 	}
 	c := &conn{q: q, sock: sock, pid: pid, remote: h.param(),
 		segs: map[uint32]*segment{}, segRW: map[uint32]bool{},
-		segNote: make(chan struct{}, 1), events: make(chan ctrl, 16), done: make(chan struct{}), gone: make(chan struct{}), revokeAck: make(chan uint32, 1)}
+		segNote: make(chan struct{}, 1), keyAck: make(chan [2]uint32, 1), events: make(chan ctrl, 16), done: make(chan struct{}), gone: make(chan struct{}), revokeAck: make(chan uint32, 1)}
 	fail := func(err error) (*conn, error) {
 		for _, s := range []*segment{c.peerBlock, c.cqSeg, c.keySeg, c.srqSeg} {
 			if s != nil {
@@ -217,21 +220,32 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 // peerPID returns the PID of the process at the other end of sock, as
 // the kernel recorded it when the connection was made (SO_PEERCRED).
 func peerPID(sock *net.UnixConn) (int, error) {
-	raw, err := sock.SyscallConn()
+	cred, err := peerCred(sock)
 	if err != nil {
 		return 0, err
+	}
+	return int(cred.Pid), nil
+}
+
+// peerCred returns the credentials of the process at the other end of
+// sock, as the kernel recorded them when the connection was made
+// (SO_PEERCRED).
+func peerCred(sock *net.UnixConn) (*unix.Ucred, error) {
+	raw, err := sock.SyscallConn()
+	if err != nil {
+		return nil, err
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if cerr != nil {
-		return 0, cerr
+		return nil, cerr
 	}
-	return int(cred.Pid), nil
+	return cred, nil
 }
 
 // sockAddr turns the address after shm:// into a Unix socket address:
@@ -251,7 +265,18 @@ type listener struct {
 	q    *acceptq.Queue[*net.UnixConn, *request]
 }
 
-func (*provider) Listen(addr string) (driver.Listener, error) {
+func (p *provider) Listen(addr string) (driver.Listener, error) {
+	return p.ListenConfig(addr, driver.ListenConfig{})
+}
+
+// ListenConfig implements driver.ConfigListener. The listener accepts
+// only processes of its own user, or of a user in cfg.TrustUIDs or with a
+// primary group in cfg.TrustGIDs, as the kernel reports them
+// (SO_PEERCRED); others are rejected before their request is read. A
+// user whose connections asked for keys they were not granted
+// cfg.Strikes times is refused for a back-off period (cfg.Backoff,
+// doubling up to cfg.MaxBackoff; see peerguard for the defaults).
+func (*provider) ListenConfig(addr string, cfg driver.ListenConfig) (driver.Listener, error) {
 	ua, err := sockAddr(addr)
 	if err != nil {
 		return nil, err
@@ -270,7 +295,39 @@ func (*provider) Listen(addr string) (driver.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	return &listener{l: l, addr: addr, q: acceptq.New(l.AcceptUnix, l.Close, readRequest, (*request).discard)}, nil
+	tr := trust{uid: uint32(os.Getuid()), uids: slices.Clone(cfg.TrustUIDs), gids: slices.Clone(cfg.TrustGIDs)}
+	g := peerguard.New(peerguard.Config{Strikes: cfg.Strikes, Base: cfg.Backoff, Max: cfg.MaxBackoff})
+	shake := func(sock *net.UnixConn) (*request, bool) {
+		cred, err := peerCred(sock)
+		if err != nil {
+			return nil, false
+		}
+		r, ok := readRequest(sock)
+		if !ok {
+			return nil, false
+		}
+		id := strconv.FormatUint(uint64(cred.Uid), 10)
+		if _, refused := g.Refused(id); refused || !tr.trusts(cred) {
+			// Turned away before anything of the request is used: its
+			// descriptors are closed unmapped.
+			r.Reject(nil)
+			return nil, false
+		}
+		r.guard, r.peerID = g, id
+		return r, true
+	}
+	return &listener{l: l, addr: addr, q: acceptq.New(l.AcceptUnix, l.Close, shake, (*request).discard)}, nil
+}
+
+// trust says whose processes a listener accepts: its own user's, and
+// those of the users and primary groups named.
+type trust struct {
+	uid        uint32
+	uids, gids []uint32
+}
+
+func (t trust) trusts(c *unix.Ucred) bool {
+	return c.Uid == t.uid || slices.Contains(t.uids, c.Uid) || slices.Contains(t.gids, c.Gid)
 }
 
 func (l *listener) Addr() string { return l.addr }
@@ -306,6 +363,8 @@ type request struct {
 	hello    hello
 	fds      []int
 	answered sync.Once
+	guard    *peerguard.Guard // the listener's
+	peerID   string           // the requester's user id
 }
 
 func (r *request) Param() driver.ConnParam { return r.hello.param() }
@@ -343,6 +402,7 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 		r.sock.Close()
 		return nil, err
 	}
+	c.guard, c.peerID = r.guard, r.peerID
 	p.QPNum = q.num
 	remote := r.hello.param()
 	fail := func(err error) (driver.Conn, error) {
@@ -392,6 +452,7 @@ func (q *qp) setPending(c *conn) error {
 		return fmt.Errorf("%w: connecting needs a QP in Reset or Init, this one is %v", driver.ErrInvalidState, q.attr.State)
 	}
 	q.pending = c
+	q.grantTo(c)
 	return nil
 }
 

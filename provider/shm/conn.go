@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goverbs/goverbs/internal/peerguard"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -34,6 +35,8 @@ const (
 	msgSegGone  = 11 // a: segment id; the segment was freed, unmap it
 	msgRevoke   = 12 // a: sequence number; a key was revoked: answer once no WR uses it
 	msgRevoked  = 13 // a: the sequence number of the msgRevoke answered
+	msgGetKey   = 14 // a: a key the requester wants granted
+	msgKey      = 15 // a: the key asked for; b: 1 if granted (now in the grant table)
 )
 
 // ctrl is a runtime control message: type, a, b.
@@ -66,8 +69,21 @@ type conn struct {
 	srqSeg    *segment
 	cqSeg     *segment
 	peerCQ    *cqRing
-	keySeg    *segment
-	keys      *keyTable
+	keySeg    *segment  // the peer's grant table for this connection, mapped read-only
+	keys      *keyTable // its view
+	// keyAck hands the requester (askKey) the peer's answers to its
+	// msgGetKey: key, granted.
+	keyAck chan [2]uint32
+	// refused is the last key the peer refused, not asked for again
+	// (a WR that postNow gave up on asks again in Execute). Guarded by
+	// q.mu.
+	refused    uint32
+	refusedSet bool
+	// guard, of the listener that accepted the connection (nil for a
+	// dialled one), counts the peer's refused keys against peerID, its
+	// user; once it refuses the peer, the connection ends.
+	guard  *peerguard.Guard
+	peerID string
 
 	// Peer segments mapped for the requester; guarded by q.mu, which
 	// serialises the requester. The reader queues what the peer sends
@@ -315,6 +331,15 @@ func (c *conn) reader() {
 		case msgGetSeg:
 			closeFDs(fds)
 			c.serveSegment(m.a(), m.b() == 1)
+		case msgGetKey:
+			closeFDs(fds)
+			c.serveKey(m.a())
+		case msgKey:
+			closeFDs(fds)
+			select {
+			case c.keyAck <- [2]uint32{m.a(), m.b()}:
+			default: // nobody waits for it (any more)
+			}
 		case msgRevoked:
 			closeFDs(fds)
 			select {
@@ -411,6 +436,73 @@ func (c *conn) finish() {
 	})
 }
 
+// serveKey answers the peer's request for a key its grant table lacks
+// (the table is filled as regions become reachable, so this is a key
+// that races its registration, or a wrong one): granted, and written into
+// the QP's grant table, if it names a region of the QP's PD that peers
+// may reach; refused otherwise, which counts against the peer in the
+// listener's guard, and once the guard refuses the peer, the connection
+// ends.
+func (c *conn) serveKey(key uint32) {
+	q, ctx := c.q, c.q.ctx
+	ctx.mu.RLock()
+	m := ctx.lookupMR(key)
+	ok := m != nil && q.reaches(m)
+	if ok {
+		q.grantMu.Lock()
+		ok = q.grantConn == c && q.grantLocked(key)
+		q.grantMu.Unlock()
+	}
+	ctx.mu.RUnlock()
+	granted := uint32(0)
+	if ok {
+		granted = 1
+	}
+	c.sendCtrl(msgKey, key, granted)
+	if !ok && c.guard != nil && c.guard.Fail(c.peerID) > 0 {
+		// Cut off: the peer's QP fails, and this side's with it when the
+		// socket ends (handleEvents).
+		c.peerError(driver.EventQPAccessErr)
+		c.sock.CloseWrite()
+		c.sock.CloseRead()
+	}
+}
+
+// askKey asks the peer to grant key and waits for the answer, within the
+// WR's bound on waits (segWait); true if the peer granted it, which it
+// then wrote into its grant table. q.mu is held.
+func (c *conn) askKey(key uint32) bool {
+	if c.refusedSet && c.refused == key {
+		return false
+	}
+	for len(c.keyAck) > 0 {
+		<-c.keyAck // an answer that came too late for an earlier ask
+	}
+	c.sendCtrl(msgGetKey, key, 0)
+	if c.segWaitUntil.IsZero() {
+		c.segWaitUntil = time.Now().Add(segWait)
+	}
+	t := time.NewTimer(time.Until(c.segWaitUntil))
+	defer t.Stop()
+	for {
+		select {
+		case a := <-c.keyAck:
+			if a[0] == key {
+				if a[1] != 1 {
+					c.refused, c.refusedSet = key, true
+				}
+				return a[1] == 1
+			}
+		case <-c.done:
+			return false
+		case <-c.gone:
+			return false
+		case <-t.C:
+			return false
+		}
+	}
+}
+
 // serveSegment answers a peer's request for one of this process's
 // segments, as pushSegment does.
 func (c *conn) serveSegment(id uint32, write bool) {
@@ -428,9 +520,9 @@ func (c *conn) serveSegment(id uint32, write bool) {
 func (c *conn) pushSegmentLocked(id uint32, si *segInfo, wantWrite bool) {
 	fd, writable := -1, false
 	if si.inPD(c.q.pd) {
-		if ok, w := si.shareable(true); ok && w {
+		if ok, w := si.shareable(c.q, true); ok && w {
 			fd, writable = si.seg.fd, true
-		} else if ok, _ := si.shareable(false); ok && !wantWrite {
+		} else if ok, _ := si.shareable(c.q, false); ok && !wantWrite {
 			if ro, err := si.seg.readOnlyFD(); err == nil {
 				fd = ro
 				defer unix.Close(ro)
@@ -459,7 +551,7 @@ func (c *conn) pushShareable() {
 	ctx.segMu.Lock()
 	defer ctx.segMu.Unlock()
 	for id, si := range ctx.segs {
-		if ok, _ := si.shareable(false); ok && si.inPD(c.q.pd) {
+		if ok, _ := si.shareable(c.q, false); ok && si.inPD(c.q.pd) {
 			c.pushSegmentLocked(id, si, false)
 		}
 	}

@@ -329,6 +329,8 @@ func FuzzControlMessages(f *testing.F) {
 		ctrlSeed(ctrlBytes(msgDisc, 0, 0), ctrlBytes(msgGetSeg, 1, 0)),
 		ctrlSeed(ctrlBytes(msgSRQLimit, 0, 0), ctrlBytes(msgOverrun, 0, 0)),
 		ctrlSeed(ctrlBytes(msgRTU, 0, 0), ctrlBytes(msgReq, 0, 0), ctrlBytes(0, 0, 0), ctrlBytes(255, 1, 2)),
+		ctrlSeed(ctrlBytes(msgGetKey, 0, 0), ctrlBytes(msgGetKey, 0xffffffff, 1), ctrlBytes(msgGetKey, 7, 0, fdSmall)),
+		ctrlSeed(ctrlBytes(msgKey, 1, 1), ctrlBytes(msgKey, 0, 0, fdMedium), ctrlBytes(msgKey, 0xffffffff, 2)),
 		{5, 'h', 'e', 'l', 'l', 'o', 1, fdMedium, 0, 0},
 		{},
 	} {

@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/internal/keytab"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/verbstest"
 )
@@ -187,7 +188,7 @@ func (a *attacker) scribble() {
 func (a *attacker) scribbleKey() {
 	idx := a.rng.IntN(maxKeys)
 	if a.rng.IntN(8) != 0 {
-		idx = int(a.key()>>8) % maxKeys
+		idx = int(keytab.Index(a.key()))
 	}
 	s := (*keySlot)(unsafe.Pointer(&a.keyMem[idx*keySlotSize]))
 	field := a.rng.IntN(12)
@@ -375,14 +376,13 @@ func scribbleRound(t *testing.T, seed uint64, mode int, opts verbstest.PairOptio
 		bq.mu.Unlock()
 		base.recvs = append(base.recvs, bc.peerBlock.mem) // the victim's
 		base.cqs = append(base.cqs, bc.cqSeg.mem)         // the victim's
-		base.keyMem = bctx.keySeg.mem
+		base.keyMem = bq.grantSeg.mem                     // the table the victim reads
 		base.segments = append(append(append([][]byte{}, base.recvs...), base.cqs...), base.keyMem)
 		bctx.mu.RLock()
-		for i := range bctx.mrs {
-			if m := bctx.mrs[i].Load(); m != nil {
-				base.keys = append(base.keys, m.key)
-			}
-		}
+		bctx.mrs.Range(func(key uint32, _ *mr) bool {
+			base.keys = append(base.keys, key)
+			return true
+		})
 		bctx.mu.RUnlock()
 		bctx.segMu.Lock()
 		for id := range bctx.segs {

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/goverbs/goverbs/internal/atomicrel"
+	"github.com/goverbs/goverbs/internal/keytab"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -567,7 +568,7 @@ func (t *keyTable) revoke(idx uint32) { t.publish(idx, keyInfo{}) }
 // lookup reads the slot of key consistently; false if the key is not
 // registered there (or the slot keeps changing under the reader).
 func (t *keyTable) lookup(key uint32) (keyInfo, bool) {
-	idx := key >> 8
+	idx := keytab.Index(key)
 	if int(idx) >= len(t.slots) {
 		return keyInfo{}, false
 	}
@@ -593,7 +594,7 @@ func (t *keyTable) lookup(key uint32) (keyInfo, bool) {
 // current reports whether k, read by lookup, is still what its slot says:
 // the slot's sequence lock has not moved since.
 func (t *keyTable) current(k *keyInfo) bool {
-	return t.slots[k.key>>8].ver.Load() == k.ver
+	return t.slots[keytab.Index(k.key)].ver.Load() == k.ver
 }
 
 // span checks that [addr, addr+n) lies in the region and returns its

@@ -67,8 +67,8 @@ func segmentOf(t testing.TB, ctx *devCtx, key uint32) uint32 {
 	t.Helper()
 	ctx.mu.RLock()
 	defer ctx.mu.RUnlock()
-	m := ctx.mrs[key>>8].Load()
-	if m == nil || m.key != key || m.si == nil {
+	m := ctx.lookupMR(key)
+	if m == nil || m.si == nil {
 		t.Fatalf("key %#x names no region in shared memory", key)
 	}
 	for id, si := range ctx.segs {
@@ -145,7 +145,7 @@ func TestReadOnlyRegionMappedReadOnly(t *testing.T) {
 	}{
 		{"the read-only region's segment", roSeg.mem, "r--s", "/memfd:goverbs-mr"},
 		{"the writable region's segment", rwSeg.mem, "rw-s", "/memfd:goverbs-mr"},
-		{"the peer's key table", aq.conn.keySeg.mem, "r--s", "/memfd:goverbs-keys"},
+		{"the peer's grant table", aq.conn.keySeg.mem, "r--s", "/memfd:goverbs-grants"},
 	} {
 		m := mappingAt(t, c.mem)
 		if m.perms != c.perms || !strings.HasPrefix(m.path, c.name) {

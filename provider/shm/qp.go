@@ -1,7 +1,10 @@
 package shm
 
 import (
+	"sync"
 	"sync/atomic"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/internal/spin"
@@ -28,8 +31,22 @@ type qp struct {
 	cap     driver.QPCap
 	block   *segment
 	hdr     *ringHeader
-	rq      *recvRing // nil with an SRQ
-	rqN     int
+	// grants is the key table the QP's peer reads: only the keys it
+	// asked for and was granted (serveKey), each a region of the QP's
+	// PD with remote rights or a receive posted in it. Its memfd goes
+	// to the peer read-only (grantsRO). grantMu serialises its writers
+	// and guards grantConn, the connection whose requests it answers;
+	// it is taken after devCtx.mu and q.mu, and nothing blocks under it.
+	grantSeg  *segment
+	grants    *keyTable
+	grantsRO  int
+	grantMu   sync.Mutex
+	grantConn *conn
+	// recvExposed: the regions receives of this QP's own queue were
+	// posted in (exposeForRecv).
+	recvExposed recvSet
+	rq          *recvRing // nil with an SRQ
+	rqN         int
 
 	// mu guards what follows. It is a spin lock, since PostSend takes
 	// it on every call: hold it only briefly. (A holder that blocks —
@@ -83,6 +100,21 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 		return nil, err
 	}
 	q.block = seg
+	if q.grantSeg, err = newSegment("grants", maxKeys*keySlotSize); err != nil {
+		seg.close()
+		return nil, err
+	}
+	if q.grantsRO, err = q.grantSeg.readOnlyFD(); err != nil {
+		seg.close()
+		q.grantSeg.close()
+		return nil, err
+	}
+	q.grants = viewKeyTable(q.grantSeg.mem, maxKeys)
+	closeSegs := func() {
+		seg.close()
+		q.grantSeg.close()
+		unix.Close(q.grantsRO)
+	}
 	rq := initRecvRing(seg.mem, q.rqN, int(c.MaxRecvSGE))
 	q.hdr = rq.h
 	if s == nil {
@@ -94,11 +126,11 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
 	if p.ctx.closed || p.released {
-		seg.close()
+		closeSegs()
 		return nil, driver.ErrClosed
 	}
 	if len(p.ctx.qps) >= deviceAttr.MaxQP {
-		seg.close()
+		closeSegs()
 		return nil, driver.ErrNoResources
 	}
 	if p.ctx.qps == nil {
@@ -180,6 +212,7 @@ func (q *qp) reset() {
 	q.attr = driver.QPAttr{Cap: q.cap}
 	q.resets++
 	q.hdr.gen.Add(1)
+	q.grantTo(nil)
 	if c := q.conn; c != nil {
 		// The peer's WRs see the QP in Reset from now on (close waits
 		// for the one under way). close waits for the connection's
@@ -306,7 +339,7 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 		if driver.CheckRecvWR(&wrs[i], q.cap.MaxRecvSGE) != nil {
 			break
 		}
-		q.ctx.exposeForRecv(wrs[i].SGList)
+		q.ctx.exposeForRecv(wrs[i].SGList, &q.recvExposed)
 	}
 	q.rqMu.Lock()
 	// The state is read under rqMu: toErr publishes the error state
@@ -390,6 +423,36 @@ func (q *qp) Destroy() error {
 	// block holds; one that starts later sees the state and posts nothing.
 	q.rqMu.Lock()
 	q.rqMu.Unlock()
+	q.grantTo(nil)
+	q.ctx.forgetRecvs(&q.recvExposed)
 	q.block.close()
+	q.grantSeg.close()
+	unix.Close(q.grantsRO)
 	return nil
+}
+
+// grantTo empties the QP's grant table and has it answer c's requests
+// from now on (none, if c is nil): each connection starts with the keys
+// of the regions of the QP's PD that peers may reach (remote rights, or a
+// receive posted in them), and no other. A region deregistered meanwhile
+// is out of the context's table before its Dereg takes grantMu, so that
+// it is either not granted here or revoked after.
+func (q *qp) grantTo(c *conn) {
+	q.grantMu.Lock()
+	defer q.grantMu.Unlock()
+	q.grantConn = c
+	for i := range uint32(maxKeys) {
+		if q.grants.slots[i].kind.Load() != kindNone {
+			q.grants.revoke(i)
+		}
+	}
+	if c == nil {
+		return
+	}
+	q.ctx.mrs.Range(func(key uint32, m *mr) bool {
+		if q.reaches(m) {
+			q.grantLocked(key)
+		}
+		return true
+	})
 }

@@ -311,7 +311,15 @@ func (c *conn) cached(key uint32, write bool) *keyEntry {
 func (c *conn) resolve(key uint32, write bool) (*keyEntry, bool) {
 	k, ok := c.keys.lookup(key)
 	if !ok {
-		return nil, false
+		// Not granted yet: the peer's grant table holds only the keys
+		// this side asked for. (A peer never granting it makes the WR
+		// fail like a wrong key.)
+		if !c.askKey(key) {
+			return nil, false
+		}
+		if k, ok = c.keys.lookup(key); !ok {
+			return nil, false
+		}
 	}
 	var seg *segment
 	switch k.kind {

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goverbs/goverbs/internal/keytab"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/verbs/verbstest"
@@ -54,7 +55,7 @@ func stallOnSegment(t *testing.T, p *verbstest.Pair, n int) (*conn, <-chan struc
 	bq := driverQP(p.B.(*verbstest.Local).QPs[0])
 	target := newRegion(t, p.B, 4096, driverRemoteAll)
 	local := newRegion(t, p.A, 4096, verbs.AccessLocalWrite)
-	bq.ctx.keys.publish(target.RKey>>8, keyInfo{key: target.RKey, access: driverRemoteAll, kind: kindSegment, segID: 777,
+	forgeGrant(bq, keyInfo{key: target.RKey, access: driverRemoteAll, kind: kindSegment, segID: 777,
 		addr: target.Addr, length: 4096, pd: bq.pd.id})
 	bq.ctx.segMu.Lock()
 	t.Cleanup(bq.ctx.segMu.Unlock)
@@ -86,10 +87,10 @@ func TestSendSurvivesRemappedSGE(t *testing.T) {
 	src := newRegion(t, p.A, 4096, verbs.AccessLocalWrite)
 	fill(t, p.A, src, 0, pattern(1, 4096))
 	postRecv(t, p.B, 0, verbs.RecvWR{WRID: 1, SGList: []verbs.SGE{r1.SGE(0, 64), r2.SGE(0, 64)}})
-	s1 := bctx.mrs[r1.LKey>>8].Load().segID
+	s1 := bctx.lookupMR(r1.LKey).segID
 	// The peer's key slot of r2 names a segment 777 not pushed yet, and
 	// its reader cannot answer the request for it (segMu).
-	bctx.keys.publish(r2.LKey>>8, keyInfo{key: r2.LKey, access: verbs.AccessLocalWrite, kind: kindSegment, segID: 777,
+	forgeGrant(bq, keyInfo{key: r2.LKey, access: verbs.AccessLocalWrite, kind: kindSegment, segID: 777,
 		addr: r2.Addr, length: 4096, pd: bq.pd.id})
 	bctx.segMu.Lock()
 	done := make(chan struct{})
@@ -349,4 +350,12 @@ func TestRepeatedSegmentKeepsMapping(t *testing.T) {
 	if same {
 		t.Fatal("the segment pushed with other rights was not mapped anew")
 	}
+}
+
+// forgeGrant writes k into the grant table q's peer reads, as a hostile
+// owner would.
+func forgeGrant(q *qp, k keyInfo) {
+	q.grantMu.Lock()
+	q.grants.publish(keytab.Index(k.key), k)
+	q.grantMu.Unlock()
 }

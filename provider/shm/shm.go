@@ -3,8 +3,9 @@
 //
 // Remotely accessible memory lives in shared memory. Each AllocMR is its
 // own memfd, sealed against resizing; its owner hands it to each peer of
-// the PDs with regions in it that peers reach (remote rights, or a receive
-// posted into it) when it becomes shareable (or when the
+// the PDs with regions in it that have remote rights, and to the peers of
+// the QPs whose receive queue (own or SRQ) had a receive posted into it,
+// when it becomes shareable (or when the
 // connection is made), so that even a first access needs nothing from the
 // target, and tells a PD's peers to unmap it once no region of that PD
 // that they reach lies in it (a hostile process may keep its mapping,
@@ -13,7 +14,7 @@
 // the peer must place a Send in it, so that the MMU, not only a check in
 // code, enforces the right. Regions without remote
 // access are never handed to a peer, except that a receive buffer's
-// memory is handed to the peer whose Send fills it. RegMR of a sub-range
+// memory is handed to the peers whose Sends may fill it. RegMR of a sub-range
 // of AllocMR memory shares that memfd; RegMR of ordinary Go memory is
 // reached by peers with process_vm_readv/writev (one copy, one system call
 // per access) and does not support remote atomics.
@@ -61,18 +62,55 @@
 // against a peer's mistakes; they do not stop a hostile process of the
 // same user, which could reopen a read-only memfd descriptor writable
 // through /proc/self/fd, or ptrace this process.
+//
+// # Trust
+//
+// A listener accepts only processes of its own user unless its
+// cm.ListenConfig names other users (TrustUIDs) or primary groups
+// (TrustGIDs); the kernel's SO_PEERCRED says who dials, and an untrusted
+// process is rejected before anything of its request is used. (Only the
+// listener checks: a dialler trusts the address it dials.)
+//
+// Keys are made by internal/keytab: 8 bits of slot, 24 random bits, so a
+// peer guessing a region's key must search 2^24 keys. Each QP hands its
+// peer a grant table of its own, read-only: the keys of the regions of
+// the QP's protection domain that peers may reach (remote rights, or a
+// receive posted in them), written before the key is returned by
+// registration or the receive is posted, and revoked by Dereg. The peer
+// never maps a table naming a local-only region (other than its own
+// QP's receive buffers), a region of another PD, or a key of another
+// connection. A key the peer's table lacks is asked
+// for over the control socket; a refused one counts against the peer's
+// user in the listener's guard (peerguard, ListenConfig.Strikes and
+// Backoff), which ends the connection and rejects that user's Dials for
+// a back-off period that doubles.
+//
+// What a hostile peer of a trusted user can still do: the unit of
+// isolation is the segment (one AllocMR) and the PD, not the region or
+// the key. A peer maps every segment holding a region of its QP's PD it
+// may reach, and can read (and, where any region on it grants remote
+// write or atomics or holds a posted receive, write) all of that segment
+// directly, with no key at all; regions of one PD registered inside one
+// AllocMR share that fate. Receive buffers are handed only to the peers
+// of the receive queue they were posted to, so buffers of different
+// peers share a writable mapping only if the application posts them into
+// one AllocMR (or to one SRQ, whose buffers serve every peer of it). A
+// peer of the same user can moreover ptrace this process or write it
+// with process_vm_writev, which no provider can prevent; trust other
+// users (TrustUIDs) to keep that out. What it cannot do: reach a segment
+// with no region of its PD that peers may reach, learn the keys of other
+// PDs or of local-only regions, or make this process panic, hang or
+// touch memory outside the segments it was given.
 package shm
 
 import (
-	"crypto/rand"
 	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/goverbs/goverbs/internal/keytab"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -84,7 +122,7 @@ const DeviceName = "shm0"
 const maxSGE = 16
 
 // maxKeys is the capacity of a context's key table.
-const maxKeys = 1 << 16
+const maxKeys = keytab.Size
 
 func init() {
 	verbs.Register("shm", &provider{})
@@ -100,7 +138,7 @@ var deviceAttr = driver.DeviceAttr{
 	MaxSGE:          maxSGE,
 	MaxCQ:           1 << 12,
 	MaxCQE:          1 << 20,
-	MaxMR:           maxKeys - 1,
+	MaxMR:           maxKeys,
 	MaxPD:           1 << 12,
 	MaxQPRdAtom:     16,
 	MaxQPInitRdAtom: 16,
@@ -131,21 +169,11 @@ func (*provider) Open(name string) (driver.Context, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Peers only read the key table: they get a read-only descriptor of
-	// it, so that not even a buggy peer can map it writable.
-	keysRO, err := keys.readOnlyFD()
-	if err != nil {
-		keys.close()
-		return nil, fmt.Errorf("open the key table read-only: %w", err)
-	}
 	c := &devCtx{
 		EventQueue: driver.NewEventQueue(),
 		keySeg:     keys,
-		keysRO:     keysRO,
 		keys:       viewKeyTable(keys.mem, maxKeys),
-		mrs:        make([]atomic.Pointer[mr], maxKeys),
 		segs:       map[uint32]*segInfo{},
-		nextKey:    1,
 		pid:        os.Getpid(),
 	}
 	return c, nil
@@ -156,19 +184,16 @@ type devCtx struct {
 	pid               int
 	driver.EventQueue // Events, and Event to deliver one
 
-	mu      sync.RWMutex // guards what follows; readers: key lookups on the data path
-	keySeg  *segment
-	keysRO  int // a read-only descriptor of keySeg's memfd, for peers
-	keys    *keyTable
-	mrs     []atomic.Pointer[mr] // by key index; written under mu, read without it
-	nextKey uint32
-	nmr     int
-	pds     int
-	nextPD  uint32
-	cqs     map[*cq]bool
-	qps     map[*qp]bool
-	srqs    map[*srq]bool
-	closed  bool
+	mu     sync.RWMutex // guards what follows; readers: key lookups on the data path
+	keySeg *segment
+	keys   *keyTable         // every region, as serveKey grants it to peers; this process's alone
+	mrs    keytab.Table[*mr] // written under mu, read without it
+	pds    int
+	nextPD uint32
+	cqs    map[*cq]bool
+	qps    map[*qp]bool
+	srqs   map[*srq]bool
+	closed bool
 
 	// segMu guards the AllocMR segments, which peers ask for by id; it is
 	// taken alone, or after mu.
@@ -204,7 +229,7 @@ func (c *devCtx) publishSegment(id uint32, si *segInfo, only *pd) {
 	c.connMu.Lock()
 	defer c.connMu.Unlock()
 	for cn := range c.conns {
-		if ok, _ := si.shareable(false); ok && si.inPD(cn.q.pd) && (only == nil || cn.q.pd == only) {
+		if ok, _ := si.shareable(cn.q, false); ok && si.inPD(cn.q.pd) && (only == nil || cn.q.pd == only) {
 			cn.pushSegmentLocked(id, si, false)
 		}
 	}
@@ -238,15 +263,30 @@ func (c *devCtx) withdrawSegment(id uint32, only *pd) {
 
 // segInfo is an AllocMR segment with what decides whether, and how, a
 // peer may map it: the union of the remote rights of the regions
-// registered on it, and whether a receive was ever posted into it (a
-// peer's Send must then write it).
+// registered on it, and the receive queues (a QP's, or an SRQ's) that had
+// receives posted into it (their peers' Sends must then write it).
 type segInfo struct {
 	seg    *segment
 	access driver.AccessFlags // guarded by devCtx.segMu
 	refs   int                // regions registered in it; guarded by devCtx.segMu
 	pds    map[*pd]int        // of those, per PD, the ones peers reach (see count); guarded by devCtx.segMu
-	recv   atomic.Bool
+	recvBy map[*recvSet]bool  // guarded by devCtx.segMu
 }
+
+// recvSet records the regions a receive queue (a QP's own, or an SRQ)
+// had receives posted into: by key slot, the region's key. Only the peers
+// of the QPs drawing from that queue may write those regions' segments
+// for a Send; the peers of other QPs are not handed them on that account,
+// so that receive buffers of different peers never share a writable
+// mapping unless the application posts them into one segment.
+type recvSet [maxKeys]atomic.Uint32
+
+// has reports whether a receive was posted into the region of key.
+func (rs *recvSet) has(key uint32) bool { return rs[keytab.Index(key)].Load() == key }
+
+// recvFor reports whether q's receive queue had receives posted into the
+// segment. devCtx.segMu is held.
+func (si *segInfo) recvFor(q *qp) bool { return si.recvBy[q.recvSet()] }
 
 // inPD reports whether a region of p that peers reach lies in the
 // segment: only the peers of p's QPs, whose keys must name regions of p,
@@ -282,11 +322,12 @@ func (si *segInfo) uncount(m *mr) bool {
 	return true
 }
 
-// shareable says whether a peer may map the segment, and whether
-// writable: only segments with remote rights or receive buffers are ever
-// handed out, and writable only for remote write, atomics or receives.
-func (si *segInfo) shareable(write bool) (ok, writable bool) {
-	recv := si.recv.Load()
+// shareable says whether the peer of q may map the segment, and whether
+// writable: only segments with remote rights or receive buffers of q's
+// receive queue are ever handed out, and writable only for remote write,
+// atomics or those receives. devCtx.segMu is held.
+func (si *segInfo) shareable(q *qp, write bool) (ok, writable bool) {
+	recv := si.recvFor(q)
 	if write {
 		w := recv || si.access&(driver.AccessRemoteWrite|driver.AccessRemoteAtomic) != 0
 		return w, w
@@ -343,12 +384,11 @@ func (c *devCtx) Close() error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i := range c.mrs {
-		if c.mrs[i].Load() != nil {
-			c.keys.revoke(uint32(i))
-			c.mrs[i].Store(nil)
-		}
-	}
+	c.mrs.Range(func(key uint32, _ *mr) bool {
+		c.keys.revoke(keytab.Index(key))
+		c.mrs.Remove(key)
+		return true
+	})
 	c.segMu.Lock()
 	for id, s := range c.segs {
 		s.seg.close()
@@ -356,7 +396,6 @@ func (c *devCtx) Close() error {
 	}
 	c.segMu.Unlock()
 	c.keySeg.close()
-	unix.Close(c.keysRO)
 	return nil
 }
 
@@ -377,8 +416,8 @@ func (p *pd) Dealloc() error {
 	return nil
 }
 
-// mr is a registered region; its key is both lkey and rkey: the index in
-// the key table in the high 24 bits, a random tag in the low 8.
+// mr is a registered region; its key is both lkey and rkey, made by the
+// context's key table (internal/keytab): a slot index and 24 random bits.
 type mr struct {
 	ctx    *devCtx
 	pd     *pd
@@ -447,20 +486,14 @@ func (p *pd) RegMR(buf []byte, access driver.AccessFlags) (driver.MR, error) {
 
 func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID uint32, segOff uint64) (*mr, error) {
 	c := p.ctx
-	if c.nmr >= deviceAttr.MaxMR {
-		return nil, driver.ErrNoResources
+	var m *mr
+	_, err := c.mrs.Insert(func(key uint32) *mr {
+		m = &mr{ctx: c, pd: p, key: key, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access}
+		return m
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", driver.ErrNoResources, err)
 	}
-	idx := c.nextKey
-	for c.mrs[idx].Load() != nil || idx == 0 {
-		idx = (idx + 1) % maxKeys
-	}
-	c.nextKey = (idx + 1) % maxKeys
-	var tag [1]byte
-	rand.Read(tag[:])
-	m := &mr{ctx: c, pd: p, key: idx<<8 | uint32(tag[0]), buf: buf,
-		addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access}
-	c.mrs[idx].Store(m)
-	c.nmr++
 	if kind == kindSegment {
 		c.segMu.Lock()
 		if si := c.segs[segID]; si != nil {
@@ -473,8 +506,58 @@ func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID u
 		}
 		c.segMu.Unlock()
 	}
-	c.keys.publish(idx, keyInfo{key: m.key, access: access, kind: kind, segID: segID, segOff: segOff, addr: m.addr, length: uint64(len(buf)), pd: p.id})
+	c.keys.publish(keytab.Index(m.key), keyInfo{key: m.key, access: access, kind: kind, segID: segID, segOff: segOff, addr: m.addr, length: uint64(len(buf)), pd: p.id})
+	if access&driver.RemoteAccess != 0 {
+		c.grantAll(m)
+	}
 	return m, nil
+}
+
+// reaches reports whether q's peer may reach m: it is a region of q's PD
+// with remote rights, or one a receive of q's receive queue was posted
+// in.
+func (q *qp) reaches(m *mr) bool {
+	return m.pd == q.pd && (m.access&driver.RemoteAccess != 0 || q.recvSet().has(m.key))
+}
+
+// recvSet is the set of q's receive queue: its SRQ's, or its own.
+func (q *qp) recvSet() *recvSet {
+	if q.srq != nil {
+		return &q.srq.recvExposed
+	}
+	return &q.recvExposed
+}
+
+// forgetRecvs takes a destroyed receive queue's set out of every segment.
+func (c *devCtx) forgetRecvs(rs *recvSet) {
+	c.segMu.Lock()
+	defer c.segMu.Unlock()
+	for _, si := range c.segs {
+		delete(si.recvBy, rs)
+	}
+}
+
+// grantAll writes m's key, a region with remote rights, into the grant
+// table of every QP of its PD, so that the peers' first access needs
+// nothing from this process. devCtx.mu is held (for reading, at least).
+func (c *devCtx) grantAll(m *mr) {
+	for q := range c.qps {
+		if q.pd == m.pd {
+			q.grantMu.Lock()
+			q.grantLocked(m.key)
+			q.grantMu.Unlock()
+		}
+	}
+}
+
+// grantLocked copies key's slot of the context's table into the QP's
+// grant table; false if the key is not registered. q.grantMu is held.
+func (q *qp) grantLocked(key uint32) bool {
+	k, ok := q.ctx.keys.lookup(key)
+	if ok {
+		q.grants.publish(keytab.Index(key), k)
+	}
+	return ok
 }
 
 func (m *mr) LKey() uint32               { return m.key }
@@ -502,14 +585,15 @@ func (m *mr) Access() driver.AccessFlags { return m.access }
 func (m *mr) Dereg() error {
 	c := m.ctx
 	c.mu.Lock()
-	idx := m.key >> 8
-	if c.mrs[idx].Load() != m {
+	if cur, _ := c.mrs.Lookup(m.key); cur != m {
 		c.mu.Unlock()
 		return driver.ErrClosed
 	}
-	c.keys.revoke(idx)
-	c.mrs[idx].Store(nil)
-	c.nmr--
+	c.keys.revoke(keytab.Index(m.key))
+	c.mrs.Remove(m.key)
+	for q := range c.qps {
+		q.revokeGrant(m.key)
+	}
 	var dead *segment
 	if si := m.si; si != nil {
 		// The segment lives while any region lies in it: AllocMR memory
@@ -561,15 +645,33 @@ func (m *mr) Dereg() error {
 	return nil
 }
 
-// exposeForRecv marks the segments of a receive's buffers as shareable
-// with the peer whose Send will fill them.
-func (c *devCtx) exposeForRecv(sg []driver.SGE) {
+// exposeForRecv marks the segments of a receive's buffers, posted to the
+// receive queue whose set is rs, as shareable with the peers whose Sends
+// fill that queue, and grants them the buffers' keys.
+func (c *devCtx) exposeForRecv(sg []driver.SGE, rs *recvSet) {
 	for i := range sg {
-		m := c.mrs[(sg[i].LKey>>8)%maxKeys].Load()
-		if m == nil || m.key != sg[i].LKey || m.recvPosted.Load() {
-			continue // the region's first receive has been seen to
+		if rs.has(sg[i].LKey) {
+			continue // the region's first receive on this queue has been seen to
+		}
+		m, _ := c.mrs.Lookup(sg[i].LKey)
+		if m == nil {
+			continue
 		}
 		m.recvPosted.Store(true)
+		// Before the receive is published: the peer whose Send fills it
+		// finds its key granted.
+		c.mu.RLock()
+		if c.lookupMR(m.key) == m {
+			rs[keytab.Index(m.key)].Store(m.key)
+			for q := range c.qps {
+				if q.pd == m.pd && q.recvSet() == rs {
+					q.grantMu.Lock()
+					q.grantLocked(m.key)
+					q.grantMu.Unlock()
+				}
+			}
+		}
+		c.mu.RUnlock()
 		if m.si == nil {
 			continue
 		}
@@ -579,9 +681,16 @@ func (c *devCtx) exposeForRecv(sg []driver.SGE) {
 		// descriptor, whose number another file may take. Nor is a
 		// region counted that its Dereg has taken out of the table
 		// (before it takes segMu), which would not uncount it.
-		if c.segs[m.segID] == m.si && c.mrs[(m.key>>8)%maxKeys].Load() == m {
+		if c.segs[m.segID] == m.si && c.lookupMR(m.key) == m {
 			newPD := m.si.count(m)
-			c.announceSegment(m.segID, m.si, !m.si.recv.Swap(true), newPD, m.pd) // the first receive: now writable
+			first := !m.si.recvBy[rs]
+			if first {
+				if m.si.recvBy == nil {
+					m.si.recvBy = map[*recvSet]bool{}
+				}
+				m.si.recvBy[rs] = true
+			}
+			c.announceSegment(m.segID, m.si, first, newPD, m.pd) // the queue's first receive: now writable for its peers
 		}
 		c.segMu.Unlock()
 	}
@@ -591,8 +700,8 @@ func (c *devCtx) exposeForRecv(sg []driver.SGE) {
 // belongs to p, grants need and contains the range. It takes no lock:
 // callers hold their QP's lock, which Dereg waits for before it unmaps.
 func (c *devCtx) span(key uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, bool) {
-	m := c.mrs[(key>>8)%maxKeys].Load()
-	if m == nil || m.key != key || m.pd != p || m.access&need != need {
+	m, _ := c.mrs.Lookup(key)
+	if m == nil || m.pd != p || m.access&need != need {
 		return nil, false
 	}
 	// An addr below the region's wraps off past its end. (Kept small
@@ -602,4 +711,21 @@ func (c *devCtx) span(key uint32, p *pd, addr, n uint64, need driver.AccessFlags
 		return nil, false
 	}
 	return m.buf[off : off+n], true
+}
+
+// lookupMR returns the region of key, or nil. It takes no lock.
+func (c *devCtx) lookupMR(key uint32) *mr {
+	m, _ := c.mrs.Lookup(key)
+	return m
+}
+
+// revokeGrant takes key out of the QP's grant table, if its peer was
+// granted it. devCtx.mu is held.
+func (q *qp) revokeGrant(key uint32) {
+	q.grantMu.Lock()
+	defer q.grantMu.Unlock()
+	idx := keytab.Index(key)
+	if q.grants.slots[idx].key.Load() == key {
+		q.grants.revoke(idx)
+	}
 }

@@ -17,6 +17,10 @@ type srq struct {
 	maxWR   uint32
 	maxSGE  uint32
 
+	// recvExposed: the regions receives of the SRQ were posted in
+	// (exposeForRecv).
+	recvExposed recvSet
+
 	mu        sync.Mutex // serialises producers and Modify
 	destroyed bool
 	// armed: the limit is armed and its event has not been raised
@@ -64,7 +68,7 @@ func (s *srq) PostRecv(wrs []driver.RecvWR) (int, error) {
 		if err := driver.CheckRecvWR(&wrs[i], s.maxSGE); err != nil {
 			return i, err
 		}
-		s.ctx.exposeForRecv(wrs[i].SGList)
+		s.ctx.exposeForRecv(wrs[i].SGList, &s.recvExposed)
 		if !s.ring.produce(&wrs[i], uint64(s.maxWR)) {
 			return i, driver.ErrQueueFull
 		}
@@ -121,6 +125,7 @@ func (s *srq) Destroy() error {
 	s.ctx.mu.Lock()
 	delete(s.ctx.srqs, s)
 	s.ctx.mu.Unlock()
+	s.ctx.forgetRecvs(&s.recvExposed)
 	s.seg.close()
 	return nil
 }

@@ -224,6 +224,32 @@ type ConnManager interface {
 	Dial(ctx context.Context, addr string, qp QP, p ConnParam) (Conn, error)
 }
 
+// ListenConfig is what a listener is told beyond its address: who it
+// trusts and how it treats peers that fail remote accesses. The zero
+// value is the default of each field.
+type ListenConfig struct {
+	// Strikes is the number of failed remote accesses (a wrong key, a
+	// range outside a region, a right the region or QP lacks) a peer
+	// may make over connections accepted by this listener before its
+	// connection requests are refused for a back-off period
+	// (default 4). A peer is a remote IP address on tcp0.
+	Strikes int
+	// Backoff is the first refusal period (default 1 s); each later
+	// refusal doubles it, up to MaxBackoff (default 1 h).
+	Backoff, MaxBackoff time.Duration
+	// TrustUIDs and TrustGIDs name the users and groups, besides the
+	// listener's own user, whose processes a shm0 listener accepts
+	// (checked with SO_PEERCRED). Other providers ignore them.
+	TrustUIDs, TrustGIDs []uint32
+}
+
+// ConfigListener is implemented by connection managers whose listeners
+// take a ListenConfig; cm.ListenWith uses it, and Listen is
+// ListenConfig with the zero ListenConfig.
+type ConfigListener interface {
+	ListenConfig(addr string, cfg ListenConfig) (Listener, error)
+}
+
 // Listener accepts connection requests.
 type Listener interface {
 	// Accept waits for the next connection request.

@@ -142,8 +142,15 @@ func ConnectRC(qp QP, local, remote ConnParam) error {
 	return ConnectRTS(qp, local, remote)
 }
 
+// ConnAccess is the access a QP that a connection manager moves out of
+// Reset accepts from its peer: every remote right, as rdma_cm grants. A
+// QP the user moved to Init first keeps the access flags it was given
+// there: connecting never widens them.
+const ConnAccess = RemoteAccess | AccessLocalWrite
+
 // ConnectRTR moves qp from Reset or Init to RTR: it may receive from the
-// remote QP but not yet send.
+// remote QP but not yet send. A QP in Reset is moved to Init with
+// ConnAccess; one in Init keeps its access flags.
 func ConnectRTR(qp QP, local, remote ConnParam) error {
 	cur, err := qp.Query()
 	if err != nil {
@@ -152,11 +159,13 @@ func ConnectRTR(qp QP, local, remote ConnParam) error {
 	if cur.State != QPSReset && cur.State != QPSInit {
 		return fmt.Errorf("%w: connecting needs a QP in Reset or Init, this one is %v", ErrInvalidState, cur.State)
 	}
-	attr := QPAttr{State: QPSInit, Port: 1, AccessFlags: RemoteAccess | AccessLocalWrite}
-	if err := qp.Modify(&attr, QPAttrState|QPAttrPort|QPAttrAccessFlags); err != nil {
-		return err
+	if cur.State == QPSReset {
+		attr := QPAttr{State: QPSInit, Port: 1, AccessFlags: ConnAccess}
+		if err := qp.Modify(&attr, QPAttrState|QPAttrPort|QPAttrAccessFlags); err != nil {
+			return err
+		}
 	}
-	attr = QPAttr{
+	attr := QPAttr{
 		State: QPSRTR, PathMTU: MTU4096, DestQPNum: remote.QPNum,
 		MaxDestRdAtomic: local.ResponderResources, MinRNRTimer: local.MinRNRTimer,
 	}

@@ -78,6 +78,16 @@ var suite = []testCase{
 	{"Protection/OtherPDLKey", testOtherPDLKey},
 	{"Protection/OtherPDRKey", testOtherPDRKey},
 	{"Protection/QPNoRemoteRights", testQPNoRemoteRights},
+	{"Protection/QPAccessKept", testQPAccessKept},
+
+	{"Hostile/ForgedKey", testHostileForgedKey},
+	{"Hostile/GuessedKeys", testHostileGuessedKeys},
+	{"Hostile/StaleKey", testHostileStaleKey},
+	{"Hostile/OutOfBounds", testHostileOutOfBounds},
+	{"Hostile/Misaligned", testHostileMisaligned},
+	{"Hostile/MissingRights", testHostileMissingRights},
+	{"Hostile/AfterDisconnect", testHostileAfterDisconnect},
+	{"Hostile/SendTooLarge", testHostileSendTooLarge},
 
 	{"Lifecycle/StateMachine", testStateMachine},
 	{"Lifecycle/IllegalTransitions", testIllegalTransitions},
