@@ -217,21 +217,28 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 // peerPID returns the PID of the process at the other end of sock, as
 // the kernel recorded it when the connection was made (SO_PEERCRED).
 func peerPID(sock *net.UnixConn) (int, error) {
-	raw, err := sock.SyscallConn()
+	cred, err := peerCred(sock)
 	if err != nil {
 		return 0, err
+	}
+	return int(cred.Pid), nil
+}
+
+// peerCred returns the credentials of the process at the other end of
+// sock (SO_PEERCRED).
+func peerCred(sock *net.UnixConn) (*unix.Ucred, error) {
+	raw, err := sock.SyscallConn()
+	if err != nil {
+		return nil, err
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return 0, err
+		return nil, err
 	}
-	if cerr != nil {
-		return 0, cerr
-	}
-	return int(cred.Pid), nil
+	return cred, cerr
 }
 
 // sockAddr turns the address after shm:// into a Unix socket address:
@@ -270,7 +277,7 @@ func (*provider) Listen(addr string) (driver.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	return &listener{l: l, addr: addr, q: acceptq.New(l.AcceptUnix, l.Close, readRequest, (*request).discard)}, nil
+	return &listener{l: l, addr: addr, q: acceptq.New(l.AcceptUnix, l.Close, readRequest, (*request).discard).PerPeer(unixPeer)}, nil
 }
 
 func (l *listener) Addr() string { return l.addr }
@@ -284,10 +291,22 @@ func (l *listener) Accept(ctx context.Context) (driver.ConnRequest, error) {
 	return r, nil
 }
 
+// unixPeer names the process at the other end of sock, as the kernel
+// recorded it when the connection was made (SO_PEERCRED); "" if it
+// cannot be told.
+func unixPeer(sock *net.UnixConn) string {
+	cred, err := peerCred(sock)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("shm uid %d pid %d", cred.Uid, cred.Pid)
+}
+
 // readRequest reads the request a connection opens with; false for one
-// that is not a goverbs peer, or a broken one.
+// that is not a goverbs peer, a broken one, or one silent for
+// acceptq.HandshakeTimeout.
 func readRequest(sock *net.UnixConn) (*request, bool) {
-	h, fds, err := readHello(sock, time.Now().Add(5*time.Second), nil)
+	h, fds, err := readHello(sock, time.Now().Add(acceptq.HandshakeTimeout), nil)
 	if err != nil || h.typ() != msgReq {
 		closeFDs(fds)
 		return nil, false
@@ -309,6 +328,9 @@ type request struct {
 }
 
 func (r *request) Param() driver.ConnParam { return r.hello.param() }
+
+// Peer names the requester's process (driver.PeerNamer).
+func (r *request) Peer() string { return unixPeer(r.sock) }
 
 func (r *request) Reject(privateData []byte) error {
 	err := driver.ErrClosed
@@ -369,7 +391,9 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 	if _, _, err := r.sock.WriteMsgUnix(h, unix.UnixRights(fds...), nil); err != nil {
 		return fail(err)
 	}
-	rtu, extra, err := readHello(r.sock, time.Now().Add(10*time.Second), nil)
+	// A dialler that never confirms holds the accepting goroutine no
+	// longer than a silent connection holds the listener.
+	rtu, extra, err := readHello(r.sock, time.Now().Add(acceptq.HandshakeTimeout), nil)
 	closeFDs(extra)
 	if err != nil || rtu.typ() != msgRTU {
 		return fail(fmt.Errorf("%w: the dialler did not confirm", driver.ErrDisconnected))
