@@ -83,11 +83,11 @@ const (
 	// MaxKey is the longest key.
 	MaxKey = 250
 	// MaxValueLimit bounds a server's MaxValue: 1 MiB, memcached's
-	// default item size. A server registers receive buffers of its
-	// largest message for 64 clients (2 × RecvDepth × 64 of them, 2 GiB
-	// at the limit with the default RecvDepth), and each client holds
-	// three, so a client refuses a server that says its values are
-	// larger.
+	// default item size. A server registers message buffers of its
+	// largest message, RecvDepth receives and RecvDepth replies for each
+	// of up to 64 clients (2 GiB at the limit with the default
+	// RecvDepth), and each client holds three, so a client refuses a
+	// server that says its values are larger.
 	MaxValueLimit = 1 << 20
 	// recordHeader is the size of a heap record's header.
 	recordHeader = 24
