@@ -32,9 +32,10 @@ type Authorizer interface {
 	// Authorize is called for each PUT and DELETE, on the server's
 	// serving loop, so it must be quick and must not block. cred is the
 	// credential the client dialled with (DialConfig.Credential; empty
-	// if it gave none), op the operation and key its key. An error
-	// refuses the request: the client's call fails with ErrDenied and
-	// the table is unchanged.
+	// if it gave none), op the operation and key its key, valid only
+	// during the call (copy what is kept). An error refuses the
+	// request: the client's call fails with ErrDenied and the table is
+	// unchanged.
 	Authorize(cred []byte, op Op, key []byte) error
 }
 
