@@ -104,6 +104,8 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&cfg.HeapBytes, "heap", 64<<20, "value heap in bytes")
 	fs.alias("heap", "")
 	fs.String(&tokenFile, "token-file", "", "", tokenFlagDoc)
+	fs.IntVar(&cfg.MaxClientsPerPeer, "max-clients-per-peer", 16, "clients one host (tcp://) or process (shm://) may hold at once, of the 64 a server takes")
+	fs.alias("max-clients-per-peer", "")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
