@@ -289,19 +289,18 @@ func (s *Server) acceptLoop(ctx context.Context) {
 		s.acceptWG.Add(1)
 		go func() {
 			defer s.acceptWG.Done()
-			if !acquire(ctx, peerSlots) {
-				s.leave(peer)
-				reject(req, errServerClosing)
-				return
+			err := errServerClosing
+			if acquire(ctx, peerSlots) {
+				if acquire(ctx, slots) {
+					err = s.accept(req, peer)
+					release(slots)
+				}
+				release(peerSlots)
 			}
-			defer release(peerSlots)
-			if !acquire(ctx, slots) {
+			if err != nil {
+				// Not a client after all; its peer's slots are free
+				// before it stops counting.
 				s.leave(peer)
-				reject(req, errServerClosing)
-				return
-			}
-			defer release(slots)
-			if err := s.accept(req, peer); err != nil {
 				reject(req, err)
 			}
 		}()
@@ -383,14 +382,9 @@ func (s *Server) leave(peer string) {
 	}
 }
 
-// accept answers the request of a client admitted for peer.
+// accept answers the request of a client admitted for peer; the client
+// is connected, and counted until drop, if it returns nil.
 func (s *Server) accept(req *cm.Request, peer string) error {
-	connected := false
-	defer func() {
-		if !connected {
-			s.leave(peer)
-		}
-	}()
 	// The receives are posted before Accept connects the QP.
 	ep, err := cm.NewEndpoint(s.pd, verbs.QPInitAttr{SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
 		Cap: verbs.QPCap{MaxSendWR: uint32(s.cfg.RecvDepth), MaxRecvWR: uint32(s.cfg.RecvDepth), MaxSendSGE: 1, MaxRecvSGE: 1}})
@@ -444,7 +438,6 @@ func (s *Server) accept(req *cm.Request, peer string) error {
 	}
 	sc.pending = nil
 	s.mu.Unlock()
-	connected = true // counted until drop
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
