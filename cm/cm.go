@@ -240,6 +240,17 @@ func (r *Request) Param() Param { return fromDriver(r.r.Param()) }
 // PrivateData is the requester's private data.
 func (r *Request) PrivateData() []byte { return r.r.Param().PrivateData }
 
+// Peer names the requester's side, for limits on what one peer may hold:
+// on tcp:// its IP address ("tcp 192.0.2.7"), on shm:// its process as the
+// kernel knows it ("shm uid 1000 pid 4242"). It is "" where the provider
+// does not tell peers apart (loop://, in one process).
+func (r *Request) Peer() string {
+	if p, ok := r.r.(driver.PeerNamer); ok {
+		return p.Peer()
+	}
+	return ""
+}
+
 // Accept connects qp, which must be in Reset or Init (receives posted in
 // Init are kept), to the requester,
 // replies with p, and returns the connection with qp in RTS. The
@@ -248,8 +259,12 @@ func (r *Request) PrivateData() []byte { return r.r.Param().PrivateData }
 // reply: on tcp0 in iWARP's peer-to-peer mode it waits 100 ms at most for
 // the requester's ready-to-receive message (which tells qp's DestQPNum
 // when the requester is goverbs); the QP sends nothing before it, and the
-// connection ends (Done) if it does not come within 10 s, so a requester
-// that stalls holds no server that accepts requests one after another.
+// connection ends (Done) if it does not come within 1 s. On shm0 it waits
+// 1 s at most for the requester's confirmation. So a requester that
+// stalls holds no server that accepts requests one after another. A
+// listener closes a connection that sends no request within 1 s, and
+// holds at most 8 connections of one peer (see Peer) not yet handed to
+// Accept: one peer's silent connections hold up no other peer's Dial.
 func (r *Request) Accept(qp *verbs.QP, p *Param) (*Conn, error) {
 	if p == nil {
 		p = &Param{}

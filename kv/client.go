@@ -28,6 +28,9 @@ var (
 	// ErrClosed: the client was closed.
 	ErrClosed     = errors.New("kv: the client is closed")
 	ErrBadRequest = errors.New("kv: the server refused a malformed request")
+	// ErrDenied: the server's Authorizer refused a PUT or DELETE; the
+	// table is unchanged.
+	ErrDenied = errors.New("kv: the server refused this PUT or DELETE: the client is not authorised (dial with the server's credential: DialConfig.Credential, or goverbs kv --token-file)")
 )
 
 // maxTornReads bounds the one-sided attempts of a GET before it falls back
@@ -40,7 +43,8 @@ const opTimeout = 5 * time.Second
 // Client is a connection to a Server. Its methods are safe for concurrent
 // use; they run one at a time.
 type Client struct {
-	addr string
+	addr  string
+	hello []byte // the connection request's private data
 
 	mu     sync.Mutex
 	closed bool
@@ -83,9 +87,26 @@ type recordLoc struct {
 // locEntries is the size of a client's record location cache.
 const locEntries = 1 << 15
 
-// Dial connects to the server at addr (shm://@kv, tcp://host:port, ...).
+// DialConfig configures a Client. The zero value presents no credential.
+type DialConfig struct {
+	// Credential is presented to the server's Authorizer with each PUT
+	// and DELETE: for a server that takes TokenAuthorizer(token),
+	// TokenCredential(token). At most MaxCredential bytes.
+	Credential []byte
+}
+
+// Dial connects to the server at addr (shm://@kv, tcp://host:port, ...)
+// with no credential.
 func Dial(ctx context.Context, addr string) (*Client, error) {
-	c := &Client{addr: addr, locs: make([]recordLoc, locEntries)}
+	return DialConfig{}.Dial(ctx, addr)
+}
+
+// Dial connects to the server at addr with cfg.
+func (cfg DialConfig) Dial(ctx context.Context, addr string) (*Client, error) {
+	if len(cfg.Credential) > MaxCredential {
+		return nil, fmt.Errorf("kv: a credential of %d bytes is longer than MaxCredential (%d): use TokenCredential to hash a long token", len(cfg.Credential), MaxCredential)
+	}
+	c := &Client{addr: addr, hello: encodeHello(cfg.Credential), locs: make([]recordLoc, locEntries)}
 	if err := c.connect(ctx); err != nil {
 		return nil, err
 	}
@@ -121,7 +142,12 @@ func (c *Client) setup(ctx context.Context) error {
 		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return err
 	}
-	if c.conn, err = cm.Dial(ctx, c.addr, c.qp, nil); err != nil {
+	if c.conn, err = cm.Dial(ctx, c.addr, c.qp, &cm.Param{PrivateData: c.hello}); err != nil {
+		var rej *cm.RejectError
+		if errors.As(err, &rej) && len(rej.PrivateData) > 0 {
+			// The server says why (a limit it holds the client to).
+			return fmt.Errorf("%w: the server refused the connection: %q", ErrServerGone, rej.PrivateData)
+		}
 		return fmt.Errorf("%w: %w", ErrServerGone, err)
 	}
 	if c.info, err = decodeInfo(c.conn.PrivateData()); err != nil {
@@ -454,6 +480,8 @@ func (c *Client) rpc(op uint8, key, val []byte) (reply, error) {
 		return nil, ErrTableFull
 	case statusTooLarge:
 		return nil, ErrValueTooLarge
+	case statusDenied:
+		return nil, ErrDenied
 	}
 	return nil, ErrBadRequest
 }

@@ -75,6 +75,27 @@ func FuzzIndexInfo(f *testing.F) {
 	})
 }
 
+// FuzzHello: a connection request's credential, as the server reads it
+// from whatever a peer sent, is at most MaxCredential bytes, and
+// re-encodes as the bytes it came from.
+func FuzzHello(f *testing.F) {
+	f.Add(encodeHello([]byte("credential")))
+	f.Add(encodeHello(make([]byte, MaxCredential)))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cred := hello(data).credential()
+		if cred == nil {
+			return
+		}
+		if len(cred) > MaxCredential {
+			t.Fatalf("a credential of %d bytes", len(cred))
+		}
+		if enc := encodeHello(cred); !bytes.Equal(enc, data[:len(enc)]) {
+			t.Fatalf("credential %x re-encodes as %x, not as what was sent, %x", cred, enc, data)
+		}
+	})
+}
+
 // FuzzSlotAndRecord: a slot and a record as a client reads them. One it
 // takes for consistent yields its key and value inside what was read;
 // the slot and record the server writes for that key and value are

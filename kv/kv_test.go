@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	if addr := os.Getenv("GOVERBS_KV_TEST_SERVER"); addr != "" {
 		os.Exit(serveChild(addr))
 	}
+	if spec := os.Getenv("GOVERBS_KV_TEST_HOSTILE"); spec != "" {
+		os.Exit(hostileChild(spec))
+	}
 	goleak.VerifyTestMain(m)
 }
 

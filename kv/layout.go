@@ -37,6 +37,36 @@
 // argument takes the loads of one Read to be performed in order, as x86
 // performs them; where loads may pass each other (arm64) a mixed read is
 // still caught by the CRC and the version in all but contrived timings.
+//
+// # What a client can reach
+//
+// Every client, from its connection until it ends, can read the whole
+// index and value heap: every key and every value, whether or not it
+// ever asked for them, with the one rkey of the index and the rkeys in
+// its slots. Store in a server only what all its clients may read, or
+// serve different readers from different servers. (A window per client,
+// granted on connection and revoked when it goes, would narrow that; the
+// index and heap are one region each and are not windowed.)
+//
+// A client can write nothing of the server's by RDMA: the index and the
+// heap are registered for remote Read only, and a Write or atomic to them
+// ends in a remote access error. Its requests land in receive buffers
+// that are a region of its own, with no remote rights, holding no other
+// client's requests; a Send larger than a receive buffer is an error.
+// How far a peer can reach past the verbs (on shm0, the memory mapped
+// into it) is its provider's trust boundary: see provider/shm.
+//
+// A server applies a PUT or DELETE only if its Config.Authorizer allows
+// it (by default it allows all). The client presents a credential when it
+// connects (DialConfig.Credential); TokenAuthorizer admits the clients
+// that know a shared token. A refused request fails with ErrDenied.
+//
+// A server takes 64 clients at once, and at most Config.MaxClientsPerPeer
+// of one peer (a host on tcp0, a process on shm0); it answers at most two
+// connection requests of one peer at a time, and a connection that stops
+// halfway through its handshake is dropped after 1 s, so that one peer
+// cannot lock the others out. A peer with many addresses, or many
+// processes, counts as many peers.
 package kv
 
 import (
@@ -53,11 +83,11 @@ const (
 	// MaxKey is the longest key.
 	MaxKey = 250
 	// MaxValueLimit bounds a server's MaxValue: 1 MiB, memcached's
-	// default item size. A server registers receive buffers of its
-	// largest message for 64 clients (2 × RecvDepth × 64 of them, 2 GiB
-	// at the limit with the default RecvDepth), and each client holds
-	// three, so a client refuses a server that says its values are
-	// larger.
+	// default item size. A server registers message buffers of its
+	// largest message, RecvDepth receives and RecvDepth replies for each
+	// of up to 64 clients (2 GiB at the limit with the default
+	// RecvDepth), and each client holds three, so a client refuses a
+	// server that says its values are larger.
 	MaxValueLimit = 1 << 20
 	// recordHeader is the size of a heap record's header.
 	recordHeader = 24

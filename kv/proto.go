@@ -24,6 +24,7 @@ const (
 	statusFull     = 2 // the key's bucket or the value heap is full
 	statusTooLarge = 3
 	statusBad      = 4 // malformed request
+	statusDenied   = 5 // the Authorizer refused it
 )
 
 // request: op u8, reserved u8, key length u16, value length u32, id u64,
@@ -128,4 +129,41 @@ func decodeInfo(b []byte) (indexInfo, error) {
 		return indexInfo{}, fmt.Errorf("%w: it takes values of up to %d bytes, more than MaxValueLimit (%d): serve them with a smaller MaxValue", errInfo, v, MaxValueLimit)
 	}
 	return i, nil
+}
+
+// hello is the client's connection request private data: the
+// credential it presents to the server's Authorizer.
+//
+//	0 magic u32   4 version u16   6 credential length u16   8 credential
+type hello []byte
+
+const (
+	helloHeader  = 8
+	helloMagic   = 0x636b766f // "ovkc"
+	helloVersion = 1
+)
+
+// encodeHello lays out the connection request of a client presenting
+// cred (at most MaxCredential bytes).
+func encodeHello(cred []byte) []byte {
+	b := make([]byte, helloHeader+len(cred))
+	binary.LittleEndian.PutUint32(b[0:], helloMagic)
+	binary.LittleEndian.PutUint16(b[4:], helloVersion)
+	binary.LittleEndian.PutUint16(b[6:], uint16(len(cred)))
+	copy(b[helloHeader:], cred)
+	return b
+}
+
+// credential returns the credential a connection request presents: none
+// for one without (a client of an earlier version), or one that is not
+// a kv client's.
+func (h hello) credential() []byte {
+	if len(h) < helloHeader || binary.LittleEndian.Uint32(h[0:]) != helloMagic || binary.LittleEndian.Uint16(h[4:]) != helloVersion {
+		return nil
+	}
+	n := int(binary.LittleEndian.Uint16(h[6:]))
+	if n > MaxCredential || helloHeader+n > len(h) {
+		return nil
+	}
+	return append([]byte(nil), h[helloHeader:helloHeader+n]...)
 }

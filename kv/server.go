@@ -47,6 +47,16 @@ type Config struct {
 	// sleeps serves PUTs about as fast; measure with goverbs kv bench
 	// before raising it. GETs never wake the server either way.
 	Spin time.Duration
+	// Authorizer decides which PUTs and DELETEs are applied (default:
+	// all of them). TokenAuthorizer admits the clients that know a
+	// shared token.
+	Authorizer Authorizer
+	// MaxClientsPerPeer bounds the clients one peer holds at once
+	// (default 16, a quarter of the 64 a server takes), so that one peer
+	// cannot take every client slot; a peer is a host on tcp://, a
+	// process on shm:// (cm.Request.Peer). A client beyond it is refused
+	// with ErrServerGone, whose message names the limit.
+	MaxClientsPerPeer int
 
 	// slowWrites makes the server write slots and records a few bytes at
 	// a time, yielding in between, so that tests can race GETs with
@@ -78,6 +88,12 @@ func (c *Config) defaults() {
 		c.RecvDepth = 16
 	}
 	c.RecvDepth = min(c.RecvDepth, maxRecvDepth)
+	if c.Authorizer == nil {
+		c.Authorizer = allowAll{}
+	}
+	if c.MaxClientsPerPeer <= 0 {
+		c.MaxClientsPerPeer = maxClients / 4
+	}
 }
 
 // The server takes at most maxClients clients at once, and posts at most
@@ -90,9 +106,14 @@ const (
 )
 
 // maxHandshakes bounds the connection requests the server answers at
-// once: a client that is slow to finish its handshake delays only the
-// requests beyond that number.
-const maxHandshakes = 8
+// once, and maxPeerHandshakes those of one peer: a client that is slow to
+// finish its handshake (1 s at most, see cm.Request.Accept) delays only
+// the requests beyond that number, and one peer's requests beyond its
+// share wait for that peer's own handshakes, not for other peers'.
+const (
+	maxHandshakes     = 8
+	maxPeerHandshakes = 2
+)
 
 // maxMsg is the largest RPC message for the configured limits.
 func (c *Config) maxMsg() int { return requestHeader + MaxKey + c.MaxValue }
@@ -105,13 +126,15 @@ type Server struct {
 	pd     *verbs.PD
 	index  *verbs.MR
 	heap   *mempool.Pool
-	msgs   *mempool.Pool // receive and reply buffers
+	msgs   *mempool.Pool // reply buffers (each client's receive buffers are its own region)
 	sendCQ *verbs.CQ
 	recvCQ *verbs.CQ
 	l      *cm.Listener
 
 	mu      sync.Mutex // guards what follows (the table is written under it)
 	conns   map[uint32]*serverConn
+	clients int                 // clients admitted: connected or in their handshake
+	peers   map[string]*peerUse // what each named peer holds
 	version uint64
 	records map[int]mempool.Buf // heap record of each slot, by slot number
 	limbo   []retired
@@ -131,15 +154,28 @@ type retired struct {
 	at  time.Time
 }
 
+// peerUse is what one peer holds: clients admitted (connected or in
+// their handshake), and the slots of its handshakes under way.
+type peerUse struct {
+	clients    int
+	handshakes chan struct{}
+}
+
 type serverConn struct {
 	qp   *verbs.QP
 	conn *cm.Conn
+	peer string // cm.Request.Peer
+	cred []byte // the credential the client presented
+	// recvMR holds this client's receive buffers and nothing else: the
+	// region a Send of this client lands in reaches no other client's
+	// requests.
+	recvMR *verbs.MR
 	// ready says Accept has returned, the QP is in RTS and may reply;
 	// requests that arrive before (the QP may receive in RTR) wait in
 	// pending.
 	ready   bool
 	pending []verbs.WorkCompletion
-	recvs   []mempool.Buf // by receive WRID
+	recvs   [][]byte      // receive buffers in recvMR, by receive WRID
 	reply   []mempool.Buf // reply buffer of each receive
 }
 
@@ -158,7 +194,7 @@ func Listen(addr string, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, ctx: ctx, conns: map[uint32]*serverConn{}, records: map[int]mempool.Buf{}}
+	s := &Server{cfg: cfg, ctx: ctx, conns: map[uint32]*serverConn{}, peers: map[string]*peerUse{}, records: map[int]mempool.Buf{}}
 	if err := s.setup(addr); err != nil {
 		ctx.Close()
 		return nil, err
@@ -187,9 +223,9 @@ func (s *Server) setup(addr string) error {
 	if s.heap, err = mempool.New(s.pd, mempool.Config{Classes: heapClasses(s.cfg), Access: verbs.AccessLocalWrite | verbs.AccessRemoteRead}); err != nil {
 		return fmt.Errorf("kv: register the value heap: %w", err)
 	}
-	msgCount := 2 * s.cfg.RecvDepth * maxClients
+	msgCount := s.cfg.RecvDepth * maxClients
 	if s.msgs, err = mempool.New(s.pd, mempool.Config{Classes: []mempool.Class{{Size: s.cfg.maxMsg(), Count: msgCount}}, Access: verbs.AccessLocalWrite}); err != nil {
-		return fmt.Errorf("kv: register message buffers: %w", err)
+		return fmt.Errorf("kv: register reply buffers: %w", err)
 	}
 	if s.sendCQ, err = s.ctx.CreateCQ(cqDepth); err != nil {
 		return err
@@ -228,9 +264,11 @@ func (s *Server) info() indexInfo {
 }
 
 // acceptLoop accepts clients: each gets a QP on the shared CQs, its
-// receives posted, and the index description in the acceptance. Up to
-// maxHandshakes requests are answered at once, each by a goroutine of
-// its own.
+// receives posted in a region of its own, and the index description in
+// the acceptance. A request beyond the server's or its peer's limits on
+// clients is refused at once; the others are answered by a goroutine
+// each, up to maxHandshakes at once and maxPeerHandshakes of one peer,
+// so that the loop itself never waits for a peer.
 func (s *Server) acceptLoop(ctx context.Context) {
 	defer s.acceptWG.Done()
 	slots := make(chan struct{}, maxHandshakes)
@@ -242,24 +280,111 @@ func (s *Server) acceptLoop(ctx context.Context) {
 			}
 			continue
 		}
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			req.Reject([]byte("kv: the server is closing"))
-			return
+		peer := req.Peer()
+		peerSlots, err := s.admit(peer)
+		if err != nil {
+			reject(req, err)
+			continue
 		}
 		s.acceptWG.Add(1)
 		go func() {
 			defer s.acceptWG.Done()
-			defer func() { <-slots }()
-			if err := s.accept(req); err != nil {
-				req.Reject([]byte(err.Error()[:min(len(err.Error()), 56)]))
+			err := errServerClosing
+			if acquire(ctx, peerSlots) {
+				if acquire(ctx, slots) {
+					err = s.accept(req, peer)
+					release(slots)
+				}
+				release(peerSlots)
+			}
+			if err != nil {
+				// Not a client after all; its peer's slots are free
+				// before it stops counting.
+				s.leave(peer)
+				reject(req, err)
 			}
 		}()
 	}
 }
 
-func (s *Server) accept(req *cm.Request) error {
+// acquire takes a slot of sem (nil: no limit), unless ctx ends first.
+func acquire(ctx context.Context, sem chan struct{}) bool {
+	if sem == nil {
+		return true
+	}
+	select {
+	case sem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func release(sem chan struct{}) {
+	if sem != nil {
+		<-sem
+	}
+}
+
+// reject refuses req, saying why in the rejection's private data (56
+// bytes at most), which the client's error shows.
+func reject(req *cm.Request, why error) {
+	msg := why.Error()
+	req.Reject([]byte(msg[:min(len(msg), 56)]))
+}
+
+// Refusals of admit; each fits a rejection's private data.
+var (
+	errTooManyClients = errors.New("kv: server full (64 clients); retry later")
+	errPeerClients    = errors.New("kv: too many clients of this peer; close one")
+	errServerClosing  = errors.New("kv: the server is closing")
+)
+
+// admit counts a new client of peer, or says which limit refuses it, and
+// returns the peer's handshake slots (nil for a peer the provider does
+// not name: "", loop://, held to the server's limits alone).
+func (s *Server) admit(peer string) (chan struct{}, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errServerClosing
+	}
+	if s.clients >= maxClients {
+		return nil, errTooManyClients
+	}
+	var u *peerUse
+	if peer != "" {
+		if u = s.peers[peer]; u == nil {
+			u = &peerUse{handshakes: make(chan struct{}, maxPeerHandshakes)}
+			s.peers[peer] = u
+		}
+		if u.clients >= s.cfg.MaxClientsPerPeer {
+			return nil, errPeerClients
+		}
+		u.clients++
+	}
+	s.clients++
+	if u == nil {
+		return nil, nil
+	}
+	return u.handshakes, nil
+}
+
+// leave forgets a client of peer that admit counted.
+func (s *Server) leave(peer string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.clients--
+	if u := s.peers[peer]; u != nil {
+		if u.clients--; u.clients == 0 {
+			delete(s.peers, peer)
+		}
+	}
+}
+
+// accept answers the request of a client admitted for peer; the client
+// is connected, and counted until drop, if it returns nil.
+func (s *Server) accept(req *cm.Request, peer string) error {
 	// The receives are posted before Accept connects the QP.
 	ep, err := cm.NewEndpoint(s.pd, verbs.QPInitAttr{SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
 		Cap: verbs.QPCap{MaxSendWR: uint32(s.cfg.RecvDepth), MaxRecvWR: uint32(s.cfg.RecvDepth), MaxSendSGE: 1, MaxRecvSGE: 1}})
@@ -267,26 +392,25 @@ func (s *Server) accept(req *cm.Request) error {
 		return err
 	}
 	qp := ep.QP()
-	sc := &serverConn{qp: qp}
+	sc := &serverConn{qp: qp, peer: peer, cred: hello(req.PrivateData()).credential()}
 	fail := func(err error) error {
 		qp.Destroy()
 		s.release(sc)
 		return err
 	}
+	// Local write only: the client's Sends land in it, and nothing else
+	// of the server's does.
+	msg := s.cfg.maxMsg()
+	if sc.recvMR, err = s.pd.AllocMR(s.cfg.RecvDepth*msg, verbs.AccessLocalWrite); err != nil {
+		return fail(fmt.Errorf("kv: register a client's receive buffers: %w", err))
+	}
 	for i := range s.cfg.RecvDepth {
-		rb, err1 := s.msgs.Get(s.cfg.maxMsg())
-		pb, err2 := s.msgs.Get(s.cfg.maxMsg())
-		if err := errors.Join(err1, err2); err != nil {
-			if rb.Valid() {
-				s.msgs.Put(rb)
-			}
-			if pb.Valid() {
-				s.msgs.Put(pb)
-			}
-			return fail(fmt.Errorf("kv: too many clients: %w", err))
+		pb, err := s.msgs.Get(msg)
+		if err != nil {
+			return fail(errTooManyClients)
 		}
-		sc.recvs, sc.reply = append(sc.recvs, rb), append(sc.reply, pb)
-		if _, err := qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{rb.SGE(rb.Len())}}}); err != nil {
+		sc.recvs, sc.reply = append(sc.recvs, sc.recvMR.Bytes()[i*msg:(i+1)*msg]), append(sc.reply, pb)
+		if _, err := qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{sc.recvMR.SGE(i*msg, msg)}}}); err != nil {
 			return fail(err)
 		}
 	}
@@ -334,13 +458,19 @@ func (s *Server) drop(sc *serverConn) {
 	s.mu.Unlock()
 	sc.qp.Destroy()
 	s.release(sc)
+	s.leave(sc.peer)
 }
 
+// release gives back what a client held: its reply buffers and its
+// receive region. Its QP is destroyed.
 func (s *Server) release(sc *serverConn) {
-	for _, b := range append(sc.recvs, sc.reply...) {
+	for _, b := range sc.reply {
 		s.msgs.Put(b)
 	}
-	sc.recvs, sc.reply = nil, nil
+	if sc.recvMR != nil {
+		sc.recvMR.Dereg()
+	}
+	sc.recvMR, sc.recvs, sc.reply = nil, nil, nil
 }
 
 // serveLoop waits for requests and serves them one at a time, so that the
@@ -397,23 +527,30 @@ func (s *Server) serve(wc verbs.WorkCompletion) {
 // serveLocked serves a request of a ready connection; s.mu is held.
 func (s *Server) serveLocked(sc *serverConn, wc verbs.WorkCompletion) {
 	rb, pb := sc.recvs[wc.WRID], sc.reply[wc.WRID]
-	b, err := verbs.Received(&wc, rb.Bytes())
+	b, err := verbs.Received(&wc, rb)
 	req := request(b)
 	var n int
 	if err != nil || !req.valid() {
 		n = putReply(pb.Bytes(), statusBad, 0, nil)
 	} else {
-		n = s.apply(req, pb.Bytes())
+		n = s.apply(sc, req, pb.Bytes())
 	}
 	// The client sends its next request only after this reply, so the
 	// receive can be posted again before the reply is sent.
-	sc.qp.PostRecv([]verbs.RecvWR{{WRID: wc.WRID, SGList: []verbs.SGE{rb.SGE(rb.Len())}}})
+	msg := s.cfg.maxMsg()
+	sc.qp.PostRecv([]verbs.RecvWR{{WRID: wc.WRID, SGList: []verbs.SGE{sc.recvMR.SGE(int(wc.WRID)*msg, msg)}}})
 	sc.qp.PostSend([]verbs.SendWR{{WRID: wc.WRID, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{pb.SGE(n)}}})
 }
 
-// apply runs one request against the table and lays out its reply in out.
-func (s *Server) apply(req request, out []byte) int {
+// apply runs one request of sc against the table and lays out its reply
+// in out.
+func (s *Server) apply(sc *serverConn, req request, out []byte) int {
 	key, val := req.key(), req.val()
+	if op := req.op(); op == opPut || op == opDel {
+		if s.cfg.Authorizer.Authorize(sc.cred, Op(op), key) != nil {
+			return putReply(out, statusDenied, req.id(), nil)
+		}
+	}
 	switch req.op() {
 	case opPut:
 		s.Puts.Add(1)

@@ -87,10 +87,11 @@ func TestKVFlagsAfterArguments(t *testing.T) {
 	}
 }
 
-// serveKV runs goverbs kv serve at addr until the test ends.
-func serveKV(t *testing.T, addr string) {
+// serveKV runs goverbs kv serve at addr, with the extra flags, until the
+// test ends.
+func serveKV(t *testing.T, addr string, extra ...string) {
 	t.Helper()
-	cmd := exec.Command(goverbsBin, "kv", "serve", "-l", addr, "--heap", "1048576", "--buckets", "1024")
+	cmd := exec.Command(goverbsBin, append([]string{"kv", "serve", "-l", addr, "--heap", "1048576", "--buckets", "1024"}, extra...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -105,6 +106,40 @@ func serveKV(t *testing.T, addr string) {
 	})
 	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || !strings.HasPrefix(line, "serving ") {
 		t.Fatalf("goverbs kv serve: %q, %v", line, err)
+	}
+}
+
+// TestKVTokenFile: a server given --token-file applies the PUTs and
+// DELETEs of clients given the same file only; others are told they are
+// not authorised, and still read.
+func TestKVTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	token, other := filepath.Join(dir, "token"), filepath.Join(dir, "other")
+	if err := os.WriteFile(token, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(other, []byte("guess\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("shm://@goverbs-test-kvtoken-%d", os.Getpid())
+	serveKV(t, addr, "--token-file", token)
+	if out, errOut, code := goverbs(t, "kv", "put", "k", "v", "-a", addr, "--token-file", token); code != 0 {
+		t.Fatalf("put with the token: exit %d, %q %q", code, out, errOut)
+	}
+	for _, args := range [][]string{
+		{"kv", "put", "k", "forged", "-a", addr},
+		{"kv", "put", "k", "forged", "-a", addr, "--token-file", other},
+		{"kv", "del", "k", "-a", addr, "--token-file", other},
+	} {
+		if _, errOut, code := goverbs(t, args...); code != 1 || !strings.Contains(errOut, "not authorised") {
+			t.Errorf("goverbs %q: exit %d, stderr %q; want exit 1 saying the client is not authorised", args, code, errOut)
+		}
+	}
+	if out, errOut, code := goverbs(t, "kv", "get", "k", "-a", addr); code != 0 || out != "v\n" {
+		t.Fatalf("get without the token: exit %d, %q %q; want the value", code, out, errOut)
+	}
+	if _, errOut, code := goverbs(t, "kv", "put", "k", "v", "-a", addr, "--token-file", filepath.Join(dir, "absent")); code != 1 || !strings.Contains(errOut, "token file") {
+		t.Errorf("put with a token file that is not there: exit %d, stderr %q", code, errOut)
 	}
 }
 

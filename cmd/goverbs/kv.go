@@ -27,14 +27,20 @@ const kvDoc = `Kv runs the goverbs key-value store, whose GET is a one-sided RDM
 of the server's hash table and value heap, and whose PUT and DELETE are
 send/recv RPCs (package kv).
 
-  goverbs kv serve [-l ADDR]             serve a table until interrupted
-  goverbs kv put   [-a ADDR] KEY VALUE   store a value
-  goverbs kv get   [-a ADDR] KEY         print a value
-  goverbs kv del   [-a ADDR] KEY         delete a key
-  goverbs kv bench [-a ADDR] [flags]     measure GET/PUT, beside memcached
+  goverbs kv serve [-l ADDR] [--token-file F]   serve a table until interrupted
+  goverbs kv put   [-a ADDR] KEY VALUE          store a value
+  goverbs kv get   [-a ADDR] KEY                print a value
+  goverbs kv del   [-a ADDR] KEY                delete a key
+  goverbs kv bench [-a ADDR] [flags]            measure GET/PUT, beside memcached
 
 Addresses: shm://@name or shm:///path.sock (same host), tcp://host:port
-(iWARP), loop://name (in process).`
+(iWARP), loop://name (in process).
+
+A server started with --token-file F applies only the PUTs and DELETEs of
+clients given the same file (put, del, bench: --token-file F); every
+client can read every key and value. The token crosses the network as
+its SHA-256, unencrypted on tcp://; keep the file readable by its owner
+only (chmod 600).`
 
 func runKV(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
@@ -56,8 +62,38 @@ func runKV(ctx context.Context, e *env, args []string) error {
 	return usageError("unknown kv subcommand %q: use serve, put, get, del or bench", sub)
 }
 
+// tokenFlagDoc is the help of --token-file.
+const tokenFlagDoc = "shared token `file`: only clients given the same file may PUT and DELETE"
+
+// readToken reads the token in path: the file's bytes, less the line
+// ending an editor or echo leaves at its end.
+func readToken(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("token file: %w", err)
+	}
+	b = []byte(strings.TrimRight(string(b), "\r\n"))
+	if len(b) == 0 {
+		return nil, fmt.Errorf("token file %s is empty: put a secret in it, e.g. head -c 32 /dev/urandom | base64 > %s", path, path)
+	}
+	return b, nil
+}
+
+// dialKV connects to addr, with the credential of tokenFile if not "".
+func dialKV(ctx context.Context, addr, tokenFile string) (*kv.Client, error) {
+	var cfg kv.DialConfig
+	if tokenFile != "" {
+		token, err := readToken(tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Credential = kv.TokenCredential(token)
+	}
+	return cfg.Dial(ctx, addr)
+}
+
 func runKVServe(ctx context.Context, e *env, args []string) error {
-	var addr string
+	var addr, tokenFile string
 	var cfg kv.Config
 	fs := newFlagSet("kv serve", "", "Serve serves a key-value table at the address until interrupted.", e)
 	fs.String(&addr, "listen", "l", defaultKVAddr, "address to serve at")
@@ -67,11 +103,21 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	fs.alias("max-value", "")
 	fs.IntVar(&cfg.HeapBytes, "heap", 64<<20, "value heap in bytes")
 	fs.alias("heap", "")
+	fs.String(&tokenFile, "token-file", "", "", tokenFlagDoc)
+	fs.IntVar(&cfg.MaxClientsPerPeer, "max-clients-per-peer", 16, "clients one host (tcp://) or process (shm://) may hold at once, of the 64 a server takes")
+	fs.alias("max-clients-per-peer", "")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usageError("unexpected arguments %q", fs.Args())
+	}
+	if tokenFile != "" {
+		token, err := readToken(tokenFile)
+		if err != nil {
+			return err
+		}
+		cfg.Authorizer = kv.TokenAuthorizer(token)
 	}
 	s, err := kv.Listen(addr, cfg)
 	if err != nil {
@@ -93,7 +139,7 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 }
 
 func runKVOp(ctx context.Context, e *env, op string, args []string) error {
-	var addr string
+	var addr, tokenFile string
 	var timeout time.Duration
 	synopsis, doc := "KEY", "Get prints the value of KEY, read with one-sided RDMA Reads of the server's table."
 	switch op {
@@ -106,6 +152,7 @@ func runKVOp(ctx context.Context, e *env, op string, args []string) error {
 	fs := newFlagSet("kv "+op, synopsis, doc, e)
 	fs.String(&addr, "addr", "a", defaultKVAddr, "server address: shm://@name, shm:///path.sock or tcp://host:port")
 	fs.Duration(&timeout, "timeout", "t", 5*time.Second, "connection timeout")
+	fs.String(&tokenFile, "token-file", "", "", tokenFlagDoc)
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -114,7 +161,7 @@ func runKVOp(ctx context.Context, e *env, op string, args []string) error {
 	}
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c, err := kv.Dial(dctx, addr)
+	c, err := dialKV(dctx, addr, tokenFile)
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w (is `goverbs kv serve -l %s` running?)", addr, err, addr)
 	}
@@ -140,6 +187,7 @@ const envKVChild = "GOVERBS_KV_BENCH_CHILD"
 func runKVBench(ctx context.Context, e *env, args []string) error {
 	var (
 		addr, serve, values, plotFile string
+		tokenFile                     string
 		ops, keys                     int
 		noMemcached                   bool
 	)
@@ -158,6 +206,7 @@ process on the default local provider.`, e)
 	fs.alias("keys", "")
 	fs.Bool(&noMemcached, "no-memcached", "", "do not run memcached beside")
 	fs.String(&plotFile, "plot", "", "", "draw GET latency, throughput and server CPU against value size into this PNG `file`")
+	fs.String(&tokenFile, "token-file", "", "", "shared token `file` of the server given with -a (see kv serve --token-file)")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -188,7 +237,7 @@ process on the default local provider.`, e)
 	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ours, err := kv.Dial(dctx, addr)
+	ours, err := dialKV(dctx, addr, tokenFile)
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", addr, err)
 	}

@@ -19,6 +19,16 @@ import (
 // Accept; the rest wait in the kernel's backlog.
 const MaxHandshakes = 64
 
+// MaxPeerHandshakes bounds, in a queue that knows its peers (PerPeer), the
+// connections of one peer accepted and not yet handed to Accept: a
+// connection beyond it is closed at once, so that one peer's silent
+// connections leave the other slots to other peers.
+const MaxPeerHandshakes = 8
+
+// HandshakeTimeout is how long a provider's listener waits for the request
+// a connection opens with: a silent connection is closed after it.
+const HandshakeTimeout = time.Second
+
 // Queue accepts connections of type C and turns them into requests of
 // type R. Nothing runs until the first Accept.
 type Queue[C net.Conn, R any] struct {
@@ -28,7 +38,7 @@ type Queue[C net.Conn, R any] struct {
 	discard func(R)
 
 	start sync.Once
-	reqs  chan R
+	reqs  chan taken[R]
 	slots chan struct{} // one per handshake under way or request not taken
 	done  chan struct{} // closed by Close
 	ended chan struct{} // closed when accepting ends; err says why
@@ -36,9 +46,12 @@ type Queue[C net.Conn, R any] struct {
 	errs  chan error // a failed accept, for the next Accept to report
 	wg    sync.WaitGroup
 
+	peer func(C) string // names a connection's peer; nil: peers are not told apart
+
 	mu      sync.Mutex
 	shaking map[net.Conn]bool // handshakes under way, closed by Close
 	closed  bool
+	perPeer map[string]int // slots held by each peer's connections
 }
 
 // New makes a queue: accept takes the next connection (closeL, the
@@ -47,8 +60,19 @@ type Queue[C net.Conn, R any] struct {
 // closed), and discard disposes of a request that Close leaves untaken.
 func New[C net.Conn, R any](accept func() (C, error), closeL func() error, shake func(C) (R, bool), discard func(R)) *Queue[C, R] {
 	return &Queue[C, R]{accept: accept, closeL: closeL, shake: shake, discard: discard,
-		reqs: make(chan R), slots: make(chan struct{}, MaxHandshakes),
+		reqs: make(chan taken[R]), slots: make(chan struct{}, MaxHandshakes),
 		done: make(chan struct{}), ended: make(chan struct{}), errs: make(chan error, 1), shaking: map[net.Conn]bool{}}
+}
+
+// PerPeer makes the queue count its slots per peer, as peer names the
+// peer of a connection (its address, its process; "" for one it cannot
+// name, which is not limited): a peer holds at most MaxPeerHandshakes of
+// them, and its connections beyond are closed at once. Call it before the
+// first Accept; it returns q.
+func (q *Queue[C, R]) PerPeer(peer func(C) string) *Queue[C, R] {
+	q.peer = peer
+	q.perPeer = map[string]int{}
+	return q
 }
 
 // Accept waits for a request, the end of ctx, or the end of accepting
@@ -62,9 +86,9 @@ func (q *Queue[C, R]) Accept(ctx context.Context) (R, error) {
 	})
 	var none R
 	select {
-	case r := <-q.reqs:
-		<-q.slots
-		return r, nil
+	case t := <-q.reqs:
+		q.release(t.peer)
+		return t.r, nil
 	case err := <-q.errs:
 		return none, err
 	case <-ctx.Done():
@@ -91,6 +115,39 @@ func (q *Queue[C, R]) Close() error {
 	q.mu.Unlock()
 	q.wg.Wait()
 	return err
+}
+
+// taken is a request with the peer whose slot it holds.
+type taken[R any] struct {
+	r    R
+	peer string
+}
+
+// admit takes a slot of peer's, if it has one left; the queue's own slot
+// is held.
+func (q *Queue[C, R]) admit(peer string) bool {
+	if peer == "" {
+		return true
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.perPeer[peer] >= MaxPeerHandshakes {
+		return false
+	}
+	q.perPeer[peer]++
+	return true
+}
+
+// release gives back a slot of peer's and the queue's.
+func (q *Queue[C, R]) release(peer string) {
+	if peer != "" {
+		q.mu.Lock()
+		if q.perPeer[peer]--; q.perPeer[peer] <= 0 {
+			delete(q.perPeer, peer)
+		}
+		q.mu.Unlock()
+	}
+	<-q.slots
 }
 
 // errClosed is Accept's error once the queue is closed.
@@ -131,22 +188,31 @@ func (q *Queue[C, R]) loop() {
 			continue
 		}
 		pause = 0
+		var peer string
+		if q.peer != nil {
+			peer = q.peer(c)
+		}
+		if !q.admit(peer) {
+			c.Close() // a peer that holds its share of slots already
+			<-q.slots
+			continue
+		}
 		q.mu.Lock()
 		if q.closed {
 			q.mu.Unlock()
 			c.Close()
-			<-q.slots
+			q.release(peer)
 			continue
 		}
 		q.shaking[c] = true
 		q.wg.Add(1)
 		q.mu.Unlock()
-		go q.handshake(c)
+		go q.handshake(c, peer)
 	}
 }
 
 // handshake runs shake on c and hands the request to Accept.
-func (q *Queue[C, R]) handshake(c C) {
+func (q *Queue[C, R]) handshake(c C, peer string) {
 	defer q.wg.Done()
 	r, ok := q.shake(c)
 	q.mu.Lock()
@@ -159,14 +225,14 @@ func (q *Queue[C, R]) handshake(c C) {
 		} else {
 			c.Close()
 		}
-		<-q.slots
+		q.release(peer)
 		return
 	}
 	select {
-	case q.reqs <- r:
+	case q.reqs <- taken[R]{r, peer}:
 		return // Accept frees the slot
 	case <-q.done:
 		q.discard(r)
 	}
-	<-q.slots
+	q.release(peer)
 }

@@ -134,3 +134,52 @@ func TestAcceptErrorPasses(t *testing.T) {
 		t.Fatalf("second Accept: %q, %v; want good", r, err)
 	}
 }
+
+// TestOnePeerHoldsItsShareOfSlots: a peer's silent connections hold
+// MaxPeerHandshakes slots at most — the queue closes the rest at once —
+// so that one peer taking every slot of the queue holds up no other.
+func TestOnePeerHoldsItsShareOfSlots(t *testing.T) {
+	q, addr, _ := queue(t)
+	q.PerPeer(func(c *net.TCPConn) string { return c.RemoteAddr().(*net.TCPAddr).IP.String() })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	q.Accept(ctx) // starts accepting
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	ended := make(chan error, acceptq.MaxHandshakes)
+	var silent []net.Conn
+	for range acceptq.MaxHandshakes {
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		silent = append(silent, c)
+		go func() {
+			_, err := c.Read(make([]byte, 1))
+			ended <- err
+		}()
+	}
+	// The connections beyond the peer's share end (the deadline is a
+	// hang guard only: they are closed as soon as they are accepted).
+	guard := time.After(10 * time.Second)
+	for closed := 0; closed < acceptq.MaxHandshakes-acceptq.MaxPeerHandshakes; closed++ {
+		select {
+		case err := <-ended:
+			if !errors.Is(err, io.EOF) {
+				t.Fatalf("a silent connection: %v, want the queue to close it", err)
+			}
+		case <-guard:
+			t.Fatalf("%d of the peer's %d silent connections were closed, want all but %d", closed, len(silent), acceptq.MaxPeerHandshakes)
+		}
+	}
+	dial(t, addr, "good")
+	r, err := accept(t, q)
+	for _, c := range silent {
+		c.Close()
+	}
+	for range acceptq.MaxPeerHandshakes {
+		<-ended
+	}
+	if r != "good" || err != nil {
+		t.Fatalf("Accept: %q, %v; want another peer's request", r, err)
+	}
+}

@@ -51,8 +51,9 @@ const setupTimeout = 10 * time.Second
 
 // rtrTimeout bounds how long a responder in peer-to-peer mode waits for
 // the initiator's RTR once it has sent its MPA Reply (a variable for
-// tests); Accept waits for it rtrGrace at most.
-var rtrTimeout = setupTimeout
+// tests): as long as a listener waits for a request, so that a half-open
+// connection holds nothing longer. Accept waits for it rtrGrace at most.
+var rtrTimeout = acceptq.HandshakeTimeout
 
 // rtrGrace is how long Accept waits for the RTR before it returns
 // anyway (the connection then waits for it up to rtrTimeout).
@@ -103,7 +104,7 @@ func newListener(l *net.TCPListener, g *peerguard.Guard) *listener {
 		}
 		return r, ok
 	}
-	return &listener{l: l, q: acceptq.New(l.AcceptTCP, l.Close, shake, func(r *request) { r.nc.Close() })}
+	return &listener{l: l, q: acceptq.New(l.AcceptTCP, l.Close, shake, func(r *request) { r.nc.Close() }).PerPeer(tcpPeer)}
 }
 
 // peerIP is the remote IP address of nc, the identity the guard counts
@@ -113,6 +114,12 @@ func peerIP(nc *net.TCPConn) string {
 		return a.IP.String()
 	}
 	return nc.RemoteAddr().String()
+}
+
+// tcpPeer names the peer of nc by its IP address, for the listener's
+// per-peer share of handshake slots.
+func tcpPeer(nc *net.TCPConn) string {
+	return "tcp " + peerIP(nc)
 }
 
 func (l *listener) Addr() string { return l.l.Addr().String() }
@@ -127,9 +134,10 @@ func (l *listener) Accept(ctx context.Context) (driver.ConnRequest, error) {
 }
 
 // handshake reads the MPA Request of nc; a peer that is not an iWARP
-// one, or asks for markers, is turned away.
+// one, or asks for markers, or is silent for acceptq.HandshakeTimeout, is
+// turned away.
 func handshake(nc *net.TCPConn) (*request, bool) {
-	req, err := readFrame(context.Background(), nc, time.Now().Add(setupTimeout))
+	req, err := readFrame(context.Background(), nc, time.Now().Add(acceptq.HandshakeTimeout))
 	switch {
 	case err != nil || !req.IsRequest():
 		return nil, false // not an iWARP peer, or a broken one
@@ -203,6 +211,9 @@ type request struct {
 func newRequest(nc *net.TCPConn, req wire.Frame) *request {
 	return &request{nc: nc, req: req, s: parseSetup(req)}
 }
+
+// Peer names the requester by its IP address (driver.PeerNamer).
+func (r *request) Peer() string { return tcpPeer(r.nc) }
 
 func (r *request) Param() driver.ConnParam {
 	return driver.ConnParam{PrivateData: append([]byte(nil), r.s.private...),
@@ -319,7 +330,7 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 		// wait at all: an initiator that never sends it would otherwise
 		// hold the caller, a server accepting one request after another,
 		// for setupTimeout. The connection ends if the RTR has not come
-		// by then.
+		// within rtrTimeout.
 		c.watchRTR(rtrTimeout)
 	}
 	c.start()

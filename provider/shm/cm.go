@@ -316,7 +316,7 @@ func (*provider) ListenConfig(addr string, cfg driver.ListenConfig) (driver.List
 		r.guard, r.peerID = g, id
 		return r, true
 	}
-	return &listener{l: l, addr: addr, q: acceptq.New(l.AcceptUnix, l.Close, shake, (*request).discard)}, nil
+	return &listener{l: l, addr: addr, q: acceptq.New(l.AcceptUnix, l.Close, shake, (*request).discard).PerPeer(unixPeer)}, nil
 }
 
 // trust says whose processes a listener accepts: its own user's, and
@@ -341,10 +341,22 @@ func (l *listener) Accept(ctx context.Context) (driver.ConnRequest, error) {
 	return r, nil
 }
 
+// unixPeer names the process at the other end of sock, as the kernel
+// recorded it when the connection was made (SO_PEERCRED); "" if it
+// cannot be told.
+func unixPeer(sock *net.UnixConn) string {
+	cred, err := peerCred(sock)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("shm uid %d pid %d", cred.Uid, cred.Pid)
+}
+
 // readRequest reads the request a connection opens with; false for one
-// that is not a goverbs peer, or a broken one.
+// that is not a goverbs peer, a broken one, or one silent for
+// acceptq.HandshakeTimeout.
 func readRequest(sock *net.UnixConn) (*request, bool) {
-	h, fds, err := readHello(sock, time.Now().Add(5*time.Second), nil)
+	h, fds, err := readHello(sock, time.Now().Add(acceptq.HandshakeTimeout), nil)
 	if err != nil || h.typ() != msgReq {
 		closeFDs(fds)
 		return nil, false
@@ -368,6 +380,9 @@ type request struct {
 }
 
 func (r *request) Param() driver.ConnParam { return r.hello.param() }
+
+// Peer names the requester's process (driver.PeerNamer).
+func (r *request) Peer() string { return unixPeer(r.sock) }
 
 func (r *request) Reject(privateData []byte) error {
 	err := driver.ErrClosed
@@ -429,7 +444,9 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 	if _, _, err := r.sock.WriteMsgUnix(h, unix.UnixRights(fds...), nil); err != nil {
 		return fail(err)
 	}
-	rtu, extra, err := readHello(r.sock, time.Now().Add(10*time.Second), nil)
+	// A dialler that never confirms holds the accepting goroutine no
+	// longer than a silent connection holds the listener.
+	rtu, extra, err := readHello(r.sock, time.Now().Add(acceptq.HandshakeTimeout), nil)
 	closeFDs(extra)
 	if err != nil || rtu.typ() != msgRTU {
 		return fail(fmt.Errorf("%w: the dialler did not confirm", driver.ErrDisconnected))

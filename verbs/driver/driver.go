@@ -269,6 +269,14 @@ type ConnRequest interface {
 	Reject(privateData []byte) error
 }
 
+// PeerNamer is implemented by connection requests whose provider can tell
+// peers apart. Peer names the requester's side — on TCP its IP address,
+// on a Unix socket its process, as the kernel knows it — so that a
+// listener can bound what one peer holds.
+type PeerNamer interface {
+	Peer() string
+}
+
 // Conn is an established connection.
 type Conn interface {
 	// RemoteParam is what the peer sent: the reply for a dialled
