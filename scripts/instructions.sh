@@ -17,7 +17,7 @@
 # receive completion and the PostRecv of the next receive (one Send in 64
 # is signaled and its completion polled); of WriteRate, one PostSend of a
 # list of 1 or 16 8-byte Writes, one in 16 signaled, and the Polls that
-# keep the send queue from filling (per WR: divide List16 by 16).
+# keep the send queue from filling, shown per Write.
 #
 # Usage: scripts/instructions.sh [N, default 20000] [benchmark regexp]
 # Output: a Markdown table, one row per benchmark. Needs Go and valgrind
@@ -33,8 +33,8 @@ benches=(
 	"BenchmarkPostSendPoll/Read8$|8 B RDMA Read + Poll"
 	"BenchmarkPostSendPoll/FetchAdd$|FetchAndAdd + Poll"
 	"BenchmarkSendRecv$|64 B Send + receive Poll + PostRecv"
-	"BenchmarkWriteRate/List1$|8 B Write stream, 1 WR per PostSend"
-	"BenchmarkWriteRate/List16$|8 B Write stream, 16 WRs per PostSend (per post)"
+	"BenchmarkWriteRate/List1$|8 B Write stream, 1 WR per PostSend, per Write|1"
+	"BenchmarkWriteRate/List16$|8 B Write stream, 16 WRs per PostSend, per Write|16"
 )
 
 if ! command -v valgrind >/dev/null 2>&1; then
@@ -67,10 +67,10 @@ count() {
 echo "| operation | instructions per iteration |"
 echo "|---|---:|"
 for b in "${benches[@]}"; do
-	re="${b%%|*}"
-	name="${b#*|}"
+	IFS='|' read -r re name per <<<"$b"
+	per="${per:-1}"
 	[[ "$re" =~ $filter ]] || continue
 	one="$(count "$re" "$n")"
 	two="$(count "$re" "$((2 * n))")"
-	echo "| $name | $(((two - one) / n)) |"
+	echo "| $name | $(((two - one) / n / per)) |"
 done

@@ -168,7 +168,7 @@ func (q *qp) afterWR() {
 
 // leftovers reports whether the WR just executed left work for afterWR.
 func (c *conn) leftovers() bool {
-	return len(c.retired) > 0 || c.segWaitUntil != (time.Time{}) || c.revokeWant.Load() != 0
+	return len(c.retired) > 0 || !c.segWaitUntil.IsZero() || c.revokeWant.Load() != 0
 }
 
 // afterWR is qp.afterWR when there is something to do.
