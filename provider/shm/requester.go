@@ -151,7 +151,7 @@ var nowKinds = [...]uint8{
 // a call of memmove.
 func copySmall(dst, src []byte) {
 	if len(dst) == 8 && len(src) == 8 {
-		*(*uint64)(unsafe.Pointer(&dst[0])) = *(*uint64)(unsafe.Pointer(&src[0]))
+		binary.NativeEndian.PutUint64(dst, binary.NativeEndian.Uint64(src))
 	} else {
 		copy(dst, src)
 	}
