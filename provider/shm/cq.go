@@ -30,6 +30,9 @@ type cq struct {
 	// and firstSender keeps its QP's struct (not its shared memory)
 	// until the CQ goes: a destroyed QP is not known never to produce
 	// again, so its place is not handed on.
+	// firstSender is written once, before its QP can produce; the
+	// poller reads it for the completions of a CQ not yet shared,
+	// whose ring does not name their QP (localRing.produce).
 	sendersMu   sync.Mutex
 	firstSender *qp
 	shared      atomic.Bool
@@ -76,10 +79,9 @@ func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 
 // push adds a receive completion produced in this process (a flushed
 // receive): it goes to the shared ring, behind the receive completions
-// peers wrote, so that a receive queue completes in order. pushSend adds
-// a send completion of q's slot seq to the private ring. A full ring
-// loses the completion: the overrun is recorded and raised, and both
-// report false so that the QP moves to the error state.
+// peers wrote, so that a receive queue completes in order. A full ring
+// loses the completion: the overrun is recorded and raised, and push
+// reports false so that the QP moves to the error state.
 func (c *cq) push(wc *driver.WorkCompletion) bool {
 	if c.destroyed.Load() {
 		return false
@@ -87,12 +89,21 @@ func (c *cq) push(wc *driver.WorkCompletion) bool {
 	return c.notifyOrOverrun(wc, c.ring.produce(wc))
 }
 
-// pushSend: see push. q.mu is held.
-func (c *cq) pushSend(wc *driver.WorkCompletion, q *qp, seq uint64) bool {
+// pushSend adds the completion of q's send slot seq — of the WR wrid,
+// with st, op and n bytes (a send completion says nothing else) — to the
+// private ring. A lost one (a full ring: the overrun is recorded and
+// raised) moves q to the error state. q.mu is held.
+func (c *cq) pushSend(q *qp, seq, wrid uint64, st driver.WCStatus, op driver.WCOpcode, n uint32) {
 	if c.destroyed.Load() {
-		return false
+		q.fail(driver.EventQPFatal)
+		return
 	}
-	return c.notifyOrOverrun(wc, c.local.produce(wc, q, seq, c.shared.Load()))
+	if !c.local.produce(q, seq, wrid, st, op, n, c.shared.Load()) {
+		c.markOverrun()
+		q.fail(driver.EventQPFatal)
+		return
+	}
+	c.ring.notify(false, st != driver.WCSuccess)
 }
 
 // addSender records that q completes its sends in c, before q can post.
@@ -132,16 +143,22 @@ func (c *cq) markOverrun() {
 func (c *cq) Poll(wc []driver.WorkCompletion) int {
 	c.mu.Lock()
 	n := 0
-	for n < len(wc) && !c.destroyed.Load() {
-		if c.local.ready() {
-			q, seq := c.local.take(&wc[n])
-			q.sq.Retire(seq)
-		} else if c.ring.ready() {
-			c.ring.take(&wc[n])
-		} else {
-			break
+	// Destroy sets destroyed before it takes c.mu to unmap the ring.
+	if !c.destroyed.Load() {
+		for n < len(wc) {
+			if c.local.ready() {
+				q, seq := c.local.take(&wc[n])
+				if q == nil {
+					q = c.firstSender
+				}
+				q.sq.Retire(seq)
+			} else if c.ring.ready() {
+				c.ring.take(&wc[n])
+			} else {
+				break
+			}
+			n++
 		}
-		n++
 	}
 	c.mu.Unlock()
 	return n

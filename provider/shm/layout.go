@@ -253,6 +253,10 @@ type localRing struct {
 	head  uint64 // the consumer's position, under cq.mu
 }
 
+// localSlot is a send completion, its QP (nil while the CQ has one
+// sending QP: cq.firstSender), and the send slot it frees. Send
+// completions say nothing beyond WRID, Status, Opcode, ByteLen and QPNum:
+// produce writes those and the rest stays zero.
 type localSlot struct {
 	seq    atomic.Uint64
 	wc     driver.WorkCompletion
@@ -268,9 +272,11 @@ func newLocalRing(n int) *localRing {
 	return r
 }
 
-// produce adds the completion of q's send slot retire; false if the ring
-// is full.
-func (r *localRing) produce(wc *driver.WorkCompletion, q *qp, retire uint64, shared bool) bool {
+// produce adds the completion of q's send slot retire, of the WR wrid,
+// with st, op and n bytes; false if the ring is full. The QP is recorded
+// only once the CQ is shared: until then, every completion is its first
+// sender's.
+func (r *localRing) produce(q *qp, retire, wrid uint64, st driver.WCStatus, op driver.WCOpcode, n uint32, shared bool) bool {
 	for {
 		pos := r.tail.Load()
 		s := &r.slots[pos&r.mask]
@@ -286,8 +292,12 @@ func (r *localRing) produce(wc *driver.WorkCompletion, q *qp, retire uint64, sha
 			atomicrel.StoreUint64(&r.tail, pos+1)
 		} else if !r.tail.CompareAndSwap(pos, pos+1) {
 			continue
+		} else {
+			s.q = q
 		}
-		s.wc, s.q, s.retire = *wc, q, retire
+		w := &s.wc
+		w.WRID, w.Status, w.Opcode, w.ByteLen, w.QPNum = wrid, st, op, n, q.num
+		s.retire = retire
 		atomicrel.StoreUint64(&s.seq, pos+1)
 		return true
 	}
@@ -316,12 +326,14 @@ func (r *localRing) pending(failedOnly bool) bool {
 func (r *localRing) ready() bool { return r.slots[r.head&r.mask].seq.Load() == r.head+1 }
 
 // take takes the oldest completion, which ready said is there, and
-// returns the QP and send slot it retires.
+// returns the QP (nil: the CQ's first sender) and send slot it retires.
 func (r *localRing) take(wc *driver.WorkCompletion) (*qp, uint64) {
 	s := &r.slots[r.head&r.mask]
 	*wc = s.wc
 	q, retire := s.q, s.retire
-	s.q = nil
+	if q != nil {
+		s.q = nil
+	}
 	atomicrel.StoreUint64(&s.seq, r.head+r.mask+1)
 	r.head++
 	return q, retire

@@ -22,7 +22,7 @@ func TestLocalRingSecondSender(t *testing.T) {
 	produce := func(q *qp, base uint64) {
 		for i := uint64(0); i < per; {
 			q.mu.Lock()
-			ok := c.local.produce(&driver.WorkCompletion{WRID: base + i}, q, 0, c.shared.Load())
+			ok := c.local.produce(q, 0, base+i, driver.WCSuccess, driver.WCSend, 0, c.shared.Load())
 			q.mu.Unlock()
 			if ok {
 				i++
@@ -45,6 +45,9 @@ func TestLocalRingSecondSender(t *testing.T) {
 			continue
 		}
 		q, _ := c.local.take(&wc)
+		if q == nil {
+			q = c.firstSender
+		}
 		c.mu.Unlock()
 		want, ok := next[q]
 		if !ok {

@@ -96,18 +96,18 @@ func TestReqNotifySeesReservedCompletions(t *testing.T) {
 	sc := q.sendCQ
 	drain(sc)
 	sc.ring.h.armed.Store(unarmed)
-	if !sc.local.produce(&driver.WorkCompletion{WRID: 4, Opcode: driver.WCRDMAWrite}, q, 1<<40, sc.shared.Load()) {
+	if !sc.local.produce(q, 1<<40, 4, driver.WCSuccess, driver.WCRDMAWrite, 0, sc.shared.Load()) {
 		t.Fatal("the send CQ is full")
 	}
 	expectNotified(t, sc, false, true, "a send completion published unseen, armed for any")
 	drain(sc)
-	if !sc.local.produce(&driver.WorkCompletion{WRID: 5, Opcode: driver.WCRDMAWrite}, q, 1<<40, sc.shared.Load()) {
+	if !sc.local.produce(q, 1<<40, 5, driver.WCSuccess, driver.WCRDMAWrite, 0, sc.shared.Load()) {
 		t.Fatal("the send CQ is full")
 	}
 	expectNotified(t, sc, true, false, "a successful send completion, armed for solicited ones")
 	drain(sc)
 	sc.ring.h.armed.Store(unarmed)
-	if !sc.local.produce(&driver.WorkCompletion{WRID: 6, Opcode: driver.WCRDMAWrite, Status: driver.WCRemAccessErr}, q, 1<<40, sc.shared.Load()) {
+	if !sc.local.produce(q, 1<<40, 6, driver.WCRemAccessErr, driver.WCRDMAWrite, 0, sc.shared.Load()) {
 		t.Fatal("the send CQ is full")
 	}
 	expectNotified(t, sc, true, true, "a failed send completion, armed for solicited ones")

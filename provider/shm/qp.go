@@ -393,10 +393,7 @@ func (q *qp) completeRecv(wc driver.WorkCompletion) {
 
 // Complete implements swq.Engine: it reports the completion of send slot seq.
 func (q *qp) Complete(seq uint64, wc driver.WorkCompletion) {
-	wc.QPNum = q.num
-	if !q.sendCQ.pushSend(&wc, q, seq) {
-		q.fail(driver.EventQPFatal)
-	}
+	q.sendCQ.pushSend(q, seq, wc.WRID, wc.Status, wc.Opcode, wc.ByteLen)
 }
 
 func (q *qp) Destroy() error {

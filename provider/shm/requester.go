@@ -63,46 +63,52 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 // state. q.mu is held; the caller has checked that the QP is in RTS,
 // with no RNR wait.
 func (q *qp) postNow(wr *driver.SendWR) bool {
-	switch wr.Opcode {
-	case driver.OpSend, driver.OpSendWithImm, driver.OpRDMAWrite, driver.OpRDMARead, driver.OpAtomicFetchAndAdd, driver.OpAtomicCmpAndSwp:
-	default:
+	if len(wr.SGList) != 1 || int(wr.Opcode) >= len(nowKinds) {
 		return false
 	}
-	if len(wr.SGList) != 1 || !q.sq.Idle() || !q.sq.Room() || q.sq.Check(wr) != nil {
+	kind := nowKinds[wr.Opcode]
+	sq := q.sq
+	if kind == 0 || !sq.Idle() || !sq.Room() {
+		return false
+	}
+	g := &wr.SGList[0]
+	n := uint64(g.Length)
+	// The checks of driver.CheckSendWR for these opcodes and one SGE; a
+	// WR that fails one goes through Post, which reports it.
+	need := driver.AccessLocalWrite // Reads and atomics write their local buffer
+	if kind <= nowWrite {
+		need = 0
+	}
+	if q.cap.MaxSendSGE == 0 || n == 0 || n > deviceAttr.MaxMsgSize || (kind == nowAtomic && n != 8) ||
+		(wr.Flags&driver.SendInline != 0 && (need != 0 || n > uint64(q.cap.MaxInlineData))) {
 		return false
 	}
 	c := q.conn
 	if c == nil || !c.peerUp() {
 		return false
 	}
-	g := &wr.SGList[0]
-	n := uint64(g.Length)
-	need := swq.NeedOf(wr.Opcode)
-	if wr.Flags&driver.SendInline != 0 {
-		need = 0 // as Post's copy of an inline payload
-	}
 	b, ok := q.ctx.span(g.LKey, q.pd, g.Addr, n, need)
-	if !ok || n == 0 || n > deviceAttr.MaxMsgSize {
+	if !ok {
 		return false
 	}
 	t := &c.dst[0]
 	st, byteLen := driver.WCSuccess, uint32(0)
-	switch wr.Opcode {
-	case driver.OpSend, driver.OpSendWithImm:
+	switch kind {
+	case nowSend:
 		q.local.One(b)
 		if st = c.send(wr, &q.local); st == swq.RNRWait {
 			return false // no receive taken: the queue waits for one
 		}
-	case driver.OpRDMAWrite:
+	case nowWrite:
 		if !c.target(t, wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteWrite, true) || t.proc {
 			return false
 		}
-		copy(t.b, b)
-	case driver.OpRDMARead:
+		copySmall(t.b, b)
+	case nowRead:
 		if !c.peerReads() || !c.target(t, wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteRead, false) || t.proc {
 			return false
 		}
-		copy(b, t.b)
+		copySmall(b, t.b)
 		byteLen = uint32(n)
 	default:
 		if !c.peerReads() || wr.RemoteAddr%8 != 0 {
@@ -112,12 +118,14 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 		if !ok {
 			return false
 		}
-		binary.NativeEndian.PutUint64(b, applyAtomic(word, wr)) // n is 8 (Check)
+		binary.NativeEndian.PutUint64(b, applyAtomic(word, wr)) // n is 8
 		byteLen = 8
 	}
-	q.afterWR()
-	if seq, signaled := q.sq.Commit(wr); signaled || st != driver.WCSuccess {
-		q.Complete(seq, driver.WorkCompletion{WRID: wr.WRID, Status: st, Opcode: wr.Opcode.CompletionOpcode(), ByteLen: byteLen})
+	if c.leftovers() {
+		c.afterWR()
+	}
+	if seq, signaled := sq.Commit(wr); signaled || st != driver.WCSuccess {
+		q.sendCQ.pushSend(q, seq, wr.WRID, st, wr.Opcode.CompletionOpcode(), byteLen)
 	}
 	if st != driver.WCSuccess {
 		q.toErr() // a Send that failed once it took the receive
@@ -125,20 +133,54 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 	return true
 }
 
+// The kinds of WR postNow performs, by opcode (0: none of them).
+const (
+	nowSend = 1 + iota
+	nowWrite
+	nowRead
+	nowAtomic
+)
+
+var nowKinds = [...]uint8{
+	driver.OpSend: nowSend, driver.OpSendWithImm: nowSend, driver.OpRDMAWrite: nowWrite,
+	driver.OpRDMARead: nowRead, driver.OpAtomicFetchAndAdd: nowAtomic, driver.OpAtomicCmpAndSwp: nowAtomic,
+}
+
+// copySmall is copy(dst, src) for slices of the same length, with one
+// load and one store for the 8 bytes of a word-sized operation instead of
+// a call of memmove.
+func copySmall(dst, src []byte) {
+	if len(dst) == 8 && len(src) == 8 {
+		binary.NativeEndian.PutUint64(dst, binary.NativeEndian.Uint64(src))
+	} else {
+		copy(dst, src)
+	}
+}
+
 // afterWR is what Execute does between two WRs: unmap the mappings the
 // WR's lookups dropped, end its bound on segment waits, and answer a
 // revocation the peer waits for (awaitRevokeAnswer).
 func (q *qp) afterWR() {
-	if c := q.conn; c != nil {
-		if len(c.retired) > 0 {
-			c.closeRetired()
-		}
-		if !c.segWaitUntil.IsZero() {
-			c.segWaitUntil = time.Time{}
-		}
-		if c.revokeWant.Load() != 0 {
-			c.answerRevoke()
-		}
+	if c := q.conn; c != nil && c.leftovers() {
+		c.afterWR() // out of line: afterWR inlines
+	}
+}
+
+// leftovers reports whether the WR just executed left work for afterWR.
+func (c *conn) leftovers() bool {
+	return len(c.retired) > 0 || !c.segWaitUntil.IsZero() || c.revokeWant.Load() != 0
+}
+
+// afterWR is qp.afterWR when there is something to do.
+func (c *conn) afterWR() {
+	if len(c.retired) > 0 {
+		c.closeRetired()
+	}
+	if !c.segWaitUntil.IsZero() {
+		c.segWaitUntil = time.Time{}
+	}
+	if c.revokeWant.Load() != 0 {
+		c.answerRevoke()
 	}
 }
 
