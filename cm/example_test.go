@@ -63,14 +63,13 @@ func server(l *cm.Listener) {
 	check(err)
 	cq, err := dev.CreateCQ(16)
 	check(err)
-	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
+	// An endpoint's QP takes receives before it is connected, so that the
+	// client's Send finds one on every provider (tcp0 has no
+	// receiver-not-ready retry).
+	ep, err := cm.NewEndpoint(pd, verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
 		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	check(err)
-	// Receives are posted before the connection is up (the QP in Init),
-	// so that no Send finds none: tcp0 has no receiver-not-ready retry.
-	check(qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessRemoteRead},
-		verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags))
-	_, err = qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{inbox.SGE(0, 64)}}})
+	_, err = ep.QP().PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{inbox.SGE(0, 64)}}})
 	check(err)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -82,7 +81,7 @@ func server(l *cm.Listener) {
 	binary.BigEndian.PutUint64(where[0:], value.Addr())
 	binary.BigEndian.PutUint32(where[8:], value.RKey())
 	binary.BigEndian.PutUint32(where[12:], uint32(n))
-	conn, err := req.Accept(qp, &cm.Param{PrivateData: where[:]})
+	conn, err := ep.Accept(req, &cm.Param{PrivateData: where[:]})
 	check(err)
 	defer conn.Close()
 
