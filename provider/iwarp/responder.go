@@ -118,6 +118,9 @@ type rxState struct {
 		placed   uint32
 		sinkSTag uint32
 		sinkTO   uint64
+		// dropped: bytes of an answer to a zero-length Read dropped so
+		// far (see oversizedAnswerMax).
+		dropped uint64
 	}
 	// held: a receive completion waits in q.rxHeld for the next FPDU.
 	held bool
@@ -1216,6 +1219,18 @@ func rdmapCode(e accessError) uint8 {
 	return wire.RDMAPInvalidSTag
 }
 
+// oversizedAnswerMax bounds what tcp0 reads and drops of the answer to a
+// zero-length Read. Linux siw (6.1) queues a Read Request that arrives
+// while it is sending something else, and when it starts the Read
+// Response (siw_activate_tx) copies the request's SGE only if its length
+// is not zero: for a zero-length Read the SGE of the work request sent
+// before stays, and siw sends that buffer, up to the 32 bits of an SGE's
+// length, to the zero-length Read's sink. RFC 5040 makes a Read Response
+// exactly as long as its Read; tcp0 accepts this one longer answer to a
+// zero-length Read only, as one message in order from the sink's Tagged
+// Offset, and places none of it.
+const oversizedAnswerMax = 1<<32 - 1
+
 // rxReadResponseBegin checks a Read Response segment against the Read
 // at the head of the ORQ: its payload goes to that Read's local buffers.
 func (c *conn) rxReadResponseBegin(h wire.Hdr) error {
@@ -1241,11 +1256,18 @@ func (c *conn) rxReadResponseBegin(h wire.Hdr) error {
 	if rx.resp.size == 0 && h.STag() == rx.resp.sinkSTag {
 		// A zero-length Read places nothing, whatever comes back: Linux
 		// siw answers one that waited behind another response with the
-		// bytes of the last buffer it sent (in 6.1, siw_activate_tx
-		// leaves the previous work request's SGE in place), so the
-		// payload is dropped rather than the stream failed.
-		n = 0
+		// bytes of the last buffer it sent, in as many segments as that
+		// takes (see oversizedAnswerMax). The segments must still be one
+		// message at the Read's sink, in order from its Tagged Offset;
+		// their payload is dropped.
+		if h.TO() != rx.resp.sinkTO+rx.resp.dropped || rx.resp.dropped+uint64(n) > oversizedAnswerMax {
+			return protoErr(wire.LayerDDP, wire.DDPTaggedError, wire.DDPBaseBounds, driver.EventQPFatal,
+				"answer to a zero-length Read: %d bytes at offset %#x, expected offset %#x and at most %d bytes in all",
+				n, h.TO(), rx.resp.sinkTO+rx.resp.dropped, uint64(oversizedAnswerMax))
+		}
+		rx.resp.dropped += uint64(n)
 		rx.discard = true
+		return nil
 	}
 	switch {
 	case h.STag() != rx.resp.sinkSTag:
@@ -1273,7 +1295,7 @@ func (c *conn) rxReadResponseEnd(h wire.Hdr) error {
 		rx.resp.placed += uint32(h.PayloadLen())
 	}
 	if h.Last() {
-		rx.resp.active = false
+		rx.resp.active, rx.resp.dropped = false, 0
 		clear(rx.resp.segs[:rx.resp.nseg])
 		clear(rx.resp.mrs[:rx.resp.nmr])
 		q.mu.Lock()
