@@ -17,7 +17,10 @@
 // (iWARP has no retry for a Send that finds no receive); the server
 // sends its messages, the client receives them and sends as many back,
 // the server receives those and disconnects, and the client waits for
-// that disconnect. Every completion must be a success and every message
+// that disconnect. With -answer the client sends first, the server
+// answers, and each side disconnects when done: with -c 1 -C 1 -S 16
+// that is the exchange of librdmacm's rdma_client and rdma_server
+// (rdma_server -p 7471 against cmatose -answer -s HOST -c 1 -C 1 -S 16). Every completion must be a success and every message
 // exactly -S bytes; the exit status is 0 only then. cmatose's messages
 // are unset memory, so contents are not compared.
 package main
@@ -47,6 +50,7 @@ type config struct {
 	messages    int
 	size        int
 	timeout     time.Duration
+	answer      bool              // the client speaks first
 	ready       func(addr string) // called once the server listens (tests)
 }
 
@@ -60,10 +64,11 @@ func main() {
 	flag.IntVar(&cfg.messages, "C", 10, "messages each way on each connection")
 	flag.IntVar(&cfg.size, "S", 100, "bytes in each message")
 	flag.DurationVar(&cfg.timeout, "timeout", time.Minute, "give up when a step takes longer than this")
+	flag.BoolVar(&cfg.answer, "answer", false, "the client sends first and the server answers (with -c 1 -C 1 -S 16,\nthe exchange of librdmacm's rdma_client and rdma_server)")
 	flag.BoolVar(&crc, "crc", false, "ask for MPA CRC32c (the peer may ask for it either way)")
 	flag.Parse()
 	if flag.NArg() > 0 || (cfg.server == "") == (cfg.bind == "") || cfg.connections < 1 || cfg.messages < 1 || cfg.size < 1 {
-		fmt.Fprintln(os.Stderr, "usage: cmatose (-s server | -b bind_address) [-p port] [-c connections] [-C messages] [-S size] [-crc] [-timeout d]")
+		fmt.Fprintln(os.Stderr, "usage: cmatose (-s server | -b bind_address) [-p port] [-c connections] [-C messages] [-S size] [-answer] [-crc] [-timeout d]")
 		os.Exit(2)
 	}
 	iwarp.SetCRC(crc)
@@ -105,8 +110,8 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	return dial(ctx, cfg, nodes, out)
 }
 
-// serve accepts a connection for each node, sends first, then receives,
-// then disconnects.
+// serve accepts a connection for each node, sends first (or, with
+// cfg.answer, receives first and answers), then disconnects.
 func serve(ctx context.Context, cfg config, nodes []*node, out io.Writer) error {
 	addr := "tcp://" + net.JoinHostPort(cfg.bind, strconv.Itoa(cfg.port))
 	l, err := cm.Listen(addr)
@@ -127,25 +132,19 @@ func serve(ctx context.Context, cfg config, nodes []*node, out io.Writer) error 
 			return fmt.Errorf("accept connection %d: %w", i+1, err)
 		}
 	}
-	fmt.Fprintln(out, "initiating data transfers")
-	for _, n := range nodes {
-		if err := n.postSends(); err != nil {
+	if cfg.answer {
+		if err := receiveAll(ctx, nodes, out); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintln(out, "completing sends")
-	for i, n := range nodes {
-		if err := n.await(ctx, n.scq, "send", i); err != nil {
+	if err := sendAll(ctx, nodes, out); err != nil {
+		return err
+	}
+	if !cfg.answer {
+		if err := receiveAll(ctx, nodes, out); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintln(out, "receiving data transfers")
-	for i, n := range nodes {
-		if err := n.await(ctx, n.rcq, "receive", i); err != nil {
-			return err
-		}
-	}
-	fmt.Fprintln(out, "data transfers complete")
 	for _, n := range nodes {
 		n.conn.Close()
 	}
@@ -153,8 +152,9 @@ func serve(ctx context.Context, cfg config, nodes []*node, out io.Writer) error 
 	return nil
 }
 
-// dial connects each node, receives the server's messages, replies,
-// and waits for the server to disconnect.
+// dial connects each node, receives the server's messages and replies
+// (or, with cfg.answer, sends first and receives the answers), and
+// waits for the server to disconnect (with cfg.answer: disconnects).
 func dial(ctx context.Context, cfg config, nodes []*node, out io.Writer) error {
 	addr := "tcp://" + net.JoinHostPort(cfg.server, strconv.Itoa(cfg.port))
 	fmt.Fprintf(out, "cmatose: connecting %d times to %s\n", len(nodes), addr)
@@ -164,13 +164,38 @@ func dial(ctx context.Context, cfg config, nodes []*node, out io.Writer) error {
 			return fmt.Errorf("connection %d: %w", i+1, err)
 		}
 	}
-	fmt.Fprintln(out, "receiving data transfers")
-	for i, n := range nodes {
-		if err := n.await(ctx, n.rcq, "receive", i); err != nil {
+	if !cfg.answer {
+		if err := receiveAll(ctx, nodes, out); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintln(out, "sending replies")
+	if err := sendAll(ctx, nodes, out); err != nil {
+		return err
+	}
+	if cfg.answer {
+		if err := receiveAll(ctx, nodes, out); err != nil {
+			return err
+		}
+	}
+	for i, n := range nodes {
+		if cfg.answer {
+			n.conn.Close()
+			continue
+		}
+		select {
+		case <-n.conn.Done():
+			n.conn.Close()
+		case <-ctx.Done():
+			return fmt.Errorf("connection %d: the server did not disconnect: %w", i+1, ctx.Err())
+		}
+	}
+	fmt.Fprintf(out, "cmatose: %d connections, %d messages of %d bytes each way on each: ok\n", len(nodes), cfg.messages, cfg.size)
+	return nil
+}
+
+// sendAll posts every node's messages and waits for their completions.
+func sendAll(ctx context.Context, nodes []*node, out io.Writer) error {
+	fmt.Fprintln(out, "sending")
 	for _, n := range nodes {
 		if err := n.postSends(); err != nil {
 			return err
@@ -181,16 +206,17 @@ func dial(ctx context.Context, cfg config, nodes []*node, out io.Writer) error {
 			return err
 		}
 	}
-	fmt.Fprintln(out, "data transfers complete")
+	return nil
+}
+
+// receiveAll waits for every node's messages.
+func receiveAll(ctx context.Context, nodes []*node, out io.Writer) error {
+	fmt.Fprintln(out, "receiving")
 	for i, n := range nodes {
-		select {
-		case <-n.conn.Done():
-			n.conn.Close()
-		case <-ctx.Done():
-			return fmt.Errorf("connection %d: the server did not disconnect: %w", i+1, ctx.Err())
+		if err := n.await(ctx, n.rcq, "receive", i); err != nil {
+			return err
 		}
 	}
-	fmt.Fprintf(out, "cmatose: %d connections, %d messages of %d bytes each way on each: ok\n", len(nodes), cfg.messages, cfg.size)
 	return nil
 }
 

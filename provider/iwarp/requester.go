@@ -698,6 +698,22 @@ func (q *qp) terminated(hdr wire.Hdr, status driver.WCStatus) {
 			}
 		}
 	}
+	if k == r.execSeq && hdr != nil && !hdr.Tagged() && hdr.QN() == wire.QNRead && r.orqHead != r.orqTail {
+		// A Read Request no WR matches by its MSN (a confirming Read
+		// has no WR; Linux siw copies a header with a wrong MSN into
+		// the Terminate it sends when it fails to answer a zero-length
+		// Read, see oversizedAnswerMax): a responder takes messages and
+		// answers Reads in order, so it is the oldest Read not
+		// answered, and every Send and Write before it was placed.
+		e := &r.orq[r.orqHead%maxRdAtomic]
+		if e.kind != orqAtomic {
+			r.confSeq = max(r.confSeq, e.cover)
+			if e.kind == orqConfirm {
+				return // the WRs after it are flushed
+			}
+			k = e.seq
+		}
+	}
 	if k == r.execSeq {
 		// No WR matches: blame the first one the responder had not
 		// confirmed.

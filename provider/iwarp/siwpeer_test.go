@@ -329,3 +329,33 @@ func setCRC(on bool) (restore func()) {
 	iwarp.SetCRC(on)
 	return func() { iwarp.SetCRC(prev) }
 }
+
+// TestTerminateForConfirmingReadConfirmsSends: siw fails its connection
+// when it answers a zero-length Read queued behind an inline Send of its
+// own (the stale SGE names STag 0), and its Terminate copies a Read
+// Request header with a wrong MSN. The Send that went before the Read
+// was placed (a responder takes messages in order): it completes as a
+// success, and the QP fails. siw lays out the Terminate's control word
+// its own way (see siwTerminate), which is read as it means.
+func TestTerminateForConfirmingReadConfirmsSends(t *testing.T) {
+	e, h := dialSiw(t, false, false)
+	r, err := e.NewRegion(4096, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	postSend(t, e, r, 1, 16)
+	h.nextOf(wire.OpSend)
+	rr := wire.ReadRequest(h.nextOf(wire.OpReadRequest))
+	// The header siw copies: a Read Request whose MSN is not the one sent.
+	bogus := make([]byte, wire.ReadRequestLen)
+	wire.ReadRequest(bogus).Set(wire.Hdr(rr).MSN()+15, 0, 0, 16, 0, 0)
+	term := make([]byte, wire.TerminateLen+wire.ReadRequestLen)
+	n := wire.SetTerminate(term, 1, wire.LayerRDMAP, wire.RDMAPRemoteProtect, wire.RDMAPInvalidSTag, wire.Hdr(bogus))
+	// siw's control word: Layer and Error Type swapped, the M, D and R
+	// flags in the low bits of the third byte.
+	term[20] = term[20]<<4 | term[20]>>4
+	term[22] = 0x07
+	h.send(h.fpdu(term[:n], nil))
+	expectSendDone(t, e, 1, verbs.WCSuccess)
+	expectError(t, e)
+}
