@@ -1247,8 +1247,8 @@ func rdmapCode(e accessError) uint8 {
 // before stays, and siw sends that buffer, up to the 32 bits of an SGE's
 // length, to the zero-length Read's sink. RFC 5040 makes a Read Response
 // exactly as long as its Read; tcp0 accepts this one longer answer to a
-// zero-length Read only, as one message in order from the sink's Tagged
-// Offset, and places none of it.
+// zero-length Read only, from a peer other than goverbs, as one message in
+// order from the sink's Tagged Offset, and places none of it.
 const oversizedAnswerMax = 1<<32 - 1
 
 // rxReadResponseBegin checks a Read Response segment against the Read
@@ -1273,7 +1273,7 @@ func (c *conn) rxReadResponseBegin(h wire.Hdr) error {
 		q.mu.Unlock()
 	}
 	n := h.PayloadLen()
-	if rx.resp.size == 0 && h.STag() == rx.resp.sinkSTag {
+	if rx.resp.size == 0 && h.STag() == rx.resp.sinkSTag && !c.ext {
 		// A zero-length Read places nothing, whatever comes back: Linux
 		// siw answers one that waited behind another response with the
 		// bytes of the last buffer it sent, in as many segments as that

@@ -24,6 +24,12 @@ import (
 // agrees to the mode when asked). It returns the listening address and
 // a channel that yields the raw end once the Reply is out.
 func siwResponder(t *testing.T, p2p bool) (string, <-chan *hostile) {
+	return rawResponder(t, p2p, false)
+}
+
+// rawResponder is siwResponder that, with ext, accepts the RFC 7306
+// extensions as a goverbs responder does.
+func rawResponder(t *testing.T, p2p, ext bool) (string, <-chan *hostile) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -61,14 +67,22 @@ func siwResponder(t *testing.T, p2p bool) (string, <-chan *hostile) {
 		if p2p {
 			rtr = wire.RTRWrite
 		}
-		rep := make(wire.Frame, wire.FrameHeaderLen+wire.V2Len)
-		rep.SetHeader(wire.KeyRep, flags, wire.Revision2, wire.V2Len)
+		pdLen := wire.V2Len
+		if ext {
+			flags |= wire.FlagExtAccept
+			pdLen += wire.ExtLen
+		}
+		rep := make(wire.Frame, wire.FrameHeaderLen+pdLen)
+		rep.SetHeader(wire.KeyRep, flags, wire.Revision2, pdLen)
 		wire.V2(rep[wire.FrameHeaderLen:]).Set(4, 4, p2p, rtr)
+		if ext {
+			wire.Ext(rep[wire.FrameHeaderLen+wire.V2Len:]).Set(0x777)
+		}
 		if _, err := nc.Write(rep); err != nil {
 			nc.Close()
 			return
 		}
-		out <- &hostile{t: t, nc: nc, crc: crc, ird: 4, msn: [wire.NumQN]uint32{1, 1, 1, 1}}
+		out <- &hostile{t: t, nc: nc, crc: crc, ird: 4, ext: ext, msn: [wire.NumQN]uint32{1, 1, 1, 1}}
 	}()
 	return "tcp://" + l.Addr().String(), out
 }
@@ -76,8 +90,14 @@ func siwResponder(t *testing.T, p2p bool) (string, <-chan *hostile) {
 // dialSiw connects a goverbs endpoint of one QP to a siwResponder.
 func dialSiw(t *testing.T, crc, p2p bool) (*verbstest.Local, *hostile) {
 	t.Helper()
+	return dialRaw(t, crc, p2p, false)
+}
+
+// dialRaw connects a goverbs endpoint of one QP to a rawResponder.
+func dialRaw(t *testing.T, crc, p2p, ext bool) (*verbstest.Local, *hostile) {
+	t.Helper()
 	defer setCRC(crc)()
-	addr, raw := siwResponder(t, p2p)
+	addr, raw := rawResponder(t, p2p, ext)
 	opts := verbstest.PairOptions{QPs: 1}.Defaults()
 	e, err := verbstest.NewLocal("tcp0", opts, false)
 	if err != nil {
@@ -196,6 +216,23 @@ func TestOversizedAnswerToZeroLengthRead(t *testing.T) {
 			expectError(t, e)
 		})
 	}
+}
+
+// TestOversizedAnswerFromGoverbsRefused: a peer that negotiated the RFC
+// 7306 extensions is goverbs, which answers a zero-length Read with no
+// data: an answer that carries some ends the stream.
+func TestOversizedAnswerFromGoverbsRefused(t *testing.T) {
+	e, h := dialRaw(t, false, false, true)
+	r, err := e.NewRegion(4096, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	postSend(t, e, r, 1, 200)
+	h.nextOf(wire.OpSend)
+	rr := wire.ReadRequest(h.nextOf(wire.OpReadRequest))
+	h.send(h.readResponse(rr.SinkSTag(), rr.SinkTO(), true, make([]byte, 64)))
+	h.expectTerminate(wire.LayerDDP, wire.DDPTaggedError, wire.DDPBaseBounds)
+	expectError(t, e)
 }
 
 // expectError waits for QP 0 of e to reach the error state.
