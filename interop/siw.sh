@@ -171,7 +171,7 @@ rping_siw_server() {
 		fi
 	else
 		fail "$name: goverbs ping -c failed"
-		tail -5 "$work/client.err" >&2
+		tail -n 5 "$work/client.err" >&2 || true
 		"$vmsh" exec "tail -3 /tmp/rping.err" >&2 || true
 	fi
 	check_guest "$name" $port
@@ -194,7 +194,7 @@ rping_siw_client() {
 	else
 		fail "$name: rping -c exit $rc after $n pings"
 		"$vmsh" exec "tail -3 /tmp/rping-c.err" >&2 || true
-		tail -5 "$work/server.out" "$work/server.err" >&2
+		tail -n 5 "$work/server.out" "$work/server.err" >&2 || true
 	fi
 	check_guest "$name" $port
 	record "$name"
@@ -210,7 +210,7 @@ siw_server() {
 	guest_listen $port || die "$name: the server did not start listening in the VM"
 	if ! "$vmsh" hostns "GOVERBS_IWARP_DEBUG=1 timeout 120 ${3//PORT/$port} ${crcflag[*]}" >"$work/host.out" 2>"$work/host.err"; then
 		fail "$name: the goverbs client failed"
-		tail -5 "$work/host.out" "$work/host.err" >&2
+		tail -n 5 "$work/host.out" "$work/host.err" >&2 || true
 	elif ! checkcrc "$work/host.err" "$4"; then
 		fail "$name: CRC is not $4"
 	fi
@@ -237,7 +237,7 @@ siw_client() {
 	rc=$(tail -1 "$work/cli.rc")
 	if ! wait "$srv"; then
 		fail "$name: the goverbs server failed"
-		tail -5 "$work/host.out" "$work/host.err" >&2
+		tail -n 5 "$work/host.out" "$work/host.err" >&2 || true
 	elif ! checkcrc "$work/host.err" "$4"; then
 		fail "$name: CRC is not $4"
 	fi

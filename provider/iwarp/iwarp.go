@@ -85,12 +85,20 @@
 //     with a peer other than goverbs sends zero-length RDMA Writes, a
 //     few times over about a second, until something comes from the
 //     peer (kickCheck), which makes siw read what it left.
+//   - siw drops the Read Responses it owes when its application
+//     disconnects, so a peer that disconnects as soon as it has received
+//     a Send (librdmacm's cmatose server, rdma_client) leaves the Read
+//     that confirms it unanswered. When a peer other than goverbs ends
+//     the stream in order (a FIN between FPDUs, no Terminate) and its TCP
+//     has acknowledged every byte sent, the Sends and Writes sent are
+//     taken for placed (siw places what arrives as it arrives, and sends
+//     a Terminate for what it cannot place) and complete as successes
+//     rather than WCWRFlushErr (creditOrderlyEnd).
 //
-// What tcp0 cannot mend: siw drops the Read Responses it owes when its
-// application disconnects, so a peer that disconnects as soon as it has
-// received a Send may leave the Send unconfirmed, and it completes with
-// WCWRFlushErr though it was placed; and a siw connection that meets the
-// inline case above ends, though no WR of the application failed.
+// What tcp0 cannot mend: a siw connection that meets the inline case
+// above ends, though no WR of the application failed; siw's initiator
+// that is slower than speakFirstDelay to read the Reply fails its
+// connection.
 // interop/siw.sh runs rping, ucmatose (against examples/cmatose) and
 // rdma_server/rdma_client against siw in a VM, both ways.
 //

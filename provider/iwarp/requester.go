@@ -656,6 +656,16 @@ func (r *requester) flush(q *qp) {
 	r.failing = false
 }
 
+// creditSent takes every executed Send and Write for confirmed (see
+// creditOrderlyEnd).
+func (r *requester) creditSent() {
+	for i := r.doneSeq; i < r.execSeq; i++ {
+		if t := r.slot(i); !t.response {
+			t.confirmed = true
+		}
+	}
+}
+
 // timedOut gives the first WR the peer has not confirmed the status of a
 // request whose transport retries ran out: the connection timed out
 // (TCP_USER_TIMEOUT). That is the first executed WR not confirmed, or

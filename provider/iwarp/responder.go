@@ -162,6 +162,32 @@ func truncated(err error) error {
 	return err
 }
 
+// creditOrderlyEnd takes the Sends and Writes sent on a stream that a
+// peer other than goverbs ended in order (a FIN between FPDUs, no
+// Terminate) for placed, when its TCP has acknowledged every byte of
+// them: Linux siw drops the Read Responses it still owes when its
+// application disconnects, so a peer that disconnects as soon as it has
+// received (librdmacm's cmatose server and rdma_client do) leaves the
+// Read that confirms them unanswered, though siw places what arrives as
+// it arrives and would have sent a Terminate for what it could not
+// place. Nothing is credited while a message is partly written.
+func (c *conn) creditOrderlyEnd() {
+	if !c.txMu.TryLock() {
+		return // the transmitter is writing: not all of it is out
+	}
+	defer c.txMu.Unlock()
+	q := c.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.c != c || len(c.tb.bufs) > 0 || q.req.cur.active {
+		return
+	}
+	if n, ok := c.sk.unacked(); !ok || n != 0 {
+		return
+	}
+	q.req.creditSent()
+}
+
 // errPeerTerminated ends the stream after a Terminate from the peer.
 var errPeerTerminated = errors.New("the peer terminated the stream")
 
@@ -184,6 +210,9 @@ func (c *conn) rxLoop() {
 		c.releaseRecv()
 	}
 	debugf("QP %d: stream ended: %v", c.q.num, err)
+	if err == io.EOF && !c.ext {
+		c.creditOrderlyEnd()
+	}
 	var te *termError
 	if errors.As(err, &te) {
 		c.protocolError(te)

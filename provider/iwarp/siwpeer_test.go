@@ -396,3 +396,31 @@ func TestTerminateForConfirmingReadConfirmsSends(t *testing.T) {
 	expectSendDone(t, e, 1, verbs.WCSuccess)
 	expectError(t, e)
 }
+
+// TestOrderlyEndCreditsSends: siw drops the Read Responses it owes when
+// its application disconnects, so a peer that disconnects as soon as it
+// has received a Send never confirms it. A peer other than goverbs that
+// ends the stream in order, with every byte acknowledged, placed what it
+// got: the Send completes as a success. A goverbs peer always answers
+// first, so from one the same end flushes the Send.
+func TestOrderlyEndCreditsSends(t *testing.T) {
+	for _, ext := range []bool{false, true} {
+		t.Run(fmt.Sprintf("goverbs=%v", ext), func(t *testing.T) {
+			e, h := dialRaw(t, false, false, ext)
+			r, err := e.NewRegion(4096, verbs.AccessLocalWrite)
+			if err != nil {
+				t.Fatal(err)
+			}
+			postSend(t, e, r, 1, 100)
+			h.nextOf(wire.OpSend)
+			h.nextOf(wire.OpReadRequest)
+			h.nc.Close()
+			want := verbs.WCSuccess
+			if ext {
+				want = verbs.WCWRFlushErr
+			}
+			expectSendDone(t, e, 1, want)
+			expectError(t, e)
+		})
+	}
+}
