@@ -424,3 +424,55 @@ func TestOrderlyEndCreditsSends(t *testing.T) {
 		})
 	}
 }
+
+// FuzzReceiveFromSiw is FuzzReceive from the other end: a goverbs
+// initiator with a Send awaiting its confirmation takes arbitrary bytes
+// from a responder that is not goverbs, which is where tcp0 takes siw's
+// departures (an oversized answer to a zero-length Read, siw's Terminate
+// layout). It must not panic or hang, must touch no byte around its
+// regions, and must end in the error state once the stream ends.
+func FuzzReceiveFromSiw(f *testing.F) {
+	seed := &hostile{msn: [wire.NumQN]uint32{1, 1, 1, 1}}
+	var oversized []byte
+	for off := 0; off < 3000; off += 1000 {
+		oversized = append(oversized, seed.readResponse(0, uint64(off), off+1000 >= 3000, make([]byte, 1000))...)
+	}
+	f.Add(oversized)
+	term := make([]byte, wire.TerminateLen+wire.ReadRequestLen)
+	bogus := make([]byte, wire.ReadRequestLen)
+	wire.ReadRequest(bogus).Set(16, 0, 0, 16, 0, 0)
+	n := wire.SetTerminate(term, 1, wire.LayerRDMAP, wire.RDMAPRemoteProtect, wire.RDMAPInvalidSTag, wire.Hdr(bogus))
+	term[20], term[22] = term[20]<<4|term[20]>>4, 0x07
+	f.Add(seed.fpdu(term[:n], nil))
+	f.Add(append(seed.readResponse(0, 0, false, make([]byte, 8)), seed.readResponse(0, 100, true, make([]byte, 8))...))
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		e, h := dialSiw(t, false, false)
+		r, err := e.NewRegion(256, verbs.AccessLocalWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		postSend(t, e, r, 1, 100)
+		h.nextOf(wire.OpSend)
+		h.nextOf(wire.OpReadRequest)
+		readDone := make(chan struct{})
+		go func() {
+			defer close(readDone)
+			io.Copy(io.Discard, h.nc)
+		}()
+		h.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		h.nc.Write(stream)
+		h.nc.(*net.TCPConn).CloseWrite()
+		select {
+		case <-readDone:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the initiator did not end the stream within 10s of its end")
+		}
+		expectError(t, e)
+		if ok, err := e.CanariesIntact(r.ID); err != nil || !ok {
+			t.Fatalf("a byte around the initiator's region changed (intact %v, %v)", ok, err)
+		}
+		if wcs, err := e.Completions(verbstest.SendCQ, 1, 5*time.Second); err != nil || len(wcs) != 1 || wcs[0].WRID != 1 {
+			t.Fatalf("send completions %+v, %v: want WRID 1", wcs, err)
+		}
+	})
+}
