@@ -220,6 +220,9 @@ func (r *Request) PrivateData() []byte { return r.r.Param().PrivateData }
 // when the requester is goverbs); the QP sends nothing before it, and the
 // connection ends (Done) if it does not come within 10 s, so a requester
 // that stalls holds no server that accepts requests one after another.
+// A requester that does not ask for peer-to-peer mode (Linux siw's) may
+// wait for the server to speak first: the QP sends 100 ms after the reply
+// if nothing has come from it by then.
 func (r *Request) Accept(qp *verbs.QP, p *Param) (*Conn, error) {
 	if p == nil {
 		p = &Param{}
