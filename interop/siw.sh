@@ -31,7 +31,7 @@
 # (about a minute the first time, then cached in /var/tmp/vm-rdma). Needs
 # root (network namespace, tap device, apt). Everything is torn down on
 # exit, however the script ends. Exit status: 0 when every case passed.
-# The whole run takes 6 to 8 minutes on a busy 2-core machine.
+# The whole run takes 3 to 8 minutes on a shared 2-core machine.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
