@@ -265,6 +265,9 @@ func (r *Request) Peer() string {
 // listener closes a connection that sends no request within 1 s, and
 // holds at most 8 connections of one peer (see Peer) not yet handed to
 // Accept: one peer's silent connections hold up no other peer's Dial.
+// A requester that does not ask for peer-to-peer mode (Linux siw's) may
+// wait for the server to speak first: the QP sends 100 ms after the reply
+// if nothing has come from it by then.
 func (r *Request) Accept(qp *verbs.QP, p *Param) (*Conn, error) {
 	if p == nil {
 		p = &Param{}

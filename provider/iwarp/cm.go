@@ -55,6 +55,11 @@ const setupTimeout = 10 * time.Second
 // connection holds nothing longer. Accept waits for it rtrGrace at most.
 var rtrTimeout = acceptq.HandshakeTimeout
 
+// speakFirstDelay is how long a responder whose initiator did not ask
+// for peer-to-peer mode waits for the initiator's first FPDU before it
+// sends anyway (speakFirst); a variable for tests.
+var speakFirstDelay = 100 * time.Millisecond
+
 // rtrGrace is how long Accept waits for the RTR before it returns
 // anyway (the connection then waits for it up to rtrTimeout).
 const rtrGrace = 100 * time.Millisecond
@@ -332,6 +337,10 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 		// for setupTimeout. The connection ends if the RTR has not come
 		// within rtrTimeout.
 		c.watchRTR(rtrTimeout)
+	} else {
+		// No peer-to-peer mode: the initiator may wait for this side to
+		// speak first (see speakFirst).
+		c.speakFirst(speakFirstDelay)
 	}
 	c.start()
 	if rtr != 0 {
@@ -439,6 +448,7 @@ func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.C
 	}
 	c.initiator = true
 	c.rtrOut = rtr
+	c.kickRTR = rtr != 0 && !ext
 	c.gate.Store(true)
 	c.remoteQPN.Store(remote.QPNum)
 	p.QPNum = q.num

@@ -107,6 +107,11 @@ type conn struct {
 	heard     atomic.Bool // an FPDU came from the peer
 	kickMu    sync.Mutex  // guards the timers and the delay
 	rtrTimer  *time.Timer // ends a connection whose RTR is overdue (watchRTR)
+	gateTimer *time.Timer // opens the gate of a responder that speaks first (speakFirst)
+	// kickRTR (initiator): the startup kick goes on while nothing has
+	// come from the peer even when no response is awaited, since the
+	// RTR may be stranded (kickCheck).
+	kickRTR   bool
 	kickTimer *time.Timer
 	kickDelay time.Duration
 	kickNow   bool // guarded by q.mu: send a zero-length Write
@@ -290,6 +295,28 @@ func (c *conn) watchRTR(d time.Duration) {
 // errNoRTR ends a connection whose initiator did not send its RTR.
 var errNoRTR = fmt.Errorf("%w: no RTR from the initiator in time after the MPA Reply", driver.ErrDisconnected)
 
+// speakFirst opens the gate of a responder whose initiator did not ask
+// for peer-to-peer mode d after the MPA Reply, if the initiator's first
+// FPDU has not opened it before. RFC 5044 lets a responder send only
+// once the initiator's first FPDU has arrived; an initiator without
+// peer-to-peer mode sends first only if its application does, and Linux
+// siw's never asks for that mode, so a server whose protocol speaks first
+// (librdmacm's cmatose, rdma_server-style services) would wait forever.
+// siw's own responder sends as soon as its Reply is out. The wait gives
+// the initiator time to read the Reply first: siw's initiator reads the
+// Reply's private data with a receive of 4 bytes more, and fails the
+// connection if FPDU bytes already follow it in the socket.
+func (c *conn) speakFirst(d time.Duration) {
+	c.kickMu.Lock()
+	defer c.kickMu.Unlock()
+	c.gateTimer = time.AfterFunc(d, func() {
+		if !c.aborted.Load() && !c.gate.Load() {
+			debugf("QP %d: the initiator has sent nothing %v after the MPA Reply: sending first", c.q.num, d)
+			c.openGate()
+		}
+	})
+}
+
 // start runs the connection's goroutines, and lets pollers of the QP's
 // CQs receive.
 func (c *conn) start() {
@@ -317,16 +344,23 @@ const (
 // later): siw sends its MPA Reply before it hooks the socket's data
 // callback for RDMA mode, so FPDUs that arrive in between sit in its
 // socket unread until more data comes. An initiator that has heard
-// nothing from the peer while it waits for a response sends a zero-length
-// RDMA Write (a no-op any iWARP responder takes), a few times with
-// growing waits, which makes siw read what was stranded.
+// nothing from the peer sends a zero-length RDMA Write (a no-op any
+// iWARP responder takes), a few times with growing waits, which makes
+// siw read what was stranded: while it waits for a response, and, with
+// a peer other than goverbs in peer-to-peer mode, from the start, since
+// siw's responder completes its side of the connection (rdma_accept's
+// ESTABLISHED event) only once it has read the RTR. A responder left
+// without it keeps the connection half set up, and Linux's iWARP
+// connection manager has been seen to hit a BUG when such connections
+// are closed. A goverbs responder has no such race and is not kicked
+// but while a response is awaited.
 func (c *conn) kickCheck() {
 	if c.heard.Load() || c.aborted.Load() {
 		return
 	}
 	q := c.q
 	q.mu.Lock()
-	if q.c == c && q.req.orqLen() > 0 {
+	if q.c == c && (q.req.orqLen() > 0 || c.kickRTR) {
 		c.kickNow = true
 		c.wakeTx()
 	}
@@ -383,6 +417,9 @@ func (c *conn) abort() {
 	}
 	if c.rtrTimer != nil {
 		c.rtrTimer.Stop()
+	}
+	if c.gateTimer != nil {
+		c.gateTimer.Stop()
 	}
 	c.kickMu.Unlock()
 	c.closeOnce.Do(func() { c.nc.Close() })

@@ -47,6 +47,61 @@
 // first. That is how a remote error (a bad STag, a receive too small)
 // reaches the WR that caused it.
 //
+// Linux siw (6.1) departs from the RFCs in a few ways a peer meets, and
+// tcp0 takes what it sends as long as the peer is not goverbs (no RFC
+// 7306 block in its MPA frame) or the departure cannot be mistaken:
+//
+//   - The answer to a zero-length Read may carry data: siw answers one
+//     that waited behind another of its messages with that message's
+//     buffer, in as many segments as it takes. From a peer other than
+//     goverbs tcp0 drops such an answer if it is one message in order
+//     from the Read's sink, up to 4 GiB (oversizedAnswerMax); any other
+//     Read Response must be exactly as long as its Read (RFC 5040).
+//   - When that message was sent inline, siw fails its own connection
+//     instead, with a Terminate that names a Read Request under a wrong
+//     MSN. A Terminate that names a Read Request no WR matches concerns
+//     the oldest Read not yet answered; the Sends and Writes before it
+//     were placed and complete as successes, and the QP fails.
+//   - siw lays out a Terminate's control word with the Layer and Error
+//     Type swapped and the M, D and R flags in reserved bits; such a word
+//     from a peer other than goverbs is read as siw means it
+//     (siwTerminate).
+//   - RFC 5044 lets the responder send only once the initiator's first
+//     FPDU has arrived, and RFC 6581's peer-to-peer mode exists so that
+//     the initiator sends one (its RTR). siw's initiator never asks for
+//     that mode and sends nothing until its application does, so a
+//     server whose protocol speaks first (librdmacm's cmatose) could
+//     never speak to it: when the initiator does not ask for
+//     peer-to-peer mode, a tcp0 responder sends 100 ms after its MPA
+//     Reply (speakFirstDelay) if nothing came before, as siw's responder
+//     sends at once. It waits so that the initiator has read the Reply:
+//     siw's initiator fails the connection when FPDU bytes already
+//     follow the Reply in its socket.
+//   - siw's responder sends its MPA Reply before it hooks its socket,
+//     so an RTR that arrives in between stays unread and siw never
+//     completes the connection (its application never sees it
+//     established; closing such connections has hit a BUG in Linux's
+//     iWARP connection manager). A tcp0 initiator in peer-to-peer mode
+//     with a peer other than goverbs sends zero-length RDMA Writes, a
+//     few times over about a second, until something comes from the
+//     peer (kickCheck), which makes siw read what it left.
+//   - siw drops the Read Responses it owes when its application
+//     disconnects, so a peer that disconnects as soon as it has received
+//     a Send (librdmacm's cmatose server, rdma_client) leaves the Read
+//     that confirms it unanswered. When a peer other than goverbs ends
+//     the stream in order (a FIN between FPDUs, no Terminate) and its TCP
+//     has acknowledged every byte sent, the Sends and Writes sent are
+//     taken for placed (siw places what arrives as it arrives, and sends
+//     a Terminate for what it cannot place) and complete as successes
+//     rather than WCWRFlushErr (creditOrderlyEnd).
+//
+// What tcp0 cannot mend: a siw connection that meets the inline case
+// above ends, though no WR of the application failed; siw's initiator
+// that is slower than speakFirstDelay to read the Reply fails its
+// connection.
+// interop/siw.sh runs rping, ucmatose (against examples/cmatose) and
+// rdma_server/rdma_client against siw in a VM, both ways.
+//
 // Timeouts: the QP's Timeout and RetryCnt (cm sets 14 and 7) become the
 // socket's TCP_USER_TIMEOUT, 4.096 µs × 2^Timeout × (RetryCnt+1) but at
 // least 4 s, since TCP's own retransmissions over a lossy path take that

@@ -656,6 +656,16 @@ func (r *requester) flush(q *qp) {
 	r.failing = false
 }
 
+// creditSent takes every executed Send and Write for confirmed (see
+// creditOrderlyEnd).
+func (r *requester) creditSent() {
+	for i := r.doneSeq; i < r.execSeq; i++ {
+		if t := r.slot(i); !t.response {
+			t.confirmed = true
+		}
+	}
+}
+
 // timedOut gives the first WR the peer has not confirmed the status of a
 // request whose transport retries ran out: the connection timed out
 // (TCP_USER_TIMEOUT). That is the first executed WR not confirmed, or
@@ -696,6 +706,22 @@ func (q *qp) terminated(hdr wire.Hdr, status driver.WCStatus) {
 				k = i
 				break
 			}
+		}
+	}
+	if k == r.execSeq && hdr != nil && !hdr.Tagged() && hdr.QN() == wire.QNRead && r.orqHead != r.orqTail {
+		// A Read Request no WR matches by its MSN (a confirming Read
+		// has no WR; Linux siw copies a header with a wrong MSN into
+		// the Terminate it sends when it fails to answer a zero-length
+		// Read, see oversizedAnswerMax): a responder takes messages and
+		// answers Reads in order, so it is the oldest Read not
+		// answered, and every Send and Write before it was placed.
+		e := &r.orq[r.orqHead%maxRdAtomic]
+		if e.kind != orqAtomic {
+			r.confSeq = max(r.confSeq, e.cover)
+			if e.kind == orqConfirm {
+				return // the WRs after it are flushed
+			}
+			k = e.seq
 		}
 	}
 	if k == r.execSeq {

@@ -118,6 +118,9 @@ type rxState struct {
 		placed   uint32
 		sinkSTag uint32
 		sinkTO   uint64
+		// dropped: bytes of an answer to a zero-length Read dropped so
+		// far (see oversizedAnswerMax).
+		dropped uint64
 	}
 	// held: a receive completion waits in q.rxHeld for the next FPDU.
 	held bool
@@ -159,6 +162,32 @@ func truncated(err error) error {
 	return err
 }
 
+// creditOrderlyEnd takes the Sends and Writes sent on a stream that a
+// peer other than goverbs ended in order (a FIN between FPDUs, no
+// Terminate) for placed, when its TCP has acknowledged every byte of
+// them: Linux siw drops the Read Responses it still owes when its
+// application disconnects, so a peer that disconnects as soon as it has
+// received (librdmacm's cmatose server and rdma_client do) leaves the
+// Read that confirms them unanswered, though siw places what arrives as
+// it arrives and would have sent a Terminate for what it could not
+// place. Nothing is credited while a message is partly written.
+func (c *conn) creditOrderlyEnd() {
+	if !c.txMu.TryLock() {
+		return // the transmitter is writing: not all of it is out
+	}
+	defer c.txMu.Unlock()
+	q := c.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.c != c || len(c.tb.bufs) > 0 || q.req.cur.active {
+		return
+	}
+	if n, ok := c.sk.unacked(); !ok || n != 0 {
+		return
+	}
+	q.req.creditSent()
+}
+
 // errPeerTerminated ends the stream after a Terminate from the peer.
 var errPeerTerminated = errors.New("the peer terminated the stream")
 
@@ -181,6 +210,9 @@ func (c *conn) rxLoop() {
 		c.releaseRecv()
 	}
 	debugf("QP %d: stream ended: %v", c.q.num, err)
+	if err == io.EOF && !c.ext {
+		c.creditOrderlyEnd()
+	}
 	var te *termError
 	if errors.As(err, &te) {
 		if te.event == driver.EventQPAccessErr && c.guard != nil {
@@ -1093,6 +1125,26 @@ func (c *conn) rxBegin(h wire.Hdr) error {
 	return nil
 }
 
+// siwTerminate rewrites in t the control word of a Terminate that Linux
+// siw sent into the layout of RFC 5040. siw (6.1) builds the word with C
+// bitfields that, on a little-endian machine, put the Layer in the low
+// half of the first byte and the Error Type in the high half (RFC 5040:
+// the other way round), and the M, D and R flags in the three low bits of
+// the third byte, where RFC 5040 has reserved bits, rather than the three
+// high ones: its Terminate for an invalid STag in RDMAP reads as a DDP
+// catastrophic error whose copied headers are absent. A control word
+// whose reserved bits are set in exactly that place, and no other, is
+// taken for siw's (only from a peer other than goverbs); one that copies
+// no headers cannot be told from an RFC one and is left as it is.
+func siwTerminate(t wire.Terminate) {
+	f := t[22]
+	if f&0xf8 != 0 || f&0x07 == 0 || t[23] != 0 {
+		return
+	}
+	t[20] = t[20]<<4 | t[20]>>4
+	t[22] = (f&1)<<7 | (f&2)<<5 | (f&4)<<3
+}
+
 // terminateKept is how much of a Terminate's payload (the terminated
 // headers) is kept: what the longest headers need.
 func terminateKept(h wire.Hdr) int {
@@ -1219,6 +1271,18 @@ func rdmapCode(e accessError) uint8 {
 	return wire.RDMAPInvalidSTag
 }
 
+// oversizedAnswerMax bounds what tcp0 reads and drops of the answer to a
+// zero-length Read. Linux siw (6.1) queues a Read Request that arrives
+// while it is sending something else, and when it starts the Read
+// Response (siw_activate_tx) copies the request's SGE only if its length
+// is not zero: for a zero-length Read the SGE of the work request sent
+// before stays, and siw sends that buffer, up to the 32 bits of an SGE's
+// length, to the zero-length Read's sink. RFC 5040 makes a Read Response
+// exactly as long as its Read; tcp0 accepts this one longer answer to a
+// zero-length Read only, from a peer other than goverbs, as one message in
+// order from the sink's Tagged Offset, and places none of it.
+const oversizedAnswerMax = 1<<32 - 1
+
 // rxReadResponseBegin checks a Read Response segment against the Read
 // at the head of the ORQ: its payload goes to that Read's local buffers.
 func (c *conn) rxReadResponseBegin(h wire.Hdr) error {
@@ -1241,14 +1305,21 @@ func (c *conn) rxReadResponseBegin(h wire.Hdr) error {
 		q.mu.Unlock()
 	}
 	n := h.PayloadLen()
-	if rx.resp.size == 0 && h.STag() == rx.resp.sinkSTag {
+	if rx.resp.size == 0 && h.STag() == rx.resp.sinkSTag && !c.ext {
 		// A zero-length Read places nothing, whatever comes back: Linux
 		// siw answers one that waited behind another response with the
-		// bytes of the last buffer it sent (in 6.1, siw_activate_tx
-		// leaves the previous work request's SGE in place), so the
-		// payload is dropped rather than the stream failed.
-		n = 0
+		// bytes of the last buffer it sent, in as many segments as that
+		// takes (see oversizedAnswerMax). The segments must still be one
+		// message at the Read's sink, in order from its Tagged Offset;
+		// their payload is dropped.
+		if h.TO() != rx.resp.sinkTO+rx.resp.dropped || rx.resp.dropped+uint64(n) > oversizedAnswerMax {
+			return protoErr(wire.LayerDDP, wire.DDPTaggedError, wire.DDPBaseBounds, driver.EventQPFatal,
+				"answer to a zero-length Read: %d bytes at offset %#x, expected offset %#x and at most %d bytes in all",
+				n, h.TO(), rx.resp.sinkTO+rx.resp.dropped, uint64(oversizedAnswerMax))
+		}
+		rx.resp.dropped += uint64(n)
 		rx.discard = true
+		return nil
 	}
 	switch {
 	case h.STag() != rx.resp.sinkSTag:
@@ -1276,7 +1347,7 @@ func (c *conn) rxReadResponseEnd(h wire.Hdr) error {
 		rx.resp.placed += uint32(h.PayloadLen())
 	}
 	if h.Last() {
-		rx.resp.active = false
+		rx.resp.active, rx.resp.dropped = false, 0
 		clear(rx.resp.segs[:rx.resp.nseg])
 		clear(rx.resp.mrs[:rx.resp.nmr])
 		q.mu.Lock()
@@ -1659,7 +1730,11 @@ func (c *conn) rxTerminate(h wire.Hdr) error {
 	// Longer than a Terminate of RFC 5040 needs: what fits was kept.
 	n := terminateKept(h)
 	t := wire.Terminate(c.rx.hdr[:wire.TerminateLen+n])
+	if !c.ext {
+		siwTerminate(t)
+	}
 	status := terminateStatus(t.Layer(), t.EType(), t.ECode())
+	debugf("QP %d: the peer's Terminate: %v", q.num, t)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.c != c || q.destroyed {

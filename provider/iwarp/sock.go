@@ -137,6 +137,18 @@ func (s *sock) enter() bool {
 // exit ends what enter announced.
 func (s *sock) exit() { s.busy.Add(-1) }
 
+// unacked reports how many bytes written to the socket its peer has not
+// acknowledged yet (SIOCOUTQ); ok is false once shutdown has begun or on
+// an error.
+func (s *sock) unacked() (n int, ok bool) {
+	if !s.enter() {
+		return 0, false
+	}
+	defer s.exit()
+	n, err := unix.IoctlGetInt(s.fd, unix.SIOCOUTQ)
+	return n, err == nil
+}
+
 // shutdown makes every later enter fail, waits for the system calls in
 // progress (none waits), and wakes the goroutines waiting for the socket
 // (their waits fail with net.ErrClosed). Every caller waits, not only the
