@@ -1,0 +1,73 @@
+package rsock
+
+import (
+	"io"
+	"testing"
+)
+
+// BenchmarkPingPong64 is a 64-byte request and its 64-byte response, one
+// at a time (ns/op is the round trip).
+func BenchmarkPingPong64(b *testing.B) {
+	for _, scheme := range providers {
+		b.Run(scheme, func(b *testing.B) {
+			d, a := pair(b, scheme, &Config{})
+			defer d.Close()
+			defer a.Close()
+			done := make(chan error, 1)
+			go func() {
+				buf := make([]byte, 64)
+				for {
+					if _, err := io.ReadFull(a, buf); err != nil {
+						done <- nil
+						return
+					}
+					if _, err := a.Write(buf); err != nil {
+						done <- err
+						return
+					}
+				}
+			}()
+			buf := make([]byte, 64)
+			b.ReportAllocs()
+			b.SetBytes(64)
+			for b.Loop() {
+				if _, err := d.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(d, buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+			d.CloseWrite()
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// BenchmarkStream1MiB writes 1 MiB per op to a reader that drains it.
+func BenchmarkStream1MiB(b *testing.B) {
+	for _, scheme := range providers {
+		b.Run(scheme, func(b *testing.B) {
+			d, a := pair(b, scheme, &Config{})
+			defer d.Close()
+			defer a.Close()
+			done := make(chan int64, 1)
+			go func() {
+				n, _ := io.Copy(io.Discard, a)
+				done <- n
+			}()
+			buf := make([]byte, 1<<20)
+			b.ReportAllocs()
+			b.SetBytes(int64(len(buf)))
+			for b.Loop() {
+				if _, err := d.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+			d.CloseWrite()
+			<-done
+		})
+	}
+}
