@@ -1,8 +1,14 @@
 package rsock
 
 import (
+	"context"
 	"io"
+	"net"
 	"testing"
+
+	"github.com/goverbs/goverbs/internal/grpcecho"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // BenchmarkPingPong64 is a 64-byte request and its 64-byte response, one
@@ -68,6 +74,45 @@ func BenchmarkStream1MiB(b *testing.B) {
 			}
 			d.CloseWrite()
 			<-done
+		})
+	}
+}
+
+// BenchmarkGRPCUnary64 is a gRPC unary call of 64 bytes each way over
+// rsock, and over Go's TCP loopback for comparison.
+func BenchmarkGRPCUnary64(b *testing.B) {
+	for _, scheme := range append([]string{"gotcp"}, providers...) {
+		b.Run(scheme, func(b *testing.B) {
+			var l net.Listener
+			var err error
+			dial := Dial
+			if scheme == "gotcp" {
+				l, err = net.Listen("tcp", "127.0.0.1:0")
+				var d net.Dialer
+				dial = func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }
+			} else {
+				l, err = Listen(listenAddr(b, scheme))
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			s := grpcecho.NewServer()
+			served := make(chan error, 1)
+			go func() { served <- s.Serve(l) }()
+			defer func() { s.Stop(); <-served }()
+			cc, err := grpc.NewClient("passthrough:///"+l.Addr().String(),
+				grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(dial))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cc.Close()
+			req, resp := &grpcecho.Frame{B: make([]byte, 64)}, &grpcecho.Frame{}
+			ctx := context.Background()
+			for b.Loop() {
+				if err := grpcecho.Call(ctx, cc, req, resp); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package rsock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -77,13 +79,16 @@ type Conn struct {
 	credits         int // control messages the peer can take now
 	owed            int // receives reposted and not yet acknowledged to the peer
 	sendsOut        int // send queue slots in use
+	unsignaled      int // send queue slots posted since the last signaled work request
 	finSent         bool
-	err             error // the connection is broken
+	err             error       // the connection is broken
+	failed          atomic.Bool // err is set
 	closed          bool
 
 	closing      chan struct{} // closed by Close
 	rwake, wwake chan struct{} // a reader, a writer: something changed
 	rdl, wdl     deadline
+	rctx, wctx   waitCtx // CQ waits bounded by rdl, wdl
 	disconnect   sync.Once
 
 	wcs  [32]verbs.WorkCompletion
@@ -182,7 +187,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 			return 0, c.opError("read", err)
 		}
 		c.mu.Unlock()
-		c.wait(&c.rdl, c.rwake, c.wwake)
+		c.wait(&c.rctx, c.rwake, c.wwake)
 	}
 }
 
@@ -234,7 +239,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 			continue
 		}
 		c.mu.Unlock()
-		c.wait(&c.wdl, c.wwake, c.rwake)
+		c.wait(&c.wctx, c.wwake, c.rwake)
 	}
 }
 
@@ -273,7 +278,7 @@ func (c *Conn) CloseWrite() error {
 		if c.wdl.passed() {
 			return c.opError("close", os.ErrDeadlineExceeded)
 		}
-		c.wait(&c.wdl, c.wwake, c.rwake)
+		c.wait(&c.wctx, c.wwake, c.rwake)
 	}
 }
 
@@ -293,6 +298,9 @@ func (c *Conn) Close() error {
 	c.closed = true
 	close(c.closing)
 	c.mu.Unlock()
+	// Wake the calls that wait: a CQ wait ends at its deadline.
+	c.rdl.seal()
+	c.wdl.seal()
 	c.readMu.Lock()
 	c.writeMu.Lock()
 	c.pollMu.Lock()
@@ -316,33 +324,27 @@ func (c *Conn) linger() {
 		c.postCtrl(opFin, 0)
 		c.finSent = true
 	}
+	// Only a signaled work request's completion retires the slots
+	// before it: with none under way, there is nothing to wait for.
+	if c.unsignaled == c.sendsOut {
+		c.mu.Unlock()
+		return
+	}
 	c.mu.Unlock()
-	var timer *time.Timer
+	ctx, cancel := context.WithTimeout(context.Background(), closeLinger)
+	defer cancel()
 	for {
 		c.mu.Lock()
-		done := c.err != nil || c.sendsOut == 0
+		done := c.err != nil || c.sendsOut == c.unsignaled
 		c.mu.Unlock()
-		if done || c.poll() > 0 {
-			if done {
-				break
-			}
-			continue
-		}
-		if timer == nil {
-			timer = time.NewTimer(closeLinger)
-			defer timer.Stop()
-		}
-		if c.cq.ReqNotify(false) != nil {
+		if done {
 			return
 		}
-		if c.poll() > 0 {
-			continue
-		}
-		select {
-		case <-c.cq.Notify():
-		case <-timer.C:
+		n, err := c.cq.Wait(ctx, c.wcs[:])
+		if err != nil {
 			return
 		}
+		c.complete(n)
 	}
 }
 
@@ -353,11 +355,12 @@ func (c *Conn) isClosed() bool {
 }
 
 // wait blocks until something may have changed for the caller: a
-// completion, a wake-up on mine, the deadline dl, or Close. One waiter
-// at a time polls the completion queue, the others wait on their wake
-// channel; the poller, when it leaves, wakes the other side (other) so
-// that it takes over.
-func (c *Conn) wait(dl *deadline, mine, other chan struct{}) {
+// completion, a wake-up on mine, the deadline of ctx, or Close (which
+// makes the deadline pass). One waiter at a time polls the completion
+// queue, the others wait on their wake channel; the poller, when it
+// leaves, wakes the other side (other) so that it takes over.
+func (c *Conn) wait(ctx *waitCtx, mine, other chan struct{}) {
+	dl := ctx.dl
 	if !c.pollMu.TryLock() {
 		select {
 		case <-mine:
@@ -377,13 +380,17 @@ func (c *Conn) wait(dl *deadline, mine, other chan struct{}) {
 	// costs no wake-up.
 	if c.spin > 0 {
 		end := time.Now().Add(c.spin)
-		for time.Now().Before(end) {
+		for i := 1; i&7 != 0 || time.Now().Before(end); i++ {
 			runtime.Gosched()
-			if c.poll() > 0 || closed(c.closing) || dl.passed() {
+			if c.poll() > 0 || dl.passed() || c.failed.Load() {
 				return
 			}
 		}
 	}
+	// Park on the completion channel. (Not CQ.Wait: on shm0 it first
+	// sleeps in the thread, which keeps the goroutine's P from the
+	// others for a while, and an application that serves a connection
+	// with several goroutines, as gRPC does, waits for it.)
 	if err := c.cq.ReqNotify(false); err != nil {
 		c.mu.Lock()
 		c.fail(fmt.Errorf("%w: %w", ErrReset, err))
@@ -424,20 +431,25 @@ func (c *Conn) poll() int {
 		}
 		return 0
 	}
+	c.complete(n)
+	return n
+}
+
+// complete acts on the first n completions of wcs. pollMu is held.
+func (c *Conn) complete(n int) {
 	c.mu.Lock()
 	for i := range c.wcs[:n] {
-		c.complete(&c.wcs[i])
+		c.completeOne(&c.wcs[i])
 	}
 	c.sendCredits(false)
 	c.mu.Unlock()
 	c.afterPost()
 	nudge(c.rwake)
 	nudge(c.wwake)
-	return n
 }
 
-// complete acts on one completion. mu is held.
-func (c *Conn) complete(wc *verbs.WorkCompletion) {
+// completeOne acts on one completion. mu is held.
+func (c *Conn) completeOne(wc *verbs.WorkCompletion) {
 	if wc.Status != verbs.WCSuccess {
 		if wc.Status == verbs.WCWRFlushErr {
 			c.fail(ErrReset)
@@ -533,15 +545,13 @@ func (c *Conn) apply(m ctrl) {
 func (c *Conn) fail(err error) {
 	if c.err == nil {
 		c.err = err
+		c.failed.Store(true)
 	}
 }
 
 // afterPost disconnects a connection that failed. mu is not held.
 func (c *Conn) afterPost() {
-	c.mu.Lock()
-	failed := c.err != nil
-	c.mu.Unlock()
-	if failed {
+	if c.failed.Load() {
 		c.disconnect.Do(func() { c.cmc.Close() })
 		nudge(c.rwake)
 		nudge(c.wwake)
@@ -569,13 +579,13 @@ func (c *Conn) postData(off, n uint64) {
 	w := makeCtrl(opData, acks, uint32(n))
 	c.sge[0] = c.stageMR.SGE(int(off), int(n))
 	if c.useImm {
-		c.swr[0] = verbs.SendWR{WRID: 1, Opcode: verbs.OpRDMAWriteWithImm, SGList: c.sge[:1], Flags: verbs.SendSignaled,
+		c.swr[0] = verbs.SendWR{Opcode: verbs.OpRDMAWriteWithImm, SGList: c.sge[:1],
 			Imm: w, RemoteAddr: c.peerAddr + off, RKey: c.peerKey}
-		c.post(1)
+		c.post(1, false)
 	} else {
 		c.swr[0] = verbs.SendWR{Opcode: verbs.OpRDMAWrite, SGList: c.sge[:1], RemoteAddr: c.peerAddr + off, RKey: c.peerKey}
-		c.swr[1] = c.sendWR(w, 2)
-		c.post(2)
+		c.swr[1] = c.sendWR(w)
+		c.post(2, false)
 	}
 	c.txSent += n
 }
@@ -585,21 +595,22 @@ func (c *Conn) postData(off, n uint64) {
 func (c *Conn) postCtrl(op uint8, count uint32) {
 	w := makeCtrl(op, c.takeAcks(), count)
 	if c.useImm {
-		c.swr[0] = verbs.SendWR{WRID: 1, Opcode: verbs.OpRDMAWriteWithImm, Flags: verbs.SendSignaled,
-			Imm: w, RemoteAddr: c.peerAddr, RKey: c.peerKey}
+		c.swr[0] = verbs.SendWR{Opcode: verbs.OpRDMAWriteWithImm, Imm: w, RemoteAddr: c.peerAddr, RKey: c.peerKey}
 	} else {
-		c.swr[0] = c.sendWR(w, 1)
+		c.swr[0] = c.sendWR(w)
 	}
-	c.post(1)
+	// The end of the stream is signaled, so that Close can wait for
+	// every send before it.
+	c.post(1, op == opFin)
 }
 
-// sendWR is the inline Send of control word w, holding slots slots.
-func (c *Conn) sendWR(w uint32, slots uint64) verbs.SendWR {
+// sendWR is the inline Send of control word w.
+func (c *Conn) sendWR(w uint32) verbs.SendWR {
 	var b [ctrlLen]byte
 	ctrlWord(w, &b)
 	copy(c.sendBuf, b[:])
 	c.sge[1] = c.ctl.SGE(c.recvs*ctrlLen, ctrlLen)
-	return verbs.SendWR{WRID: slots, Opcode: verbs.OpSend, SGList: c.sge[1:2], Flags: verbs.SendSignaled | verbs.SendInline}
+	return verbs.SendWR{Opcode: verbs.OpSend, SGList: c.sge[1:2], Flags: verbs.SendInline}
 }
 
 func (c *Conn) takeAcks() int {
@@ -609,11 +620,22 @@ func (c *Conn) takeAcks() int {
 	return a
 }
 
-// post posts the first n work requests of swr. mu is held.
-func (c *Conn) post(n int) {
+// signalEvery is how many send queue slots may be posted unsignaled
+// before one work request is signaled, which retires them all.
+const signalEvery = 16
+
+// post posts the first n work requests of swr, signaling the last if
+// signal or if signalEvery slots have gone unsignaled; a signaled work
+// request's ID is the number of slots its completion retires. mu is held.
+func (c *Conn) post(n int, signal bool) {
+	c.unsignaled += n
+	if signal || c.unsignaled >= signalEvery {
+		c.swr[n-1].Flags |= verbs.SendSignaled
+		c.swr[n-1].WRID = uint64(c.unsignaled)
+		c.unsignaled = 0
+	}
 	c.sendsOut += n
 	if _, err := c.qp.PostSend(c.swr[:n]); err != nil {
-		c.sendsOut -= n
 		c.fail(fmt.Errorf("%w: %w", ErrReset, err))
 	}
 }

@@ -228,6 +228,7 @@ func newConn(dev string, cfg *Config, peer hello) (c *Conn, err error) {
 	c.acceptImm = d.attr.Has(verbs.CapImmData) && !cfg.noImm
 	c.rdl.init()
 	c.wdl.init()
+	c.rctx.dl, c.wctx.dl = &c.rdl, &c.wdl
 	defer func() {
 		if err != nil {
 			c.destroy()
