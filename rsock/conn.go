@@ -40,6 +40,7 @@ const recvTag = 1 << 63
 // its methods are safe for concurrent use.
 type Conn struct {
 	dev     *device
+	pd      *verbs.PD // this connection's alone
 	cmc     *cm.Conn
 	qp      *verbs.QP
 	cq      *verbs.CQ

@@ -6,13 +6,13 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-// device is a device context and protection domain shared by every
-// connection of the process on that device, opened with the first and
-// closed with the last.
+// device is a device context shared by every connection of the process
+// on that device, opened with the first and closed with the last. (Each
+// connection has a protection domain of its own: a peer's rkey then
+// reaches its own connection's ring and nothing else.)
 type device struct {
 	name string
 	ctx  *verbs.Context
-	pd   *verbs.PD
 	attr verbs.DeviceAttr
 	refs int // under devicesMu
 }
@@ -35,12 +35,7 @@ func openDevice(name string) (*device, error) {
 	if err != nil {
 		return nil, err
 	}
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		ctx.Close()
-		return nil, err
-	}
-	d := &device{name: name, ctx: ctx, pd: pd, attr: ctx.QueryDevice(), refs: 1}
+	d := &device{name: name, ctx: ctx, attr: ctx.QueryDevice(), refs: 1}
 	devices[name] = d
 	return d, nil
 }
@@ -54,6 +49,5 @@ func (d *device) release() {
 		return
 	}
 	delete(devices, d.name)
-	d.pd.Dealloc()
 	d.ctx.Close()
 }

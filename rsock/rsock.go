@@ -159,16 +159,21 @@ func (l *Listener) Accept() (net.Conn, error) {
 			continue
 		}
 		c, err := newConn(l.dev, &l.cfg, h)
-		if err == nil {
+		if err != nil {
+			c = nil
+		} else {
 			err = c.connect(func(p *cm.Param) (*cm.Conn, error) { return r.Accept(c.qp, p) })
 		}
 		if err != nil {
 			l.done()
 			if c == nil {
-				r.Reject(nil)
+				// This side is out of resources: the requester's Dial
+				// fails with a rejection that says so.
+				msg := []byte("rsock: listener: " + err.Error())
+				r.Reject(msg[:min(len(msg), 56)])
 			}
-			// The requester sees the rejection or the broken connection;
-			// the listener goes on.
+			// Otherwise the requester sees the broken connection. The
+			// listener goes on.
 			continue
 		}
 		c.laddr, c.raddr = l.addr, Addr{fmt.Sprintf("%s?qp=%d", scheme(l.addr.URL), c.qp.Num())}
@@ -214,7 +219,7 @@ func (cfg *Config) Dial(ctx context.Context, addr string) (net.Conn, error) {
 // newConn creates a connection's queues and memory on device dev. peer is
 // the peer's hello when it is known (Accept), nil when it comes with the
 // reply (Dial).
-func newConn(dev string, cfg *Config, peer hello) (c *Conn, err error) {
+func newConn(dev string, cfg *Config, peer hello) (_ *Conn, err error) {
 	size, err := cfg.ringSize()
 	if err != nil {
 		return nil, err
@@ -223,7 +228,7 @@ func newConn(dev string, cfg *Config, peer hello) (c *Conn, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Conn{dev: d, spin: cfg.spin(), recvs: ctrlRecvs, sqDepth: 2*ctrlRecvs + 8,
+	c := &Conn{dev: d, spin: cfg.spin(), recvs: ctrlRecvs, sqDepth: 2*ctrlRecvs + 8,
 		closing: make(chan struct{}), rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1)}
 	c.acceptImm = d.attr.Has(verbs.CapImmData) && !cfg.noImm
 	c.rdl.init()
@@ -232,13 +237,15 @@ func newConn(dev string, cfg *Config, peer hello) (c *Conn, err error) {
 	defer func() {
 		if err != nil {
 			c.destroy()
-			c = nil
 		}
 	}()
+	if c.pd, err = d.ctx.AllocPD(); err != nil {
+		return nil, err
+	}
 	if c.cq, err = d.ctx.CreateCQ(c.recvs + c.sqDepth + 1); err != nil {
 		return nil, err
 	}
-	if c.qp, err = d.pd.CreateQP(verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq, Cap: verbs.QPCap{
+	if c.qp, err = c.pd.CreateQP(verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq, Cap: verbs.QPCap{
 		MaxSendWR: uint32(c.sqDepth), MaxRecvWR: uint32(c.recvs), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: ctrlLen}}); err != nil {
 		return nil, err
 	}
@@ -246,11 +253,13 @@ func newConn(dev string, cfg *Config, peer hello) (c *Conn, err error) {
 		verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 		return nil, err
 	}
-	if c.ring, err = d.pd.AllocMR(size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+	if c.ring, err = c.pd.AllocMR(size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return nil, err
 	}
 	c.ringBuf = c.ring.Bytes()
-	if c.ctl, err = d.pd.AllocMR(c.recvs*ctrlLen+ctrlLen, verbs.AccessLocalWrite); err != nil {
+	// Local-only memory is the process's own: on shm0 it needs no
+	// shared segment (and no file descriptor).
+	if c.ctl, err = c.pd.RegMR(make([]byte, c.recvs*ctrlLen+ctrlLen), verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	c.sendBuf = c.ctl.Bytes()[c.recvs*ctrlLen:]
@@ -278,7 +287,7 @@ func (c *Conn) setPeer(h hello) (err error) {
 	c.peerRecvs = int(h.recvs())
 	c.credits = c.peerRecvs
 	c.useImm = h.flags()&flagAcceptsImm != 0 && c.dev.attr.Has(verbs.CapImmData)
-	if c.stageMR, err = c.dev.pd.AllocMR(int(c.peerSize), verbs.AccessLocalWrite); err != nil {
+	if c.stageMR, err = c.pd.RegMR(make([]byte, c.peerSize), verbs.AccessLocalWrite); err != nil {
 		return err
 	}
 	c.stage = c.stageMR.Bytes()
@@ -330,6 +339,9 @@ func (c *Conn) destroy() {
 		if m != nil {
 			m.Dereg()
 		}
+	}
+	if c.pd != nil {
+		c.pd.Dealloc()
 	}
 	c.rdl.stop()
 	c.wdl.stop()
