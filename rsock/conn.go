@@ -198,6 +198,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 func (c *Conn) Write(b []byte) (int, error) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	c.progress()
 	sent := 0
 	for {
 		if c.wdl.passed() {
@@ -411,6 +412,24 @@ func (c *Conn) wait(ctx *waitCtx, mine, other chan struct{}) {
 	}
 }
 
+// progress takes what the completion queue holds, unless another
+// goroutine is polling it, and notices a connection that has ended, so
+// that a Write that need not wait still sees a peer that is gone.
+func (c *Conn) progress() {
+	if c.pollMu.TryLock() {
+		c.poll()
+		c.pollMu.Unlock()
+	}
+	select {
+	case <-c.cmc.Done():
+		c.mu.Lock()
+		c.fail(ErrReset)
+		c.mu.Unlock()
+		c.afterPost()
+	default:
+	}
+}
+
 func nudge(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
@@ -452,10 +471,15 @@ func (c *Conn) complete(n int) {
 // completeOne acts on one completion. mu is held.
 func (c *Conn) completeOne(wc *verbs.WorkCompletion) {
 	if wc.Status != verbs.WCSuccess {
-		if wc.Status == verbs.WCWRFlushErr {
+		switch wc.Status {
+		case verbs.WCWRFlushErr:
 			c.fail(ErrReset)
-		} else {
+		case verbs.WCRetryExcErr, verbs.WCRNRRetryExcErr, verbs.WCRespTimeoutErr, verbs.WCFatalErr, verbs.WCGeneralErr:
 			c.fail(fmt.Errorf("%w (completion status %v)", ErrReset, wc.Status))
+		default:
+			// A message longer than a control message, a ring the peer
+			// advertised that refuses our writes, ...
+			c.fail(fmt.Errorf("%w (completion status %v)", ErrProtocol, wc.Status))
 		}
 		if wc.WRID&recvTag == 0 {
 			c.sendsOut -= min(int(wc.WRID), c.sendsOut)
