@@ -17,12 +17,12 @@ import (
 // hostile is a peer built on the verbs API that speaks rsock's
 // connection setup and then sends whatever a test makes it.
 type hostile struct {
-	ctx   *verbs.Context
-	pd    *verbs.PD
-	cq    *verbs.CQ
-	qp    *verbs.QP
-	mr    *verbs.MR // its ring and source of its writes
-	cmc   *cm.Conn
+	ctx    *verbs.Context
+	pd     *verbs.PD
+	cq     *verbs.CQ
+	qp     *verbs.QP
+	mr     *verbs.MR // its ring and source of its writes
+	cmc    *cm.Conn
 	victim hello // the victim's hello
 }
 
@@ -277,7 +277,9 @@ func TestAttackMalformedControl(t *testing.T) {
 		name string
 		send func(t *testing.T, h *hostile)
 	}{
-		{"bad op", func(t *testing.T, h *hostile) { h.write(t, h.victim.ringAddr(), h.victim.ringKey(), 0, makeCtrl(opBad, 0, 0)) }},
+		{"bad op", func(t *testing.T, h *hostile) {
+			h.write(t, h.victim.ringAddr(), h.victim.ringKey(), 0, makeCtrl(opBad, 0, 0))
+		}},
 		{"empty data", func(t *testing.T, h *hostile) {
 			h.write(t, h.victim.ringAddr(), h.victim.ringKey(), 0, makeCtrl(opData, 0, 0))
 		}},
