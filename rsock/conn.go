@@ -419,6 +419,10 @@ func (c *Conn) progress() {
 	if c.pollMu.TryLock() {
 		c.poll()
 		c.pollMu.Unlock()
+		// A Read or Write that found pollMu held waits for a wake-up
+		// to take its turn at polling.
+		nudge(c.rwake)
+		nudge(c.wwake)
 	}
 	select {
 	case <-c.cmc.Done():

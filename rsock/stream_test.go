@@ -205,3 +205,62 @@ func TestKilledPeerIsReset(t *testing.T) {
 		})
 	}
 }
+
+// TestSplitReaderWriterRoundTrips runs request/response traffic the way
+// gRPC does: on each end one goroutine only reads and another only
+// writes, so that Write's polling and a Read that waits meet. Every
+// round trip must complete; a lost wake-up fails on the deadline.
+func TestSplitReaderWriterRoundTrips(t *testing.T) {
+	for _, scheme := range providers {
+		t.Run(scheme, func(t *testing.T) {
+			d, a := pair(t, scheme, &Config{})
+			defer d.Close()
+			defer a.Close()
+			const rounds = 5000
+			deadline := time.Now().Add(60 * time.Second)
+			d.SetDeadline(deadline)
+			a.SetDeadline(deadline)
+			// relay reads 64-byte messages from in and has another
+			// goroutine write each to out.
+			relay := func(in, out net.Conn, n int, first bool) error {
+				msgs := make(chan []byte, 1)
+				werr := make(chan error, 1)
+				go func() {
+					for m := range msgs {
+						if _, err := out.Write(m); err != nil {
+							werr <- err
+							for range msgs {
+							}
+							return
+						}
+					}
+					werr <- nil
+				}()
+				if first {
+					msgs <- make([]byte, 64)
+				}
+				var rerr error
+				for range n {
+					buf := make([]byte, 64)
+					if _, rerr = io.ReadFull(in, buf); rerr != nil {
+						break
+					}
+					msgs <- buf
+				}
+				close(msgs)
+				if err := <-werr; rerr == nil {
+					rerr = err
+				}
+				return rerr
+			}
+			errc := make(chan error, 1)
+			go func() { errc <- relay(a, a, rounds, false) }()
+			if err := relay(d, d, rounds-1, true); err != nil {
+				t.Error(err)
+			}
+			if err := <-errc; err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}

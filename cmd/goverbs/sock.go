@@ -48,6 +48,7 @@ type sockConfig struct {
 	reqSize     sizeFlag
 	streamSize  sizeFlag
 	compare     bool
+	repeat      int
 	json        bool
 	plot        string
 	timeout     time.Duration
@@ -79,6 +80,7 @@ func runSock(ctx context.Context, e *env, args []string) error {
 	fs.Value(&cfg.streamSize, "stream-size", "", "stream write size in `bytes` (default 1M)")
 	fs.Int(&cfg.ring, "ring", "", 0, "rsock's receive ring in `bytes` (default rsock.DefaultRingSize)")
 	fs.Bool(&cfg.compare, "compare", "", "also run each benchmark over Go TCP loopback and print the ratios")
+	fs.Int(&cfg.repeat, "repeat", "", 1, "with --compare, run each benchmark `n` times, rsock and TCP in turn, and give the\nmedian and range of each ratio")
 	fs.Bool(&cfg.json, "json", "", "print the results as JSON")
 	fs.String(&cfg.plot, "plot", "", "", "draw the results as bars into this PNG `file`")
 	fs.Duration(&cfg.timeout, "timeout", "", time.Minute, "give up on a run that takes longer than this")
@@ -94,6 +96,10 @@ func runSock(ctx context.Context, e *env, args []string) error {
 		return usageError("--plot %s: the plot is a PNG; name the file FILE.png", cfg.plot)
 	case cfg.timeout <= 0:
 		return usageError("--timeout must be positive")
+	case cfg.repeat < 1:
+		return usageError("--repeat %d: give at least 1", cfg.repeat)
+	case cfg.repeat > 1 && !cfg.compare:
+		return usageError("--repeat repeats --compare's rounds: give --compare too")
 	}
 	rcfg := &rsock.Config{RingSize: cfg.ring}
 	start := time.Now()
@@ -108,43 +114,54 @@ func runSock(ctx context.Context, e *env, args []string) error {
 	}
 	prog := newProgress(e)
 	defer prog.done()
+	var rounds []perftest.Comparison
 	for _, run := range sockRuns {
 		p := perftest.Params{Test: run.test, Size: cfg.reqSize.n, Iters: cfg.iters, Warmup: cfg.iters / 10}
 		if run.name == "stream" {
 			p.Size, p.Iters, p.Warmup = cfg.streamSize.n, cfg.streamIters, max(cfg.streamIters/10, 1)
 		}
-		var ours []*perftest.Result
-		for _, d := range devs {
-			prog.show("%s over rsock %s", run.name, d.Name)
+		for round := range cfg.repeat {
+			var ours []*perftest.Result
+			for _, d := range devs {
+				prog.show("%s over rsock %s (round %d/%d)", run.name, d.Name, round+1, cfg.repeat)
+				r, err := sockMeasure(ctx, cfg, run, p, func(ctx context.Context) (net.Listener, func(context.Context, string) (net.Conn, error), error) {
+					l, err := rcfg.Listen(sockAddr(d))
+					return l, rcfg.Dial, err
+				})
+				if err != nil {
+					return fmt.Errorf("%s over rsock on %s: %w", run.name, d.Name, err)
+				}
+				r.Stack, r.Device, r.Transport, r.PeerTest = "rsock", d.Name, d.Transport, run.name
+				ours = append(ours, r)
+			}
+			rep.Results = append(rep.Results, ours...)
+			if !cfg.compare {
+				continue
+			}
+			prog.show("%s over Go TCP (round %d/%d)", run.name, round+1, cfg.repeat)
 			r, err := sockMeasure(ctx, cfg, run, p, func(ctx context.Context) (net.Listener, func(context.Context, string) (net.Conn, error), error) {
-				l, err := rcfg.Listen(sockAddr(d))
-				return l, rcfg.Dial, err
+				l, err := net.Listen("tcp", "127.0.0.1:0")
+				var d net.Dialer
+				return l, func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }, err
 			})
 			if err != nil {
-				return fmt.Errorf("%s over rsock on %s: %w", run.name, d.Name, err)
+				return fmt.Errorf("%s over Go TCP: %w", run.name, err)
 			}
-			r.Stack, r.Device, r.Transport, r.PeerTest = "rsock", d.Name, d.Transport, run.name
-			ours = append(ours, r)
-		}
-		rep.Results = append(rep.Results, ours...)
-		if !cfg.compare {
-			continue
-		}
-		prog.show("%s over Go TCP", run.name)
-		r, err := sockMeasure(ctx, cfg, run, p, func(ctx context.Context) (net.Listener, func(context.Context, string) (net.Conn, error), error) {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			var d net.Dialer
-			return l, func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }, err
-		})
-		if err != nil {
-			return fmt.Errorf("%s over Go TCP: %w", run.name, err)
-		}
-		r.Stack, r.Transport, r.PeerTest = "go", "tcp", run.name
-		rep.Peers = append(rep.Peers, r)
-		for _, o := range ours {
-			rep.Comparisons = append(rep.Comparisons, perftest.Compare([]*perftest.Result{o}, []*perftest.Result{r})...)
+			r.Stack, r.Transport, r.PeerTest = "go", "tcp", run.name
+			rep.Peers = append(rep.Peers, r)
+			for _, o := range ours {
+				cs := perftest.Compare([]*perftest.Result{o}, []*perftest.Result{r})
+				for i := range cs {
+					// Summarize tells the runs apart by test, size and
+					// names: the benchmark goes into the names.
+					cs[i].Ours += " " + run.name
+					cs[i].PeerTest = run.name
+				}
+				rounds = append(rounds, cs...)
+			}
 		}
 	}
+	rep.Comparisons = perftest.Summarize(rounds)
 	prog.done()
 	if cfg.plot != "" {
 		if err := sockPlot(cfg.plot, rep); err != nil {
@@ -268,29 +285,46 @@ var sockGoals = []sockGoal{
 	{"iwarp", "req_resp", 1.2}, {"iwarp", "stream", 0.9},
 }
 
-// writeSockGoals prints each comparison as the ratio rsock/TCP and its
-// goal.
+// writeSockGoals prints each comparison as the ratio rsock/TCP (the
+// median of the rounds, with their range) and its goal.
 func writeSockGoals(e *env, rep *perftest.Report) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 8, 2, ' ', 0)
-	fmt.Fprintf(tw, "rsock against Go TCP loopback, measured in this run (latency: median; throughput: average)\n")
-	fmt.Fprintf(tw, " benchmark\t#bytes\trsock\t\tgo tcp\tratio\tgoal\t\n")
+	rounds := 1
 	for _, c := range rep.Comparisons {
-		var our *perftest.Result
+		rounds = max(rounds, c.Rounds)
+	}
+	fmt.Fprintf(tw, "rsock against Go TCP loopback, measured in this run (latency: median; throughput: average); ratio rsock/TCP")
+	if rounds > 1 {
+		fmt.Fprintf(tw, ", median (range) of %d rounds", rounds)
+	}
+	fmt.Fprintf(tw, "\n benchmark\t#bytes\trsock\t\tgo tcp\tratio\tgoal\t\n")
+	for _, c := range rep.Comparisons {
+		device, _, _ := strings.Cut(strings.TrimPrefix(c.Ours, "rsock "), " ")
+		transport := ""
 		for _, r := range rep.Results {
-			if r.Name() == c.Ours && r.Size == c.Size && r.Test == c.Test && r.PeerTest == c.PeerTest {
-				our = r
+			if r.Device == device {
+				transport = r.Transport
 			}
 		}
-		if our == nil {
+		if c.Speedup <= 0 {
 			continue
 		}
-		ratio := c.OurValue / c.Value
+		// Speedup is how many times faster rsock is: TCP's latency over
+		// rsock's, or rsock's throughput over TCP's.
+		latency := c.Unit != "MiB/s"
+		ratio, lo, hi := c.Speedup, c.SpeedupMin, c.SpeedupMax
+		if latency {
+			ratio, lo, hi = 1/c.Speedup, 1/c.SpeedupMax, 1/c.SpeedupMin
+		}
+		spread := ""
+		if c.Rounds > 1 {
+			spread = fmt.Sprintf(" (%.2f–%.2f)", lo, hi)
+		}
 		goal := "-\t"
 		for _, g := range sockGoals {
-			if g.transport == our.Transport && g.run == c.PeerTest {
-				met := ratio <= g.ratio
-				op := "≤"
-				if c.Unit == "MiB/s" {
+			if g.transport == transport && g.run == c.PeerTest {
+				met, op := ratio <= g.ratio, "≤"
+				if !latency {
 					met, op = ratio >= g.ratio, "≥"
 				}
 				verdict := "met"
@@ -300,7 +334,7 @@ func writeSockGoals(e *env, rep *perftest.Report) error {
 				goal = fmt.Sprintf("%s %.2f×\t%s", op, g.ratio, verdict)
 			}
 		}
-		fmt.Fprintf(tw, " %s\t%d\t%s\t%s %s\t%s %s\t%.2f×\t%s\n", c.PeerTest, c.Size, c.Ours, fmtNum(c.OurValue), c.Unit, fmtNum(c.Value), c.Unit, ratio, goal)
+		fmt.Fprintf(tw, " %s\t%d\trsock %s\t%s %s\t%s %s\t%.2f×%s\t%s\n", c.PeerTest, c.Size, device, fmtNum(c.OurValue), c.Unit, fmtNum(c.Value), c.Unit, ratio, spread, goal)
 	}
 	return tw.Flush()
 }
