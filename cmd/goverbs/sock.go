@@ -53,6 +53,7 @@ type sockConfig struct {
 	plot        string
 	timeout     time.Duration
 	ring        int
+	spin        time.Duration
 }
 
 // sockRun is one benchmark of sock bench.
@@ -79,6 +80,7 @@ func runSock(ctx context.Context, e *env, args []string) error {
 	fs.Value(&cfg.reqSize, "req-size", "", "request and response size in `bytes` (default 64)")
 	fs.Value(&cfg.streamSize, "stream-size", "", "stream write size in `bytes` (default 1M)")
 	fs.Int(&cfg.ring, "ring", "", 0, "rsock's receive ring in `bytes` (default rsock.DefaultRingSize)")
+	fs.Duration(&cfg.spin, "spin", "", 0, "how long rsock's waiting Read or Write polls before it parks (default rsock.DefaultSpin;\nnegative: never)")
 	fs.Bool(&cfg.compare, "compare", "", "also run each benchmark over Go TCP loopback and print the ratios")
 	fs.Int(&cfg.repeat, "repeat", "", 1, "with --compare, run each benchmark `n` times, rsock and TCP in turn, and give the\nmedian and range of each ratio")
 	fs.Bool(&cfg.json, "json", "", "print the results as JSON")
@@ -101,7 +103,7 @@ func runSock(ctx context.Context, e *env, args []string) error {
 	case cfg.repeat > 1 && !cfg.compare:
 		return usageError("--repeat repeats --compare's rounds: give --compare too")
 	}
-	rcfg := &rsock.Config{RingSize: cfg.ring}
+	rcfg := &rsock.Config{RingSize: cfg.ring, Spin: cfg.spin}
 	start := time.Now()
 	rep := &perftest.Report{Date: start.Format(time.RFC3339), Host: hostInfo()}
 	var devs []verbs.DeviceInfo
