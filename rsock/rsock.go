@@ -91,8 +91,9 @@ type Listener struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu   sync.Mutex
-	live int
+	mu     sync.Mutex
+	live   int // connections accepted and not yet closed
+	closed bool
 }
 
 // Listen listens on addr with cfg.
@@ -118,7 +119,11 @@ func (l *Listener) Addr() net.Addr { return l.addr }
 // Close stops listening; a blocked Accept returns net.ErrClosed.
 // Connections already accepted stay open.
 func (l *Listener) Close() error {
-	if l.ctx.Err() != nil {
+	l.mu.Lock()
+	closed := l.closed
+	l.closed = true
+	l.mu.Unlock()
+	if closed {
 		return &net.OpError{Op: "close", Net: "rsock", Addr: l.addr, Err: net.ErrClosed}
 	}
 	l.cancel()

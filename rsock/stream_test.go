@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 )
@@ -260,6 +261,48 @@ func TestSplitReaderWriterRoundTrips(t *testing.T) {
 			}
 			if err := <-errc; err != nil {
 				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestAddrsAreURLs checks that both ends name the listener by its URL,
+// and the dialler's end by its scheme and queue pair.
+func TestAddrsAreURLs(t *testing.T) {
+	for _, scheme := range providers {
+		t.Run(scheme, func(t *testing.T) {
+			l, err := Listen(listenAddr(t, scheme))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			a, d, err := connectVia(l, &Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			defer d.Close()
+			url := l.Addr().String()
+			if !strings.HasPrefix(url, scheme+"://") || strings.HasSuffix(url, ":0") {
+				t.Errorf("listener address %q", url)
+			}
+			if d.RemoteAddr().String() != url || a.LocalAddr().String() != url {
+				t.Errorf("dialler's remote %q, acceptor's local %q; want %q", d.RemoteAddr(), a.LocalAddr(), url)
+			}
+			if want := scheme + "://?qp="; !strings.HasPrefix(d.LocalAddr().String(), want) || !strings.HasPrefix(a.RemoteAddr().String(), want) {
+				t.Errorf("dialler's end %q, %q; want %s<n>", d.LocalAddr(), a.RemoteAddr(), want)
+			}
+			if d.LocalAddr().Network() != "rsock" {
+				t.Errorf("network %q", d.LocalAddr().Network())
+			}
+			if err := l.Close(); err != nil {
+				t.Error(err)
+			}
+			if err := l.Close(); !errors.Is(err, net.ErrClosed) {
+				t.Errorf("second Close: %v", err)
+			}
+			if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
+				t.Errorf("Accept after Close: %v", err)
 			}
 		})
 	}
