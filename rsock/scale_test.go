@@ -34,31 +34,54 @@ func TestThousandConnections(t *testing.T) {
 	defer cancel()
 	accepted := make(chan net.Conn, n)
 	acceptErr := make(chan error, 1)
-	go func() {
-		for range n {
-			c, err := l.Accept()
-			if err != nil {
-				acceptErr <- err
-				cancel() // the dials waiting for it fail
-				return
+	// Several goroutines accept, as a server that sets connections up
+	// concurrently does.
+	const acceptors = 8
+	var acceptWG sync.WaitGroup
+	for range acceptors {
+		acceptWG.Add(1)
+		go func() {
+			defer acceptWG.Done()
+			for range n / acceptors { // n is a multiple of acceptors
+				c, err := l.Accept()
+				if err != nil {
+					select {
+					case acceptErr <- err:
+					default:
+					}
+					cancel() // the dials waiting for it fail
+					return
+				}
+				accepted <- c
 			}
-			accepted <- c
+		}()
+	}
+	go func() {
+		acceptWG.Wait()
+		select {
+		case acceptErr <- nil:
+		default:
 		}
-		acceptErr <- nil
 	}()
 	dialled := make([]net.Conn, n)
 	var closeAll sync.Once
 	var servers []net.Conn
 	closeEverything := func() {
 		closeAll.Do(func() {
-			for _, c := range dialled {
-				if c != nil {
-					c.Close()
-				}
+			all := append(append([]net.Conn(nil), dialled...), servers...)
+			var wg sync.WaitGroup
+			for k := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := k; i < len(all); i += 8 {
+						if all[i] != nil {
+							all[i].Close()
+						}
+					}
+				}()
 			}
-			for _, c := range servers {
-				c.Close()
-			}
+			wg.Wait()
 		})
 	}
 	defer closeEverything()
