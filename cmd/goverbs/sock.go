@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -351,28 +352,39 @@ func fmtNum(v float64) string {
 	return fmt.Sprintf("%.2f", v)
 }
 
-// sockPlot draws one panel of bars per benchmark, a bar per source.
+// sockPlot draws one panel of bars per benchmark, a bar per source (the
+// median of its rounds).
 func sockPlot(file string, rep *perftest.Report) error {
 	all := append(append([]*perftest.Result(nil), rep.Results...), rep.Peers...)
 	var row []*plot.Plot
 	for _, run := range sockRuns {
-		var vals plotter.Values
 		var names []string
+		byName := map[string][]float64{}
 		unit := ""
 		for _, r := range all {
 			if r.PeerTest != run.name {
 				continue
 			}
 			v, u, _ := r.Figure()
-			vals, names, unit = append(vals, v), append(names, r.Name()), u
+			if _, ok := byName[r.Name()]; !ok {
+				names = append(names, r.Name())
+			}
+			byName[r.Name()] = append(byName[r.Name()], v)
+			unit = u
 		}
-		if len(vals) == 0 {
+		if len(names) == 0 {
 			continue
+		}
+		vals := make(plotter.Values, len(names))
+		for i, n := range names {
+			vs := byName[n]
+			slices.Sort(vs)
+			vals[i] = vs[len(vs)/2]
 		}
 		p := plot.New()
 		p.Title.Text = run.name
 		p.Y.Label.Text = unit
-		bars, err := plotter.NewBarChart(vals, vg.Points(30))
+		bars, err := plotter.NewBarChart(vals, vg.Points(40))
 		if err != nil {
 			return err
 		}
