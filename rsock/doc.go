@@ -17,8 +17,10 @@
 // # Behaviour
 //
 // Read and Write park their goroutine while they wait, after polling
-// for Config.Spin, on the completion queue's notification channel: an
-// idle connection costs no CPU. Deadlines apply to blocked calls and
+// for Config.Spin, on the completion queue's notification channel
+// (verbs.CQ.ReqNotify and Notify): an idle connection costs no CPU. One
+// waiting call at a time polls the connection's completion queue; the
+// other waits for it to hand over. Deadlines apply to blocked calls and
 // fail them with os.ErrDeadlineExceeded; every error is a *net.OpError.
 // CloseWrite ends the sending half; Close ends the stream (the peer
 // reads io.EOF after the last bytes) and releases the connection's
@@ -76,13 +78,21 @@
 // A receiver checks each message against the credits it gave: data past
 // them, a count or op out of range, acks beyond its receives, a
 // completion it did not ask for — each ends that connection with
-// ErrProtocol. The ring is registered for remote write alone, so a peer
-// that writes anywhere else fails at its own side.
+// ErrProtocol. Each connection has a protection domain of its own, whose
+// one remotely accessible region is the ring, registered for remote
+// write alone: a peer that writes anywhere else, with this connection's
+// key or another's, fails at its own side.
 //
 // Memory: each end registers its ring (Config.RingSize), a staging copy
 // of the peer's ring (the bytes are copied there from Write's buffer and
 // written from there), and 132 bytes of control buffers;
-// Conn.RegisteredBytes reports the sum. Large writes are copied into
-// staging like small ones: rsock does not yet register the caller's
-// buffer for zero-copy writes.
+// Conn.RegisteredBytes reports the sum. The device context is shared by
+// the process's connections on a device. Large writes are copied into
+// staging like small ones: rsock does not register the caller's buffer
+// for zero-copy writes.
+//
+// Scale: on shm0 an end holds about five file descriptors (its socket,
+// queues and shared segments), so a process that keeps many connections
+// needs its descriptor limit raised to match; a listener accepts at most
+// Config.MaxConns at once.
 package rsock
