@@ -412,18 +412,11 @@ func (c *Conn) wait(ctx *waitCtx, mine, other chan struct{}) {
 	}
 }
 
-// progress takes what the completion queue holds, unless another
-// goroutine is polling it, and notices a connection that has ended, so
-// that a Write that need not wait still sees a peer that is gone.
+// progress notices a connection that has ended, so that a Write that
+// need not wait still sees a peer that is gone. (It does not poll the
+// completion queue: on tcp0 a poll reads the socket, a system call that
+// a Write with room in the ring would pay each time.)
 func (c *Conn) progress() {
-	if c.pollMu.TryLock() {
-		c.poll()
-		c.pollMu.Unlock()
-		// A Read or Write that found pollMu held waits for a wake-up
-		// to take its turn at polling.
-		nudge(c.rwake)
-		nudge(c.wwake)
-	}
 	select {
 	case <-c.cmc.Done():
 		c.mu.Lock()
