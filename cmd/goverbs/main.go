@@ -71,6 +71,7 @@ func init() {
 		{name: "ping", summary: "rping's ping-pong over iWARP (tcp0): client (-c) or server (-s), either end may be librdmacm's rping", run: runPing},
 		{name: "kv", summary: "key-value store with one-sided GET: serve, put, get, del, bench", run: runKV},
 		{name: "log", summary: "replicated log over RDMA Write + send/recv: serve, promote, append, tail, bench", run: runLog},
+		{name: "sock", summary: "rsock (net.Conn over RDMA): bench req/resp, stream and gRPC against Go TCP", run: runSock},
 		{name: "help", summary: "show help for a command", run: runHelp},
 	}
 }

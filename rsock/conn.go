@@ -1,0 +1,672 @@
+package rsock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// Errors a connection's operations return, inside a *net.OpError; test
+// them with errors.Is.
+var (
+	// ErrReset: the peer closed the connection without ending its stream
+	// first, or died, or the connection broke. It wraps
+	// syscall.ECONNRESET.
+	ErrReset = fmt.Errorf("rsock: connection reset: the peer is gone: %w", syscall.ECONNRESET)
+	// ErrWriteClosed: Write after CloseWrite. It wraps syscall.EPIPE.
+	ErrWriteClosed = fmt.Errorf("rsock: write after CloseWrite: %w", syscall.EPIPE)
+	// ErrProtocol: the peer broke the protocol (wrote past its credits,
+	// sent a malformed control message or a false completion); the
+	// connection is closed.
+	ErrProtocol = errors.New("rsock: the peer broke the rsock protocol; the connection was dropped")
+)
+
+// recvTag marks the work request IDs of receives; a send's ID is the
+// number of send queue slots it holds.
+const recvTag = 1 << 63
+
+// Conn is a byte stream over an RDMA connection. It implements net.Conn;
+// its methods are safe for concurrent use.
+type Conn struct {
+	dev     *device
+	pd      *verbs.PD // this connection's alone
+	cmc     *cm.Conn
+	qp      *verbs.QP
+	cq      *verbs.CQ
+	ring    *verbs.MR // this side's receive ring; the peer RDMA-Writes into it
+	stageMR *verbs.MR // staging for the peer's ring
+	ctl     *verbs.MR // control buffers: one per receive, then the Send's
+	laddr   Addr
+	raddr   Addr
+	spin    time.Duration
+	onClose func()
+
+	stage   []byte // staging for the peer's ring: byte n of the stream is at stage[n%len]
+	sendBuf []byte // the control buffer of a Send
+	ringBuf []byte
+
+	useImm    bool   // the peer takes control messages as immediate data
+	acceptImm bool   // this side told the peer to send them so
+	peerAddr  uint64 // the peer's ring
+	peerKey   uint32
+	peerSize  uint64
+	peerRecvs int // the peer's posted receives: our message credits at start
+	recvs     int // our posted receives
+	sqDepth   int
+
+	readMu  sync.Mutex // one Read at a time
+	writeMu sync.Mutex // one Write at a time, so writes are not interleaved
+	pollMu  sync.Mutex // held by the goroutine that polls the CQ
+
+	mu sync.Mutex // guards what follows
+	// Receive side: the peer announced rxTail bytes, Read consumed
+	// rxHead, and the peer has been told it may fill the ring up to
+	// rxCredited+len(ring).
+	rxHead, rxTail, rxCredited uint64
+	rxFin                      bool
+	// Send side: Write sent txSent bytes and the peer has freed txFreed.
+	txSent, txFreed uint64
+	credits         int // control messages the peer can take now
+	owed            int // receives reposted and not yet acknowledged to the peer
+	sendsOut        int // send queue slots in use
+	unsignaled      int // send queue slots posted since the last signaled work request
+	finSent         bool
+	err             error       // the connection is broken
+	failed          atomic.Bool // err is set
+	closed          bool
+
+	closing      chan struct{} // closed by Close
+	rwake, wwake chan struct{} // a reader, a writer: something changed
+	rdl, wdl     deadline
+	rctx, wctx   waitCtx // CQ waits bounded by rdl, wdl
+	disconnect   sync.Once
+
+	wcs  [32]verbs.WorkCompletion
+	swr  [2]verbs.SendWR
+	sge  [2]verbs.SGE
+	rwr  [1]verbs.RecvWR
+	rsge [1]verbs.SGE
+}
+
+// Addr is the address of one end of a connection: the URL of the
+// listener (loop://name, shm:///path.sock, tcp://host:port), or for a
+// dialler's own end, the scheme with its queue pair number.
+type Addr struct {
+	URL string
+}
+
+// Network returns "rsock".
+func (a Addr) Network() string { return "rsock" }
+
+// String returns the URL.
+func (a Addr) String() string { return a.URL }
+
+// LocalAddr returns the local end's address.
+func (c *Conn) LocalAddr() net.Addr { return c.laddr }
+
+// RemoteAddr returns the peer's address.
+func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
+
+// RegisteredBytes is the registered memory the connection holds: its
+// receive ring, the staging copy of the peer's ring, and the control
+// buffers. Config.RingSize sets the first two.
+func (c *Conn) RegisteredBytes() int { return c.ring.Len() + c.stageMR.Len() + c.ctl.Len() }
+
+func (c *Conn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: "rsock", Source: c.laddr, Addr: c.raddr, Err: err}
+}
+
+// SetDeadline sets the read and write deadlines.
+func (c *Conn) SetDeadline(t time.Time) error {
+	c.rdl.set(t)
+	c.wdl.set(t)
+	return nil
+}
+
+// SetReadDeadline sets the deadline of Read calls, those blocked now
+// included; a Read past it fails with an error for which
+// errors.Is(err, os.ErrDeadlineExceeded) holds.
+func (c *Conn) SetReadDeadline(t time.Time) error { c.rdl.set(t); return nil }
+
+// SetWriteDeadline sets the deadline of Write calls, those blocked now
+// included. A Write that times out may have sent part of its bytes: it
+// returns how many.
+func (c *Conn) SetWriteDeadline(t time.Time) error { c.wdl.set(t); return nil }
+
+// Read reads up to len(b) bytes from the stream. It blocks, parking its
+// goroutine, until bytes arrive, the peer ends its stream (io.EOF), the
+// read deadline passes, the connection breaks or is closed.
+func (c *Conn) Read(b []byte) (int, error) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	for {
+		if c.rdl.passed() {
+			if c.isClosed() {
+				return 0, c.opError("read", net.ErrClosed)
+			}
+			return 0, c.opError("read", os.ErrDeadlineExceeded)
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return 0, c.opError("read", net.ErrClosed)
+		}
+		if avail := c.rxTail - c.rxHead; avail > 0 && len(b) > 0 {
+			size := uint64(len(c.ringBuf))
+			off := c.rxHead % size
+			n := min(avail, uint64(len(b)), size-off)
+			c.mu.Unlock()
+			copy(b, c.ringBuf[off:off+n])
+			c.mu.Lock()
+			c.rxHead += n
+			c.sendCredits(false)
+			c.mu.Unlock()
+			c.afterPost()
+			return int(n), nil
+		}
+		switch {
+		case len(b) == 0:
+			c.mu.Unlock()
+			return 0, nil
+		case c.rxFin:
+			c.mu.Unlock()
+			return 0, io.EOF
+		case c.err != nil:
+			err := c.err
+			c.mu.Unlock()
+			return 0, c.opError("read", err)
+		}
+		c.mu.Unlock()
+		c.wait(&c.rctx, c.rwake, c.wwake)
+	}
+}
+
+// Write writes b to the stream. It blocks, parking its goroutine, while
+// the peer's ring is full, until the write deadline passes, the
+// connection breaks or is closed; it then returns how many bytes it sent.
+func (c *Conn) Write(b []byte) (int, error) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	c.progress()
+	sent := 0
+	for {
+		if c.wdl.passed() {
+			if c.isClosed() {
+				return sent, c.opError("write", net.ErrClosed)
+			}
+			return sent, c.opError("write", os.ErrDeadlineExceeded)
+		}
+		c.mu.Lock()
+		switch {
+		case c.closed:
+			c.mu.Unlock()
+			return sent, c.opError("write", net.ErrClosed)
+		case c.finSent:
+			c.mu.Unlock()
+			return sent, c.opError("write", ErrWriteClosed)
+		case c.err != nil:
+			err := c.err
+			c.mu.Unlock()
+			return sent, c.opError("write", err)
+		case sent == len(b):
+			c.mu.Unlock()
+			return sent, nil
+		}
+		window := c.peerSize - (c.txSent - c.txFreed)
+		if window > 0 && c.credits >= 2 && c.sendsOut+2 <= c.sqDepth {
+			off := c.txSent % c.peerSize
+			n := min(window, uint64(len(b)-sent), c.peerSize-off, maxChunk(c.peerSize))
+			c.mu.Unlock()
+			// The staging bytes are free: the peer has consumed what was
+			// there, so the RDMA Write that carried them is complete.
+			copy(c.stage[off:off+n], b[sent:])
+			c.mu.Lock()
+			if c.err == nil && !c.closed {
+				c.postData(off, n)
+				sent += int(n)
+			}
+			c.mu.Unlock()
+			c.afterPost()
+			continue
+		}
+		c.mu.Unlock()
+		c.wait(&c.wctx, c.wwake, c.rwake)
+	}
+}
+
+// maxChunk bounds one RDMA Write, so that a long Write keeps the ring's
+// credits flowing back while it goes on.
+func maxChunk(ring uint64) uint64 { return max(ring/4, 1) }
+
+// CloseWrite ends the stream this side sends: the peer's Read returns
+// io.EOF after the bytes sent before, and Write fails with
+// ErrWriteClosed. Reading goes on.
+func (c *Conn) CloseWrite() error {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	for {
+		c.mu.Lock()
+		switch {
+		case c.closed:
+			c.mu.Unlock()
+			return c.opError("close", net.ErrClosed)
+		case c.finSent:
+			c.mu.Unlock()
+			return nil
+		case c.err != nil:
+			err := c.err
+			c.mu.Unlock()
+			return c.opError("close", err)
+		}
+		if c.credits >= 1 && c.sendsOut+2 <= c.sqDepth {
+			c.postCtrl(opFin, 0)
+			c.finSent = true
+			c.mu.Unlock()
+			c.afterPost()
+			return nil
+		}
+		c.mu.Unlock()
+		if c.wdl.passed() {
+			return c.opError("close", os.ErrDeadlineExceeded)
+		}
+		c.wait(&c.wctx, c.wwake, c.rwake)
+	}
+}
+
+// closeLinger bounds how long Close waits for the end of the stream to
+// leave.
+const closeLinger = time.Second
+
+// Close closes the connection: the peer reads the bytes sent before and
+// then io.EOF. Blocked Reads and Writes return net.ErrClosed. Close
+// releases the connection's memory and queues before it returns.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return c.opError("close", net.ErrClosed)
+	}
+	c.closed = true
+	close(c.closing)
+	c.mu.Unlock()
+	// Wake the calls that wait: a CQ wait ends at its deadline.
+	c.rdl.seal()
+	c.wdl.seal()
+	c.readMu.Lock()
+	c.writeMu.Lock()
+	c.pollMu.Lock()
+	c.linger()
+	c.disconnect.Do(func() { c.cmc.Close() })
+	c.destroy()
+	c.pollMu.Unlock()
+	c.writeMu.Unlock()
+	c.readMu.Unlock()
+	if c.onClose != nil {
+		c.onClose()
+	}
+	return nil
+}
+
+// linger ends the stream and waits, up to closeLinger, until every send
+// has left, so that the disconnect flushes none of them. pollMu is held.
+func (c *Conn) linger() {
+	c.mu.Lock()
+	if c.err == nil && !c.finSent && c.credits >= 1 && c.sendsOut+2 <= c.sqDepth {
+		c.postCtrl(opFin, 0)
+		c.finSent = true
+	}
+	// Only a signaled work request's completion retires the slots
+	// before it: with none under way, there is nothing to wait for.
+	if c.unsignaled == c.sendsOut {
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), closeLinger)
+	defer cancel()
+	for {
+		c.mu.Lock()
+		done := c.err != nil || c.sendsOut == c.unsignaled
+		c.mu.Unlock()
+		if done {
+			return
+		}
+		n, err := c.cq.Wait(ctx, c.wcs[:])
+		if err != nil {
+			return
+		}
+		c.complete(n)
+	}
+}
+
+func (c *Conn) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// wait blocks until something may have changed for the caller: a
+// completion, a wake-up on mine, the deadline of ctx, or Close (which
+// makes the deadline pass). One waiter at a time polls the completion
+// queue, the others wait on their wake channel; the poller, when it
+// leaves, wakes the other side (other) so that it takes over.
+func (c *Conn) wait(ctx *waitCtx, mine, other chan struct{}) {
+	dl := ctx.dl
+	if !c.pollMu.TryLock() {
+		select {
+		case <-mine:
+		case <-dl.wait():
+		case <-c.closing:
+		}
+		return
+	}
+	defer func() {
+		c.pollMu.Unlock()
+		nudge(other)
+	}()
+	if c.poll() > 0 {
+		return
+	}
+	// Spin a little before parking: a reply that comes within the spin
+	// costs no wake-up.
+	if c.spin > 0 {
+		end := time.Now().Add(c.spin)
+		for i := 1; i&7 != 0 || time.Now().Before(end); i++ {
+			runtime.Gosched()
+			if c.poll() > 0 || dl.passed() || c.failed.Load() {
+				return
+			}
+		}
+	}
+	// Park on the completion channel. (Not CQ.Wait: on shm0 it first
+	// sleeps in the thread, which keeps the goroutine's P from the
+	// others for a while, and an application that serves a connection
+	// with several goroutines, as gRPC does, waits for it.)
+	if err := c.cq.ReqNotify(false); err != nil {
+		c.mu.Lock()
+		c.fail(fmt.Errorf("%w: %w", ErrReset, err))
+		c.mu.Unlock()
+		c.afterPost()
+		return
+	}
+	if c.poll() > 0 {
+		return
+	}
+	select {
+	case <-c.cq.Notify():
+		c.poll()
+	case <-mine:
+	case <-dl.wait():
+	case <-c.closing:
+	}
+}
+
+// progress notices a connection that has ended, so that a Write that
+// need not wait still sees a peer that is gone. (It does not poll the
+// completion queue: on tcp0 a poll reads the socket, a system call that
+// a Write with room in the ring would pay each time.)
+func (c *Conn) progress() {
+	select {
+	case <-c.cmc.Done():
+		c.mu.Lock()
+		c.fail(ErrReset)
+		c.mu.Unlock()
+		c.afterPost()
+	default:
+	}
+}
+
+func nudge(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// poll takes the completions the CQ holds and acts on them. pollMu is
+// held.
+func (c *Conn) poll() int {
+	n := c.cq.Poll(c.wcs[:])
+	if n == 0 {
+		if err := c.cq.Err(); err != nil {
+			c.mu.Lock()
+			c.fail(fmt.Errorf("%w: %w", ErrProtocol, err))
+			c.mu.Unlock()
+			c.afterPost()
+			return 1
+		}
+		return 0
+	}
+	c.complete(n)
+	return n
+}
+
+// complete acts on the first n completions of wcs. pollMu is held.
+func (c *Conn) complete(n int) {
+	c.mu.Lock()
+	for i := range c.wcs[:n] {
+		c.completeOne(&c.wcs[i])
+	}
+	c.sendCredits(false)
+	c.mu.Unlock()
+	c.afterPost()
+	nudge(c.rwake)
+	nudge(c.wwake)
+}
+
+// completeOne acts on one completion. mu is held.
+func (c *Conn) completeOne(wc *verbs.WorkCompletion) {
+	if wc.Status != verbs.WCSuccess {
+		switch wc.Status {
+		case verbs.WCWRFlushErr:
+			c.fail(ErrReset)
+		case verbs.WCRetryExcErr, verbs.WCRNRRetryExcErr, verbs.WCRespTimeoutErr, verbs.WCFatalErr, verbs.WCGeneralErr:
+			c.fail(fmt.Errorf("%w (completion status %v)", ErrReset, wc.Status))
+		default:
+			// A message longer than a control message, a ring the peer
+			// advertised that refuses our writes, ...
+			c.fail(fmt.Errorf("%w (completion status %v)", ErrProtocol, wc.Status))
+		}
+		if wc.WRID&recvTag == 0 {
+			c.sendsOut -= min(int(wc.WRID), c.sendsOut)
+		}
+		return
+	}
+	if wc.WRID&recvTag == 0 {
+		slots := int(wc.WRID)
+		if wc.Opcode == verbs.WCRecv || wc.Opcode == verbs.WCRecvRDMAWithImm || slots < 1 || slots > c.sendsOut {
+			c.fail(fmt.Errorf("%w: a completion for a send that was not posted", ErrProtocol))
+			return
+		}
+		c.sendsOut -= slots
+		return
+	}
+	idx := wc.WRID &^ recvTag
+	if idx >= uint64(c.recvs) {
+		c.fail(fmt.Errorf("%w: a completion for a receive that was not posted", ErrProtocol))
+		return
+	}
+	var word [ctrlLen]byte
+	var m ctrl
+	var err error
+	buf := c.ctl.Bytes()[idx*ctrlLen : (idx+1)*ctrlLen]
+	switch {
+	case wc.Opcode == verbs.WCRecvRDMAWithImm && wc.Flags&verbs.WCWithImm != 0 && c.acceptImm:
+		if wc.ByteLen != 0 && uint64(wc.ByteLen) > c.peerSize {
+			err = fmt.Errorf("%w: a write of %d bytes", errCtrl, wc.ByteLen)
+			break
+		}
+		m, err = parseCtrl(ctrlWord(wc.Imm, &word))
+	case wc.Opcode == verbs.WCRecv && wc.Flags&verbs.WCWithImm == 0:
+		var b []byte
+		if b, err = verbs.Received(wc, buf); err == nil {
+			copy(word[:], b)
+			m, err = parseCtrl(word[:len(b)])
+		}
+	default:
+		err = fmt.Errorf("%w: a completion of kind %v", errCtrl, wc.Opcode)
+	}
+	if err != nil {
+		c.fail(fmt.Errorf("%w: %w", ErrProtocol, err))
+		return
+	}
+	c.postRecv(idx)
+	if c.err == nil {
+		c.owed++
+	}
+	c.apply(m)
+}
+
+// apply acts on a control message, after checking that the peer had the
+// credit for it. mu is held.
+func (c *Conn) apply(m ctrl) {
+	if c.err != nil {
+		return
+	}
+	c.credits += m.acks()
+	if c.credits > c.peerRecvs {
+		c.fail(fmt.Errorf("%w: it acknowledged more receives than it has", ErrProtocol))
+		return
+	}
+	n := uint64(m.count())
+	switch m.op() {
+	case opData:
+		if c.rxFin {
+			c.fail(fmt.Errorf("%w: data after the end of its stream", ErrProtocol))
+			return
+		}
+		if c.rxTail+n > c.rxCredited+uint64(len(c.ringBuf)) {
+			c.fail(fmt.Errorf("%w: it wrote %d bytes past its credits", ErrProtocol, c.rxTail+n-c.rxCredited-uint64(len(c.ringBuf))))
+			return
+		}
+		c.rxTail += n
+	case opCredit:
+		if c.txFreed+n > c.txSent {
+			c.fail(fmt.Errorf("%w: it freed %d bytes it was not sent", ErrProtocol, c.txFreed+n-c.txSent))
+			return
+		}
+		c.txFreed += n
+	case opFin:
+		c.rxFin = true
+	}
+}
+
+// fail marks the connection broken with err, unless it is already; the
+// first failure disconnects (afterPost, outside mu). mu is held.
+func (c *Conn) fail(err error) {
+	if c.err == nil {
+		c.err = err
+		c.failed.Store(true)
+	}
+}
+
+// afterPost disconnects a connection that failed. mu is not held.
+func (c *Conn) afterPost() {
+	if c.failed.Load() {
+		c.disconnect.Do(func() { c.cmc.Close() })
+		nudge(c.rwake)
+		nudge(c.wwake)
+	}
+}
+
+// sendCredits tells the peer what this side has freed: ring bytes once
+// half the ring is consumed and not yet credited, receives once half of
+// them are owed (or force). mu is held.
+func (c *Conn) sendCredits(force bool) {
+	if c.err != nil || c.credits < 1 || c.sendsOut+2 > c.sqDepth {
+		return
+	}
+	free := c.rxHead - c.rxCredited
+	if free >= uint64(len(c.ringBuf))/2 || c.owed >= c.recvs/2 || (force && (free > 0 || c.owed > 0)) {
+		c.rxCredited = c.rxHead
+		c.postCtrl(opCredit, uint32(free))
+	}
+}
+
+// postData sends the n staged bytes at off into the peer's ring with
+// their data message. mu is held; the caller checked the credits.
+func (c *Conn) postData(off, n uint64) {
+	acks := c.takeAcks()
+	w := makeCtrl(opData, acks, uint32(n))
+	c.sge[0] = c.stageMR.SGE(int(off), int(n))
+	if c.useImm {
+		c.swr[0] = verbs.SendWR{Opcode: verbs.OpRDMAWriteWithImm, SGList: c.sge[:1],
+			Imm: w, RemoteAddr: c.peerAddr + off, RKey: c.peerKey}
+		c.post(1, false)
+	} else {
+		c.swr[0] = verbs.SendWR{Opcode: verbs.OpRDMAWrite, SGList: c.sge[:1], RemoteAddr: c.peerAddr + off, RKey: c.peerKey}
+		c.swr[1] = c.sendWR(w)
+		c.post(2, false)
+	}
+	c.txSent += n
+}
+
+// postCtrl sends a control message without data. mu is held; the caller
+// checked the credit.
+func (c *Conn) postCtrl(op uint8, count uint32) {
+	w := makeCtrl(op, c.takeAcks(), count)
+	if c.useImm {
+		c.swr[0] = verbs.SendWR{Opcode: verbs.OpRDMAWriteWithImm, Imm: w, RemoteAddr: c.peerAddr, RKey: c.peerKey}
+	} else {
+		c.swr[0] = c.sendWR(w)
+	}
+	// The end of the stream is signaled, so that Close can wait for
+	// every send before it.
+	c.post(1, op == opFin)
+}
+
+// sendWR is the inline Send of control word w.
+func (c *Conn) sendWR(w uint32) verbs.SendWR {
+	var b [ctrlLen]byte
+	ctrlWord(w, &b)
+	copy(c.sendBuf, b[:])
+	c.sge[1] = c.ctl.SGE(c.recvs*ctrlLen, ctrlLen)
+	return verbs.SendWR{Opcode: verbs.OpSend, SGList: c.sge[1:2], Flags: verbs.SendInline}
+}
+
+func (c *Conn) takeAcks() int {
+	a := min(c.owed, maxAcks)
+	c.owed -= a
+	c.credits--
+	return a
+}
+
+// signalEvery is how many send queue slots may be posted unsignaled
+// before one work request is signaled, which retires them all.
+const signalEvery = 16
+
+// post posts the first n work requests of swr, signaling the last if
+// signal or if signalEvery slots have gone unsignaled; a signaled work
+// request's ID is the number of slots its completion retires. mu is held.
+func (c *Conn) post(n int, signal bool) {
+	c.unsignaled += n
+	if signal || c.unsignaled >= signalEvery {
+		c.swr[n-1].Flags |= verbs.SendSignaled
+		c.swr[n-1].WRID = uint64(c.unsignaled)
+		c.unsignaled = 0
+	}
+	c.sendsOut += n
+	if _, err := c.qp.PostSend(c.swr[:n]); err != nil {
+		c.fail(fmt.Errorf("%w: %w", ErrReset, err))
+	}
+}
+
+// postRecv posts receive idx. mu is held.
+func (c *Conn) postRecv(idx uint64) {
+	c.rsge[0] = c.ctl.SGE(int(idx)*ctrlLen, ctrlLen)
+	c.rwr[0] = verbs.RecvWR{WRID: recvTag | idx, SGList: c.rsge[:]}
+	if _, err := c.qp.PostRecv(c.rwr[:]); err != nil {
+		c.fail(fmt.Errorf("%w: %w", ErrReset, err))
+	}
+}

@@ -1,0 +1,98 @@
+// Package rsock is a byte stream over RDMA that behaves as a net.Conn,
+// with a net.Listener to accept it, so that Go code written for package
+// net (net/http, gRPC, database drivers) runs on any goverbs provider
+// unchanged. It follows librdmacm's rsocket and SMC-R (RFC 7609): each
+// side advertises a receive ring in registered memory, the sender puts
+// the bytes into the peer's ring with RDMA Writes, and small control
+// messages announce the bytes and return the credits.
+//
+// Addresses are those of package cm: loop://name, shm:///path.sock,
+// shm://@name, tcp://host:port. Import the provider that serves the
+// scheme.
+//
+//	l, err := rsock.Listen("shm://@app")
+//	...
+//	c, err := rsock.Dial(ctx, "shm://@app")
+//
+// # Behaviour
+//
+// Read and Write park their goroutine while they wait, after polling
+// for Config.Spin, on the completion queue's notification channel
+// (verbs.CQ.ReqNotify and Notify): an idle connection costs no CPU. One
+// waiting call at a time polls the connection's completion queue; the
+// other waits for it to hand over. Deadlines apply to blocked calls and
+// fail them with os.ErrDeadlineExceeded; every error is a *net.OpError.
+// CloseWrite ends the sending half; Close ends the stream (the peer
+// reads io.EOF after the last bytes) and releases the connection's
+// queues and memory before it returns. A peer that goes away without
+// ending its stream makes the next Read, after the bytes it sent, and
+// the next Write fail with ErrReset; a peer that breaks the protocol
+// is disconnected, and the connection's calls fail with ErrProtocol.
+// Nothing a peer sends makes this side touch memory outside the
+// connection's own ring, and nothing it fails to send blocks a call
+// past its deadline.
+//
+// # Wire layout
+//
+// Connection setup carries a hello in each side's private data (28
+// bytes, big-endian):
+//
+//	offset  size  field
+//	0       4     magic "RSK1"
+//	4       1     version, 1
+//	5       1     flags: bit 0, the sender takes control messages as
+//	              immediate data (otherwise as Sends)
+//	6       2     reserved, 0
+//	8       8     ring address
+//	16      4     ring rkey (remote write only)
+//	20      4     ring size in bytes (MinRingSize to MaxRingSize)
+//	24      4     receives posted for control messages (2 to 63)
+//
+// Ring addressing: byte n of a stream (counting from 0) goes to offset
+// n mod size of the receiver's ring. A sender may have at most size
+// bytes in the ring that the receiver has not freed; it RDMA-Writes a
+// run of bytes that does not wrap, then announces it.
+//
+// Control messages are 4 bytes:
+//
+//	offset  size  field
+//	0       1     bits 7-6: op; bits 5-0: acks, receives the sender
+//	              has posted again since its last message
+//	1       3     count, big-endian
+//
+// with ops 0 credit (count ring bytes the sender freed; 0 is a message
+// that only carries acks), 1 data (count bytes were written into the
+// receiver's ring, just before the message), 2 end of stream (count 0).
+// A control message travels as the immediate data of the RDMA Write with
+// immediate that carries the data (a zero-length one when there is none),
+// when the receiver's hello asks for that and the sender's device has
+// immediate data (verbs.CapImmData); otherwise as a 4-byte inline Send
+// after a plain RDMA Write, as rsocket does on iWARP devices without it.
+//
+// Each message consumes one of the receiver's posted receives, which it
+// posts again at once and acknowledges in the acks of its next message;
+// a sender spends its last credit only on a credit message, so credits
+// always flow back. A receiver frees ring bytes to the sender once half
+// the ring has been read, and acknowledges receives once half are owed.
+//
+// A receiver checks each message against the credits it gave: data past
+// them, a count or op out of range, acks beyond its receives, a
+// completion it did not ask for — each ends that connection with
+// ErrProtocol. Each connection has a protection domain of its own, whose
+// one remotely accessible region is the ring, registered for remote
+// write alone: a peer that writes anywhere else, with this connection's
+// key or another's, fails at its own side.
+//
+// Memory: each end registers its ring (Config.RingSize), a staging copy
+// of the peer's ring (the bytes are copied there from Write's buffer and
+// written from there), and 132 bytes of control buffers;
+// Conn.RegisteredBytes reports the sum. The device context is shared by
+// the process's connections on a device. Large writes are copied into
+// staging like small ones: rsock does not register the caller's buffer
+// for zero-copy writes.
+//
+// Scale: on shm0 an end holds about five file descriptors (its socket,
+// queues and shared segments), so a process that keeps many connections
+// needs its descriptor limit raised to match; a listener accepts at most
+// Config.MaxConns at once.
+package rsock

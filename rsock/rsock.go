@@ -1,0 +1,354 @@
+package rsock
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// Limits and defaults of Config.
+const (
+	// MinRingSize and MaxRingSize bound Config.RingSize.
+	MinRingSize = 4 << 10
+	MaxRingSize = 8 << 20
+	// DefaultRingSize is the receive ring of a zero Config.
+	DefaultRingSize = 256 << 10
+	// DefaultMaxConns bounds a zero Config's listener.
+	DefaultMaxConns = 4096
+	// DefaultSpin is how long a zero Config's blocked Read or Write polls
+	// before it parks.
+	DefaultSpin = 20 * time.Microsecond
+)
+
+// ctrlRecvs is how many receives each side posts for control messages:
+// the number of messages its peer may have in flight.
+const ctrlRecvs = 32
+
+// Config configures connections. The zero Config uses the defaults.
+type Config struct {
+	// RingSize is the receive ring each side of a connection advertises,
+	// in bytes (MinRingSize to MaxRingSize; 0: DefaultRingSize). A side
+	// registers its own ring and a staging copy of its peer's, so a
+	// connection between two sides of the same RingSize holds about
+	// 2×RingSize of registered memory at each end (Conn.RegisteredBytes).
+	RingSize int
+	// MaxConns bounds how many connections a listener keeps open at once;
+	// further requests are rejected, and the dialler's Dial fails with
+	// cm.ErrRejected (0: DefaultMaxConns).
+	MaxConns int
+	// Spin is how long a Read or Write that must wait polls for the peer
+	// before it parks its goroutine (0: DefaultSpin; negative: never).
+	// Spinning saves a wake-up on request/response traffic at the cost
+	// of CPU while it lasts.
+	Spin time.Duration
+
+	noImm bool // tests: notify by Send even where the device has immediate data
+}
+
+func (cfg *Config) ringSize() (int, error) {
+	s := cfg.RingSize
+	if s == 0 {
+		s = DefaultRingSize
+	}
+	if s < MinRingSize || s > MaxRingSize {
+		return 0, fmt.Errorf("rsock: ring size %d outside %d to %d", s, MinRingSize, MaxRingSize)
+	}
+	return s, nil
+}
+
+func (cfg *Config) spin() time.Duration {
+	switch {
+	case cfg.Spin == 0:
+		return DefaultSpin
+	case cfg.Spin < 0:
+		return 0
+	}
+	return cfg.Spin
+}
+
+// Listen listens on addr (loop://name, shm:///path.sock, shm://@name,
+// tcp://host:port) with the default Config.
+func Listen(addr string) (net.Listener, error) { return (&Config{}).Listen(addr) }
+
+// Dial connects to the listener at addr with the default Config. Its
+// signature is that of a context dialer (grpc.WithContextDialer).
+func Dial(ctx context.Context, addr string) (net.Conn, error) {
+	return (&Config{}).Dial(ctx, addr)
+}
+
+// Listener accepts rsock connections. It implements net.Listener.
+type Listener struct {
+	cfg    Config
+	l      *cm.Listener
+	addr   Addr
+	dev    string
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	live   int // connections accepted and not yet closed
+	closed bool
+}
+
+// Listen listens on addr with cfg.
+func (cfg *Config) Listen(addr string) (net.Listener, error) {
+	if _, err := cfg.ringSize(); err != nil {
+		return nil, err
+	}
+	dev, err := cm.Device(addr)
+	if err != nil {
+		return nil, &net.OpError{Op: "listen", Net: "rsock", Err: err}
+	}
+	l, err := cm.Listen(addr)
+	if err != nil {
+		return nil, &net.OpError{Op: "listen", Net: "rsock", Err: err}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Listener{cfg: *cfg, l: l, addr: Addr{l.Addr()}, dev: dev, ctx: ctx, cancel: cancel}, nil
+}
+
+// Addr returns the address the listener serves.
+func (l *Listener) Addr() net.Addr { return l.addr }
+
+// Close stops listening; a blocked Accept returns net.ErrClosed.
+// Connections already accepted stay open.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	closed := l.closed
+	l.closed = true
+	l.mu.Unlock()
+	if closed {
+		return &net.OpError{Op: "close", Net: "rsock", Addr: l.addr, Err: net.ErrClosed}
+	}
+	l.cancel()
+	return l.l.Close()
+}
+
+// rejectBusy is the private data of a rejection for MaxConns.
+var rejectBusy = []byte("rsock: listener at MaxConns")
+
+// Accept waits for the next connection. Requests that are not rsock's or
+// come beyond MaxConns are rejected without ending Accept.
+func (l *Listener) Accept() (net.Conn, error) {
+	maxConns := l.cfg.MaxConns
+	if maxConns <= 0 {
+		maxConns = DefaultMaxConns
+	}
+	for {
+		r, err := l.l.Accept(l.ctx)
+		if err != nil {
+			if l.ctx.Err() != nil {
+				err = net.ErrClosed
+			}
+			return nil, &net.OpError{Op: "accept", Net: "rsock", Addr: l.addr, Err: err}
+		}
+		h, err := parseHello(r.PrivateData())
+		if err != nil {
+			r.Reject(nil)
+			continue
+		}
+		l.mu.Lock()
+		full := l.live >= maxConns
+		if !full {
+			l.live++
+		}
+		l.mu.Unlock()
+		if full {
+			r.Reject(rejectBusy)
+			continue
+		}
+		c, err := newConn(l.dev, &l.cfg, h)
+		if err != nil {
+			c = nil
+		} else {
+			err = c.connect(func(p *cm.Param) (*cm.Conn, error) { return r.Accept(c.qp, p) })
+		}
+		if err != nil {
+			l.done()
+			if c == nil {
+				// This side is out of resources: the requester's Dial
+				// fails with a rejection that says so.
+				msg := []byte("rsock: listener: " + err.Error())
+				r.Reject(msg[:min(len(msg), 56)])
+			}
+			// Otherwise the requester sees the broken connection. The
+			// listener goes on.
+			continue
+		}
+		c.laddr, c.raddr = l.addr, Addr{fmt.Sprintf("%s?qp=%d", scheme(l.addr.URL), c.qp.Num())}
+		c.onClose = l.done
+		return c, nil
+	}
+}
+
+func (l *Listener) done() {
+	l.mu.Lock()
+	l.live--
+	l.mu.Unlock()
+}
+
+func scheme(url string) string {
+	s, _, _ := strings.Cut(url, "://")
+	return s + "://"
+}
+
+// Dial connects to the listener at addr with cfg.
+func (cfg *Config) Dial(ctx context.Context, addr string) (net.Conn, error) {
+	if _, err := cfg.ringSize(); err != nil {
+		return nil, err
+	}
+	opErr := func(err error) error {
+		return &net.OpError{Op: "dial", Net: "rsock", Addr: Addr{addr}, Err: err}
+	}
+	dev, err := cm.Device(addr)
+	if err != nil {
+		return nil, opErr(err)
+	}
+	c, err := newConn(dev, cfg, nil)
+	if err != nil {
+		return nil, opErr(err)
+	}
+	if err := c.connect(func(p *cm.Param) (*cm.Conn, error) { return cm.Dial(ctx, addr, c.qp, p) }); err != nil {
+		return nil, opErr(err)
+	}
+	c.laddr, c.raddr = Addr{fmt.Sprintf("%s?qp=%d", scheme(addr), c.qp.Num())}, Addr{addr}
+	return c, nil
+}
+
+// newConn creates a connection's queues and memory on device dev. peer is
+// the peer's hello when it is known (Accept), nil when it comes with the
+// reply (Dial).
+func newConn(dev string, cfg *Config, peer hello) (_ *Conn, err error) {
+	size, err := cfg.ringSize()
+	if err != nil {
+		return nil, err
+	}
+	d, err := openDevice(dev)
+	if err != nil {
+		return nil, err
+	}
+	c := &Conn{dev: d, spin: cfg.spin(), recvs: ctrlRecvs, sqDepth: 2*ctrlRecvs + 8,
+		closing: make(chan struct{}), rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1)}
+	c.acceptImm = d.attr.Has(verbs.CapImmData) && !cfg.noImm
+	c.rdl.init()
+	c.wdl.init()
+	c.rctx.dl, c.wctx.dl = &c.rdl, &c.wdl
+	defer func() {
+		if err != nil {
+			c.destroy()
+		}
+	}()
+	if c.pd, err = d.ctx.AllocPD(); err != nil {
+		return nil, err
+	}
+	if c.cq, err = d.ctx.CreateCQ(c.recvs + c.sqDepth + 1); err != nil {
+		return nil, err
+	}
+	if c.qp, err = c.pd.CreateQP(verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq, Cap: verbs.QPCap{
+		MaxSendWR: uint32(c.sqDepth), MaxRecvWR: uint32(c.recvs), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: ctrlLen}}); err != nil {
+		return nil, err
+	}
+	if err = c.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessLocalWrite | verbs.AccessRemoteWrite},
+		verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+		return nil, err
+	}
+	if c.ring, err = c.pd.AllocMR(size, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return nil, err
+	}
+	c.ringBuf = c.ring.Bytes()
+	// Local-only memory is the process's own: on shm0 it needs no
+	// shared segment (and no file descriptor).
+	if c.ctl, err = c.pd.RegMR(make([]byte, c.recvs*ctrlLen+ctrlLen), verbs.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	c.sendBuf = c.ctl.Bytes()[c.recvs*ctrlLen:]
+	c.mu.Lock()
+	for i := range c.recvs {
+		c.postRecv(uint64(i))
+	}
+	err = c.err
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if peer != nil {
+		if err = c.setPeer(peer); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// setPeer takes the peer's ring and notification mode from its hello and
+// allocates the staging memory to match.
+func (c *Conn) setPeer(h hello) (err error) {
+	c.peerAddr, c.peerKey, c.peerSize = h.ringAddr(), h.ringKey(), uint64(h.ringSize())
+	c.peerRecvs = int(h.recvs())
+	c.credits = c.peerRecvs
+	c.useImm = h.flags()&flagAcceptsImm != 0 && c.dev.attr.Has(verbs.CapImmData)
+	if c.stageMR, err = c.pd.RegMR(make([]byte, c.peerSize), verbs.AccessLocalWrite); err != nil {
+		return err
+	}
+	c.stage = c.stageMR.Bytes()
+	return nil
+}
+
+func (c *Conn) hello(b []byte) hello {
+	var flags uint8
+	if c.acceptImm {
+		flags |= flagAcceptsImm
+	}
+	return putHello(b, c.ring.Addr(), c.ring.RKey(), uint32(c.ring.Len()), uint32(c.recvs), flags)
+}
+
+// connect runs the connection setup (Dial or Accept) with this side's
+// hello and, for a dialler, takes the peer's from the reply. On failure
+// it releases the connection's resources.
+func (c *Conn) connect(setup func(*cm.Param) (*cm.Conn, error)) error {
+	var buf [helloLen]byte
+	cmc, err := setup(&cm.Param{PrivateData: c.hello(buf[:])})
+	if err != nil {
+		c.destroy()
+		return err
+	}
+	c.cmc = cmc
+	if c.stageMR == nil {
+		h, err := parseHello(cmc.PrivateData())
+		if err == nil {
+			err = c.setPeer(h)
+		}
+		if err != nil {
+			c.cmc.Close()
+			c.destroy()
+			return err
+		}
+	}
+	return nil
+}
+
+// destroy releases what newConn and setPeer created.
+func (c *Conn) destroy() {
+	if c.qp != nil {
+		c.qp.Destroy()
+	}
+	if c.cq != nil {
+		c.cq.Destroy()
+	}
+	for _, m := range []*verbs.MR{c.ring, c.ctl, c.stageMR} {
+		if m != nil {
+			m.Dereg()
+		}
+	}
+	if c.pd != nil {
+		c.pd.Dealloc()
+	}
+	c.rdl.stop()
+	c.wdl.stop()
+	c.dev.release()
+}
