@@ -57,6 +57,11 @@ type Config struct {
 	// process on shm:// (cm.Request.Peer). A client beyond it is refused
 	// with ErrServerGone, whose message names the limit.
 	MaxClientsPerPeer int
+	// Listen configures the server's listener: how many failed remote
+	// accesses a peer may make before its connections are refused for a
+	// growing back-off, and, on shm://, which other users it trusts (the
+	// zero value is cm's default for each).
+	Listen cm.ListenConfig
 
 	// slowWrites makes the server write slots and records a few bytes at
 	// a time, yielding in between, so that tests can race GETs with
@@ -233,7 +238,7 @@ func (s *Server) setup(addr string) error {
 	if s.recvCQ, err = s.ctx.CreateCQ(cqDepth); err != nil {
 		return err
 	}
-	s.l, err = cm.Listen(addr)
+	s.l, err = cm.ListenWith(addr, s.cfg.Listen)
 	return err
 }
 
