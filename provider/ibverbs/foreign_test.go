@@ -1,0 +1,29 @@
+package ibverbs
+
+import (
+	"testing"
+)
+
+// BenchmarkForeignCall measures one call into libibverbs through purego,
+// the cost the data path pays once per PostSend, PostRecv or Poll batch
+// (ibv_wc_status_str does almost nothing in C).
+func BenchmarkForeignCall(b *testing.B) {
+	if err := load(); err != nil {
+		b.Skip(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		call(lib.wcStatusStr, 5)
+	}
+}
+
+// TestForeignCall checks that a call into libibverbs returns what C
+// returns: the status string ibv_wc_status_str gives.
+func TestForeignCall(t *testing.T) {
+	if err := load(); err != nil {
+		t.Skip(err)
+	}
+	if got := goString(call(lib.wcStatusStr, 5)); got != "Work Request Flushed Error" {
+		t.Fatalf("ibv_wc_status_str(IBV_WC_WR_FLUSH_ERR) = %q", got)
+	}
+}
