@@ -44,12 +44,23 @@ type pingConfig struct {
 	validate bool
 	crc      bool
 	timeout  time.Duration
+	device   string
+}
+
+// scheme is the cm address scheme of the ping's device: tcp:// for
+// goverbs' own iWARP (tcp0), rdma:// (librdmacm) for a kernel device.
+func (c *pingConfig) scheme() string {
+	if c.device == iwarp.DeviceName {
+		return "tcp://"
+	}
+	return "rdma://"
 }
 
 func runPing(ctx context.Context, e *env, args []string) error {
 	cfg := pingConfig{}
 	fs := newFlagSet("ping", "", `Ping runs the ping-pong of librdmacm's rping over iWARP (device tcp0), so
-that either side may be rping on a host with an iWARP device (Linux siw):
+that either side may be rping on a host with an iWARP device (Linux siw),
+or with -d on a kernel RDMA device (rxe0, siw0, ...) through librdmacm:
 the client advertises its buffer, the server pulls it with an RDMA Read
 and pushes it back into the client's sink with an RDMA Write, and the
 client checks that the data came back intact. Each ping's data follows
@@ -67,6 +78,7 @@ rping's pattern ("rdma-ping-N: ABC..."), which the server checks too.
 	fs.Bool(&cfg.validate, "validate", "V", "check each ping's data (always on; accepted for rping's -V)")
 	fs.Bool(&cfg.crc, "crc", "", "ask for MPA CRC32c (the peer may ask for it either way)")
 	fs.Duration(&cfg.timeout, "timeout", "", 30*time.Second, "give up when a step waits longer than this")
+	fs.String(&cfg.device, "device", "d", iwarp.DeviceName, "the device: tcp0 (goverbs' iWARP over TCP), or a kernel RDMA device\n(rxe0, siw0, mlx5_0, ...) through librdmacm, as rping uses")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
@@ -130,8 +142,8 @@ func newPinger(cfg pingConfig) (*pinger, error) {
 		p.close()
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	if p.ctx, err = verbs.Open(iwarp.DeviceName); err != nil {
-		return fail("open the iWARP device", err)
+	if p.ctx, err = verbs.Open(cfg.device); err != nil {
+		return fail("open device "+cfg.device, err)
 	}
 	p.closed = append(p.closed, func() { p.ctx.Close() })
 	if p.pd, err = p.ctx.AllocPD(); err != nil {
@@ -275,7 +287,7 @@ func (p *pinger) ping(ctx context.Context, w io.Writer) error {
 	if err := p.postRecv(); err != nil {
 		return fmt.Errorf("post receive: %w", err)
 	}
-	addr := "tcp://" + net.JoinHostPort(p.cfg.addr, strconv.Itoa(p.cfg.port))
+	addr := p.cfg.scheme() + net.JoinHostPort(p.cfg.addr, strconv.Itoa(p.cfg.port))
 	dctx, cancel := context.WithTimeout(ctx, p.cfg.timeout)
 	conn, err := cm.Dial(dctx, addr, p.qp, &cm.Param{ResponderResources: 1, InitiatorDepth: 1})
 	cancel()
@@ -321,7 +333,7 @@ func (p *pinger) ping(ctx context.Context, w io.Writer) error {
 // serve runs the server: accept one connection and answer pings until
 // the client disconnects.
 func (p *pinger) serve(ctx context.Context, w io.Writer) error {
-	addr := "tcp://" + net.JoinHostPort(p.cfg.addr, strconv.Itoa(p.cfg.port))
+	addr := p.cfg.scheme() + net.JoinHostPort(p.cfg.addr, strconv.Itoa(p.cfg.port))
 	l, err := cm.Listen(addr)
 	if err != nil {
 		return err

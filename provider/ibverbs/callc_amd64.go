@@ -20,8 +20,13 @@ var ctrampPC uintptr
 func runtime_cgocall(fn uintptr, arg unsafe.Pointer) int32
 
 // call calls the C function fn with up to six integer or pointer
-// arguments and returns its integer or pointer result. Pointers to Go
-// memory among args must be kept alive by the caller.
+// arguments and returns its integer or pointer result. An argument
+// written uintptr(unsafe.Pointer(p)) in the call keeps p alive and
+// where it is for the call (go:uintptrescapes moves it to the heap if
+// it was on the stack, which can move); the data path passes only memory
+// already on the heap, so it allocates nothing.
+//
+//go:uintptrescapes
 func call(fn uintptr, args ...uintptr) uintptr {
 	var a cargs
 	a.fn = fn
@@ -47,6 +52,16 @@ func call(fn uintptr, args ...uintptr) uintptr {
 	default:
 		panic("ibverbs: more than six arguments to a C function")
 	}
+	runtime_cgocall(ctrampPC, unsafe.Pointer(&a))
+	return a.r1
+}
+
+// call3 is call for the data path: three arguments and no variadic slice
+// (whose backing array go:uintptrescapes would put on the heap).
+//
+//go:uintptrescapes
+func call3(fn, a1, a2, a3 uintptr) uintptr {
+	a := cargs{fn: fn, a1: a1, a2: a2, a3: a3}
 	runtime_cgocall(ctrampPC, unsafe.Pointer(&a))
 	return a.r1
 }

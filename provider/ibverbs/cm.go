@@ -305,6 +305,12 @@ func (c *cmID) toInit(q *qp) error {
 // toRTS moves q through RTR to RTS with the responder's RNR timer and
 // resources p names (InfiniBand and RoCE; iWARP's kernel does it).
 func (c *cmID) toRTS(q *qp, p driver.ConnParam) error {
+	// Init again first: before the exchange the kernel grants no remote
+	// access; now it knows the negotiated responder resources (as
+	// librdmacm does for QPs of its own).
+	if err := c.toInit(q); err != nil {
+		return err
+	}
 	if err := c.moveQP(q, driver.QPSRTR, func(a *ibvQPAttr) {
 		a.minRNRTimer = uint8(p.MinRNRTimer)
 	}); err != nil {

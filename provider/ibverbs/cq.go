@@ -82,13 +82,30 @@ func (q *cq) Poll(wc []driver.WorkCompletion) int {
 	if q.dead {
 		return 0
 	}
-	got := int(int32(call(q.ctx.pollCQ, q.p, uintptr(n), uintptr(unsafe.Pointer(&q.wcs[0])))))
+	got := int(int32(call3(q.ctx.pollCQ, q.p, uintptr(n), uintptr(unsafe.Pointer(&q.wcs[0])))))
 	if got < 0 {
 		q.overrun.Store(true)
 		return 0
 	}
 	for i := range got {
-		fromIBV(&wc[i], &q.wcs[i])
+		w := &wc[i]
+		fromIBV(w, &q.wcs[i])
+		recv := w.Opcode >= driver.WCRecv && w.Status == driver.WCSuccess
+		failed := w.Status != driver.WCSuccess && w.Status != driver.WCWRFlushErr
+		if (recv && w.SrcQP == 0) || failed {
+			q.ctx.qpsMu.RLock()
+			p := q.ctx.qpByNum[w.QPNum]
+			q.ctx.qpsMu.RUnlock()
+			switch {
+			case p == nil:
+			case recv:
+				// RC devices (rxe) leave src_qp to UD; the QP knows its peer.
+				w.SrcQP = p.destQPN.Load()
+			case failed:
+				// The QP is in the error state now.
+				p.errored()
+			}
+		}
 	}
 	return got
 }

@@ -13,7 +13,7 @@ func BenchmarkForeignCall(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		call(lib.wcStatusStr, 5)
+		call3(lib.wcStatusStr, 5, 0, 0)
 	}
 }
 

@@ -144,11 +144,14 @@ type devContext struct {
 	// The ops table's data-path entry points.
 	pollCQ, reqNotifyCQ, postSend, postRecv, postSRQRecv uintptr
 
-	mu      sync.Mutex
-	closed  bool
-	owners  map[uintptr]any // ibv_qp/cq/srq pointer -> the object, for async events
-	pds     map[*pd]struct{}
-	allocs  []*alloc // AllocMR memory, for RegMR inside it
+	mu     sync.Mutex
+	closed bool
+	owners map[uintptr]any // ibv_qp/cq/srq pointer -> the object, for async events
+	pds    map[*pd]struct{}
+	allocs []*alloc // AllocMR memory, for RegMR inside it
+
+	qpsMu   sync.RWMutex
+	qpByNum map[uint32]*qp // for the source QP of receive completions
 	watcher *fdWatcher
 }
 
@@ -177,7 +180,7 @@ func (*provider) Open(name string) (driver.Context, error) {
 		return nil, fmt.Errorf("ibverbs: %w: %q", driver.ErrNoDevice, name)
 	}
 	c := &devContext{p: ctxp, name: name, events: driver.NewEventQueue(),
-		owners: map[uintptr]any{}, pds: map[*pd]struct{}{}}
+		owners: map[uintptr]any{}, pds: map[*pd]struct{}{}, qpByNum: map[uint32]*qp{}}
 	c.pollCQ = *(*uintptr)(cptr(ctxp + offContextPollCQ))
 	c.reqNotifyCQ = *(*uintptr)(cptr(ctxp + offContextReqNotifyCQ))
 	c.postSend = *(*uintptr)(cptr(ctxp + offContextPostSend))
@@ -350,7 +353,7 @@ func (c *devContext) AllocPD() (driver.PD, error) {
 	if err != nil {
 		return nil, errnoErr("ibv_alloc_pd", err)
 	}
-	d := &pd{ctx: c, p: p, mrs: map[*mr]struct{}{}, qps: map[*qp]struct{}{}, srqs: map[*srq]struct{}{}}
+	d := &pd{ctx: c, p: p, mrs: map[*mr]struct{}{}, byLKey: map[uint32]*mr{}, qps: map[*qp]struct{}{}, srqs: map[*srq]struct{}{}}
 	c.pds[d] = struct{}{}
 	return d, nil
 }

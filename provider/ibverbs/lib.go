@@ -127,6 +127,8 @@ func loadLibs(l *libs) (verbsErr, cmErr error) {
 
 // callErrno calls fn and returns its result and the errno the call left.
 // The thread is locked around both so that errno is the call's own.
+//
+//go:uintptrescapes
 func callErrno(fn uintptr, args ...uintptr) (uintptr, syscall.Errno) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -138,6 +140,8 @@ func callErrno(fn uintptr, args ...uintptr) (uintptr, syscall.Errno) {
 
 // callInt calls fn, which returns 0 or an errno value (as most of
 // libibverbs does), and turns the result into an error.
+//
+//go:uintptrescapes
 func callInt(fn uintptr, args ...uintptr) error {
 	if r := int32(call(fn, args...)); r != 0 {
 		if r < 0 {
@@ -150,6 +154,8 @@ func callInt(fn uintptr, args ...uintptr) error {
 
 // callRC calls fn, which returns 0, or -1 and sets errno (as librdmacm
 // and some of libibverbs do).
+//
+//go:uintptrescapes
 func callRC(fn uintptr, args ...uintptr) error {
 	r, errno := callErrno(fn, args...)
 	if int32(r) != 0 {
@@ -162,6 +168,8 @@ func callRC(fn uintptr, args ...uintptr) error {
 }
 
 // callPtr calls fn, which returns a pointer, or NULL and sets errno.
+//
+//go:uintptrescapes
 func callPtr(fn uintptr, args ...uintptr) (uintptr, error) {
 	r, errno := callErrno(fn, args...)
 	if r == 0 {

@@ -16,11 +16,15 @@ type pd struct {
 	ctx *devContext
 	p   uintptr
 
-	mu   sync.Mutex
+	mu   sync.RWMutex
 	dead bool
 	mrs  map[*mr]struct{}
-	qps  map[*qp]struct{}
-	srqs map[*srq]struct{}
+	// byLKey finds a region by its local key: an inline payload, which
+	// the device reads at post time, must lie in one (as on every
+	// provider), so that a bad address is refused rather than read.
+	byLKey map[uint32]*mr
+	qps    map[*qp]struct{}
+	srqs   map[*srq]struct{}
 }
 
 // alloc is memory AllocMR mapped. It is unmapped once its own region is
@@ -99,6 +103,7 @@ func (d *pd) register(buf []byte, access driver.AccessFlags, a *alloc) (*mr, err
 		d.ctx.mu.Unlock()
 	}
 	d.mrs[m] = struct{}{}
+	d.byLKey[m.lkey] = m
 	return m, nil
 }
 
@@ -160,6 +165,9 @@ func (m *mr) dereg() error {
 	}
 	m.dead = true
 	delete(m.pd.mrs, m)
+	if m.pd.byLKey[m.lkey] == m {
+		delete(m.pd.byLKey, m.lkey)
+	}
 	m.pin.Unpin()
 	if m.in != nil {
 		m.pd.ctx.release(m.in)
@@ -211,4 +219,26 @@ func (d *pd) destroyAll() {
 	}
 	d.mu.Unlock()
 	d.Dealloc()
+}
+
+// inlineOK reports whether every SGE of an inline payload lies inside a
+// live region of the PD with the SGE's local key.
+func (d *pd) inlineOK(sg []driver.SGE) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for i := range sg {
+		g := &sg[i]
+		if g.Length == 0 {
+			continue
+		}
+		m := d.byLKey[g.LKey]
+		if m == nil {
+			return false
+		}
+		start := uint64(uintptr(unsafe.Pointer(&m.buf[0])))
+		if g.Addr < start || g.Addr+uint64(g.Length) > start+uint64(len(m.buf)) || g.Addr+uint64(g.Length) < g.Addr {
+			return false
+		}
+	}
+	return true
 }

@@ -25,15 +25,36 @@ type qp struct {
 	userCtx any
 	state   atomic.Uint32 // driver.QPState, as last set or queried
 	gone    atomic.Bool   // destroyed; set with sendMu and recvMu held
+	destQPN atomic.Uint32 // the connected QP's number, for receive completions
 
-	sendMu sync.Mutex
-	swr    [postBatch]ibvSendWR
-	recvMu sync.Mutex
-	rwr    [postBatch]ibvRecvWR
+	sendMu  sync.Mutex
+	swr     [postBatch]ibvSendWR
+	sendBad uintptr // post_send's bad_wr
+	recvMu  sync.Mutex
+	rwr     [postBatch]ibvRecvWR
+	recvBad uintptr // post_recv's bad_wr
 
-	mu   sync.Mutex // attr, dead
-	attr driver.QPAttr
-	dead bool
+	mu      sync.Mutex // attr, errAttr, dead
+	attr    driver.QPAttr
+	errAttr ibvQPAttr // for errored, on the heap so the poll path allocates nothing
+	dead    bool
+}
+
+// errored records that the QP moved to the error state on its own (a
+// failed completion says so) and has the device flush its receive
+// queue: rxe's responder flushes posted receives only when it runs, and
+// receives are posted without a system call, so nothing would run it.
+// Moving the QP to the error state again does.
+func (q *qp) errored() {
+	q.state.Store(uint32(driver.QPSErr))
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dead {
+		return
+	}
+	q.attr.State = driver.QPSErr
+	q.errAttr = ibvQPAttr{qpState: uint32(driver.QPSErr)}
+	callInt(lib.modifyQP, q.p, uintptr(unsafe.Pointer(&q.errAttr)), ibvQPState)
 }
 
 func (d *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
@@ -68,6 +89,9 @@ func (d *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	q.attr.Cap = a.Cap
 	d.qps[q] = struct{}{}
 	c.own(p, q)
+	c.qpsMu.Lock()
+	c.qpByNum[q.num] = q
+	c.qpsMu.Unlock()
 	return q, nil
 }
 
@@ -104,6 +128,10 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 				refused = fmt.Errorf("%w: %s has no atomics", driver.ErrUnsupported, q.ctx.name)
 				break
 			}
+			if wr.Flags&driver.SendInline != 0 && !q.pd.inlineOK(wr.SGList) {
+				refused = fmt.Errorf("%w: an inline payload must lie in a registered region of the QP's PD, with its lkey", driver.ErrInvalidArg)
+				break
+			}
 			if wr.Opcode.HasImm() && caps&driver.CapImmData == 0 {
 				refused = fmt.Errorf("%w: %s has no immediate data (%v)", driver.ErrUnsupported, q.ctx.name, wr.Opcode)
 				break
@@ -116,12 +144,12 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 			n++
 		}
 		if n > 0 {
-			var bad uintptr
-			r := int32(call(q.ctx.postSend, q.p, uintptr(unsafe.Pointer(&q.swr[0])), uintptr(unsafe.Pointer(&bad))))
+			q.sendBad = 0
+			r := int32(call3(q.ctx.postSend, q.p, uintptr(unsafe.Pointer(&q.swr[0])), uintptr(unsafe.Pointer(&q.sendBad))))
 			runtime.KeepAlive(batch)
 			if r != 0 {
 				k := n
-				if bad != 0 {
+				if bad := q.sendBad; bad != 0 {
 					k = int((bad - uintptr(unsafe.Pointer(&q.swr[0]))) / unsafe.Sizeof(q.swr[0]))
 				}
 				return posted + k, postErr("post_send", r)
@@ -177,16 +205,21 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 		return 0, fmt.Errorf("%w: PostRecv needs Init or later (the QP is in RESET)", driver.ErrInvalidState)
 	}
 	q.recvMu.Lock()
-	defer q.recvMu.Unlock()
 	if q.gone.Load() {
+		q.recvMu.Unlock()
 		return 0, driver.ErrClosed
 	}
-	return postRecvs(q.ctx.postRecv, q.p, &q.rwr, wrs, q.cap.MaxRecvSGE, "post_recv")
+	n, err := postRecvs(q.ctx.postRecv, q.p, &q.rwr, &q.recvBad, wrs, q.cap.MaxRecvSGE, "post_recv")
+	q.recvMu.Unlock()
+	if n > 0 && driver.QPState(q.state.Load()) == driver.QPSErr {
+		q.errored() // flush what was just posted
+	}
+	return n, err
 }
 
 // postRecvs posts receives to a QP or an SRQ through fn, in batches of
 // postBatch, one call each.
-func postRecvs(fn, obj uintptr, scratch *[postBatch]ibvRecvWR, wrs []driver.RecvWR, maxSGE uint32, op string) (int, error) {
+func postRecvs(fn, obj uintptr, scratch *[postBatch]ibvRecvWR, bad *uintptr, wrs []driver.RecvWR, maxSGE uint32, op string) (int, error) {
 	posted := 0
 	for posted < len(wrs) {
 		batch := wrs[posted:min(len(wrs), posted+postBatch)]
@@ -209,13 +242,13 @@ func postRecvs(fn, obj uintptr, scratch *[postBatch]ibvRecvWR, wrs []driver.Recv
 			n++
 		}
 		if n > 0 {
-			var bad uintptr
-			r := int32(call(fn, obj, uintptr(unsafe.Pointer(&scratch[0])), uintptr(unsafe.Pointer(&bad))))
+			*bad = 0
+			r := int32(call3(fn, obj, uintptr(unsafe.Pointer(&scratch[0])), uintptr(unsafe.Pointer(bad))))
 			runtime.KeepAlive(batch)
 			if r != 0 {
 				k := n
-				if bad != 0 {
-					k = int((bad - uintptr(unsafe.Pointer(&scratch[0]))) / unsafe.Sizeof(scratch[0]))
+				if *bad != 0 {
+					k = int((*bad - uintptr(unsafe.Pointer(&scratch[0]))) / unsafe.Sizeof(scratch[0]))
 				}
 				return posted + k, postErr(op, r)
 			}
@@ -259,6 +292,7 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	}
 	driver.ApplyAttr(&q.attr, attr, mask)
 	q.attr.State = next
+	q.destQPN.Store(q.attr.DestQPNum)
 	q.state.Store(uint32(next))
 	return nil
 }
@@ -295,6 +329,7 @@ func (q *qp) fromIBVAttr(a *ibvQPAttr, mask int32) {
 	}
 	if mask&ibvQPDestQPN != 0 {
 		x.DestQPNum = a.destQPNum
+		q.destQPN.Store(a.destQPNum)
 	}
 	if mask&ibvQPRQPSN != 0 {
 		x.RQPSN = a.rqPSN
@@ -412,6 +447,9 @@ func (q *qp) Destroy() error {
 		return errnoErr("ibv_destroy_qp", err)
 	}
 	q.ctx.disown(q.p)
+	q.ctx.qpsMu.Lock()
+	delete(q.ctx.qpByNum, q.num)
+	q.ctx.qpsMu.Unlock()
 	q.pd.mu.Lock()
 	delete(q.pd.qps, q)
 	q.pd.mu.Unlock()

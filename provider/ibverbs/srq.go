@@ -20,6 +20,7 @@ type srq struct {
 
 	mu  sync.Mutex // rwr, and the SRQ's life
 	rwr [postBatch]ibvRecvWR
+	bad uintptr // post_srq_recv's bad_wr
 }
 
 func (d *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
@@ -53,7 +54,7 @@ func (s *srq) PostRecv(wrs []driver.RecvWR) (int, error) {
 	if s.gone.Load() {
 		return 0, driver.ErrClosed
 	}
-	return postRecvs(s.pd.ctx.postSRQRecv, s.p, &s.rwr, wrs, s.maxSGE, "post_srq_recv")
+	return postRecvs(s.pd.ctx.postSRQRecv, s.p, &s.rwr, &s.bad, wrs, s.maxSGE, "post_srq_recv")
 }
 
 func (s *srq) Modify(a driver.SRQAttr, mask driver.SRQAttrMask) error {
