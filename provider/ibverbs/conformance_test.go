@@ -50,6 +50,13 @@ func TestConformance(t *testing.T) {
 	verbstest.Run(t, verbstest.Harness{Device: device, Addr: addr, Remote: verbstest.SpawnPeer(device)})
 }
 
+// TestConformanceInProcess runs it with both endpoints in this process
+// (the cases that need that run only here).
+func TestConformanceInProcess(t *testing.T) {
+	device, addr := harnessEnv(t)
+	verbstest.Run(t, verbstest.Harness{Device: device, Addr: addr})
+}
+
 // TestDevicesOrWhyNot checks that the provider either lists devices or
 // says why it lists none, and that each device it lists opens with the
 // attributes ibv_query_device reports.

@@ -90,21 +90,28 @@ func (q *cq) Poll(wc []driver.WorkCompletion) int {
 	for i := range got {
 		w := &wc[i]
 		fromIBV(w, &q.wcs[i])
-		recv := w.Opcode >= driver.WCRecv && w.Status == driver.WCSuccess
-		failed := w.Status != driver.WCSuccess && w.Status != driver.WCWRFlushErr
-		if (recv && w.SrcQP == 0) || failed {
-			q.ctx.qpsMu.RLock()
-			p := q.ctx.qpByNum[w.QPNum]
-			q.ctx.qpsMu.RUnlock()
-			switch {
-			case p == nil:
-			case recv:
+		q.ctx.qpsMu.RLock()
+		p := q.ctx.qpByNum[w.QPNum]
+		q.ctx.qpsMu.RUnlock()
+		if p == nil {
+			continue
+		}
+		// The opcode of a failed completion is not defined by the verbs;
+		// rxe and siw set it, and the queue accounting relies on that.
+		if w.Opcode >= driver.WCRecv {
+			if p.srq == nil {
+				p.rqDone.Add(1)
+			}
+			if w.Status == driver.WCSuccess && w.SrcQP == 0 {
 				// RC devices (rxe) leave src_qp to UD; the QP knows its peer.
 				w.SrcQP = p.destQPN.Load()
-			case failed:
-				// The QP is in the error state now.
-				p.errored()
 			}
+		} else {
+			p.sendDone(w.Status == driver.WCSuccess)
+		}
+		if w.Status != driver.WCSuccess && w.Status != driver.WCWRFlushErr {
+			// The QP is in the error state now.
+			p.errored()
 		}
 	}
 	return got

@@ -27,6 +27,19 @@ type qp struct {
 	gone    atomic.Bool   // destroyed; set with sendMu and recvMu held
 	destQPN atomic.Uint32 // the connected QP's number, for receive completions
 
+	sigAll bool
+
+	// The send and receive queues' occupancy, kept by the provider
+	// because devices round their queues up: PostSend and PostRecv
+	// refuse with ErrQueueFull beyond the capacities asked for. A send
+	// WR is retired by its own completion or, unsignaled, by the next
+	// signaled one's; sqMarks holds the send count at each signaled WR.
+	sqPosted, sqRetired atomic.Uint64
+	rqPosted, rqDone    atomic.Uint64
+	sqMu                sync.Mutex
+	sqMarks             []uint64 // ring of MaxSendWR
+	sqHead, sqLen       int
+
 	sendMu  sync.Mutex
 	swr     [postBatch]ibvSendWR
 	sendBad uintptr // post_send's bad_wr
@@ -87,6 +100,8 @@ func (d *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	}
 	q := &qp{pd: d, ctx: c, p: p, num: *(*uint32)(cptr(p + offQPNum)), cap: a.Cap, srq: s, userCtx: a.UserCtx}
 	q.attr.Cap = a.Cap
+	q.sigAll = a.SigAll
+	q.sqMarks = make([]uint64, max(a.Cap.MaxSendWR, 1))
 	d.qps[q] = struct{}{}
 	c.own(p, q)
 	c.qpsMu.Lock()
@@ -115,11 +130,16 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 	}
 	posted := 0
 	for posted < len(wrs) {
+		free := int(uint64(q.cap.MaxSendWR) - (q.sqPosted.Load() - q.sqRetired.Load()))
 		batch := wrs[posted:min(len(wrs), posted+postBatch)]
 		var refused error
 		n := 0
 		for i := range batch {
 			wr := &batch[i]
+			if i >= free {
+				refused = fmt.Errorf("%w: %d send WRs outstanding", driver.ErrQueueFull, q.cap.MaxSendWR)
+				break
+			}
 			if err := driver.CheckSendWR(wr, &q.cap, false); err != nil {
 				refused = err
 				break
@@ -144,14 +164,18 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 			n++
 		}
 		if n > 0 {
+			// Counted before the call: their completions may be polled
+			// before it returns.
+			q.sentWRs(batch[:n])
 			q.sendBad = 0
 			r := int32(call3(q.ctx.postSend, q.p, uintptr(unsafe.Pointer(&q.swr[0])), uintptr(unsafe.Pointer(&q.sendBad))))
 			runtime.KeepAlive(batch)
+			k := n
+			if r != 0 && q.sendBad != 0 {
+				k = int((q.sendBad - uintptr(unsafe.Pointer(&q.swr[0]))) / unsafe.Sizeof(q.swr[0]))
+			}
+			q.unsent(batch[k:n])
 			if r != 0 {
-				k := n
-				if bad := q.sendBad; bad != 0 {
-					k = int((bad - uintptr(unsafe.Pointer(&q.swr[0]))) / unsafe.Sizeof(q.swr[0]))
-				}
 				return posted + k, postErr("post_send", r)
 			}
 			posted += n
@@ -209,7 +233,17 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 		q.recvMu.Unlock()
 		return 0, driver.ErrClosed
 	}
-	n, err := postRecvs(q.ctx.postRecv, q.p, &q.rwr, &q.recvBad, wrs, q.cap.MaxRecvSGE, "post_recv")
+	take := wrs
+	var full error
+	if free := int(uint64(q.cap.MaxRecvWR) - (q.rqPosted.Load() - q.rqDone.Load())); len(take) > free {
+		take = wrs[:max(free, 0)]
+		full = fmt.Errorf("%w: %d receives outstanding", driver.ErrQueueFull, q.cap.MaxRecvWR)
+	}
+	n, err := postRecvs(q.ctx.postRecv, q.p, &q.rwr, &q.recvBad, take, q.cap.MaxRecvSGE, "post_recv")
+	q.rqPosted.Add(uint64(n))
+	if err == nil {
+		err = full
+	}
 	q.recvMu.Unlock()
 	if n > 0 && driver.QPState(q.state.Load()) == driver.QPSErr {
 		q.errored() // flush what was just posted
@@ -286,6 +320,17 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	a, m, err := q.toIBVAttr(attr, mask, cur, next)
 	if err != nil {
 		return err
+	}
+	if cur == driver.QPSReset && next == driver.QPSErr {
+		// Linux refuses Reset to Err, which the verbs allow: go
+		// through Init, where nothing can have been posted either.
+		init := &ibvQPAttr{qpState: uint32(driver.QPSInit), portNum: 1}
+		if err := callInt(lib.modifyQP, q.p, uintptr(unsafe.Pointer(init)), ibvQPState|ibvQPPkeyIndex|ibvQPPort|ibvQPAccessFlags); err != nil {
+			return errnoErr("ibv_modify_qp RESET to INIT (on the way to ERR)", err)
+		}
+	}
+	if next == driver.QPSReset {
+		q.resetQueues()
 	}
 	if err := callInt(lib.modifyQP, q.p, uintptr(unsafe.Pointer(a)), uintptr(m)); err != nil {
 		return errnoErr(fmt.Sprintf("ibv_modify_qp %v to %v", cur, next), err)
@@ -454,4 +499,65 @@ func (q *qp) Destroy() error {
 	delete(q.pd.qps, q)
 	q.pd.mu.Unlock()
 	return nil
+}
+
+// sentWRs records WRs handed to the device.
+func (q *qp) sentWRs(wrs []driver.SendWR) {
+	q.sqMu.Lock()
+	for i := range wrs {
+		n := q.sqPosted.Add(1)
+		if (q.sigAll || wrs[i].Flags&driver.SendSignaled != 0) && q.sqLen < len(q.sqMarks) {
+			q.sqMarks[(q.sqHead+q.sqLen)%len(q.sqMarks)] = n
+			q.sqLen++
+		}
+	}
+	q.sqMu.Unlock()
+}
+
+// unsent takes back the count of WRs the device refused, the last ones
+// sentWRs counted (PostSend is serialised by sendMu).
+func (q *qp) unsent(wrs []driver.SendWR) {
+	if len(wrs) == 0 {
+		return
+	}
+	q.sqMu.Lock()
+	for i := len(wrs) - 1; i >= 0; i-- {
+		n := q.sqPosted.Add(^uint64(0))
+		if q.sqLen > 0 && q.sqMarks[(q.sqHead+q.sqLen-1)%len(q.sqMarks)] == n+1 {
+			q.sqLen--
+		}
+	}
+	q.sqMu.Unlock()
+}
+
+// sendDone retires send WRs for a completion of the send queue: a
+// successful one retires every WR up to its own (the unsignaled before
+// it); a failed or flushed one retires its own WR, which completes
+// whether signaled or not.
+func (q *qp) sendDone(ok bool) {
+	q.sqMu.Lock()
+	switch {
+	case ok && q.sqLen > 0:
+		q.sqRetired.Store(q.sqMarks[q.sqHead])
+		q.sqHead = (q.sqHead + 1) % len(q.sqMarks)
+		q.sqLen--
+	case !ok:
+		r := q.sqRetired.Add(1)
+		if q.sqLen > 0 && q.sqMarks[q.sqHead] <= r {
+			q.sqHead = (q.sqHead + 1) % len(q.sqMarks)
+			q.sqLen--
+		}
+	}
+	q.sqMu.Unlock()
+}
+
+// resetQueues empties the occupancy: a QP moved to Reset has empty
+// queues.
+func (q *qp) resetQueues() {
+	q.sqMu.Lock()
+	q.sqPosted.Store(0)
+	q.sqRetired.Store(0)
+	q.sqHead, q.sqLen = 0, 0
+	q.sqMu.Unlock()
+	q.rqPosted.Store(q.rqDone.Load())
 }
