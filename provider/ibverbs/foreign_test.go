@@ -2,6 +2,8 @@ package ibverbs
 
 import (
 	"testing"
+
+	"github.com/ebitengine/purego"
 )
 
 // BenchmarkForeignCall measures one call into libibverbs through purego,
@@ -25,5 +27,17 @@ func TestForeignCall(t *testing.T) {
 	}
 	if got := goString(call(lib.wcStatusStr, 5)); got != "Work Request Flushed Error" {
 		t.Fatalf("ibv_wc_status_str(IBV_WC_WR_FLUSH_ERR) = %q", got)
+	}
+}
+
+// BenchmarkPuregoSyscallN is the same call through purego.SyscallN, which
+// the data path does not use because it allocates its argument slice.
+func BenchmarkPuregoSyscallN(b *testing.B) {
+	if err := load(); err != nil {
+		b.Skip(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		purego.SyscallN(lib.wcStatusStr, 5)
 	}
 }
