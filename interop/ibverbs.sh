@@ -56,6 +56,7 @@ declare -A deviations=(
 	["rxe0 Lifecycle/DeregLocalKey"]="rxe completes a WR with a deregistered lkey with LOC_QP_OP_ERR, not LOC_PROT_ERR"
 	["rxe0 Lifecycle/CQOverrun"]="rxe rounds a CQ of 4 entries up and does not overrun"
 	["rxe0 SRQ/LastWQEReached"]="rxe raises no LAST_WQE_REACHED when a QP on an SRQ moves to the error state"
+	["rxe0 SRQ/LastWQEAfterPlacement"]="rxe raises no LAST_WQE_REACHED when a QP on an SRQ moves to the error state"
 	["siw0 SendRecv/Solicited"]="struct ibv_wc has no solicited flag, so no completion carries WCSolicited"
 )
 

@@ -299,7 +299,15 @@ func (c *cmID) moveQP(q *qp, state driver.QPState, edit func(*ibvQPAttr)) error 
 // toInit moves q to Init (from Reset, or Init again: receives posted in
 // Init are kept).
 func (c *cmID) toInit(q *qp) error {
-	return c.moveQP(q, driver.QPSInit, nil)
+	return c.moveQP(q, driver.QPSInit, func(a *ibvQPAttr) {
+		if q.ctx.iwarp && a.qpAccessFlags == 0 {
+			// Before rdma_connect the kernel has no iWARP connection
+			// to take the rights from and grants none; give the
+			// active side what it gives the passive one. The regions'
+			// own rights still decide what a peer reaches.
+			a.qpAccessFlags = uint32(driver.AccessLocalWrite | driver.AccessRemoteWrite | driver.AccessRemoteRead)
+		}
+	})
 }
 
 // toRTS moves q through RTR to RTS with the responder's RNR timer and
@@ -381,9 +389,7 @@ func (*provider) Dial(ctx context.Context, addr string, x driver.QP, p driver.Co
 			}
 			return newConn(c, q, ev.param), nil
 		case rdmaCMEventEstablished:
-			q.mu.Lock()
-			q.queryState()
-			q.mu.Unlock()
+			q.setState(driver.QPSRTS)
 			return newConn(c, q, ev.param), nil
 		case rdmaCMEventRejected:
 			// An IB CM consumer-defined reject (28), or private data,
@@ -527,9 +533,7 @@ func (r *request) Accept(x driver.QP, p driver.ConnParam) (driver.Conn, error) {
 		}
 		switch ev.typ {
 		case rdmaCMEventEstablished:
-			q.mu.Lock()
-			q.queryState()
-			q.mu.Unlock()
+			q.setState(driver.QPSRTS)
 			return newConn(c, q, c.reqParam), nil
 		case rdmaCMEventRejected, rdmaCMEventDisconnected, rdmaCMEventConnectError, rdmaCMEventUnreachable:
 			c.close()

@@ -134,12 +134,14 @@ func errnoErr(op string, err error) error {
 // devContext is an open device: struct ibv_context and what the provider
 // keeps about it.
 type devContext struct {
-	p      uintptr // struct ibv_context *
-	name   string
-	attr   driver.DeviceAttr
-	iwarp  bool
-	port   ibvPortAttr
-	events driver.EventQueue
+	p     uintptr // struct ibv_context *
+	name  string
+	attr  driver.DeviceAttr
+	iwarp bool
+	port  ibvPortAttr
+	// maxSGERd is how many SGEs an RDMA Read scatters into (siw: 1).
+	maxSGERd int
+	events   driver.EventQueue
 
 	// The ops table's data-path entry points.
 	pollCQ, reqNotifyCQ, postSend, postRecv, postSRQRecv uintptr
@@ -221,6 +223,7 @@ func (c *devContext) query() error {
 	if i := indexByte(fw, 0); i >= 0 {
 		fw = fw[:i]
 	}
+	c.maxSGERd = max(int(a.maxSGERd), 1)
 	c.attr = driver.DeviceAttr{
 		Name:            c.name,
 		Transport:       transport,
@@ -320,6 +323,9 @@ func (c *devContext) asyncEvent() bool {
 			element = o.userCtx
 		case *qp:
 			element = o.userCtx
+			if t == driver.EventQPFatal || t == driver.EventQPReqErr || t == driver.EventQPAccessErr {
+				o.state.Store(uint32(driver.QPSErr))
+			}
 		case *srq:
 			element = o.userCtx
 		}

@@ -14,6 +14,9 @@ import (
 // postBatch is the most work requests one foreign call posts.
 const postBatch = 32
 
+// emptySGE is the one SGE of a receive posted with none.
+var emptySGE ibvSGE
+
 // qp is an RC queue pair (struct ibv_qp).
 type qp struct {
 	pd      *pd
@@ -148,6 +151,10 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 				refused = fmt.Errorf("%w: %s has no atomics", driver.ErrUnsupported, q.ctx.name)
 				break
 			}
+			if wr.Opcode == driver.OpRDMARead && len(wr.SGList) > q.ctx.maxSGERd {
+				refused = fmt.Errorf("%w: %s scatters an RDMA Read into at most %d SGEs", driver.ErrUnsupported, q.ctx.name, q.ctx.maxSGERd)
+				break
+			}
 			if wr.Flags&driver.SendInline != 0 && !q.pd.inlineOK(wr.SGList) {
 				refused = fmt.Errorf("%w: an inline payload must lie in a registered region of the QP's PD, with its lkey", driver.ErrInvalidArg)
 				break
@@ -269,6 +276,11 @@ func postRecvs(fn, obj uintptr, scratch *[postBatch]ibvRecvWR, bad *uintptr, wrs
 			c.wrID = wr.WRID
 			c.sgList = uintptr(unsafe.Pointer(unsafe.SliceData(wr.SGList)))
 			c.numSGE = int32(len(wr.SGList))
+			if c.numSGE == 0 {
+				// A receive of no SGEs takes only empty messages, as
+				// one of a single empty SGE does; siw refuses the former.
+				c.sgList, c.numSGE = uintptr(unsafe.Pointer(&emptySGE)), 1
+			}
 			c.next = 0
 			if i > 0 {
 				scratch[i-1].next = uintptr(unsafe.Pointer(c))
@@ -449,6 +461,15 @@ func (q *qp) toIBVAttr(attr *driver.QPAttr, mask driver.QPAttrMask, cur, next dr
 // queryState asks the device for the QP's state, which may have moved to
 // the error state on its own; q.mu is held.
 func (q *qp) queryState() (driver.QPState, error) {
+	if q.ctx.iwarp {
+		// siw's ibv_query_qp leaves the state out (it reads RESET
+		// always): the provider's own record stands, kept from the
+		// moves it makes, the connection's events, failed completions
+		// and the device's asynchronous errors.
+		s := driver.QPState(q.state.Load())
+		q.attr.State = s
+		return s, nil
+	}
 	var a ibvQPAttr
 	var ia ibvQPInitAttr
 	if err := callInt(lib.queryQP, q.p, uintptr(unsafe.Pointer(&a)), ibvQPState, uintptr(unsafe.Pointer(&ia))); err != nil {
@@ -560,4 +581,17 @@ func (q *qp) resetQueues() {
 	q.sqHead, q.sqLen = 0, 0
 	q.sqMu.Unlock()
 	q.rqPosted.Store(q.rqDone.Load())
+}
+
+// setState records a state the QP reached without a Modify of the
+// provider's: the connection established (RTS) or broken (ERR).
+func (q *qp) setState(s driver.QPState) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.ctx.iwarp {
+		q.attr.State = s
+		q.state.Store(uint32(s))
+		return
+	}
+	q.queryState()
 }
