@@ -8,7 +8,8 @@
 #     1. the conformance suite (verbs/verbstest) with its two endpoints in
 #        two processes, and the cases that need both in one process;
 #     2. `goverbs ping -d DEV` against librdmacm's rping, both directions,
-#        100 pings whose data both ends check;
+#        100 pings whose data both ends check; on siw0 also against goverbs'
+#        own iWARP (tcp0) on the host, both directions;
 #     3. `rdma resource show` afterwards: the same counts as before.
 #
 # Every case is listed PASS, SKIP (with the capability the device lacks)
@@ -57,7 +58,40 @@ declare -A deviations=(
 	["rxe0 Lifecycle/CQOverrun"]="rxe rounds a CQ of 4 entries up and does not overrun"
 	["rxe0 SRQ/LastWQEReached"]="rxe raises no LAST_WQE_REACHED when a QP on an SRQ moves to the error state"
 	["rxe0 SRQ/LastWQEAfterPlacement"]="rxe raises no LAST_WQE_REACHED when a QP on an SRQ moves to the error state"
-	["siw0 SendRecv/Solicited"]="struct ibv_wc has no solicited flag, so no completion carries WCSolicited"
+	["siw0 SendRecv/PostOrder"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 SendRecv/ScatterGather"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 SendRecv/Inline"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 SendRecv/InlineTooLarge"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 SendRecv/ZeroLength"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 Ordering/SendAfterWrites"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 Lifecycle/RecvQueueFull"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 Lifecycle/DeregLocalKey"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 Completion/Wait"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 Completion/WaitIdleCPU"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 Completion/WaitTogether"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 Completion/WaitBurst"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 Completion/EventDriven"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 SRQ/SharedByQPs"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 SendRecv/RecvTooSmall"]="siw completes a Send once TCP has taken it: a receive too small at the peer ends the connection but the Send completes successfully"
+	["siw0 SendRecv/Solicited"]="no notification for a solicited Send on a CQ armed for solicited completions, and struct ibv_wc has no solicited flag"
+	["siw0 RNR/RetryExceeded"]="siw completes a Send once TCP has taken it: a Send that meets no receive completes successfully before the peer ends the connection"
+	["siw0 RNR/RetryForever"]="siw completes a Send once TCP has taken it: a Send that meets no receive completes successfully before the peer ends the connection"
+	["siw0 RDMA/ReadMultiSGE"]="siw scatters an RDMA Read into one SGE (max_sge_rd 1): the provider refuses more with ErrUnsupported"
+	["siw0 Protection/WrongLKey"]="siw completes a WR with a bad lkey with LOC_QP_OP_ERR, not LOC_PROT_ERR"
+	["siw0 Protection/LocalOutOfBounds"]="siw completes a WR reaching outside its local region with LOC_QP_OP_ERR, not LOC_PROT_ERR"
+	["siw0 Protection/WrongRKey"]="siw completes an RDMA Write or Read the peer refuses successfully; the peer ends the connection afterwards"
+	["siw0 Protection/RemotePastEnd"]="siw completes an RDMA Write or Read the peer refuses successfully; the peer ends the connection afterwards"
+	["siw0 Protection/RemoteBelowStart"]="siw completes an RDMA Write or Read the peer refuses successfully; the peer ends the connection afterwards"
+	["siw0 Protection/NoRemoteWrite"]="siw completes an RDMA Write or Read the peer refuses successfully; the peer ends the connection afterwards"
+	["siw0 Protection/NoRemoteRead"]="siw completes an RDMA Write or Read the peer refuses successfully; the peer ends the connection afterwards"
+	["siw0 Lifecycle/DeregMR"]="siw completes an RDMA Write to a deregistered region successfully; the peer ends the connection afterwards"
+	["siw0 Lifecycle/StateMachine"]="an iWARP QP reaches RTR and RTS only through a connection: Modify by hand is refused with ErrUnsupported"
+	["siw0 Lifecycle/IllegalTransitions"]="an iWARP QP reaches RTR and RTS only through a connection: Modify by hand is refused with ErrUnsupported"
+	["siw0 Lifecycle/MissingAttributes"]="an iWARP QP reaches RTR and RTS only through a connection: Modify by hand is refused with ErrUnsupported"
+	["siw0 Lifecycle/ErrAndReset"]="an iWARP QP reaches RTR and RTS only through a connection: Modify by hand is refused with ErrUnsupported"
+	["siw0 Lifecycle/CQOverrun"]="siw does not overrun a CQ of 4 entries nor move the QP to the error state"
+	["siw0 SRQ/LastWQEReached"]="siw raises no LAST_WQE_REACHED when a QP on an SRQ moves to the error state"
+	["siw0 SRQ/LastWQEAfterPlacement"]="siw raises no LAST_WQE_REACHED when a QP on an SRQ moves to the error state"
 )
 
 base=${GOVERBS_VM_BASE:-/var/tmp/vm-rdma}
@@ -106,9 +140,9 @@ conformance() {
 			name=$(sed -E 's/^[A-Z]+: TestConformance(InProcess)?\/([^ ]+) .*/\2/' <<<"$line")
 			result[$name]=$res
 		done < <(grep -E '^\s*--- (PASS|FAIL|SKIP): TestConformance(InProcess)?/[^/ ]+/[^/ ]+ ' "$f" | sed -E 's/^\s*--- //')
-		# The reason of each skip: the line after its "--- SKIP".
+		# The reason of each skip: the first log line of its run.
 		while read -r name; do
-			why[$name]=$(grep -A1 -E "^\s*--- SKIP: TestConformance(InProcess)?/$name " "$f" | tail -1 | sed -E 's/^\s*[a-z_]+\.go:[0-9]+: //')
+			why[$name]=$(grep -A3 -E "^=== RUN\s+TestConformance(InProcess)?/$name\$" "$f" | grep -m1 -E '\.go:[0-9]+:' | sed -E 's/^\s*[a-z_]+\.go:[0-9]+: //')
 		done < <(grep -E '^\s*--- SKIP: TestConformance(InProcess)?/[^/ ]+/[^/ ]+ ' "$f" | sed -E 's/^\s*--- SKIP: TestConformance(InProcess)?\/([^ ]+) .*/\2/')
 	done
 	[[ ${#result[@]} -gt 0 ]] || { tail -40 "$out" >&2; log "FAIL: $dev: the suite reported no case"; failed=1; return; }
@@ -181,6 +215,39 @@ ping_both() {
 	log "${summary[-1]}"
 }
 
+# ping_tcp0: goverbs on siw0 (this provider, the kernel's iWARP) against
+# goverbs tcp0 on the host (goverbs' own iWARP), both directions.
+ping_tcp0() {
+	local count=100 size=64 port=$((7500 + RANDOM % 100)) host=${VMH_HOST_IP:-10.77.0.1}
+	log "siw0: goverbs ping -d siw0 -s <- goverbs ping -c (tcp0 on the host)"
+	"$vmsh" exec "(timeout 120 $work/goverbs ping -d siw0 -s -a $guest -p $port -C $count -S $size >/tmp/gs.out 2>&1; echo \$? >/tmp/gs.rc) >/dev/null 2>&1 &
+		for i in \$(seq 50); do rdma resource show cm_id 2>/dev/null | grep -q 'state LISTEN' && break; sleep 0.1; done"
+	if "$vmsh" hostns "timeout 120 $work/goverbs ping -c -a $guest -p $port -C $count -S $size -v" >"$work/tcp0c.out" 2>&1 &&
+		[[ $(grep -c '^ping data: rdma-ping-' "$work/tcp0c.out") == "$count" ]] &&
+		"$vmsh" exec "for i in \$(seq 100); do [ -f /tmp/gs.rc ] && break; sleep 0.1; done; [ \"\$(cat /tmp/gs.rc)\" = 0 ]"; then
+		summary+=("siw0 server, tcp0 client: ok, $(tail -1 "$work/tcp0c.out")")
+	else
+		summary+=("siw0 server, tcp0 client: FAIL")
+		cat "$work/tcp0c.out" >&2
+		failed=1
+	fi
+	log "${summary[-1]}"
+	port=$((port + 1))
+	log "siw0: goverbs ping -s (tcp0 on the host) <- goverbs ping -d siw0 -c"
+	"$vmsh" hostns "timeout 120 $work/goverbs ping -s -a $host -p $port -C $count -S $size" >"$work/tcp0s.out" 2>&1 &
+	local srv=$!
+	"$vmsh" hostns "for i in \$(seq 100); do ss -ltn | grep -q ':$port ' && exit 0; sleep 0.1; done; exit 1" || true
+	if "$vmsh" exec "timeout 120 $work/goverbs ping -d siw0 -c -a $host -p $port -C $count -S $size -v >/tmp/gc.out 2>&1 || exit 1
+		[ \"\$(grep -c '^ping data: rdma-ping-' /tmp/gc.out)\" = $count ] && tail -1 /tmp/gc.out" >"$work/siwc.out" 2>&1 && wait "$srv"; then
+		summary+=("tcp0 server, siw0 client: ok, $(tail -1 "$work/siwc.out")")
+	else
+		summary+=("tcp0 server, siw0 client: FAIL")
+		cat "$work/siwc.out" "$work/tcp0s.out" >&2
+		failed=1
+	fi
+	log "${summary[-1]}"
+}
+
 for dev in rxe0 siw0; do
 	link=${dev%0}
 	log "booting the VM with $dev only"
@@ -191,6 +258,7 @@ for dev in rxe0 siw0; do
 	"$vmsh" exec "$work/goverbs devices -v -d $dev" >&2 || { log "FAIL: goverbs devices -v -d $dev"; failed=1; }
 	conformance "$dev"
 	ping_both "$dev"
+	[[ $dev == siw0 ]] && ping_tcp0
 	# Every process has exited: the kernel objects they made are gone.
 	"$vmsh" exec "rdma resource show" >"$work/res-after" 2>&1 || true
 	if diff "$work/res-before" "$work/res-after" >&2; then
