@@ -29,6 +29,10 @@ import (
 // InfiniBand and RoCE (the smallest of request, reply and reject).
 const maxPrivateData = 56
 
+// ibCMRejConsumerDefined is the InfiniBand CM reject reason of a
+// reject by the listening application (IB_CM_REJ_CONSUMER_DEFINED).
+const ibCMRejConsumerDefined = 28
+
 // resolveTimeout bounds address and route resolution.
 const resolveTimeout = 5 * time.Second
 
@@ -392,9 +396,12 @@ func (*provider) Dial(ctx context.Context, addr string, x driver.QP, p driver.Co
 			q.setState(driver.QPSRTS)
 			return newConn(c, q, ev.param), nil
 		case rdmaCMEventRejected:
-			// An IB CM consumer-defined reject (28), or private data,
-			// is the listener's Reject; anything else is no listener.
-			if ev.status == 28 || len(ev.param.PrivateData) > 0 {
+			// The listener's Reject is, on InfiniBand and RoCE, a CM
+			// reject of reason 28 (consumer defined; every reject
+			// carries 148 bytes of private data there, padded), and on
+			// iWARP a refusal with private data. Anything else is no
+			// listener.
+			if (!q.ctx.iwarp && ev.status == ibCMRejConsumerDefined) || (q.ctx.iwarp && len(ev.param.PrivateData) > 0) {
 				return fail(&driver.RejectError{PrivateData: ev.param.PrivateData})
 			}
 			return fail(fmt.Errorf("ibverbs: dial %s: %w (rdma_cm reject status %d)", addr, driver.ErrRefused, ev.status))
@@ -568,6 +575,9 @@ type conn struct {
 	ended  sync.Once
 	closed sync.Once
 	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	released bool // the rdma_cm id is destroyed
 }
 
 func newConn(c *cmID, q *qp, remote driver.ConnParam) *conn {
@@ -577,8 +587,9 @@ func newConn(c *cmID, q *qp, remote driver.ConnParam) *conn {
 	return k
 }
 
-// watch waits for the disconnect (or the device's removal) and moves the
-// QP to the error state, which flushes its work requests.
+// watch waits for the disconnect (or the device's removal), moves the QP
+// to the error state, which flushes its work requests, and releases the
+// rdma_cm id: the connection is over, whether or not Close is called.
 func (k *conn) watch() {
 	defer k.wg.Done()
 	for {
@@ -586,6 +597,7 @@ func (k *conn) watch() {
 		case ev := <-k.c.events:
 			if ev.typ == rdmaCMEventDisconnected || ev.typ == rdmaCMEventDeviceRemoval {
 				k.end()
+				k.release(false)
 				return
 			}
 		case <-k.stop:
@@ -602,6 +614,26 @@ func (k *conn) end() {
 	})
 }
 
+// release destroys the rdma_cm id once, after disconnecting it if
+// disconnect is set.
+func (k *conn) release(disconnect bool) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.released {
+		return nil
+	}
+	k.released = true
+	var err error
+	if disconnect {
+		if e := callRC(lib.disconnect, k.c.id); e != nil && !errors.Is(e, syscall.EINVAL) {
+			err = errnoErr("rdma_disconnect", e)
+		}
+	}
+	k.end()
+	k.c.close()
+	return err
+}
+
 func (k *conn) RemoteParam() driver.ConnParam { return k.remote }
 func (k *conn) Done() <-chan struct{}         { return k.done }
 
@@ -610,13 +642,9 @@ func (k *conn) Done() <-chan struct{}         { return k.done }
 func (k *conn) Close() error {
 	var err error
 	k.closed.Do(func() {
-		if e := callRC(lib.disconnect, k.c.id); e != nil && !errors.Is(e, syscall.EINVAL) {
-			err = errnoErr("rdma_disconnect", e)
-		}
-		k.end()
 		close(k.stop)
 		k.wg.Wait()
-		k.c.close()
+		err = k.release(true)
 	})
 	return err
 }
