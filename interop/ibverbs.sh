@@ -10,7 +10,9 @@
 #     2. `goverbs ping -d DEV` against librdmacm's rping, both directions,
 #        100 pings whose data both ends check; on siw0 also against goverbs'
 #        own iWARP (tcp0) on the host, both directions;
-#     3. `rdma resource show` afterwards: the same counts as before.
+#     3. on rxe0, goverbs kv (put, one-sided get, delete) and an rlog of
+#        three members;
+#     4. `rdma resource show` afterwards: the same counts as before.
 #
 # Every case is listed PASS, SKIP (with the capability the device lacks)
 # or FAIL. Some cases fail because the kernel device behaves otherwise
@@ -248,6 +250,45 @@ ping_tcp0() {
 	log "${summary[-1]}"
 }
 
+# kv_rlog: goverbs kv (server and client, GET by one-sided RDMA Read) and
+# an rlog of three members, on rxe0.
+kv_rlog() {
+	local a=rdma://$guest:$((7700 + RANDOM % 50)) p=$((7760 + RANDOM % 30))
+	local m=rdma://$guest:$p,rdma://$guest:$((p + 1)),rdma://$guest:$((p + 2))
+	log "rxe0: goverbs kv serve, put, get, del"
+	if "$vmsh" exec "G=$work/goverbs
+		(timeout 120 \$G kv serve -l $a >/tmp/kvs.out 2>&1 &)
+		for i in \$(seq 150); do grep -q serving /tmp/kvs.out && break; sleep 0.2; done
+		\$G kv put -a $a alpha 'value one' || exit 1
+		[ \"\$(\$G kv get -a $a alpha)\" = 'value one' ] || exit 1
+		big=\$(head -c 3000 /dev/zero | tr '\\0' x); \$G kv put -a $a beta \"\$big\" || exit 1
+		[ \"\$(\$G kv get -a $a beta)\" = \"\$big\" ] || exit 1
+		\$G kv del -a $a alpha || exit 1
+		\$G kv get -a $a alpha 2>&1 | grep -q 'key not found'" >"$work/kv.out" 2>&1; then
+		summary+=("rxe0 kv: ok (put, one-sided get of 9 and 3000 bytes, delete)")
+	else
+		summary+=("rxe0 kv: FAIL")
+		cat "$work/kv.out" >&2
+		failed=1
+	fi
+	log "${summary[-1]}"
+	log "rxe0: an rlog of three members, five records appended"
+	if "$vmsh" exec "G=$work/goverbs; rm -rf /tmp/rl1 /tmp/rl2 /tmp/rl3
+		for i in 2 3; do mkdir -p /tmp/rl\$i; (timeout 120 \$G log serve --data /tmp/rl\$i --listen rdma://$guest:\$(($p + i - 1)) --members $m >/tmp/rl\$i.out 2>&1 &); done
+		for i in \$(seq 150); do grep -q serving /tmp/rl2.out && grep -q serving /tmp/rl3.out && break; sleep 0.2; done
+		mkdir -p /tmp/rl1; (timeout 120 \$G log serve --data /tmp/rl1 --listen rdma://$guest:$p --members $m --primary -v >/tmp/rl1.out 2>&1 &)
+		for i in \$(seq 300); do [ \$(grep -c 'connected' /tmp/rl1.out) -ge 2 ] && break; sleep 0.2; done
+		\$G log append --addr $m one two three four five || exit 1
+		for i in 1 2 3; do \$G log tail --data /tmp/rl\$i -n 5 | grep -q '\"five\"' || { echo member \$i lacks the records; exit 1; }; done" >"$work/rlog.out" 2>&1; then
+		summary+=("rxe0 rlog: ok (three members, five records on each)")
+	else
+		summary+=("rxe0 rlog: FAIL")
+		cat "$work/rlog.out" >&2
+		failed=1
+	fi
+	log "${summary[-1]}"
+}
+
 for dev in rxe0 siw0; do
 	link=${dev%0}
 	log "booting the VM with $dev only"
@@ -259,6 +300,10 @@ for dev in rxe0 siw0; do
 	conformance "$dev"
 	ping_both "$dev"
 	[[ $dev == siw0 ]] && ping_tcp0
+	[[ $dev == rxe0 ]] && kv_rlog
+	# Let the servers started in the background exit before counting
+	# what is left.
+	"$vmsh" exec "for i in \$(seq 150); do pgrep -f '$work/goverbs' >/dev/null || break; sleep 0.2; done; for p in \$(pgrep -f '$work/goverbs'); do kill \$p; done" || true
 	# Every process has exited: the kernel objects they made are gone.
 	"$vmsh" exec "rdma resource show" >"$work/res-after" 2>&1 || true
 	if diff "$work/res-before" "$work/res-after" >&2; then
