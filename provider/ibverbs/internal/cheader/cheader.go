@@ -4,11 +4,15 @@ package cheader
 
 /*
 #include <stddef.h>
+
+struct layout { const char *name; size_t value; };
+
+#if __has_include(<infiniband/verbs.h>) && __has_include(<rdma/rdma_cma.h>)
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#define HAVE_HEADERS 1
 #define L(name, expr) { name, expr },
-struct layout { const char *name; size_t value; };
 static const struct layout layouts[] = {
 	L("sizeof ibv_sge", sizeof(struct ibv_sge))
 	L("ibv_sge.addr", offsetof(struct ibv_sge, addr))
@@ -266,10 +270,19 @@ static const struct layout layouts[] = {
 	L("RDMA_CM_EVENT_TIMEWAIT_EXIT", RDMA_CM_EVENT_TIMEWAIT_EXIT)
 };
 static size_t nlayouts(void) { return sizeof(layouts) / sizeof(layouts[0]); }
+#else
+#define HAVE_HEADERS 0
+static const struct layout layouts[1];
+static size_t nlayouts(void) { return 0; }
+#endif
 static const char *layout_name(size_t i) { return layouts[i].name; }
 static size_t layout_value(size_t i) { return layouts[i].value; }
 */
 import "C"
+
+// HeadersInstalled reports whether the headers were there to compile
+// against; without them Layouts is empty.
+func HeadersInstalled() bool { return C.HAVE_HEADERS != 0 }
 
 // Layouts returns every size, offset and constant the C compiler reports,
 // by name: "sizeof ibv_sge", "ibv_sge.lkey", "IBV_QP_STATE", ...
