@@ -1,6 +1,8 @@
 package ibverbs
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/ebitengine/purego"
@@ -39,5 +41,23 @@ func BenchmarkPuregoSyscallN(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		purego.SyscallN(lib.wcStatusStr, 5)
+	}
+}
+
+// TestMissingLibraries checks what a machine without rdma-core gets: an
+// error that says what to install, and no rdma:// scheme without
+// librdmacm.
+func TestMissingLibraries(t *testing.T) {
+	var l libs
+	verbsErr, _ := loadLibs(&l, "libibverbs-absent.so.1", "librdmacm.so.1")
+	if !errors.Is(verbsErr, ErrNoLibrary) || !strings.Contains(verbsErr.Error(), "install rdma-core") {
+		t.Fatalf("without libibverbs: %v", verbsErr)
+	}
+	if err := load(); err != nil {
+		t.Skip(err) // nothing more to check without libibverbs here
+	}
+	verbsErr, cmErr := loadLibs(&l, "libibverbs.so.1", "librdmacm-absent.so.1")
+	if verbsErr != nil || cmErr == nil || !strings.Contains(cmErr.Error(), "librdmacm1") {
+		t.Fatalf("without librdmacm: %v, %v", verbsErr, cmErr)
 	}
 }

@@ -50,7 +50,7 @@ var ErrNoLibrary = errors.New("ibverbs: libibverbs.so.1 not found: install rdma-
 
 // load loads the libraries once and returns why libibverbs is unusable.
 func load() error {
-	loadOnce.Do(func() { loadErr, cmErr = loadLibs(&lib) })
+	loadOnce.Do(func() { loadErr, cmErr = loadLibs(&lib, "libibverbs.so.1", "librdmacm.so.1") })
 	return loadErr
 }
 
@@ -78,7 +78,9 @@ func lookup(h uintptr, libName string, syms []symbol) error {
 	return nil
 }
 
-func loadLibs(l *libs) (verbsErr, cmErr error) {
+// loadLibs loads libc and the libraries named verbsName and cmName (their
+// sonames but in tests) into l.
+func loadLibs(l *libs, verbsName, cmName string) (verbsErr, cmErr error) {
 	libc, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
 		return fmt.Errorf("ibverbs: cannot load libc.so.6: %v", err), nil
@@ -86,7 +88,7 @@ func loadLibs(l *libs) (verbsErr, cmErr error) {
 	if err := lookup(libc, "libc.so.6", []symbol{{&l.errnoLocation, "__errno_location"}}); err != nil {
 		return err, nil
 	}
-	h, err := purego.Dlopen("libibverbs.so.1", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	h, err := purego.Dlopen(verbsName, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
 		return fmt.Errorf("%w (%v)", ErrNoLibrary, err), nil
 	}
@@ -109,7 +111,7 @@ func loadLibs(l *libs) (verbsErr, cmErr error) {
 	}); err != nil {
 		return err, nil
 	}
-	cm, err := purego.Dlopen("librdmacm.so.1", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	cm, err := purego.Dlopen(cmName, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
 		return nil, fmt.Errorf("ibverbs: librdmacm.so.1 not found, so rdma:// addresses are unavailable: install librdmacm1 (%v)", err)
 	}
