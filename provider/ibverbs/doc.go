@@ -35,7 +35,29 @@
 // with ErrUnsupported at post time before it reaches the device: on iWARP
 // (siw) there are no atomics, no immediate data and no RNR retry.
 //
+// Devices round their queues up; the provider counts outstanding work
+// requests itself, so PostSend and PostRecv refuse with ErrQueueFull at
+// the capacities the QP was created with, as every provider does.
+//
+// A QP moved to RTR by Modify (rather than by cm) is given the address of
+// its own device's port, so it can be connected by hand only to a QP of the
+// same device; iWARP QPs are connected by cm alone (Modify to RTR or RTS is
+// refused with ErrUnsupported). On iWARP the wire carries no QP numbers, so
+// receive completions report SrcQP 0.
+//
 // Not supported: memory windows, UD and other QP types, more than one port
 // per device (port 1 is used), and completions do not report the solicited
-// flag (struct ibv_wc does not carry it).
+// flag (struct ibv_wc does not carry it). On InfiniBand and RoCE the private
+// data of a connection arrives padded with zeros to the CM message's size
+// (56 bytes for a request), as librdmacm delivers it.
+//
+// Where the kernel's devices answer otherwise than the conformance suite
+// asks (rxe and siw report some errors under other statuses, siw completes
+// a Send once TCP has taken it), the provider passes on what the device
+// says; interop/ibverbs.sh lists each such case.
+//
+// The conformance suite runs against a device when the environment names
+// it and an address of its network interface:
+//
+//	GOVERBS_IBVERBS_DEVICE=rxe0 GOVERBS_IBVERBS_HOST=10.77.0.2 go test ./provider/ibverbs/
 package ibverbs
