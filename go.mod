@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
+	github.com/ebitengine/purego v0.11.3
 	go.uber.org/goleak v1.3.0
 	golang.org/x/net v0.63.0
 	golang.org/x/sys v0.50.0

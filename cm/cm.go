@@ -157,15 +157,25 @@ func resolve(addr string) (driver.ConnManager, string, error) {
 
 // Device returns the name of the device that serves addr's scheme — the
 // device to open for a QP that will connect to or listen on addr: loop0
-// for loop://, shm0 for shm://, tcp0 for tcp://.
+// for loop://, shm0 for shm://, tcp0 for tcp://, and for rdma://host:port
+// the device the kernel routes host to (rxe0, siw0, mlx5_0, ...).
 func Device(addr string) (string, error) {
-	scheme, _, _ := strings.Cut(addr, "://")
+	scheme, rest, _ := strings.Cut(addr, "://")
 	if d, _, ok := lookupScheme(scheme); ok {
+		if r, ok := d.(deviceRouter); ok {
+			return r.DeviceFor(rest)
+		}
 		if devs := d.Devices(); len(devs) > 0 {
 			return devs[0].Name, nil
 		}
 	}
 	return "", fmt.Errorf("%w (address %q)", ErrScheme, addr)
+}
+
+// deviceRouter is a provider whose addresses are reached through one of
+// several devices, as the kernel routes them (rdma://).
+type deviceRouter interface {
+	DeviceFor(addr string) (string, error)
 }
 
 func checkPrivateData(m driver.ConnManager, pd []byte) error {

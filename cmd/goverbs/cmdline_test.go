@@ -199,11 +199,11 @@ func TestPingURL(t *testing.T) {
 		{"::1", 9000, true, "tcp://[::1]:9000"},
 		{"", 7174, false, "tcp://:7174"},
 	} {
-		if got, err := pingURL(tc.addr, tc.port, tc.portSet); err != nil || got != tc.want {
+		if got, err := pingURL(tc.addr, tc.port, tc.portSet, ""); err != nil || got != tc.want {
 			t.Errorf("pingURL(%q, %d, %v) = %q, %v; want %q", tc.addr, tc.port, tc.portSet, got, err, tc.want)
 		}
 	}
-	if got, err := pingURL("tcp://10.0.0.2:9000", 9001, true); !errors.Is(err, errUsage) {
+	if got, err := pingURL("tcp://10.0.0.2:9000", 9001, true, ""); !errors.Is(err, errUsage) {
 		t.Errorf("pingURL with a cm address and -p = %q, %v; want a usage error", got, err)
 	}
 }
@@ -287,6 +287,20 @@ func TestDemoOnTCP0(t *testing.T) {
 		checkDemo(t, o.String(), defaultValue)
 		if !strings.Contains(o.String(), "open device tcp0") {
 			t.Fatalf("goverbs %q did not open tcp0:\n%s", args, o.String())
+		}
+	}
+}
+
+// TestPingURLKernelDevice: a host with -d naming a kernel device goes to
+// librdmacm (rdma://), and with -d tcp0 or none to goverbs' iWARP.
+func TestPingURLKernelDevice(t *testing.T) {
+	for _, tc := range []struct{ device, want string }{
+		{"", "tcp://10.77.0.2:7174"},
+		{"tcp0", "tcp://10.77.0.2:7174"},
+		{"rxe0", "rdma://10.77.0.2:7174"},
+	} {
+		if got, err := pingURL("10.77.0.2", 7174, true, tc.device); err != nil || got != tc.want {
+			t.Errorf("pingURL with -d %q = %q, %v; want %q", tc.device, got, err, tc.want)
 		}
 	}
 }

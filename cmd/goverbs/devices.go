@@ -10,6 +10,10 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
+// noHardware, when set, says why no hardware RDMA device is listed (nil
+// when some is); providers_ibverbs.go sets it.
+var noHardware func() error
+
 func runDevices(_ context.Context, e *env, args []string) error {
 	var (
 		device  string
@@ -53,6 +57,13 @@ closes it again, as ibv_devinfo -v does.`, e)
 		}
 		if err := printDeviceAttr(e.stdout, d); err != nil {
 			return err
+		}
+	}
+	if device == "" {
+		if noHardware == nil {
+			fmt.Fprintln(e.stdout, "\nno hardware RDMA devices: goverbs was built without the ibverbs provider (-tags noibverbs)")
+		} else if err := noHardware(); err != nil {
+			fmt.Fprintf(e.stdout, "\nno hardware RDMA devices: %v\n", err)
 		}
 	}
 	return nil

@@ -46,6 +46,7 @@ type pingConfig struct {
 	crc      bool
 	timeout  time.Duration
 	url      string // the cm address: addr, or rping's -a host -p port as tcp://host:port
+	device   string // -d: a kernel RDMA device reached through librdmacm (rdma://), or tcp0
 }
 
 func runPing(ctx context.Context, e *env, args []string) error {
@@ -66,6 +67,7 @@ came back intact. Each ping's data follows rping's pattern
 	fs.Bool(&cfg.client, "client", "c", "run the client side")
 	fs.String(&cfg.addr, "addr", "a", "", "the address to listen on (-s; default tcp://:7174, every interface) or to\nconnect to (-c): tcp://host:port, shm://@name or shm:///path.sock; or, as rping\ntakes it, a host, with the port in -p")
 	pingInt(fs, &cfg.port, "port", "p", pingPort, "the TCP port of an address given as a host (rping's form)")
+	fs.String(&cfg.device, "device", "d", "", "the device, when an address given as a host should not go to tcp0: a\nkernel RDMA device (rxe0, siw0, mlx5_0, ...) reached through librdmacm, as rping uses")
 	pingInt(fs, &cfg.count, "count", "C", 0, "pings to run (client: 0 runs until interrupted; server: the\nnumber the client must complete, 0 for any)")
 	pingInt(fs, &cfg.size, "size", "S", pingDefaultRun, fmt.Sprintf("bytes of ping data (%d to %d)", pingMinSize, pingMaxSize))
 	fs.Bool(&cfg.verbose, "verbose", "v", "print each ping's data, as rping -v does")
@@ -92,7 +94,7 @@ came back intact. Each ping's data follows rping's pattern
 		return usageError("--timeout must be positive, got %v", cfg.timeout)
 	}
 	var err error
-	if cfg.url, err = pingURL(cfg.addr, cfg.port, fs.isSet("port")); err != nil {
+	if cfg.url, err = pingURL(cfg.addr, cfg.port, fs.isSet("port"), cfg.device); err != nil {
 		return err
 	}
 	if cfg.crc {
@@ -113,10 +115,15 @@ came back intact. Each ping's data follows rping's pattern
 // is one (tcp://host:port, shm://@name, ...; a tcp:// address without a
 // port takes port), else rping's form, host addr and TCP port port. A
 // port given with -p beside a cm address is refused, so that no flag is
-// silently ignored.
-func pingURL(addr string, port int, portSet bool) (string, error) {
+// silently ignored. A host with -d naming a kernel device (not tcp0) is
+// an rdma:// address, which librdmacm resolves.
+func pingURL(addr string, port int, portSet bool, device string) (string, error) {
 	if !strings.Contains(addr, "://") {
-		return "tcp://" + net.JoinHostPort(addr, strconv.Itoa(port)), nil
+		scheme := "tcp://"
+		if device != "" && device != iwarp.DeviceName {
+			scheme = "rdma://" // a kernel device, through librdmacm
+		}
+		return scheme + net.JoinHostPort(addr, strconv.Itoa(port)), nil
 	}
 	if portSet {
 		return "", usageError("-p %d beside -a %s: give the port in the address (tcp://host:port), or the host alone with -p", port, addr)
@@ -160,9 +167,12 @@ func newPinger(cfg pingConfig) (*pinger, error) {
 		p.close()
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	dev, err := cm.Device(cfg.url)
-	if err != nil {
-		return fail("address "+cfg.url, err)
+	dev := cfg.device
+	if dev == "" {
+		var err error
+		if dev, err = cm.Device(cfg.url); err != nil {
+			return fail("address "+cfg.url, err)
+		}
 	}
 	if p.ctx, err = verbs.Open(dev); err != nil {
 		return fail("open device "+dev, err)

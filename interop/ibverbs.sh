@@ -1,0 +1,326 @@
+#!/usr/bin/env bash
+# interop/ibverbs.sh: goverbs' ibverbs provider on the kernel's own RDMA
+# devices, in a VM (shared/vm/vm.sh: Debian's kernel under qemu, rdma-core
+# from the host), as root:
+#
+#   for rxe0 (Soft-RoCE) and then siw0 (SoftiWARP), each in a VM booted
+#   with only that link, so that rdma_cm routes the guest's address to it:
+#     1. the conformance suite (verbs/verbstest) with its two endpoints in
+#        two processes, and the cases that need both in one process;
+#     2. `goverbs ping -d DEV` against librdmacm's rping, both directions,
+#        100 pings whose data both ends check; on siw0 also against goverbs'
+#        own iWARP (tcp0) on the host, both directions;
+#     3. on rxe0, goverbs kv (put, one-sided get, delete) and an rlog of
+#        three members;
+#     4. `rdma resource show` afterwards: the same counts as before.
+#
+# Every case is listed PASS, SKIP (with the capability the device lacks)
+# or FAIL. Some cases fail because the kernel device behaves otherwise
+# than the verbs say (for instance rxe reports a remote operation error
+# where the suite wants a remote invalid request); those are listed below
+# in `deviations`, each with what the device does, and do not fail the
+# run. Any other failure, or a listed deviation that starts passing, does.
+#
+# The VM's kernel, initramfs and siw.ko come from `vm.sh setup` (cached in
+# /var/tmp/vm-rdma); this script boots its own VM from a directory of links
+# to them ($VMH_DIR, default /var/tmp/vm-rdma-ib) with its own network
+# namespace and tap, so that another VM may run beside it. Everything is
+# torn down on exit. Exit status: 0 when every run passed.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+start_time=$(date +%s)
+
+log() { echo "== interop/ibverbs.sh: $*" >&2; }
+die() { log "FAIL: $*"; exit 1; }
+
+[[ $(id -u) == 0 ]] || die "needs root (network namespace, tap device, apt): run it with sudo"
+
+vmsh=${GOVERBS_VMSH:-}
+for c in "$repo/shared/vm/vm.sh" "$repo/../shared/vm/vm.sh" /work/shared/vm/vm.sh; do
+	[[ -z $vmsh && -x $c ]] && vmsh=$c
+done
+[[ -n $vmsh && -x $vmsh ]] || die "cannot find vm.sh: set GOVERBS_VMSH to the path of shared/vm/vm.sh"
+
+if ! command -v go >/dev/null 2>&1; then
+	[[ -x /usr/local/go/bin/go ]] || die "no go command on PATH or in /usr/local/go/bin"
+	export PATH="/usr/local/go/bin:$PATH"
+fi
+
+# Cases the kernel devices answer otherwise than the suite asks, as
+# "device case" -> what the device does.
+declare -A deviations=(
+	["rxe0 SendRecv/RecvTooSmall"]="rxe completes the Send with REM_OP_ERR, not REM_INV_REQ_ERR"
+	["rxe0 SendRecv/Solicited"]="struct ibv_wc has no solicited flag, so no completion carries WCSolicited"
+	["rxe0 RNR/Drain"]="rxe raises SQ_DRAINED while a Send is still being retried receiver-not-ready"
+	["rxe0 Atomic/Misaligned"]="rxe's ibv_post_send refuses a misaligned atomic with EINVAL instead of completing it with REM_INV_REQ_ERR"
+	["rxe0 Protection/WrongLKey"]="rxe completes a WR with a bad lkey with LOC_QP_OP_ERR, not LOC_PROT_ERR"
+	["rxe0 Lifecycle/DeregLocalKey"]="rxe completes a WR with a deregistered lkey with LOC_QP_OP_ERR, not LOC_PROT_ERR"
+	["rxe0 Lifecycle/CQOverrun"]="rxe rounds a CQ of 4 entries up and does not overrun"
+	["rxe0 SRQ/LastWQEReached"]="rxe raises no LAST_WQE_REACHED when a QP on an SRQ moves to the error state"
+	["rxe0 SRQ/LastWQEAfterPlacement"]="rxe raises no LAST_WQE_REACHED when a QP on an SRQ moves to the error state"
+	["siw0 SendRecv/PostOrder"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 SendRecv/ScatterGather"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 SendRecv/Inline"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 SendRecv/InlineTooLarge"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 SendRecv/ZeroLength"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 Ordering/SendAfterWrites"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 Lifecycle/RecvQueueFull"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 Lifecycle/DeregLocalKey"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 Completion/Wait"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 Completion/WaitIdleCPU"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 Completion/WaitTogether"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 Completion/WaitBurst"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 Completion/EventDriven"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 SRQ/SharedByQPs"]="iWARP carries no QP numbers and siw's connection setup gives none, so receive completions report source QP 0"
+	["siw0 SendRecv/RecvTooSmall"]="siw completes a Send once TCP has taken it: a receive too small at the peer ends the connection but the Send completes successfully"
+	["siw0 SendRecv/Solicited"]="no notification for a solicited Send on a CQ armed for solicited completions, and struct ibv_wc has no solicited flag"
+	["siw0 RNR/RetryExceeded"]="siw completes a Send once TCP has taken it: a Send that meets no receive completes successfully before the peer ends the connection"
+	["siw0 RNR/RetryForever"]="siw completes a Send once TCP has taken it: a Send that meets no receive completes successfully before the peer ends the connection"
+	["siw0 RDMA/ReadMultiSGE"]="siw scatters an RDMA Read into one SGE (max_sge_rd 1): the provider refuses more with ErrUnsupported"
+	["siw0 Protection/WrongLKey"]="siw completes a WR with a bad lkey with LOC_QP_OP_ERR, not LOC_PROT_ERR"
+	["siw0 Protection/LocalOutOfBounds"]="siw completes a WR reaching outside its local region with LOC_QP_OP_ERR, not LOC_PROT_ERR"
+	["siw0 Protection/WrongRKey"]="siw completes an RDMA Write or Read the peer refuses successfully; the peer ends the connection afterwards"
+	["siw0 Protection/RemotePastEnd"]="siw completes an RDMA Write or Read the peer refuses successfully; the peer ends the connection afterwards"
+	["siw0 Protection/RemoteBelowStart"]="siw completes an RDMA Write or Read the peer refuses successfully; the peer ends the connection afterwards"
+	["siw0 Protection/NoRemoteWrite"]="siw completes an RDMA Write or Read the peer refuses successfully; the peer ends the connection afterwards"
+	["siw0 Protection/NoRemoteRead"]="siw completes an RDMA Write or Read the peer refuses successfully; the peer ends the connection afterwards"
+	["siw0 Lifecycle/DeregMR"]="siw completes an RDMA Write to a deregistered region successfully; the peer ends the connection afterwards"
+	["siw0 Lifecycle/StateMachine"]="an iWARP QP reaches RTR and RTS only through a connection: Modify by hand is refused with ErrUnsupported"
+	["siw0 Lifecycle/IllegalTransitions"]="an iWARP QP reaches RTR and RTS only through a connection: Modify by hand is refused with ErrUnsupported"
+	["siw0 Lifecycle/MissingAttributes"]="an iWARP QP reaches RTR and RTS only through a connection: Modify by hand is refused with ErrUnsupported"
+	["siw0 Lifecycle/ErrAndReset"]="an iWARP QP reaches RTR and RTS only through a connection: Modify by hand is refused with ErrUnsupported"
+	["siw0 Lifecycle/CQOverrun"]="siw does not overrun a CQ of 4 entries nor move the QP to the error state"
+	["siw0 SRQ/LastWQEReached"]="siw raises no LAST_WQE_REACHED when a QP on an SRQ moves to the error state"
+	["siw0 SRQ/LastWQEAfterPlacement"]="siw raises no LAST_WQE_REACHED when a QP on an SRQ moves to the error state"
+)
+
+base=${GOVERBS_VM_BASE:-/var/tmp/vm-rdma}
+export VMH_DIR=${VMH_DIR:-/var/tmp/vm-rdma-ib}
+export VMH_NS=${VMH_NS:-gvib$$} VMH_TAP=${VMH_TAP:-gvibtap$$} VMH_TIMEOUT=${VMH_TIMEOUT:-3600}
+guest=${VMH_GUEST_IP:-10.77.0.2}
+work=$(mktemp -d /tmp/goverbs-ibverbs.XXXXXX)
+cleanup() {
+	set +e
+	"$vmsh" stop >/dev/null 2>&1
+	"$vmsh" net-down >/dev/null 2>&1
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log "building goverbs and the provider's test binary (CGO_ENABLED=0)"
+CGO_ENABLED=0 go build -buildvcs=false -o "$work/goverbs" ./cmd/goverbs
+CGO_ENABLED=0 go test -buildvcs=false -c -o "$work/ibverbs.test" ./provider/ibverbs
+
+log "vm.sh setup in $base (packages, kernel, siw.ko)"
+VMH_DIR=$base "$vmsh" setup >"$work/setup.log" 2>&1 || { tail -30 "$work/setup.log" >&2; die "vm.sh setup failed"; }
+mkdir -p "$VMH_DIR"
+for f in "$base"/*; do
+	[[ $(basename "$f") == state ]] && continue
+	ln -sfn "$f" "$VMH_DIR/$(basename "$f")"
+done
+
+failed=0
+summary=()
+
+# conformance DEV: the suite on DEV; prints a line per case and counts.
+conformance() {
+	local dev=$1 out=$work/conformance-$1.log
+	log "$dev: conformance suite (two processes)"
+	"$vmsh" exec "cd /tmp && GOVERBS_IBVERBS_DEVICE=$dev GOVERBS_IBVERBS_HOST=$guest timeout 1800 $work/ibverbs.test -test.run '^TestConformance\$' -test.v -test.timeout 30m 2>&1" >"$out" 2>&1 || true
+	log "$dev: the cases that need both endpoints in one process"
+	"$vmsh" exec "cd /tmp && GOVERBS_IBVERBS_DEVICE=$dev GOVERBS_IBVERBS_HOST=$guest timeout 600 $work/ibverbs.test -test.run '^TestConformanceInProcess\$/^SRQ\$/^(LastWQEAfterPlacement|NoLastWQEAfterReset)\$' -test.v -test.timeout 10m 2>&1" >"$out.inproc" 2>&1 || true
+	local pass=0 skip=0 fail=0 dev_fail=0 line res name reason key
+	# A case is "TestConformance/Group/Name"; the in-process run stands
+	# for the remote run's skips of the cases it runs.
+	declare -A result=() why=()
+	for f in "$out" "$out.inproc"; do
+		while read -r line; do
+			res=${line%%:*}
+			name=$(sed -E 's/^[A-Z]+: TestConformance(InProcess)?\/([^ ]+) .*/\2/' <<<"$line")
+			result[$name]=$res
+		done < <(grep -E '^\s*--- (PASS|FAIL|SKIP): TestConformance(InProcess)?/[^/ ]+/[^/ ]+ ' "$f" | sed -E 's/^\s*--- //')
+		# The reason of each skip: the first log line of its run.
+		while read -r name; do
+			why[$name]=$(grep -A3 -E "^=== RUN\s+TestConformance(InProcess)?/$name\$" "$f" | grep -m1 -E '\.go:[0-9]+:' | sed -E 's/^\s*[a-z_]+\.go:[0-9]+: //')
+		done < <(grep -E '^\s*--- SKIP: TestConformance(InProcess)?/[^/ ]+/[^/ ]+ ' "$f" | sed -E 's/^\s*--- SKIP: TestConformance(InProcess)?\/([^ ]+) .*/\2/')
+	done
+	[[ ${#result[@]} -gt 0 ]] || { tail -40 "$out" >&2; log "FAIL: $dev: the suite reported no case"; failed=1; return; }
+	for name in $(printf '%s\n' "${!result[@]}" | sort); do
+		res=${result[$name]}
+		key="$dev $name"
+		case $res in
+		PASS)
+			pass=$((pass + 1))
+			if [[ -n ${deviations[$key]:-} ]]; then
+				echo "  PASS $name (listed as a deviation of $dev: remove it from the list)"
+				failed=1
+			else
+				echo "  PASS $name"
+			fi
+			;;
+		SKIP)
+			skip=$((skip + 1))
+			echo "  SKIP $name: ${why[$name]:-}"
+			;;
+		FAIL)
+			if [[ -n ${deviations[$key]:-} ]]; then
+				dev_fail=$((dev_fail + 1))
+				echo "  FAIL $name (device deviation: ${deviations[$key]})"
+			else
+				fail=$((fail + 1))
+				echo "  FAIL $name"
+				grep -A4 -E "^=== RUN\s+TestConformance(InProcess)?/$name\$" "$out" "$out.inproc" | grep -E '\.go:[0-9]+:' | head -3 | sed 's/^/       /'
+				failed=1
+			fi
+			;;
+		esac
+	done
+	summary+=("$dev conformance: $pass passed, $skip skipped, $dev_fail failed as the device deviates, $fail failed otherwise")
+	log "${summary[-1]}"
+}
+
+# ping DEV: goverbs ping -d DEV against rping on DEV, both directions.
+ping_both() {
+	local dev=$1 count=100 size=64 port=$((7400 + RANDOM % 100))
+	log "$dev: rping -s <- goverbs ping -d $dev -c, $count pings of $size bytes"
+	if "$vmsh" exec "(timeout 120 rping -s -a $guest -p $port -v -C $count -S $size >/tmp/rping-s.out 2>&1; echo \$? >/tmp/rping-s.rc) >/dev/null 2>&1 &
+		for i in \$(seq 50); do rdma resource show cm_id 2>/dev/null | grep -q 'state LISTEN' && break; sleep 0.1; done
+		timeout 120 $work/goverbs ping -d $dev -c -a $guest -p $port -C $count -S $size -v >/tmp/gping-c.out 2>&1 || exit 1
+		for i in \$(seq 100); do [ -f /tmp/rping-s.rc ] && break; sleep 0.1; done
+		n=\$(grep -c '^ping data: rdma-ping-' /tmp/gping-c.out); m=\$(grep -c '^server ping data: rdma-ping-' /tmp/rping-s.out)
+		tail -1 /tmp/gping-c.out; [ \"\$n\" = $count ] && [ \"\$m\" = $count ]" >"$work/ping1.out" 2>&1; then
+		summary+=("$dev ping, goverbs client: ok, $(tail -1 "$work/ping1.out")")
+	else
+		summary+=("$dev ping, goverbs client: FAIL")
+		cat "$work/ping1.out" >&2
+		failed=1
+	fi
+	log "${summary[-1]}"
+	port=$((port + 1))
+	log "$dev: goverbs ping -d $dev -s <- rping -c, $count pings of $size bytes"
+	if "$vmsh" exec "(timeout 120 $work/goverbs ping -d $dev -s -a $guest -p $port -C $count -S $size >/tmp/gping-s.out 2>&1; echo \$? >/tmp/gping-s.rc) >/dev/null 2>&1 &
+		for i in \$(seq 50); do rdma resource show cm_id 2>/dev/null | grep -q 'state LISTEN' && break; sleep 0.1; done
+		timeout 120 rping -c -a $guest -p $port -v -V -C $count -S $size >/tmp/rping-c.out 2>&1 || exit 1
+		for i in \$(seq 100); do [ -f /tmp/gping-s.rc ] && break; sleep 0.1; done
+		[ \"\$(cat /tmp/gping-s.rc)\" = 0 ] || exit 1
+		n=\$(grep -c '^ping data: rdma-ping-' /tmp/rping-c.out)
+		tail -1 /tmp/gping-s.out; [ \"\$n\" = $count ]" >"$work/ping2.out" 2>&1; then
+		summary+=("$dev ping, goverbs server: ok, $(tail -1 "$work/ping2.out")")
+	else
+		summary+=("$dev ping, goverbs server: FAIL")
+		cat "$work/ping2.out" >&2
+		failed=1
+	fi
+	log "${summary[-1]}"
+}
+
+# ping_tcp0: goverbs on siw0 (this provider, the kernel's iWARP) against
+# goverbs tcp0 on the host (goverbs' own iWARP), both directions.
+ping_tcp0() {
+	local count=100 size=64 port=$((7500 + RANDOM % 100)) host=${VMH_HOST_IP:-10.77.0.1}
+	log "siw0: goverbs ping -d siw0 -s <- goverbs ping -c (tcp0 on the host)"
+	"$vmsh" exec "(timeout 120 $work/goverbs ping -d siw0 -s -a $guest -p $port -C $count -S $size >/tmp/gs.out 2>&1; echo \$? >/tmp/gs.rc) >/dev/null 2>&1 &
+		for i in \$(seq 50); do rdma resource show cm_id 2>/dev/null | grep -q 'state LISTEN' && break; sleep 0.1; done"
+	if "$vmsh" hostns "timeout 120 $work/goverbs ping -c -a $guest -p $port -C $count -S $size -v" >"$work/tcp0c.out" 2>&1 &&
+		[[ $(grep -c '^ping data: rdma-ping-' "$work/tcp0c.out") == "$count" ]] &&
+		"$vmsh" exec "for i in \$(seq 100); do [ -f /tmp/gs.rc ] && break; sleep 0.1; done; [ \"\$(cat /tmp/gs.rc)\" = 0 ]"; then
+		summary+=("siw0 server, tcp0 client: ok, $(tail -1 "$work/tcp0c.out")")
+	else
+		summary+=("siw0 server, tcp0 client: FAIL")
+		cat "$work/tcp0c.out" >&2
+		failed=1
+	fi
+	log "${summary[-1]}"
+	port=$((port + 1))
+	log "siw0: goverbs ping -s (tcp0 on the host) <- goverbs ping -d siw0 -c"
+	"$vmsh" hostns "timeout 120 $work/goverbs ping -s -a $host -p $port -C $count -S $size" >"$work/tcp0s.out" 2>&1 &
+	local srv=$!
+	"$vmsh" hostns "for i in \$(seq 100); do ss -ltn | grep -q ':$port ' && exit 0; sleep 0.1; done; exit 1" || true
+	if "$vmsh" exec "timeout 120 $work/goverbs ping -d siw0 -c -a $host -p $port -C $count -S $size -v >/tmp/gc.out 2>&1 || exit 1
+		[ \"\$(grep -c '^ping data: rdma-ping-' /tmp/gc.out)\" = $count ] && tail -1 /tmp/gc.out" >"$work/siwc.out" 2>&1 && wait "$srv"; then
+		summary+=("tcp0 server, siw0 client: ok, $(tail -1 "$work/siwc.out")")
+	else
+		summary+=("tcp0 server, siw0 client: FAIL")
+		cat "$work/siwc.out" "$work/tcp0s.out" >&2
+		failed=1
+	fi
+	log "${summary[-1]}"
+}
+
+# kv_rlog: goverbs kv (server and client, GET by one-sided RDMA Read) and
+# an rlog of three members, on rxe0.
+kv_rlog() {
+	local a=rdma://$guest:$((7700 + RANDOM % 50)) p=$((7760 + RANDOM % 30))
+	local m=rdma://$guest:$p,rdma://$guest:$((p + 1)),rdma://$guest:$((p + 2))
+	log "rxe0: goverbs kv serve, put, get, del"
+	if "$vmsh" exec "G=$work/goverbs
+		(timeout 120 \$G kv serve -l $a >/tmp/kvs.out 2>&1 &)
+		for i in \$(seq 150); do grep -q serving /tmp/kvs.out && break; sleep 0.2; done
+		\$G kv put -a $a alpha 'value one' || exit 1
+		[ \"\$(\$G kv get -a $a alpha)\" = 'value one' ] || exit 1
+		big=\$(head -c 3000 /dev/zero | tr '\\0' x); \$G kv put -a $a beta \"\$big\" || exit 1
+		[ \"\$(\$G kv get -a $a beta)\" = \"\$big\" ] || exit 1
+		\$G kv del -a $a alpha || exit 1
+		\$G kv get -a $a alpha 2>&1 | grep -q 'key not found'" >"$work/kv.out" 2>&1; then
+		summary+=("rxe0 kv: ok (put, one-sided get of 9 and 3000 bytes, delete)")
+	else
+		summary+=("rxe0 kv: FAIL")
+		cat "$work/kv.out" >&2
+		failed=1
+	fi
+	log "${summary[-1]}"
+	log "rxe0: an rlog of three members, five records appended"
+	if "$vmsh" exec "G=$work/goverbs; rm -rf /tmp/rl1 /tmp/rl2 /tmp/rl3
+		for i in 2 3; do mkdir -p /tmp/rl\$i; (timeout 120 \$G log serve --data /tmp/rl\$i --listen rdma://$guest:\$(($p + i - 1)) --members $m >/tmp/rl\$i.out 2>&1 &); done
+		for i in \$(seq 150); do grep -q serving /tmp/rl2.out && grep -q serving /tmp/rl3.out && break; sleep 0.2; done
+		mkdir -p /tmp/rl1; (timeout 120 \$G log serve --data /tmp/rl1 --listen rdma://$guest:$p --members $m --primary -v >/tmp/rl1.out 2>&1 &)
+		for i in \$(seq 300); do [ \$(grep -c 'connected' /tmp/rl1.out) -ge 2 ] && break; sleep 0.2; done
+		\$G log append --addr $m one two three four five || exit 1
+		for i in 1 2 3; do \$G log tail --data /tmp/rl\$i -n 5 | grep -q '\"five\"' || { echo member \$i lacks the records; exit 1; }; done" >"$work/rlog.out" 2>&1; then
+		summary+=("rxe0 rlog: ok (three members, five records on each)")
+	else
+		summary+=("rxe0 rlog: FAIL")
+		cat "$work/rlog.out" >&2
+		failed=1
+	fi
+	log "${summary[-1]}"
+}
+
+for dev in rxe0 siw0; do
+	link=${dev%0}
+	log "booting the VM with $dev only"
+	VMH_LINKS=$link "$vmsh" start >"$work/start.log" 2>&1 || { cat "$work/start.log" >&2; die "vm.sh start failed"; }
+	"$vmsh" wait-ready 300 >"$work/ready.log" 2>&1 || { cat "$work/ready.log" >&2; die "the VM did not come up"; }
+	"$vmsh" exec "rdma link show" >"$work/links" 2>&1 && grep -q "$dev.*ACTIVE" "$work/links" || { cat "$work/links" >&2; die "no active $dev link in the VM"; }
+	"$vmsh" exec "rdma resource show" >"$work/res-before" 2>&1 || true
+	"$vmsh" exec "$work/goverbs devices -v -d $dev" >&2 || { log "FAIL: goverbs devices -v -d $dev"; failed=1; }
+	conformance "$dev"
+	ping_both "$dev"
+	[[ $dev == siw0 ]] && ping_tcp0
+	[[ $dev == rxe0 ]] && kv_rlog
+	# Let the servers started in the background exit before counting
+	# what is left.
+	"$vmsh" exec "for i in \$(seq 150); do pgrep -f '$work/goverbs' >/dev/null || break; sleep 0.2; done; for p in \$(pgrep -f '$work/goverbs'); do kill \$p; done" || true
+	# Every process has exited: the kernel objects they made are gone.
+	"$vmsh" exec "rdma resource show" >"$work/res-after" 2>&1 || true
+	if diff "$work/res-before" "$work/res-after" >&2; then
+		summary+=("$dev rdma resource show: as before the run ($(grep "$dev" "$work/res-after" | tr -s ' '))")
+	else
+		summary+=("$dev rdma resource show: FAIL, kernel objects left behind")
+		failed=1
+	fi
+	if "$vmsh" exec 'dmesg' | grep -E 'BUG|Oops|WARNING: CPU' >"$work/dmesg.bad"; then
+		cat "$work/dmesg.bad" >&2
+		summary+=("$dev: FAIL, the guest kernel logged a bug")
+		failed=1
+	fi
+	"$vmsh" stop >/dev/null 2>&1 || true
+done
+
+log "summary ($(($(date +%s) - start_time)) s):"
+printf '  %s\n' "${summary[@]}" >&2
+[[ $failed == 0 ]] || die "some runs failed"
+log "PASS"

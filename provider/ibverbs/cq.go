@@ -1,0 +1,180 @@
+package ibverbs
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// pollBatch is the most completions one Poll takes from the device.
+const pollBatch = 32
+
+// cq is a completion queue (struct ibv_cq) with its own completion
+// channel, whose fd the runtime's poller watches.
+type cq struct {
+	ctx     *devContext
+	p       uintptr // struct ibv_cq *
+	channel uintptr // struct ibv_comp_channel *
+	userCtx any
+	notify  chan struct{}
+	watcher *fdWatcher
+	overrun atomic.Bool
+
+	mu   sync.Mutex // the scratch array and the destroyed flag
+	dead bool
+	wcs  [pollBatch]ibvWC
+}
+
+func (c *devContext) CreateCQ(cqe int, userCtx any) (driver.CQ, error) {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, driver.ErrClosed
+	}
+	ch, err := callPtr(lib.createCompChannel, c.p)
+	if err != nil {
+		return nil, errnoErr("ibv_create_comp_channel", err)
+	}
+	p, err := callPtr(lib.createCQ, c.p, uintptr(cqe), 0, ch, 0)
+	if err != nil {
+		call(lib.destroyCompChannel, ch)
+		return nil, errnoErr("ibv_create_cq", err)
+	}
+	q := &cq{ctx: c, p: p, channel: ch, userCtx: userCtx, notify: make(chan struct{}, 1)}
+	fd := int(*(*int32)(cptr(ch + offCompChannelFD)))
+	if q.watcher, err = watchFD(fd, q.event); err != nil {
+		call(lib.destroyCQ, p)
+		call(lib.destroyCompChannel, ch)
+		return nil, fmt.Errorf("ibverbs: watch a completion channel: %w", err)
+	}
+	c.own(p, q)
+	return q, nil
+}
+
+// event takes one completion event from the channel, acks it and sends
+// the token; it reports false when there is none.
+func (q *cq) event() bool {
+	var evCQ, evCtx uintptr
+	if r := int32(call(lib.getCQEvent, q.channel, uintptr(unsafe.Pointer(&evCQ)), uintptr(unsafe.Pointer(&evCtx)))); r != 0 {
+		return false
+	}
+	call(lib.ackCQEvents, evCQ, 1)
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// Poll is one call of the device's poll_cq for up to pollBatch
+// completions.
+func (q *cq) Poll(wc []driver.WorkCompletion) int {
+	n := min(len(wc), pollBatch)
+	if n == 0 {
+		return 0
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dead {
+		return 0
+	}
+	got := int(int32(call3(q.ctx.pollCQ, q.p, uintptr(n), uintptr(unsafe.Pointer(&q.wcs[0])))))
+	if got < 0 {
+		q.overrun.Store(true)
+		return 0
+	}
+	for i := range got {
+		w := &wc[i]
+		fromIBV(w, &q.wcs[i])
+		q.ctx.qpsMu.RLock()
+		p := q.ctx.qpByNum[w.QPNum]
+		q.ctx.qpsMu.RUnlock()
+		if p == nil {
+			continue
+		}
+		// The opcode of a failed completion is not defined by the verbs;
+		// rxe and siw set it, and the queue accounting relies on that.
+		if w.Opcode >= driver.WCRecv {
+			if p.srq == nil {
+				p.rqDone.Add(1)
+			}
+			if w.Status == driver.WCSuccess && w.SrcQP == 0 {
+				// RC devices (rxe) leave src_qp to UD; the QP knows its peer.
+				w.SrcQP = p.destQPN.Load()
+			}
+		} else {
+			p.sendDone(w.Status == driver.WCSuccess)
+		}
+		if w.Status != driver.WCSuccess && w.Status != driver.WCWRFlushErr {
+			// The QP is in the error state now.
+			p.errored()
+		}
+	}
+	return got
+}
+
+// fromIBV converts a struct ibv_wc.
+func fromIBV(w *driver.WorkCompletion, c *ibvWC) {
+	*w = driver.WorkCompletion{
+		WRID:      c.wrID,
+		Status:    driver.WCStatus(c.status),
+		Opcode:    driver.WCOpcode(c.opcode),
+		VendorErr: c.vendorErr,
+		ByteLen:   c.byteLen,
+		QPNum:     c.qpNum,
+		SrcQP:     c.srcQP,
+	}
+	if c.wcFlags&ibvWCWithImm != 0 {
+		w.Flags |= driver.WCWithImm
+		w.Imm = beSwap32(c.immData)
+	}
+	if c.wcFlags&ibvWCWithInv != 0 {
+		w.Flags |= driver.WCWithInv
+		w.InvalidatedRKey = c.immData
+	}
+}
+
+func (q *cq) ReqNotify(solicitedOnly bool) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dead {
+		return driver.ErrClosed
+	}
+	s := uintptr(0)
+	if solicitedOnly {
+		s = 1
+	}
+	if err := callInt(q.ctx.reqNotifyCQ, q.p, s); err != nil {
+		return errnoErr("ibv_req_notify_cq", err)
+	}
+	return nil
+}
+
+func (q *cq) Notify() <-chan struct{} { return q.notify }
+
+func (q *cq) Err() error {
+	if q.overrun.Load() {
+		return driver.ErrCQOverrun
+	}
+	return nil
+}
+
+func (q *cq) Destroy() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dead {
+		return driver.ErrClosed
+	}
+	if err := callInt(lib.destroyCQ, q.p); err != nil {
+		return errnoErr("ibv_destroy_cq", err)
+	}
+	q.dead = true
+	q.ctx.disown(q.p)
+	q.watcher.stop()
+	call(lib.destroyCompChannel, q.channel)
+	return nil
+}

@@ -1,0 +1,63 @@
+// Package ibverbs is the goverbs provider of the RDMA devices the kernel
+// has: hardware (mlx5, irdma, efa, ...) and the kernel's own software
+// devices rxe (RoCE v2) and siw (iWARP), each under its kernel name
+// ("rxe0", "siw0", "mlx5_0"). Import it for its side effects:
+//
+//	import _ "github.com/goverbs/goverbs/provider/ibverbs"
+//
+// It drives rdma-core's libibverbs.so.1 and librdmacm.so.1, loaded at run
+// time with github.com/ebitengine/purego rather than linked with cgo, so a
+// program that imports it still builds with CGO_ENABLED=0 and runs where
+// rdma-core is absent: the provider then lists no device and Available
+// says why. (A CGO_ENABLED=0 binary that imports it is linked dynamically
+// against the C library, which purego needs to load libraries.) Run-time
+// loading is sound here because everything crosses the boundary as plain
+// memory: the C structures the provider builds are declared in Go with
+// their C layout, checked field by field against the headers by a cgo-built
+// test, and the data path passes only memory the provider owns and keeps
+// alive.
+//
+// The data path makes one foreign call per PostSend, PostRecv or Poll of a
+// batch, through the function pointers of the device context's ops table
+// (ibv_post_send, ibv_post_recv and ibv_poll_cq are inline functions in
+// verbs.h that do the same), and allocates nothing. Completion channels
+// and the asynchronous event queue are file descriptors watched by the Go
+// runtime's poller, so no OS thread is parked per CQ.
+//
+// Connections are made through librdmacm: package cm serves the address
+// scheme rdma://host:port, with private data, reject and disconnect; the
+// QP must be on the device the kernel routes the address to (cm.Device
+// names it). The provider creates its QPs itself and moves them through
+// Init, RTR and RTS with the attributes rdma_init_qp_attr gives, so the
+// peer may be any rdma_cm program (rping, rdma_server, perftest -R).
+//
+// What a device lacks, as its attributes and transport say, is refused
+// with ErrUnsupported at post time before it reaches the device: on iWARP
+// (siw) there are no atomics, no immediate data and no RNR retry.
+//
+// Devices round their queues up; the provider counts outstanding work
+// requests itself, so PostSend and PostRecv refuse with ErrQueueFull at
+// the capacities the QP was created with, as every provider does.
+//
+// A QP moved to RTR by Modify (rather than by cm) is given the address of
+// its own device's port, so it can be connected by hand only to a QP of the
+// same device; iWARP QPs are connected by cm alone (Modify to RTR or RTS is
+// refused with ErrUnsupported). On iWARP the wire carries no QP numbers, so
+// receive completions report SrcQP 0.
+//
+// Not supported: memory windows, UD and other QP types, more than one port
+// per device (port 1 is used), and completions do not report the solicited
+// flag (struct ibv_wc does not carry it). On InfiniBand and RoCE the private
+// data of a connection arrives padded with zeros to the CM message's size
+// (56 bytes for a request), as librdmacm delivers it.
+//
+// Where the kernel's devices answer otherwise than the conformance suite
+// asks (rxe and siw report some errors under other statuses, siw completes
+// a Send once TCP has taken it), the provider passes on what the device
+// says; interop/ibverbs.sh lists each such case.
+//
+// The conformance suite runs against a device when the environment names
+// it and an address of its network interface:
+//
+//	GOVERBS_IBVERBS_DEVICE=rxe0 GOVERBS_IBVERBS_HOST=10.77.0.2 go test ./provider/ibverbs/
+package ibverbs

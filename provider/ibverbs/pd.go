@@ -1,0 +1,244 @@
+package ibverbs
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// pd is a protection domain (struct ibv_pd) and the objects made on it.
+type pd struct {
+	ctx *devContext
+	p   uintptr
+
+	mu   sync.RWMutex
+	dead bool
+	mrs  map[*mr]struct{}
+	// byLKey finds a region by its local key: an inline payload, which
+	// the device reads at post time, must lie in one (as on every
+	// provider), so that a bad address is refused rather than read.
+	byLKey map[uint32]*mr
+	qps    map[*qp]struct{}
+	srqs   map[*srq]struct{}
+}
+
+// alloc is memory AllocMR mapped. It is unmapped once its own region is
+// deregistered and no region registered inside it with RegMR remains.
+type alloc struct {
+	mem  []byte
+	refs int // regions registered inside mem, its own included
+}
+
+// mr is a registered memory region (struct ibv_mr).
+type mr struct {
+	pd     *pd
+	p      uintptr
+	buf    []byte
+	access driver.AccessFlags
+	lkey   uint32
+	rkey   uint32
+	pin    runtime.Pinner
+	in     *alloc // the AllocMR memory buf lies in, if any
+	dead   bool
+}
+
+func (d *pd) AllocMR(size int, access driver.AccessFlags) (driver.MR, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("%w: region of %d bytes", driver.ErrInvalidArg, size)
+	}
+	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, fmt.Errorf("ibverbs: mmap %d bytes: %w: %w", size, driver.ErrNoResources, err)
+	}
+	a := &alloc{mem: mem}
+	d.ctx.mu.Lock()
+	d.ctx.allocs = append(d.ctx.allocs, a)
+	d.ctx.mu.Unlock()
+	m, err := d.register(mem, access, a)
+	if err != nil {
+		d.ctx.release(a)
+		return nil, err
+	}
+	return m, nil
+}
+
+func (d *pd) RegMR(buf []byte, access driver.AccessFlags) (driver.MR, error) {
+	if len(buf) == 0 {
+		return nil, fmt.Errorf("%w: empty region", driver.ErrInvalidArg)
+	}
+	return d.register(buf, access, d.ctx.allocOf(buf))
+}
+
+// register registers buf, which lies in a (nil for Go memory).
+func (d *pd) register(buf []byte, access driver.AccessFlags, a *alloc) (*mr, error) {
+	if access&(driver.AccessRemoteWrite|driver.AccessRemoteAtomic) != 0 && access&driver.AccessLocalWrite == 0 {
+		return nil, fmt.Errorf("%w: remote write and atomic access need AccessLocalWrite", driver.ErrInvalidArg)
+	}
+	if access&driver.AccessMWBind != 0 {
+		return nil, fmt.Errorf("%w: memory windows", driver.ErrUnsupported)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.dead {
+		return nil, driver.ErrClosed
+	}
+	m := &mr{pd: d, buf: buf, access: access, in: a}
+	m.pin.Pin(&buf[0])
+	p, err := callPtr(lib.regMR, d.p, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(access))
+	if err != nil {
+		m.pin.Unpin()
+		return nil, errnoErr("ibv_reg_mr", err)
+	}
+	m.p = p
+	m.lkey = *(*uint32)(cptr(p + offMRLKey))
+	m.rkey = *(*uint32)(cptr(p + offMRRKey))
+	if a != nil {
+		d.ctx.mu.Lock()
+		a.refs++
+		d.ctx.mu.Unlock()
+	}
+	d.mrs[m] = struct{}{}
+	d.byLKey[m.lkey] = m
+	return m, nil
+}
+
+// allocOf returns the AllocMR memory buf lies in, or nil.
+func (c *devContext) allocOf(buf []byte) *alloc {
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range c.allocs {
+		start := uintptr(unsafe.Pointer(unsafe.SliceData(a.mem)))
+		if p >= start && p+uintptr(len(buf)) <= start+uintptr(len(a.mem)) {
+			return a
+		}
+	}
+	return nil
+}
+
+// release drops a reference to a, unmapping it at the last.
+func (c *devContext) release(a *alloc) {
+	c.mu.Lock()
+	if a.refs > 0 {
+		a.refs--
+	}
+	last := a.refs == 0
+	if last {
+		for i, x := range c.allocs {
+			if x == a {
+				c.allocs = append(c.allocs[:i], c.allocs[i+1:]...)
+				break
+			}
+		}
+	}
+	c.mu.Unlock()
+	if last {
+		unix.Munmap(a.mem)
+	}
+}
+
+func (m *mr) LKey() uint32               { return m.lkey }
+func (m *mr) RKey() uint32               { return m.rkey }
+func (m *mr) Addr() uint64               { return uint64(uintptr(unsafe.Pointer(&m.buf[0]))) }
+func (m *mr) Bytes() []byte              { return m.buf }
+func (m *mr) Access() driver.AccessFlags { return m.access }
+
+func (m *mr) Dereg() error {
+	d := m.pd
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return m.dereg()
+}
+
+// dereg deregisters m; d.mu is held.
+func (m *mr) dereg() error {
+	if m.dead {
+		return driver.ErrClosed
+	}
+	if err := callInt(lib.deregMR, m.p); err != nil {
+		return errnoErr("ibv_dereg_mr", err)
+	}
+	m.dead = true
+	delete(m.pd.mrs, m)
+	if m.pd.byLKey[m.lkey] == m {
+		delete(m.pd.byLKey, m.lkey)
+	}
+	m.pin.Unpin()
+	if m.in != nil {
+		m.pd.ctx.release(m.in)
+	}
+	return nil
+}
+
+func (d *pd) Dealloc() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.dead {
+		return driver.ErrClosed
+	}
+	if len(d.mrs)+len(d.qps)+len(d.srqs) > 0 {
+		return fmt.Errorf("%w: the PD still has %d MRs, %d QPs and %d SRQs", driver.ErrBusy, len(d.mrs), len(d.qps), len(d.srqs))
+	}
+	if err := callInt(lib.deallocPD, d.p); err != nil {
+		return errnoErr("ibv_dealloc_pd", err)
+	}
+	d.dead = true
+	d.ctx.mu.Lock()
+	delete(d.ctx.pds, d)
+	d.ctx.mu.Unlock()
+	return nil
+}
+
+// destroyAll destroys the PD's QPs, SRQs and MRs, then the PD: the
+// context is closing.
+func (d *pd) destroyAll() {
+	d.mu.Lock()
+	qps := make([]*qp, 0, len(d.qps))
+	for q := range d.qps {
+		qps = append(qps, q)
+	}
+	srqs := make([]*srq, 0, len(d.srqs))
+	for s := range d.srqs {
+		srqs = append(srqs, s)
+	}
+	d.mu.Unlock()
+	for _, q := range qps {
+		q.Destroy()
+	}
+	for _, s := range srqs {
+		s.Destroy()
+	}
+	d.mu.Lock()
+	for m := range d.mrs {
+		m.dereg()
+	}
+	d.mu.Unlock()
+	d.Dealloc()
+}
+
+// inlineOK reports whether every SGE of an inline payload lies inside a
+// live region of the PD with the SGE's local key.
+func (d *pd) inlineOK(sg []driver.SGE) bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for i := range sg {
+		g := &sg[i]
+		if g.Length == 0 {
+			continue
+		}
+		m := d.byLKey[g.LKey]
+		if m == nil {
+			return false
+		}
+		start := uint64(uintptr(unsafe.Pointer(&m.buf[0])))
+		if g.Addr < start || g.Addr+uint64(g.Length) > start+uint64(len(m.buf)) || g.Addr+uint64(g.Length) < g.Addr {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,597 @@
+package ibverbs
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// postBatch is the most work requests one foreign call posts.
+const postBatch = 32
+
+// emptySGE is the one SGE of a receive posted with none.
+var emptySGE ibvSGE
+
+// qp is an RC queue pair (struct ibv_qp).
+type qp struct {
+	pd      *pd
+	ctx     *devContext
+	p       uintptr // struct ibv_qp *
+	num     uint32
+	cap     driver.QPCap
+	srq     *srq
+	userCtx any
+	state   atomic.Uint32 // driver.QPState, as last set or queried
+	gone    atomic.Bool   // destroyed; set with sendMu and recvMu held
+	destQPN atomic.Uint32 // the connected QP's number, for receive completions
+
+	sigAll bool
+
+	// The send and receive queues' occupancy, kept by the provider
+	// because devices round their queues up: PostSend and PostRecv
+	// refuse with ErrQueueFull beyond the capacities asked for. A send
+	// WR is retired by its own completion or, unsignaled, by the next
+	// signaled one's; sqMarks holds the send count at each signaled WR.
+	sqPosted, sqRetired atomic.Uint64
+	rqPosted, rqDone    atomic.Uint64
+	sqMu                sync.Mutex
+	sqMarks             []uint64 // ring of MaxSendWR
+	sqHead, sqLen       int
+
+	sendMu  sync.Mutex
+	swr     [postBatch]ibvSendWR
+	sendBad uintptr // post_send's bad_wr
+	recvMu  sync.Mutex
+	rwr     [postBatch]ibvRecvWR
+	recvBad uintptr // post_recv's bad_wr
+
+	mu      sync.Mutex // attr, errAttr, dead
+	attr    driver.QPAttr
+	errAttr ibvQPAttr // for errored, on the heap so the poll path allocates nothing
+	dead    bool
+}
+
+// errored records that the QP moved to the error state on its own (a
+// failed completion says so) and has the device flush its receive
+// queue: rxe's responder flushes posted receives only when it runs, and
+// receives are posted without a system call, so nothing would run it.
+// Moving the QP to the error state again does.
+func (q *qp) errored() {
+	q.state.Store(uint32(driver.QPSErr))
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dead {
+		return
+	}
+	q.attr.State = driver.QPSErr
+	q.errAttr = ibvQPAttr{qpState: uint32(driver.QPSErr)}
+	callInt(lib.modifyQP, q.p, uintptr(unsafe.Pointer(&q.errAttr)), ibvQPState)
+}
+
+func (d *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
+	c := d.ctx
+	send, recv, s, err := driver.CheckQPInit[*cq, *srq](a, "ibverbs", c.attr.MaxSGE, c.attr.MaxInlineData)
+	if err != nil {
+		return nil, err
+	}
+	if s != nil && s.pd != d {
+		return nil, fmt.Errorf("%w: the SRQ belongs to another PD", driver.ErrInvalidArg)
+	}
+	ia := ibvQPInitAttr{sendCQ: send.p, recvCQ: recv.p, qpType: ibvQPTypeRC,
+		cap: ibvQPCap{maxSendWR: a.Cap.MaxSendWR, maxRecvWR: a.Cap.MaxRecvWR, maxSendSGE: a.Cap.MaxSendSGE,
+			maxRecvSGE: a.Cap.MaxRecvSGE, maxInlineData: a.Cap.MaxInlineData}}
+	if s != nil {
+		ia.srq = s.p
+		ia.cap.maxRecvWR, ia.cap.maxRecvSGE = 0, 0
+	}
+	if a.SigAll {
+		ia.sqSigAll = 1
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.dead {
+		return nil, driver.ErrClosed
+	}
+	p, err := callPtr(lib.createQP, d.p, uintptr(unsafe.Pointer(&ia)))
+	if err != nil {
+		return nil, errnoErr("ibv_create_qp", err)
+	}
+	q := &qp{pd: d, ctx: c, p: p, num: *(*uint32)(cptr(p + offQPNum)), cap: a.Cap, srq: s, userCtx: a.UserCtx}
+	q.attr.Cap = a.Cap
+	q.sigAll = a.SigAll
+	q.sqMarks = make([]uint64, max(a.Cap.MaxSendWR, 1))
+	d.qps[q] = struct{}{}
+	c.own(p, q)
+	c.qpsMu.Lock()
+	c.qpByNum[q.num] = q
+	c.qpsMu.Unlock()
+	return q, nil
+}
+
+func (q *qp) Num() uint32 { return q.num }
+
+// PostSend converts wrs into struct ibv_send_wr lists of up to postBatch
+// and posts each with one call of the device's post_send. The SGE lists
+// are passed as they are: driver.SGE has struct ibv_sge's layout.
+func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
+	switch driver.QPState(q.state.Load()) {
+	case driver.QPSReset, driver.QPSInit, driver.QPSRTR:
+		if len(wrs) > 0 {
+			return 0, fmt.Errorf("%w: PostSend needs RTS (the QP is in %v)", driver.ErrInvalidState, driver.QPState(q.state.Load()))
+		}
+	}
+	caps := q.ctx.attr.Caps
+	q.sendMu.Lock()
+	defer q.sendMu.Unlock()
+	if q.gone.Load() {
+		return 0, driver.ErrClosed
+	}
+	posted := 0
+	for posted < len(wrs) {
+		free := int(uint64(q.cap.MaxSendWR) - (q.sqPosted.Load() - q.sqRetired.Load()))
+		batch := wrs[posted:min(len(wrs), posted+postBatch)]
+		var refused error
+		n := 0
+		for i := range batch {
+			wr := &batch[i]
+			if i >= free {
+				refused = fmt.Errorf("%w: %d send WRs outstanding", driver.ErrQueueFull, q.cap.MaxSendWR)
+				break
+			}
+			if err := driver.CheckSendWR(wr, &q.cap, false); err != nil {
+				refused = err
+				break
+			}
+			if wr.Opcode.IsAtomic() && caps&driver.CapAtomics == 0 {
+				refused = fmt.Errorf("%w: %s has no atomics", driver.ErrUnsupported, q.ctx.name)
+				break
+			}
+			if wr.Opcode == driver.OpRDMARead && len(wr.SGList) > q.ctx.maxSGERd {
+				refused = fmt.Errorf("%w: %s scatters an RDMA Read into at most %d SGEs", driver.ErrUnsupported, q.ctx.name, q.ctx.maxSGERd)
+				break
+			}
+			if wr.Flags&driver.SendInline != 0 && !q.pd.inlineOK(wr.SGList) {
+				refused = fmt.Errorf("%w: an inline payload must lie in a registered region of the QP's PD, with its lkey", driver.ErrInvalidArg)
+				break
+			}
+			if wr.Opcode.HasImm() && caps&driver.CapImmData == 0 {
+				refused = fmt.Errorf("%w: %s has no immediate data (%v)", driver.ErrUnsupported, q.ctx.name, wr.Opcode)
+				break
+			}
+			toIBVSend(&q.swr[i], wr)
+			q.swr[i].next = 0
+			if i > 0 {
+				q.swr[i-1].next = uintptr(unsafe.Pointer(&q.swr[i]))
+			}
+			n++
+		}
+		if n > 0 {
+			// Counted before the call: their completions may be polled
+			// before it returns.
+			q.sentWRs(batch[:n])
+			q.sendBad = 0
+			r := int32(call3(q.ctx.postSend, q.p, uintptr(unsafe.Pointer(&q.swr[0])), uintptr(unsafe.Pointer(&q.sendBad))))
+			runtime.KeepAlive(batch)
+			k := n
+			if r != 0 && q.sendBad != 0 {
+				k = int((q.sendBad - uintptr(unsafe.Pointer(&q.swr[0]))) / unsafe.Sizeof(q.swr[0]))
+			}
+			q.unsent(batch[k:n])
+			if r != 0 {
+				return posted + k, postErr("post_send", r)
+			}
+			posted += n
+		}
+		if refused != nil {
+			return posted, refused
+		}
+	}
+	return posted, nil
+}
+
+// toIBVSend fills a struct ibv_send_wr from w.
+func toIBVSend(c *ibvSendWR, w *driver.SendWR) {
+	c.wrID = w.WRID
+	c.sgList = uintptr(unsafe.Pointer(unsafe.SliceData(w.SGList)))
+	c.numSGE = int32(len(w.SGList))
+	c.opcode = uint32(w.Opcode)
+	c.sendFlags = uint32(w.Flags)
+	c.immData = 0
+	switch {
+	case w.Opcode.HasImm():
+		c.immData = beSwap32(w.Imm)
+	case w.Opcode == driver.OpSendWithInv || w.Opcode == driver.OpLocalInv:
+		c.immData = w.InvalidateRKey
+	}
+	c.remoteAddr = w.RemoteAddr
+	if w.Opcode.IsAtomic() {
+		c.compareAdd, c.swap, c.atomicRKey = w.CompareAdd, w.Swap, w.RKey
+	} else {
+		c.compareAdd, c.swap, c.atomicRKey = uint64(w.RKey), 0, 0
+	}
+}
+
+// postErr turns the errno a post returned into an error.
+func postErr(op string, r int32) error {
+	if r < 0 {
+		r = -r
+	}
+	e := syscall.Errno(r)
+	if e == syscall.ENOMEM {
+		return fmt.Errorf("%w (%s: %v)", driver.ErrQueueFull, op, e)
+	}
+	return errnoErr(op, e)
+}
+
+func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
+	if q.srq != nil {
+		return 0, fmt.Errorf("%w: the QP takes its receives from an SRQ", driver.ErrInvalidArg)
+	}
+	if driver.QPState(q.state.Load()) == driver.QPSReset && len(wrs) > 0 {
+		return 0, fmt.Errorf("%w: PostRecv needs Init or later (the QP is in RESET)", driver.ErrInvalidState)
+	}
+	q.recvMu.Lock()
+	if q.gone.Load() {
+		q.recvMu.Unlock()
+		return 0, driver.ErrClosed
+	}
+	take := wrs
+	var full error
+	if free := int(uint64(q.cap.MaxRecvWR) - (q.rqPosted.Load() - q.rqDone.Load())); len(take) > free {
+		take = wrs[:max(free, 0)]
+		full = fmt.Errorf("%w: %d receives outstanding", driver.ErrQueueFull, q.cap.MaxRecvWR)
+	}
+	n, err := postRecvs(q.ctx.postRecv, q.p, &q.rwr, &q.recvBad, take, q.cap.MaxRecvSGE, "post_recv")
+	q.rqPosted.Add(uint64(n))
+	if err == nil {
+		err = full
+	}
+	q.recvMu.Unlock()
+	if n > 0 && driver.QPState(q.state.Load()) == driver.QPSErr {
+		q.errored() // flush what was just posted
+	}
+	return n, err
+}
+
+// postRecvs posts receives to a QP or an SRQ through fn, in batches of
+// postBatch, one call each.
+func postRecvs(fn, obj uintptr, scratch *[postBatch]ibvRecvWR, bad *uintptr, wrs []driver.RecvWR, maxSGE uint32, op string) (int, error) {
+	posted := 0
+	for posted < len(wrs) {
+		batch := wrs[posted:min(len(wrs), posted+postBatch)]
+		var refused error
+		n := 0
+		for i := range batch {
+			wr := &batch[i]
+			if err := driver.CheckRecvWR(wr, maxSGE); err != nil {
+				refused = err
+				break
+			}
+			c := &scratch[i]
+			c.wrID = wr.WRID
+			c.sgList = uintptr(unsafe.Pointer(unsafe.SliceData(wr.SGList)))
+			c.numSGE = int32(len(wr.SGList))
+			if c.numSGE == 0 {
+				// A receive of no SGEs takes only empty messages, as
+				// one of a single empty SGE does; siw refuses the former.
+				c.sgList, c.numSGE = uintptr(unsafe.Pointer(&emptySGE)), 1
+			}
+			c.next = 0
+			if i > 0 {
+				scratch[i-1].next = uintptr(unsafe.Pointer(c))
+			}
+			n++
+		}
+		if n > 0 {
+			*bad = 0
+			r := int32(call3(fn, obj, uintptr(unsafe.Pointer(&scratch[0])), uintptr(unsafe.Pointer(bad))))
+			runtime.KeepAlive(batch)
+			if r != 0 {
+				k := n
+				if *bad != 0 {
+					k = int((*bad - uintptr(unsafe.Pointer(&scratch[0]))) / unsafe.Sizeof(scratch[0]))
+				}
+				return posted + k, postErr(op, r)
+			}
+			posted += n
+		}
+		if refused != nil {
+			return posted, refused
+		}
+	}
+	return posted, nil
+}
+
+// Modify checks the transition as every provider does, then makes it on
+// the device. A move to RTR by hand needs an address vector, which
+// QPAttr does not carry: the provider gives the device's own port, so a
+// QP can be connected by hand to another QP of the same device only (cm
+// connects any two). iWARP QPs are connected by cm alone.
+func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dead {
+		return driver.ErrClosed
+	}
+	cur, err := q.queryState()
+	if err != nil {
+		return err
+	}
+	next, err := driver.CheckModify(cur, attr, mask)
+	if err != nil {
+		return err
+	}
+	if q.ctx.iwarp && (next == driver.QPSRTR || next == driver.QPSRTS) && cur != next {
+		return fmt.Errorf("%w: an iWARP QP reaches %v only through a connection: use cm with an rdma:// address", driver.ErrUnsupported, next)
+	}
+	a, m, err := q.toIBVAttr(attr, mask, cur, next)
+	if err != nil {
+		return err
+	}
+	if cur == driver.QPSReset && next == driver.QPSErr {
+		// Linux refuses Reset to Err, which the verbs allow: go
+		// through Init, where nothing can have been posted either.
+		init := &ibvQPAttr{qpState: uint32(driver.QPSInit), portNum: 1}
+		if err := callInt(lib.modifyQP, q.p, uintptr(unsafe.Pointer(init)), ibvQPState|ibvQPPkeyIndex|ibvQPPort|ibvQPAccessFlags); err != nil {
+			return errnoErr("ibv_modify_qp RESET to INIT (on the way to ERR)", err)
+		}
+	}
+	if next == driver.QPSReset {
+		q.resetQueues()
+	}
+	if err := callInt(lib.modifyQP, q.p, uintptr(unsafe.Pointer(a)), uintptr(m)); err != nil {
+		return errnoErr(fmt.Sprintf("ibv_modify_qp %v to %v", cur, next), err)
+	}
+	driver.ApplyAttr(&q.attr, attr, mask)
+	q.attr.State = next
+	q.destQPN.Store(q.attr.DestQPNum)
+	q.state.Store(uint32(next))
+	return nil
+}
+
+// modifyRaw makes a transition with attributes rdma_init_qp_attr gave.
+func (q *qp) modifyRaw(a *ibvQPAttr, mask int32) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dead {
+		return driver.ErrClosed
+	}
+	if err := callInt(lib.modifyQP, q.p, uintptr(unsafe.Pointer(a)), uintptr(mask)); err != nil {
+		return errnoErr(fmt.Sprintf("ibv_modify_qp to %v", driver.QPState(a.qpState)), err)
+	}
+	q.fromIBVAttr(a, mask)
+	return nil
+}
+
+// fromIBVAttr records what a raw Modify set; q.mu is held.
+func (q *qp) fromIBVAttr(a *ibvQPAttr, mask int32) {
+	x := &q.attr
+	if mask&ibvQPState != 0 {
+		x.State = driver.QPState(a.qpState)
+		q.state.Store(a.qpState)
+	}
+	if mask&ibvQPAccessFlags != 0 {
+		x.AccessFlags = driver.AccessFlags(a.qpAccessFlags)
+	}
+	if mask&ibvQPPort != 0 {
+		x.Port = a.portNum
+	}
+	if mask&ibvQPPathMTU != 0 {
+		x.PathMTU = driver.MTU(a.pathMTU)
+	}
+	if mask&ibvQPDestQPN != 0 {
+		x.DestQPNum = a.destQPNum
+		q.destQPN.Store(a.destQPNum)
+	}
+	if mask&ibvQPRQPSN != 0 {
+		x.RQPSN = a.rqPSN
+	}
+	if mask&ibvQPSQPSN != 0 {
+		x.SQPSN = a.sqPSN
+	}
+	if mask&ibvQPMaxQPRdAtomic != 0 {
+		x.MaxRdAtomic = a.maxRdAtomic
+	}
+	if mask&ibvQPMaxDestRdAtomic != 0 {
+		x.MaxDestRdAtomic = a.maxDestRdAtomic
+	}
+	if mask&ibvQPMinRNRTimer != 0 {
+		x.MinRNRTimer = driver.RNRTimer(a.minRNRTimer)
+	}
+	if mask&ibvQPTimeout != 0 {
+		x.Timeout = a.timeout
+	}
+	if mask&ibvQPRetryCnt != 0 {
+		x.RetryCnt = a.retryCnt
+	}
+	if mask&ibvQPRNRRetry != 0 {
+		x.RNRRetry = a.rnrRetry
+	}
+}
+
+// toIBVAttr translates a Modify for the device; q.mu is held.
+func (q *qp) toIBVAttr(attr *driver.QPAttr, mask driver.QPAttrMask, cur, next driver.QPState) (*ibvQPAttr, int32, error) {
+	a := &ibvQPAttr{qpState: uint32(next), curQPState: uint32(attr.CurState),
+		qpAccessFlags: uint32(attr.AccessFlags), portNum: attr.Port, pathMTU: uint32(attr.PathMTU),
+		destQPNum: attr.DestQPNum, rqPSN: attr.RQPSN, sqPSN: attr.SQPSN,
+		maxRdAtomic: attr.MaxRdAtomic, maxDestRdAtomic: attr.MaxDestRdAtomic,
+		minRNRTimer: uint8(attr.MinRNRTimer), timeout: attr.Timeout, retryCnt: attr.RetryCnt, rnrRetry: attr.RNRRetry}
+	var m int32
+	for _, b := range [...]struct {
+		g driver.QPAttrMask
+		c int32
+	}{
+		{driver.QPAttrState, ibvQPState}, {driver.QPAttrCurState, ibvQPCurState},
+		{driver.QPAttrAccessFlags, ibvQPAccessFlags}, {driver.QPAttrPort, ibvQPPort},
+		{driver.QPAttrPathMTU, ibvQPPathMTU}, {driver.QPAttrDestQPN, ibvQPDestQPN},
+		{driver.QPAttrRQPSN, ibvQPRQPSN}, {driver.QPAttrSQPSN, ibvQPSQPSN},
+		{driver.QPAttrMaxQPRdAtomic, ibvQPMaxQPRdAtomic}, {driver.QPAttrMaxDestRdAtomic, ibvQPMaxDestRdAtomic},
+		{driver.QPAttrMinRNRTimer, ibvQPMinRNRTimer}, {driver.QPAttrTimeout, ibvQPTimeout},
+		{driver.QPAttrRetryCnt, ibvQPRetryCnt}, {driver.QPAttrRNRRetry, ibvQPRNRRetry},
+	} {
+		if mask&b.g != 0 {
+			m |= b.c
+		}
+	}
+	if mask&driver.QPAttrState == 0 {
+		m |= ibvQPState
+	}
+	if cur == driver.QPSReset && next == driver.QPSInit {
+		m |= ibvQPPkeyIndex
+	}
+	if mask&driver.QPAttrPathMTU != 0 && int(attr.PathMTU) > int(q.ctx.port.activeMTU) {
+		return nil, 0, fmt.Errorf("%w: path MTU %d bytes above the port's active MTU of %d", driver.ErrInvalidArg, attr.PathMTU.Bytes(), driver.MTU(q.ctx.port.activeMTU).Bytes())
+	}
+	if cur == driver.QPSInit && next == driver.QPSRTR {
+		av, err := q.ctx.loopbackAV()
+		if err != nil {
+			return nil, 0, err
+		}
+		a.ahAttr = av
+		m |= ibvQPAV
+	}
+	return a, m, nil
+}
+
+// queryState asks the device for the QP's state, which may have moved to
+// the error state on its own; q.mu is held.
+func (q *qp) queryState() (driver.QPState, error) {
+	if q.ctx.iwarp {
+		// siw's ibv_query_qp leaves the state out (it reads RESET
+		// always): the provider's own record stands, kept from the
+		// moves it makes, the connection's events, failed completions
+		// and the device's asynchronous errors.
+		s := driver.QPState(q.state.Load())
+		q.attr.State = s
+		return s, nil
+	}
+	var a ibvQPAttr
+	var ia ibvQPInitAttr
+	if err := callInt(lib.queryQP, q.p, uintptr(unsafe.Pointer(&a)), ibvQPState, uintptr(unsafe.Pointer(&ia))); err != nil {
+		return 0, errnoErr("ibv_query_qp", err)
+	}
+	s := driver.QPState(a.qpState)
+	q.attr.State = s
+	q.state.Store(uint32(s))
+	return s, nil
+}
+
+func (q *qp) Query() (driver.QPAttr, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dead {
+		return driver.QPAttr{}, driver.ErrClosed
+	}
+	if _, err := q.queryState(); err != nil {
+		return driver.QPAttr{}, err
+	}
+	return driver.QueryQP(q.attr, false)
+}
+
+func (q *qp) Destroy() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dead {
+		return driver.ErrClosed
+	}
+	// The post paths hold these while they use the QP.
+	q.sendMu.Lock()
+	q.recvMu.Lock()
+	err := callInt(lib.destroyQP, q.p)
+	if err == nil {
+		q.dead = true
+		q.gone.Store(true)
+	}
+	q.recvMu.Unlock()
+	q.sendMu.Unlock()
+	if err != nil {
+		return errnoErr("ibv_destroy_qp", err)
+	}
+	q.ctx.disown(q.p)
+	q.ctx.qpsMu.Lock()
+	delete(q.ctx.qpByNum, q.num)
+	q.ctx.qpsMu.Unlock()
+	q.pd.mu.Lock()
+	delete(q.pd.qps, q)
+	q.pd.mu.Unlock()
+	return nil
+}
+
+// sentWRs records WRs handed to the device.
+func (q *qp) sentWRs(wrs []driver.SendWR) {
+	q.sqMu.Lock()
+	for i := range wrs {
+		n := q.sqPosted.Add(1)
+		if (q.sigAll || wrs[i].Flags&driver.SendSignaled != 0) && q.sqLen < len(q.sqMarks) {
+			q.sqMarks[(q.sqHead+q.sqLen)%len(q.sqMarks)] = n
+			q.sqLen++
+		}
+	}
+	q.sqMu.Unlock()
+}
+
+// unsent takes back the count of WRs the device refused, the last ones
+// sentWRs counted (PostSend is serialised by sendMu).
+func (q *qp) unsent(wrs []driver.SendWR) {
+	if len(wrs) == 0 {
+		return
+	}
+	q.sqMu.Lock()
+	for i := len(wrs) - 1; i >= 0; i-- {
+		n := q.sqPosted.Add(^uint64(0))
+		if q.sqLen > 0 && q.sqMarks[(q.sqHead+q.sqLen-1)%len(q.sqMarks)] == n+1 {
+			q.sqLen--
+		}
+	}
+	q.sqMu.Unlock()
+}
+
+// sendDone retires send WRs for a completion of the send queue: a
+// successful one retires every WR up to its own (the unsignaled before
+// it); a failed or flushed one retires its own WR, which completes
+// whether signaled or not.
+func (q *qp) sendDone(ok bool) {
+	q.sqMu.Lock()
+	switch {
+	case ok && q.sqLen > 0:
+		q.sqRetired.Store(q.sqMarks[q.sqHead])
+		q.sqHead = (q.sqHead + 1) % len(q.sqMarks)
+		q.sqLen--
+	case !ok:
+		r := q.sqRetired.Add(1)
+		if q.sqLen > 0 && q.sqMarks[q.sqHead] <= r {
+			q.sqHead = (q.sqHead + 1) % len(q.sqMarks)
+			q.sqLen--
+		}
+	}
+	q.sqMu.Unlock()
+}
+
+// resetQueues empties the occupancy: a QP moved to Reset has empty
+// queues.
+func (q *qp) resetQueues() {
+	q.sqMu.Lock()
+	q.sqPosted.Store(0)
+	q.sqRetired.Store(0)
+	q.sqHead, q.sqLen = 0, 0
+	q.sqMu.Unlock()
+	q.rqPosted.Store(q.rqDone.Load())
+}
+
+// setState records a state the QP reached without a Modify of the
+// provider's: the connection established (RTS) or broken (ERR).
+func (q *qp) setState(s driver.QPState) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.ctx.iwarp {
+		q.attr.State = s
+		q.state.Store(uint32(s))
+		return
+	}
+	q.queryState()
+}

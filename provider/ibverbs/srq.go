@@ -1,0 +1,106 @@
+package ibverbs
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// srq is a shared receive queue (struct ibv_srq).
+type srq struct {
+	pd      *pd
+	p       uintptr
+	maxSGE  uint32
+	entries uint32
+	userCtx any
+	gone    atomic.Bool
+
+	mu  sync.Mutex // rwr, and the SRQ's life
+	rwr [postBatch]ibvRecvWR
+	bad uintptr // post_srq_recv's bad_wr
+}
+
+func (d *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
+	c := d.ctx
+	if c.attr.Caps&driver.CapSRQ == 0 {
+		return nil, fmt.Errorf("%w: %s has no SRQs", driver.ErrUnsupported, c.name)
+	}
+	if a.MaxWR == 0 || int(a.MaxWR) > c.attr.MaxSRQWR || int(a.MaxSGE) > c.attr.MaxSRQSGE || a.Limit > a.MaxWR {
+		return nil, fmt.Errorf("%w: SRQ of %d WRs, %d SGEs, limit %d (the device allows %d WRs, %d SGEs)",
+			driver.ErrInvalidArg, a.MaxWR, a.MaxSGE, a.Limit, c.attr.MaxSRQWR, c.attr.MaxSRQSGE)
+	}
+	ia := ibvSRQInitAttr{attr: ibvSRQAttr{maxWR: a.MaxWR, maxSGE: max(a.MaxSGE, 1), srqLimit: a.Limit}}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.dead {
+		return nil, driver.ErrClosed
+	}
+	p, err := callPtr(lib.createSRQ, d.p, uintptr(unsafe.Pointer(&ia)))
+	if err != nil {
+		return nil, errnoErr("ibv_create_srq", err)
+	}
+	s := &srq{pd: d, p: p, maxSGE: a.MaxSGE, entries: a.MaxWR, userCtx: a.UserCtx}
+	d.srqs[s] = struct{}{}
+	c.own(p, s)
+	return s, nil
+}
+
+func (s *srq) PostRecv(wrs []driver.RecvWR) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone.Load() {
+		return 0, driver.ErrClosed
+	}
+	return postRecvs(s.pd.ctx.postSRQRecv, s.p, &s.rwr, &s.bad, wrs, s.maxSGE, "post_srq_recv")
+}
+
+func (s *srq) Modify(a driver.SRQAttr, mask driver.SRQAttrMask) error {
+	limit, set, err := driver.SRQLimit(a, mask, s.entries, "ibverbs")
+	if err != nil || !set {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone.Load() {
+		return driver.ErrClosed
+	}
+	attr := ibvSRQAttr{srqLimit: limit}
+	if err := callInt(lib.modifySRQ, s.p, uintptr(unsafe.Pointer(&attr)), ibvSRQLimit); err != nil {
+		return errnoErr("ibv_modify_srq", err)
+	}
+	return nil
+}
+
+func (s *srq) Query() (driver.SRQAttr, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone.Load() {
+		return driver.SRQAttr{}, driver.ErrClosed
+	}
+	var attr ibvSRQAttr
+	if err := callInt(lib.querySRQ, s.p, uintptr(unsafe.Pointer(&attr))); err != nil {
+		return driver.SRQAttr{}, errnoErr("ibv_query_srq", err)
+	}
+	// The device may round the queue up; report what was asked for.
+	return driver.SRQAttr{MaxWR: s.entries, MaxSGE: s.maxSGE, Limit: attr.srqLimit}, nil
+}
+
+func (s *srq) Destroy() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone.Load() {
+		return driver.ErrClosed
+	}
+	if err := callInt(lib.destroySRQ, s.p); err != nil {
+		return errnoErr("ibv_destroy_srq", err)
+	}
+	s.gone.Store(true)
+	s.pd.ctx.disown(s.p)
+	s.pd.mu.Lock()
+	delete(s.pd.srqs, s)
+	s.pd.mu.Unlock()
+	return nil
+}
