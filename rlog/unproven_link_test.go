@@ -14,16 +14,22 @@ import (
 // (which an eavesdropper reads from the replicate answer on tcp0): the
 // QP of an unproven link refuses every remote operation.
 func TestUnprovenLinkCannotWriteLiveRing(t *testing.T) {
+	for _, scheme := range []string{"loop", "tcp", "shm"} {
+		t.Run(scheme, func(t *testing.T) { testUnprovenLinkCannotWriteLiveRing(t, scheme) })
+	}
+}
+
+func testUnprovenLinkCannotWriteLiveRing(t *testing.T, scheme string) {
 	for _, tc := range []struct {
 		name string
-		req  func(c *cluster) connMsg
+		req  func() connMsg
 	}{
-		{"fence", func(c *cluster) connMsg {
+		{"fence", func() connMsg {
 			f := newConnMsg(kindFence)
 			f.setEpoch(7)
 			return f
 		}},
-		{"replicate", func(c *cluster) connMsg {
+		{"replicate", func() connMsg {
 			f := newConnMsg(kindReplicate)
 			f.setEpoch(7)
 			f.setBuffers(2)
@@ -33,7 +39,7 @@ func TestUnprovenLinkCannotWriteLiveRing(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(t, "loop", 3, smallConfig())
+			c := newCluster(t, scheme, 3, smallConfig())
 			rep := c.start(1, false)
 			addr := c.addrs[1]
 			p := newRawPeer(t, addr)
@@ -54,7 +60,7 @@ func TestUnprovenLinkCannotWriteLiveRing(t *testing.T) {
 			ring := r.ring()
 
 			in := newRawPeer(t, addr)
-			f := tc.req(c)
+			f := tc.req()
 			f.setMember(98)
 			f.setCluster(clusterID(c.addrs))
 			f.setIndex(2)
