@@ -20,15 +20,26 @@ type Endpoint struct {
 
 // NewEndpoint creates a reliable-connected QP on pd with attr and moves
 // it to Init on port 1, ready for PostRecv. Dial or Accept connect it;
-// like every QP cm connects, it then accepts the remote operations its
-// peer's keys allow (the rights of each memory region decide what a peer
-// may do).
+// it accepts every remote operation (local write and
+// remote read, write and atomics), so the rights of each memory region
+// decide what its peer may do. A QP whose peer should reach less of pd
+// is made with NewEndpointAccess.
 func NewEndpoint(pd *verbs.PD, attr verbs.QPInitAttr) (*Endpoint, error) {
+	return NewEndpointAccess(pd, attr, verbs.AccessLocalWrite|verbs.RemoteAccess)
+}
+
+// NewEndpointAccess is NewEndpoint with the QP's access flags: the
+// remote operations its peer may perform on any memory region of pd,
+// whatever the region's own rights (verbs.AccessLocalWrite alone refuses
+// every RDMA Read, Write and atomic from the peer). Connecting keeps
+// them; QP.Modify in RTS with verbs.QPAttrAccessFlags changes them, for
+// example to widen them once the peer has proved who it is.
+func NewEndpointAccess(pd *verbs.PD, attr verbs.QPInitAttr, access verbs.AccessFlags) (*Endpoint, error) {
 	qp, err := pd.CreateQP(attr)
 	if err != nil {
 		return nil, fmt.Errorf("cm: endpoint: %w", err)
 	}
-	init := verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessLocalWrite | verbs.RemoteAccess}
+	init := verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: access}
 	if err := qp.Modify(&init, verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
 		qp.Destroy()
 		return nil, fmt.Errorf("cm: endpoint: %w", err)

@@ -391,8 +391,8 @@ func (s *Server) leave(peer string) {
 // is connected, and counted until drop, if it returns nil.
 func (s *Server) accept(req *cm.Request, peer string) error {
 	// The receives are posted before Accept connects the QP.
-	ep, err := cm.NewEndpoint(s.pd, verbs.QPInitAttr{SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
-		Cap: verbs.QPCap{MaxSendWR: uint32(s.cfg.RecvDepth), MaxRecvWR: uint32(s.cfg.RecvDepth), MaxSendSGE: 1, MaxRecvSGE: 1}})
+	ep, err := cm.NewEndpointAccess(s.pd, verbs.QPInitAttr{SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
+		Cap: verbs.QPCap{MaxSendWR: uint32(s.cfg.RecvDepth), MaxRecvWR: uint32(s.cfg.RecvDepth), MaxSendSGE: 1, MaxRecvSGE: 1}}, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
 	if err != nil {
 		return err
 	}

@@ -195,10 +195,12 @@ func (k *link) takeStash() []verbs.WorkCompletion {
 // dialMember connects link k to member target for req (whose kind,
 // epoch and kind-specific fields are set), proves that this member
 // belongs, checks that the peer does, sends grant (a ring the peer may
-// write, for a fetch) and returns the peer's answer. A refusal is an
+// write, for a fetch in ModeWrite; nil for none) and returns the peer's
+// answer. k's QP lets the peer write only once the peer has proved that
+// it is a member, and only if there is a grant. A refusal is an
 // error naming the status; an answer with a status other than codeOK is
 // returned as it is.
-func (m *Member) dialMember(ctx context.Context, k *link, target int, req connMsg, grantAddr uint64, grantKey uint32) (connMsg, error) {
+func (m *Member) dialMember(ctx context.Context, k *link, target int, req connMsg, grant *ringInfo) (connMsg, error) {
 	addr := m.cfg.Members[target]
 	req.setMember(m.ID())
 	req.setCluster(m.cluster)
@@ -217,6 +219,14 @@ func (m *Member) dialMember(ctx context.Context, k *link, target int, req connMs
 		return nil, fmt.Errorf("%w: %s did not prove that it is a member", ErrAuth, addr)
 	}
 	na := append([]byte(nil), r.acceptNonce()...)
+	var grantAddr uint64
+	var grantKey uint32
+	if grant != nil {
+		if err := k.allowRemoteWrite(); err != nil {
+			return nil, err
+		}
+		grantAddr, grantKey = grant.addr, grant.rkey
+	}
 	b := k.hsBuf()
 	a := putAuth(b, nil, grantAddr, grantKey)
 	copy(a.authMAC(), authMAC(m.cfg.Secret, labelDialer, req, na, target, a.authGrant()))

@@ -223,8 +223,8 @@ func (cc *clientConn) setup(ctx context.Context, addr string) error {
 	if cc.cq, err = cc.vctx.CreateCQ(2*clientRecvs + 8); err != nil {
 		return err
 	}
-	ep, err := cm.NewEndpoint(cc.pd, verbs.QPInitAttr{SendCQ: cc.cq, RecvCQ: cc.cq,
-		Cap: verbs.QPCap{MaxSendWR: clientRecvs, MaxRecvWR: clientRecvs, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	ep, err := cm.NewEndpointAccess(cc.pd, verbs.QPInitAttr{SendCQ: cc.cq, RecvCQ: cc.cq,
+		Cap: verbs.QPCap{MaxSendWR: clientRecvs, MaxRecvWR: clientRecvs, MaxSendSGE: 1, MaxRecvSGE: 1}}, verbs.AccessLocalWrite)
 	if err != nil {
 		return err
 	}

@@ -432,6 +432,12 @@ func (m *Member) serveReplicate(p *pendingMember, r *receiver) {
 			code = codeUnavailable
 		}
 	}
+	if code == codeOK && r.mode == ModeWrite {
+		if err := r.k.allowRemoteWrite(); err != nil {
+			m.cfg.Logf("rlog: %s: replicate session: %v", m.cfg.Listen, err)
+			code = codeUnavailable
+		}
+	}
 	if code != codeOK {
 		m.roleMu.Unlock()
 		m.refuseProved(p, code)
@@ -558,7 +564,7 @@ func (m *Member) fence(ctx context.Context, i int, e uint64) fenceAnswer {
 	defer k.close()
 	req := newConnMsg(kindFence)
 	req.setEpoch(e)
-	r, err := m.dialMember(ctx, k, i, req, 0, 0)
+	r, err := m.dialMember(ctx, k, i, req, nil)
 	if err != nil {
 		ans.err = err
 		return ans
@@ -697,7 +703,11 @@ func (m *Member) fetch(ctx context.Context, a fenceAnswer, e uint64) error {
 	req.setBuffers(r.ring.buffers)
 	req.setBufSize(r.ring.bufSize)
 	req.setMode(m.cfg.Mode)
-	reply, err := m.dialMember(ctx, r.k, a.idx, req, r.ring.addr, r.ring.rkey)
+	var grant *ringInfo
+	if r.mode == ModeWrite {
+		grant = &r.ring
+	}
+	reply, err := m.dialMember(ctx, r.k, a.idx, req, grant)
 	if err != nil {
 		return err
 	}
@@ -789,6 +799,9 @@ type link struct {
 // newLink creates a CQ and a QP in Init, ready for receives to be posted
 // before it connects, with the membership handshake's receive posted
 // first (one more receive, send and two more completions than asked).
+// The QP refuses every remote operation: a link's peer may write into
+// the member's memory only once allowRemoteWrite says so, after the
+// peer has proved that it is a member.
 func newLink(m *Member, cqe int, qcap verbs.QPCap) (*link, error) {
 	k := &link{m: m}
 	var err error
@@ -798,7 +811,7 @@ func newLink(m *Member, cqe int, qcap verbs.QPCap) (*link, error) {
 	qcap.MaxSendWR++
 	qcap.MaxRecvWR++
 	qcap.MaxSendSGE, qcap.MaxRecvSGE = max(qcap.MaxSendSGE, 1), max(qcap.MaxRecvSGE, 1)
-	ep, err := cm.NewEndpoint(m.pd, verbs.QPInitAttr{SendCQ: k.cq, RecvCQ: k.cq, Cap: qcap})
+	ep, err := cm.NewEndpointAccess(m.pd, verbs.QPInitAttr{SendCQ: k.cq, RecvCQ: k.cq, Cap: qcap}, verbs.AccessLocalWrite)
 	if err != nil {
 		k.cq.Destroy()
 		return nil, err
@@ -813,6 +826,17 @@ func newLink(m *Member, cqe int, qcap verbs.QPCap) (*link, error) {
 		return nil, err
 	}
 	return k, nil
+}
+
+// allowRemoteWrite lets the link's connected peer RDMA-Write the
+// member's memory regions that allow it (the ring of a ModeWrite
+// receiver); call it only once the peer has proved that it is a member.
+func (k *link) allowRemoteWrite() error {
+	a := verbs.QPAttr{AccessFlags: verbs.AccessLocalWrite | verbs.AccessRemoteWrite}
+	if err := k.qp.Modify(&a, verbs.QPAttrAccessFlags); err != nil {
+		return fmt.Errorf("rlog: grant the peer remote write: %w", err)
+	}
+	return nil
 }
 
 // alloc registers size bytes for the link.

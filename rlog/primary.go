@@ -360,7 +360,7 @@ func (p *primary) session(i int) error {
 	req.setBuffers(cfg.Buffers)
 	req.setBufSize(cfg.BufferSize)
 	req.setMode(cfg.Mode)
-	r, err := p.m.dialMember(p.ctx, s.k, i, req, 0, 0)
+	r, err := p.m.dialMember(p.ctx, s.k, i, req, nil)
 	if err != nil {
 		return err
 	}
@@ -421,8 +421,8 @@ func (p *primary) acceptClient(req *cm.Request, reply connMsg) uint8 {
 	p.nextTag++
 	tag := p.nextTag & (1<<24 - 1)
 	cs := &clientSession{tag: tag, msgSize: cfg.clientMsgSize(), k: &link{m: p.m}}
-	ep, err := cm.NewEndpoint(p.m.pd, verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq,
-		Cap: verbs.QPCap{MaxSendWR: uint32(cfg.ClientDepth), MaxRecvWR: uint32(cfg.ClientDepth), MaxSendSGE: 1, MaxRecvSGE: 1}})
+	ep, err := cm.NewEndpointAccess(p.m.pd, verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq,
+		Cap: verbs.QPCap{MaxSendWR: uint32(cfg.ClientDepth), MaxRecvWR: uint32(cfg.ClientDepth), MaxSendSGE: 1, MaxRecvSGE: 1}}, verbs.AccessLocalWrite)
 	if err != nil {
 		return codeUnavailable
 	}

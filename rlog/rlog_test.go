@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -97,6 +98,13 @@ func newCluster(t testing.TB, scheme string, n int, cfg Config) *cluster {
 			c.addrs = append(c.addrs, fmt.Sprintf("loop://rlog-%d-%d", id, i))
 		case "shm":
 			c.addrs = append(c.addrs, fmt.Sprintf("shm://@goverbs-rlog-%d-%d-%d", os.Getpid(), id, i))
+		case "tcp":
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.addrs = append(c.addrs, "tcp://"+l.Addr().String())
+			l.Close()
 		}
 		c.dirs = append(c.dirs, filepath.Join(t.TempDir(), fmt.Sprint(i)))
 		c.logs = append(c.logs, &testLogf{t: t, events: c.events})
