@@ -67,7 +67,7 @@ var deviceAttr = driver.DeviceAttr{
 	MaxSGE:          maxSGE,
 	MaxCQ:           1 << 14,
 	MaxCQE:          1 << 20,
-	MaxMR:           keytab.Size,
+	MaxMR:           keytab.MaxLen,
 	MaxPD:           1 << 14,
 	MaxQPRdAtom:     16,
 	MaxQPInitRdAtom: 16,
@@ -164,8 +164,8 @@ func (p *pd) Dealloc() error {
 }
 
 // mr is a registered region. Its key serves as both lkey and rkey; the
-// context's key table (internal/keytab) makes it: a slot index and 24
-// random bits, so that stale and guessed keys miss.
+// context's key table (internal/keytab) makes it: 32 random bits, so that
+// stale and guessed keys miss.
 type mr struct {
 	ctx     *devCtx
 	pd      *pd

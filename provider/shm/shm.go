@@ -173,6 +173,7 @@ func (*provider) Open(name string) (driver.Context, error) {
 		EventQueue: driver.NewEventQueue(),
 		keySeg:     keys,
 		keys:       viewKeyTable(keys.mem, maxKeys),
+		mrs:        keytab.Table[*mr]{Indexed: true},
 		segs:       map[uint32]*segInfo{},
 		pid:        os.Getpid(),
 	}
