@@ -139,8 +139,8 @@ func (g *guesser) guess(t *testing.T, i uint32) error {
 		return errRefused
 	}
 	defer c.Close()
-	// The slot of the real key, a random part that is not the real one.
-	wrong := uint32(i+1)<<keytab.IndexBits ^ g.rkey
+	// A key that differs from the real one in a few bits.
+	wrong := uint32(i+1)<<8 ^ g.rkey
 	if _, err := qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled, RKey: wrong, RemoteAddr: g.raddr,
 		SGList: []verbs.SGE{{Addr: g.local.Addr(), Length: 8, LKey: g.local.LKey()}}}}); err != nil {
 		t.Fatal(err)
@@ -161,10 +161,10 @@ var errRefused = errors.New("refused")
 
 // expectedHours is the expected time to find one region's key with r
 // guesses a second: half the key space of a region.
-func expectedHours(r float64) float64 { return math.Exp2(keytab.RandomBits-1) / r / 3600 }
+func expectedHours(r float64) float64 { return math.Exp2(keytab.KeyBits-1) / r / 3600 }
 
 // TestGuessRate measures, against a live region on tcp0, how fast a peer
-// that knows the region's slot can try keys when nothing stops it, and
+// can try keys when nothing stops it, and
 // checks that with the default ListenConfig it is refused after
 // peerguard's strikes. It reports the rates and the expected time to find
 // the key either way (the back-off's figure follows from its defaults:
@@ -181,7 +181,7 @@ func TestGuessRate(t *testing.T) {
 			}
 		}
 		rate := guesses / time.Since(start).Seconds()
-		t.Logf("no back-off: %.0f guesses/s; expected time to find a key of %d random bits: %.1f h", rate, keytab.RandomBits, expectedHours(rate))
+		t.Logf("no back-off: %.0f guesses/s; expected time to find a key of %d random bits: %.1f h", rate, keytab.KeyBits, expectedHours(rate))
 	})
 	t.Run("Default", func(t *testing.T) {
 		v := startGuessTarget(t, cm.ListenConfig{})
@@ -206,6 +206,6 @@ func TestGuessRate(t *testing.T) {
 		perHour := float64(strikes) / 1 // MaxBackoff of 1 h, reached after 12 refusals
 		t.Logf("default back-off: %d of 20 dials refused in %v after %d guesses; at the 1 h ceiling %.0f guesses/h; "+
 			"expected time to find a key: %.0f years", refused, time.Since(start).Round(time.Millisecond), strikes, perHour,
-			math.Exp2(keytab.RandomBits-1)/perHour/24/365)
+			math.Exp2(keytab.KeyBits-1)/perHour/24/365)
 	})
 }

@@ -166,8 +166,9 @@
 //
 // Trust: every tagged access is checked against the STag's region (PD,
 // bounds, rights of the region and of the QP) before a byte moves; STags
-// come from internal/keytab (8 bits of slot, 24 random bits per
-// registration), so a peer must search 2^24 STags per region. A failed
+// come from internal/keytab (32 random bits per registration), so a
+// guess hits a given region with probability 2^-32, and one of N
+// registered regions with N/2^32. A failed
 // check ends the connection with a Terminate and counts against the
 // peer's IP address in the guard of the listener that accepted it, which
 // refuses that address for a back-off period once it has failed
@@ -213,7 +214,7 @@ var deviceAttr = driver.DeviceAttr{
 	MaxSGE:          maxSGE,
 	MaxCQ:           1 << 14,
 	MaxCQE:          1 << 20,
-	MaxMR:           keytab.Size,
+	MaxMR:           keytab.MaxLen,
 	MaxPD:           1 << 14,
 	MaxQPRdAtom:     maxRdAtomic,
 	MaxQPInitRdAtom: maxRdAtomic,
@@ -326,9 +327,9 @@ func (p *pd) Dealloc() error {
 }
 
 // mr is a registered region. Its STag serves as lkey and rkey; the
-// context's key table (internal/keytab) makes it: a slot index and 24
-// random bits, so that stale and guessed STags miss. (RFC 5040 leaves the
-// STag's layout to its owner; peers treat it as opaque.)
+// context's key table (internal/keytab) makes it: 32 random bits, so that
+// stale and guessed STags miss. (RFC 5040 leaves the STag's layout to its
+// owner; peers treat it as opaque.)
 type mr struct {
 	ctx    *devCtx
 	pd     *pd

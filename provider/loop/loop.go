@@ -23,6 +23,7 @@
 package loop
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sync"
@@ -67,7 +68,7 @@ var deviceAttr = driver.DeviceAttr{
 	MaxSGE:          maxSGE,
 	MaxCQ:           1 << 14,
 	MaxCQE:          1 << 20,
-	MaxMR:           keytab.Size,
+	MaxMR:           keytab.MaxLen,
 	MaxPD:           1 << 14,
 	MaxQPRdAtom:     16,
 	MaxQPInitRdAtom: 16,
@@ -101,6 +102,7 @@ func (*provider) Open(name string) (driver.Context, error) {
 type devCtx struct {
 	driver.EventQueue                   // Events, and Event to deliver one
 	mrs               keytab.Table[*mr] // by key
+	mappings          []*mapping        // AllocMR memory with regions in it, by address
 	pds               int
 	cqs               []*cq
 	qps               []*qp
@@ -164,8 +166,8 @@ func (p *pd) Dealloc() error {
 }
 
 // mr is a registered region. Its key serves as both lkey and rkey; the
-// context's key table (internal/keytab) makes it: a slot index and 24
-// random bits, so that stale and guessed keys miss.
+// context's key table (internal/keytab) makes it: 32 random bits, so that
+// stale and guessed keys miss.
 type mr struct {
 	ctx     *devCtx
 	pd      *pd
@@ -210,26 +212,39 @@ func (m *mr) release() {
 	if mp := m.mapping; mp != nil {
 		m.mapping = nil
 		if mp.refs--; mp.refs == 0 {
+			c := m.ctx
+			if i, ok := c.mappingIndex(mp.base()); ok {
+				c.mappings = slices.Delete(c.mappings, i, i+1)
+			}
 			syscall.Munmap(mp.mem)
 		}
 	}
 }
 
+func (mp *mapping) base() uintptr { return uintptr(unsafe.Pointer(&mp.mem[0])) }
+
+// mappingIndex returns the index in c.mappings of the last mapping that
+// starts at or below addr, and whether there is one; fab.mu is held.
+func (c *devCtx) mappingIndex(addr uintptr) (int, bool) {
+	i, found := slices.BinarySearchFunc(c.mappings, addr, func(mp *mapping, a uintptr) int { return cmp.Compare(mp.base(), a) })
+	if found {
+		return i, true
+	}
+	return i - 1, i > 0
+}
+
 // mappingOf finds the AllocMR mapping of c that contains buf; fab.mu is held.
 func (c *devCtx) mappingOf(buf []byte) *mapping {
 	start := uintptr(unsafe.Pointer(&buf[0]))
-	var found *mapping
-	c.mrs.Range(func(_ uint32, m *mr) bool {
-		if mp := m.mapping; mp != nil {
-			base := uintptr(unsafe.Pointer(&mp.mem[0]))
-			if start >= base && start-base+uintptr(len(buf)) <= uintptr(len(mp.mem)) {
-				found = mp
-				return false
-			}
-		}
-		return true
-	})
-	return found
+	i, ok := c.mappingIndex(start)
+	if !ok {
+		return nil
+	}
+	mp := c.mappings[i]
+	if start-mp.base()+uintptr(len(buf)) <= uintptr(len(mp.mem)) {
+		return mp
+	}
+	return nil
 }
 
 func (p *pd) register(buf []byte, access driver.AccessFlags, mp *mapping) (driver.MR, error) {
@@ -252,7 +267,10 @@ func (p *pd) register(buf []byte, access driver.AccessFlags, mp *mapping) (drive
 		mp = c.mappingOf(buf)
 	}
 	if mp != nil {
-		mp.refs++
+		if mp.refs++; mp.refs == 1 {
+			i, _ := c.mappingIndex(mp.base())
+			c.mappings = slices.Insert(c.mappings, i+1, mp)
+		}
 	}
 	m.mapping = mp
 	return m, nil

@@ -71,8 +71,10 @@
 // process is rejected before anything of its request is used. (Only the
 // listener checks: a dialler trusts the address it dials.)
 //
-// Keys are made by internal/keytab: 8 bits of slot, 24 random bits, so a
-// peer guessing a region's key must search 2^24 keys. Each QP hands its
+// Keys are made by internal/keytab (an Indexed table): 8 bits of slot, 24
+// random bits, so a peer guessing a region's key must search 2^24 keys.
+// The shared key table and the grant tables are indexed by the slot, which
+// caps a context at 256 regions (MaxMR). Each QP hands its
 // peer a grant table of its own, read-only: the keys of the regions of
 // the QP's protection domain that peers may reach (remote rights, or a
 // receive posted in them), written before the key is returned by
@@ -173,6 +175,7 @@ func (*provider) Open(name string) (driver.Context, error) {
 		EventQueue: driver.NewEventQueue(),
 		keySeg:     keys,
 		keys:       viewKeyTable(keys.mem, maxKeys),
+		mrs:        keytab.Table[*mr]{Indexed: true},
 		segs:       map[uint32]*segInfo{},
 		pid:        os.Getpid(),
 	}

@@ -78,6 +78,7 @@ var suite = []testCase{
 	{"Protection/OtherPDLKey", testOtherPDLKey},
 	{"Protection/OtherPDRKey", testOtherPDRKey},
 	{"Protection/QPNoRemoteRights", testQPNoRemoteRights},
+	{"Protection/ManyRegions", testManyRegions},
 	{"Protection/QPAccessKept", testQPAccessKept},
 
 	{"Hostile/ForgedKey", testHostileForgedKey},
