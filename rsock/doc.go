@@ -88,8 +88,7 @@
 // written from there), and 132 bytes of control buffers;
 // Conn.RegisteredBytes reports the sum. A device context is shared by
 // the process's connections on a device, as many as its regions allow
-// (three a connection, within the device's MaxMR: 85 on goverbs' own
-// devices); more connections open further contexts. Large writes are copied into
+// (three a connection, within the device's MaxMR: 85 on shm0); more connections open further contexts. Large writes are copied into
 // staging like small ones: rsock does not register the caller's buffer
 // for zero-copy writes.
 //
