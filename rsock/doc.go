@@ -88,9 +88,10 @@
 // written from there), and 132 bytes of control buffers;
 // Conn.RegisteredBytes reports the sum. A device context is shared by
 // the process's connections on a device, as many as its regions allow
-// (three a connection, within the device's MaxMR: 85 on shm0); more connections open further contexts. Large writes are copied into
-// staging like small ones: rsock does not register the caller's buffer
-// for zero-copy writes.
+// (three a connection, within the device's MaxMR: 85 on shm0); more
+// connections open further contexts. Large writes are copied into staging
+// like small ones: rsock does not register the caller's buffer for
+// zero-copy writes.
 //
 // Scale: on shm0 an end holds about five file descriptors (its socket,
 // queues and shared segments), so a process that keeps many connections
