@@ -58,10 +58,11 @@
 // fail but cannot make it panic, hang, or touch memory outside the peer's
 // segments and its own registered regions. process_vm_readv/writev aim at
 // the process the kernel reports at the other end of the socket
-// (SO_PEERCRED), not one the peer names. The read-only mappings guard
-// against a peer's mistakes; they do not stop a hostile process of the
-// same user, which could reopen a read-only memfd descriptor writable
-// through /proc/self/fd, or ptrace this process.
+// (SO_PEERCRED), not one the peer names. Every memfd has mode 0600, so a
+// process of another user cannot reopen a read-only descriptor writable
+// through /proc/self/fd; a hostile process of the same user can, or can
+// ptrace this process, so the read-only mappings guard against it only
+// by convention.
 //
 // # Trust
 //
