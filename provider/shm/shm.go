@@ -69,7 +69,9 @@
 // A listener accepts only processes of its own user unless its
 // cm.ListenConfig names other users (TrustUIDs) or primary groups
 // (TrustGIDs); the kernel's SO_PEERCRED says who dials, and an untrusted
-// process is rejected before anything of its request is used. (Only the
+// process, or a user in back-off, is rejected as soon as its connection
+// is accepted: before its request is read, and without taking one of the
+// listener's handshake slots. (Only the
 // listener checks: a dialler trusts the address it dials.)
 //
 // Keys are made by internal/keytab: 8 bits of slot, 24 random bits, so a
