@@ -117,6 +117,12 @@ func readHello(sock *net.UnixConn, deadline time.Time, recheck func()) (hello, [
 	buf := make([]byte, helloMax+1)
 	oob := make([]byte, unix.CmsgSpace(8*4))
 	n, oobn, _, _, err := sock.ReadMsgUnix(buf, oob)
+	if errors.Is(err, unix.ECONNRESET) {
+		// A peer that closed with our message unread (a listener that
+		// rejects at once) is reported once, ahead of what it sent
+		// before closing: read that.
+		n, oobn, _, _, err = sock.ReadMsgUnix(buf, oob)
+	}
 	fds := parseFDs(oob[:oobn])
 	if err != nil {
 		closeFDs(fds)
