@@ -46,7 +46,8 @@ type Queue[C net.Conn, R any] struct {
 	errs  chan error // a failed accept, for the next Accept to report
 	wg    sync.WaitGroup
 
-	peer func(C) string // names a connection's peer; nil: peers are not told apart
+	peer   func(C) string // names a connection's peer; nil: peers are not told apart
+	screen func(C) bool   // false: turn the connection away at once; nil: admit all
 
 	mu      sync.Mutex
 	shaking map[net.Conn]bool // handshakes under way, closed by Close
@@ -72,6 +73,18 @@ func New[C net.Conn, R any](accept func() (C, error), closeL func() error, shake
 func (q *Queue[C, R]) PerPeer(peer func(C) string) *Queue[C, R] {
 	q.peer = peer
 	q.perPeer = map[string]int{}
+	return q
+}
+
+// Screen makes the queue ask screen about each connection as soon as it
+// is accepted, before it takes a handshake slot: one screen refuses
+// (false) is closed at once and holds no slot, so that connections of
+// peers the listener turns away anyway (an untrusted user, say) cannot
+// crowd out others. screen runs in the accepting goroutine: it must not
+// block (it may write a short refusal to a fresh connection). Call it
+// before the first Accept; it returns q.
+func (q *Queue[C, R]) Screen(screen func(C) bool) *Queue[C, R] {
+	q.screen = screen
 	return q
 }
 
@@ -188,6 +201,11 @@ func (q *Queue[C, R]) loop() {
 			continue
 		}
 		pause = 0
+		if q.screen != nil && !q.screen(c) {
+			c.Close()
+			<-q.slots
+			continue
+		}
 		var peer string
 		if q.peer != nil {
 			peer = q.peer(c)

@@ -5,9 +5,19 @@
 // back-off period once it has failed too often. Each further failure
 // after a refusal doubles the period, up to a ceiling, so that guessing a
 // key costs hours rather than seconds.
+//
+// A peer that is an IPv6 address is counted by its /64 prefix, the least
+// a site is handed, so that one host cannot start afresh by changing its
+// interface identifier. When the guard remembers MaxPeers peers and every
+// one of them is refused, new peers' failures are counted together on one
+// shared record, and while that record is refused so is every peer the
+// guard does not remember: a flood of addresses cannot make the guard
+// stop counting (it fails closed, at the cost of refusing unknown honest
+// peers for the flood's back-off).
 package peerguard
 
 import (
+	"net/netip"
 	"sync"
 	"time"
 )
@@ -25,7 +35,8 @@ type Config struct {
 	// refusal has ended, before it starts afresh (default 24 h).
 	Forget time.Duration
 	// MaxPeers bounds the peers remembered (default 65536); when it is
-	// reached, peers not refused at the moment are forgotten first.
+	// reached, peers not refused at the moment are forgotten first, and
+	// if all are refused, new peers share one record.
 	MaxPeers int
 	// Now returns the time (default time.Now), for tests.
 	Now func() time.Time
@@ -68,9 +79,10 @@ func (c Config) withDefaults() Config {
 // Guard counts failures per peer and says which peers are refused. It is
 // safe for concurrent use; its zero value is not: use New.
 type Guard struct {
-	cfg   Config
-	mu    sync.Mutex
-	peers map[string]*record
+	cfg      Config
+	mu       sync.Mutex
+	peers    map[string]*record
+	overflow record // the failures of new peers while the table is full of refused ones
 }
 
 type record struct {
@@ -91,6 +103,7 @@ func (g *Guard) Config() Config { return g.cfg }
 // Fail records a failed remote access by peer. It reports the refusal
 // period that starts now, or 0 if the peer is not refused yet.
 func (g *Guard) Fail(peer string) time.Duration {
+	peer = key(peer)
 	now := g.cfg.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -99,11 +112,12 @@ func (g *Guard) Fail(peer string) time.Duration {
 		r = nil // quiet long enough: starts afresh
 	}
 	if r == nil {
-		if !g.makeRoom(now) {
-			return 0 // every peer remembered is refused now: not counted
+		if g.makeRoom(now) {
+			r = &record{}
+			g.peers[peer] = r
+		} else {
+			r = &g.overflow // every peer remembered is refused now
 		}
-		r = &record{}
-		g.peers[peer] = r
 	}
 	r.last = now
 	if r.strikes++; r.strikes < g.cfg.Strikes {
@@ -121,11 +135,15 @@ func (g *Guard) Fail(peer string) time.Duration {
 
 // Refused reports whether peer is refused now, and for how much longer.
 func (g *Guard) Refused(peer string) (time.Duration, bool) {
+	peer = key(peer)
 	now := g.cfg.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	r := g.peers[peer]
-	if r == nil || !now.Before(r.until) {
+	if r == nil {
+		r = &g.overflow
+	}
+	if !now.Before(r.until) {
 		return 0, false
 	}
 	return r.until.Sub(now), true
@@ -153,4 +171,18 @@ func (g *Guard) makeRoom(now time.Time) bool {
 		}
 	}
 	return len(g.peers) < g.cfg.MaxPeers
+}
+
+// key is the name peer is counted under: an IPv6 address's /64 prefix,
+// else peer itself.
+func key(peer string) string {
+	a, err := netip.ParseAddr(peer)
+	if err != nil || !a.Is6() || a.Is4In6() {
+		return peer
+	}
+	p, err := a.Prefix(64)
+	if err != nil {
+		return peer
+	}
+	return p.String()
 }

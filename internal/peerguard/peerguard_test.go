@@ -92,3 +92,52 @@ func TestMaxPeersAllRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestFullTableFailsClosed: when every peer the guard remembers is
+// refused, a new peer's failures still count, and refuse it.
+func TestFullTableFailsClosed(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	g := New(Config{MaxPeers: 4, Now: func() time.Time { return now }})
+	for i := range 4 {
+		p := fmt.Sprintf("192.0.2.%d", i)
+		for range DefaultStrikes {
+			g.Fail(p)
+		}
+		if _, r := g.Refused(p); !r {
+			t.Fatalf("%s not refused after %d failures", p, DefaultStrikes)
+		}
+	}
+	for i := range DefaultStrikes - 1 {
+		if d := g.Fail(fmt.Sprintf("198.51.100.%d", i)); d != 0 {
+			t.Fatalf("refused after %d failures, not %d", i+1, DefaultStrikes)
+		}
+	}
+	if d := g.Fail("198.51.100.200"); d == 0 {
+		t.Fatal("new peers' failures are not counted when the table is full of refused peers")
+	}
+	if _, r := g.Refused("203.0.113.9"); !r {
+		t.Fatal("an unknown peer is let through while new peers' shared record is refused")
+	}
+	if _, r := g.Refused("192.0.2.0"); !r {
+		t.Fatal("a remembered refused peer lost its refusal")
+	}
+}
+
+// TestIPv6PeersCountedByPrefix: the addresses of one IPv6 /64 share one
+// record; other /64s and IPv4 peers do not.
+func TestIPv6PeersCountedByPrefix(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	g := New(Config{Now: func() time.Time { return now }})
+	for i := range DefaultStrikes {
+		g.Fail(fmt.Sprintf("2001:db8:0:1::%x", i+1))
+	}
+	if _, r := g.Refused("2001:db8:0:1:ffff::1"); !r {
+		t.Fatal("another address of the same /64 is not refused")
+	}
+	if _, r := g.Refused("2001:db8:0:2::1"); r {
+		t.Fatal("an address of another /64 is refused")
+	}
+	if _, r := g.Refused("::ffff:192.0.2.1"); r {
+		t.Fatal("an IPv4-mapped address is refused")
+	}
+}

@@ -117,6 +117,12 @@ func readHello(sock *net.UnixConn, deadline time.Time, recheck func()) (hello, [
 	buf := make([]byte, helloMax+1)
 	oob := make([]byte, unix.CmsgSpace(8*4))
 	n, oobn, _, _, err := sock.ReadMsgUnix(buf, oob)
+	if errors.Is(err, unix.ECONNRESET) {
+		// A peer that closed with our message unread (a listener that
+		// rejects at once) is reported once, ahead of what it sent
+		// before closing: read that.
+		n, oobn, _, _, err = sock.ReadMsgUnix(buf, oob)
+	}
 	fds := parseFDs(oob[:oobn])
 	if err != nil {
 		closeFDs(fds)
@@ -272,7 +278,8 @@ func (p *provider) Listen(addr string) (driver.Listener, error) {
 // ListenConfig implements driver.ConfigListener. The listener accepts
 // only processes of its own user, or of a user in cfg.TrustUIDs or with a
 // primary group in cfg.TrustGIDs, as the kernel reports them
-// (SO_PEERCRED); others are rejected before their request is read. A
+// (SO_PEERCRED); others are rejected as soon as they are accepted, before
+// their request is read and without taking a handshake slot. A
 // user whose connections asked for keys they were not granted
 // cfg.Strikes times is refused for a back-off period (cfg.Backoff,
 // doubling up to cfg.MaxBackoff; see peerguard for the defaults).
@@ -297,6 +304,20 @@ func (*provider) ListenConfig(addr string, cfg driver.ListenConfig) (driver.List
 	}
 	tr := trust{uid: uint32(os.Getuid()), uids: slices.Clone(cfg.TrustUIDs), gids: slices.Clone(cfg.TrustGIDs)}
 	g := peerguard.New(peerguard.Config{Strikes: cfg.Strikes, Base: cfg.Backoff, Max: cfg.MaxBackoff})
+	// screen turns away, as soon as they are accepted and before they
+	// take a handshake slot or anything of their request is read, the
+	// processes of users not trusted or in back-off.
+	screen := func(sock *net.UnixConn) bool {
+		cred, err := peerCred(sock)
+		if err != nil {
+			return false
+		}
+		if _, refused := g.Refused(uidPeerID(cred)); refused || !tr.trusts(cred) {
+			sock.Write(rejectHello(nil)) // a fresh socket's buffer is empty: this does not block
+			return false
+		}
+		return true
+	}
 	shake := func(sock *net.UnixConn) (*request, bool) {
 		cred, err := peerCred(sock)
 		if err != nil {
@@ -306,18 +327,15 @@ func (*provider) ListenConfig(addr string, cfg driver.ListenConfig) (driver.List
 		if !ok {
 			return nil, false
 		}
-		id := strconv.FormatUint(uint64(cred.Uid), 10)
-		if _, refused := g.Refused(id); refused || !tr.trusts(cred) {
-			// Turned away before anything of the request is used: its
-			// descriptors are closed unmapped.
-			r.Reject(nil)
-			return nil, false
-		}
-		r.guard, r.peerID = g, id
+		r.guard, r.peerID = g, uidPeerID(cred)
 		return r, true
 	}
-	return &listener{l: l, addr: addr, q: acceptq.New(l.AcceptUnix, l.Close, shake, (*request).discard).PerPeer(unixPeer)}, nil
+	q := acceptq.New(l.AcceptUnix, l.Close, shake, (*request).discard).Screen(screen).PerPeer(unixPeer)
+	return &listener{l: l, addr: addr, q: q}, nil
 }
+
+// uidPeerID names a requester's user to the listener's peerguard.
+func uidPeerID(cred *unix.Ucred) string { return strconv.FormatUint(uint64(cred.Uid), 10) }
 
 // trust says whose processes a listener accepts: its own user's, and
 // those of the users and primary groups named.
@@ -388,16 +406,21 @@ func (r *request) Reject(privateData []byte) error {
 	err := driver.ErrClosed
 	r.answered.Do(func() {
 		closeFDs(r.fds)
-		h := make(hello, helloHeader+len(privateData))
-		binary.LittleEndian.PutUint32(h[0:], helloMagic)
-		binary.LittleEndian.PutUint16(h[4:], helloVersion)
-		h[6] = msgRej
-		binary.LittleEndian.PutUint16(h[44:], uint16(len(privateData)))
-		copy(h[helloHeader:], privateData)
-		_, err = r.sock.Write(h)
+		_, err = r.sock.Write(rejectHello(privateData))
 		r.sock.Close()
 	})
 	return err
+}
+
+// rejectHello is the message that rejects a request.
+func rejectHello(privateData []byte) hello {
+	h := make(hello, helloHeader+len(privateData))
+	binary.LittleEndian.PutUint32(h[0:], helloMagic)
+	binary.LittleEndian.PutUint16(h[4:], helloVersion)
+	h[6] = msgRej
+	binary.LittleEndian.PutUint16(h[44:], uint16(len(privateData)))
+	copy(h[helloHeader:], privateData)
+	return h
 }
 
 func (r *request) Accept(dq driver.QP, p driver.ConnParam) (driver.Conn, error) {
@@ -510,7 +533,16 @@ func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.C
 	p.QPNum = q.num
 	h, fds := makeHello(msgReq, q, p)
 	if _, _, err := sock.WriteMsgUnix(h, unix.UnixRights(fds...), nil); err != nil {
+		// A listener that turns this user away answers and closes at
+		// once, perhaps before the request is sent: report its answer,
+		// already queued (the listener has closed its end, so the read
+		// does not wait; the deadline only bounds it).
+		rep, rfds, rerr := readHello(sock, time.Now().Add(acceptq.HandshakeTimeout), nil)
+		closeFDs(rfds)
 		sock.Close()
+		if rerr == nil && rep.typ() == msgRej {
+			return nil, &driver.RejectError{PrivateData: append([]byte(nil), rep.private()...)}
+		}
 		return nil, err
 	}
 	deadline, _ := ctx.Deadline()

@@ -24,12 +24,17 @@ var pageSize = os.Getpagesize()
 func roundPage(n int) int { return (n + pageSize - 1) &^ (pageSize - 1) }
 
 // newSegment creates a sealed memfd of at least size bytes and maps it
-// read-write.
+// read-write. The memfd's mode is 0600: a process of another user handed
+// a read-only descriptor of it cannot reopen it writable through /proc.
 func newSegment(name string, size int) (*segment, error) {
 	size = roundPage(max(size, 1))
 	fd, err := unix.MemfdCreate("goverbs-"+name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	if err := unix.Fchmod(fd, 0o600); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("restrict memfd to its owner: %w", err)
 	}
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		unix.Close(fd)

@@ -58,17 +58,20 @@
 // fail but cannot make it panic, hang, or touch memory outside the peer's
 // segments and its own registered regions. process_vm_readv/writev aim at
 // the process the kernel reports at the other end of the socket
-// (SO_PEERCRED), not one the peer names. The read-only mappings guard
-// against a peer's mistakes; they do not stop a hostile process of the
-// same user, which could reopen a read-only memfd descriptor writable
-// through /proc/self/fd, or ptrace this process.
+// (SO_PEERCRED), not one the peer names. Every memfd has mode 0600, so a
+// process of another user cannot reopen a read-only descriptor writable
+// through /proc/self/fd; a hostile process of the same user can, or can
+// ptrace this process, so the read-only mappings guard against it only
+// by convention.
 //
 // # Trust
 //
 // A listener accepts only processes of its own user unless its
 // cm.ListenConfig names other users (TrustUIDs) or primary groups
 // (TrustGIDs); the kernel's SO_PEERCRED says who dials, and an untrusted
-// process is rejected before anything of its request is used. (Only the
+// process, or a user in back-off, is rejected as soon as its connection
+// is accepted: before its request is read, and without taking one of the
+// listener's handshake slots. (Only the
 // listener checks: a dialler trusts the address it dials.)
 //
 // Keys are made by internal/keytab (an Indexed table): 8 bits of slot, 24
