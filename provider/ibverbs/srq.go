@@ -42,7 +42,9 @@ func (d *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
 	if err != nil {
 		return nil, errnoErr("ibv_create_srq", err)
 	}
-	s := &srq{pd: d, p: p, maxSGE: a.MaxSGE, entries: a.MaxWR, userCtx: a.UserCtx}
+	// ibv_create_srq reports the sizes the device gave, which may be
+	// larger than asked for: the SRQ holds that many.
+	s := &srq{pd: d, p: p, maxSGE: ia.attr.maxSGE, entries: ia.attr.maxWR, userCtx: a.UserCtx}
 	d.srqs[s] = struct{}{}
 	c.own(p, s)
 	return s, nil
@@ -84,7 +86,6 @@ func (s *srq) Query() (driver.SRQAttr, error) {
 	if err := callInt(lib.querySRQ, s.p, uintptr(unsafe.Pointer(&attr))); err != nil {
 		return driver.SRQAttr{}, errnoErr("ibv_query_srq", err)
 	}
-	// The device may round the queue up; report what was asked for.
 	return driver.SRQAttr{MaxWR: s.entries, MaxSGE: s.maxSGE, Limit: attr.srqLimit}, nil
 }
 
