@@ -343,6 +343,9 @@ func (c *devContext) asyncEvent() bool {
 			}
 		case *srq:
 			element = o.userCtx
+			if t == driver.EventSRQLimitReached {
+				o.limit.Store(0)
+			}
 		}
 	}
 	call(lib.ackAsyncEvent, uintptr(unsafe.Pointer(&ev)))
