@@ -304,6 +304,12 @@ func (c *cmID) moveQP(q *qp, state driver.QPState, edit func(*ibvQPAttr)) error 
 // Init are kept).
 func (c *cmID) toInit(q *qp) error {
 	return c.moveQP(q, driver.QPSInit, func(a *ibvQPAttr) {
+		if granted, ok := q.userGrant(); ok {
+			// The user moved the QP to Init with rights of its
+			// own: the connection keeps exactly those.
+			a.qpAccessFlags = uint32(granted)
+			return
+		}
 		if q.ctx.iwarp && a.qpAccessFlags == 0 {
 			// Before rdma_connect the kernel has no iWARP connection
 			// to take the rights from and grants none; give the

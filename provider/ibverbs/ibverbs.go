@@ -253,6 +253,21 @@ func (c *devContext) query() error {
 		// InfiniBand and RoCE: RNR NAKs and immediate data are part of
 		// the transport. iWARP has neither.
 		c.attr.Caps |= driver.CapRNRRetry | driver.CapImmData
+		// The responder acknowledges every request, so a Send or Write
+		// completes with the responder's error; unanswered requests are
+		// retried per Timeout and RetryCnt; a receive may have no SGE;
+		// RTS→SQD drains the send queue; an atomic's result is copied
+		// into its SGE list in order. iWARP (siw) does none of these:
+		// it completes a WR once TCP has taken it, leaves retries to
+		// TCP, and libsiw refuses a receive without an SGE.
+		//
+		// Not declared: CapModifyConnect (RTR needs an address vector
+		// that Modify does not carry, and the kernel answers an illegal
+		// transition and a missing attribute with the same EINVAL) and
+		// CapQPErrorEvents (the affiliated error events are not raised
+		// as the IB specification names them by every device).
+		c.attr.Caps |= driver.CapAckedCompletion | driver.CapTransportRetry |
+			driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList
 	}
 	if c.attr.AtomicCap != driver.AtomicNone {
 		c.attr.Caps |= driver.CapAtomics
@@ -328,6 +343,9 @@ func (c *devContext) asyncEvent() bool {
 			}
 		case *srq:
 			element = o.userCtx
+			if t == driver.EventSRQLimitReached {
+				o.limit.Store(0)
+			}
 		}
 	}
 	call(lib.ackAsyncEvent, uintptr(unsafe.Pointer(&ev)))

@@ -50,10 +50,16 @@ type qp struct {
 	rwr     [postBatch]ibvRecvWR
 	recvBad uintptr // post_recv's bad_wr
 
-	mu      sync.Mutex // attr, errAttr, dead
+	mu      sync.Mutex // attr, errAttr, dead, granted, grantSet
 	attr    driver.QPAttr
 	errAttr ibvQPAttr // for errored, on the heap so the poll path allocates nothing
 	dead    bool
+
+	// granted are the access flags the user gave the QP by Modify
+	// since its last Reset (grantSet): cm keeps them when it connects
+	// the QP instead of the ones rdma_init_qp_attr proposes.
+	granted  driver.AccessFlags
+	grantSet bool
 }
 
 // errored records that the QP moved to the error state on its own (a
@@ -349,6 +355,12 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	}
 	driver.ApplyAttr(&q.attr, attr, mask)
 	q.attr.State = next
+	switch {
+	case next == driver.QPSReset:
+		q.granted, q.grantSet = 0, false
+	case mask&driver.QPAttrAccessFlags != 0:
+		q.granted, q.grantSet = attr.AccessFlags, true
+	}
 	q.destQPN.Store(q.attr.DestQPNum)
 	q.state.Store(uint32(next))
 	return nil
@@ -594,4 +606,12 @@ func (q *qp) setState(s driver.QPState) {
 		return
 	}
 	q.queryState()
+}
+
+// userGrant returns the access flags the user gave the QP since its last
+// Reset, if any.
+func (q *qp) userGrant() (driver.AccessFlags, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.granted, q.grantSet
 }

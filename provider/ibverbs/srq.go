@@ -1,6 +1,7 @@
 package ibverbs
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,9 @@ type srq struct {
 	entries uint32
 	userCtx any
 	gone    atomic.Bool
+	// limit is the limit last armed, disarmed (0) by the limit event:
+	// Query's answer where the device has no ibv_query_srq (siw).
+	limit atomic.Uint32
 
 	mu  sync.Mutex // rwr, and the SRQ's life
 	rwr [postBatch]ibvRecvWR
@@ -42,7 +46,9 @@ func (d *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
 	if err != nil {
 		return nil, errnoErr("ibv_create_srq", err)
 	}
-	s := &srq{pd: d, p: p, maxSGE: a.MaxSGE, entries: a.MaxWR, userCtx: a.UserCtx}
+	// ibv_create_srq reports the sizes the device gave, which may be
+	// larger than asked for: the SRQ holds that many.
+	s := &srq{pd: d, p: p, maxSGE: ia.attr.maxSGE, entries: ia.attr.maxWR, userCtx: a.UserCtx}
 	d.srqs[s] = struct{}{}
 	c.own(p, s)
 	return s, nil
@@ -71,6 +77,7 @@ func (s *srq) Modify(a driver.SRQAttr, mask driver.SRQAttrMask) error {
 	if err := callInt(lib.modifySRQ, s.p, uintptr(unsafe.Pointer(&attr)), ibvSRQLimit); err != nil {
 		return errnoErr("ibv_modify_srq", err)
 	}
+	s.limit.Store(limit)
 	return nil
 }
 
@@ -82,9 +89,14 @@ func (s *srq) Query() (driver.SRQAttr, error) {
 	}
 	var attr ibvSRQAttr
 	if err := callInt(lib.querySRQ, s.p, uintptr(unsafe.Pointer(&attr))); err != nil {
-		return driver.SRQAttr{}, errnoErr("ibv_query_srq", err)
+		err = errnoErr("ibv_query_srq", err)
+		if !errors.Is(err, driver.ErrUnsupported) {
+			return driver.SRQAttr{}, err
+		}
+		// libsiw has no ibv_query_srq: the sizes are the ones
+		// ibv_create_srq gave, the limit the one armed.
+		attr.srqLimit = s.limit.Load()
 	}
-	// The device may round the queue up; report what was asked for.
 	return driver.SRQAttr{MaxWR: s.entries, MaxSGE: s.maxSGE, Limit: attr.srqLimit}, nil
 }
 
