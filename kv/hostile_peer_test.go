@@ -1,16 +1,13 @@
 package kv
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -117,26 +114,7 @@ func hostileChild(spec string) int {
 // printed; the child ends with the test.
 func startHostileChild(t *testing.T, spec string) string {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "GOVERBS_KV_TEST_HOSTILE="+spec, "GORACE=atexit_sleep_ms=0")
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGCONT)
-		stdin.Close()
-		cmd.Wait()
-	})
-	line, err := bufio.NewReader(out).ReadString('\n')
+	_, line, err := startChild(t, "GOVERBS_KV_TEST_HOSTILE="+spec)
 	if err != nil {
 		t.Fatalf("hostile child: %q, %v", line, err)
 	}

@@ -51,8 +51,20 @@ func serveChild(addr string) int {
 
 // startChildServer runs a server in a child process.
 func startChildServer(t *testing.T, addr string) *exec.Cmd {
+	cmd, line, err := startChild(t, "GOVERBS_KV_TEST_SERVER="+addr)
+	if err != nil || line != "ready\n" {
+		t.Fatalf("server child: %q, %v", line, err)
+	}
+	return cmd
+}
+
+// startChild runs this test binary as a child process with env added,
+// and returns it with the first line it printed; the child ends with the
+// test.
+func startChild(t *testing.T, env string) (*exec.Cmd, string, error) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "GOVERBS_KV_TEST_SERVER="+addr, "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(os.Environ(), env, "GORACE=atexit_sleep_ms=0")
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -71,10 +83,7 @@ func startChildServer(t *testing.T, addr string) *exec.Cmd {
 		cmd.Wait()
 	})
 	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || line != "ready\n" {
-		t.Fatalf("server child: %q, %v", line, err)
-	}
-	return cmd
+	return cmd, line, err
 }
 
 var serial atomic.Int64
