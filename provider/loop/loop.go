@@ -144,7 +144,7 @@ func (c *devCtx) Close() error {
 		return true
 	})
 	for _, cq := range c.cqs {
-		cq.destroyed = true
+		cq.DestroyLocked()
 	}
 	return nil
 }

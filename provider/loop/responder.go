@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/goverbs/goverbs/internal/sglist"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -12,20 +13,13 @@ import (
 // The responder side of a QP: what happens when a peer's request arrives.
 // Each function returns the status the requester completes with.
 
-// accepts reports whether the QP's responder takes requests (RTR onwards,
-// short of the error state).
-func (p *qp) accepts() bool {
-	switch p.attr.State {
-	case driver.QPSRTR, driver.QPSRTS, driver.QPSSQD, driver.QPSSQE:
-		return true
-	}
-	return false
-}
+// accepts reports whether the QP's responder takes requests.
+func (p *qp) accepts() bool { return soft.Accepts(p.attr.State) }
 
 // nextRecv returns the receive the next incoming message consumes, or nil.
 func (p *qp) nextRecv() *rwqe {
 	if p.srq != nil {
-		return p.srq.peek()
+		return p.srq.PeekLocked()
 	}
 	return p.rq.Peek()
 }
@@ -33,7 +27,7 @@ func (p *qp) nextRecv() *rwqe {
 // consumeRecv removes the receive nextRecv returned.
 func (p *qp) consumeRecv() {
 	if p.srq != nil {
-		p.srq.consume()
+		p.srq.PopLocked()
 		return
 	}
 	p.rq.Pop()
@@ -81,17 +75,17 @@ func (p *qp) receive(q *qp, wr *driver.SendWR, src *sglist.List) driver.WCStatus
 	switch {
 	case !ok:
 		wc.Status = driver.WCLocProtErr
-		p.completeRecv(wc)
+		p.CompleteRecv(wc)
 		p.responderErr(driver.EventQPAccessErr)
 		return driver.WCRemOpErr
 	case src.Len() > dst.Len():
 		wc.Status = driver.WCLocLenErr
-		p.completeRecv(wc)
+		p.CompleteRecv(wc)
 		p.responderErr(driver.EventQPReqErr)
 		return driver.WCRemInvReqErr
 	}
 	wc.ByteLen = uint32(sglist.Copy(&dst, src))
-	p.completeRecv(wc)
+	p.CompleteRecv(wc)
 	return driver.WCSuccess
 }
 
@@ -117,7 +111,7 @@ func (p *qp) write(q *qp, wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 		wc := recvCompletion(q, wr, p.nextRecv().WRID, driver.WCRecvRDMAWithImm)
 		wc.ByteLen = uint32(n)
 		p.consumeRecv()
-		p.completeRecv(wc)
+		p.CompleteRecv(wc)
 	}
 	return driver.WCSuccess
 }

@@ -1,0 +1,126 @@
+package soft
+
+import (
+	"github.com/goverbs/goverbs/internal/recvq"
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// QPHooks is what a transport does when the QP skeleton (Modify,
+// PostRecv, FlushRecvs) moves a QP. The provider's lock of the QP is held
+// in every call.
+type QPHooks interface {
+	// VetoModify may refuse a Modify that leads to next, before any
+	// attribute changes.
+	VetoModify(next driver.QPState, attr *driver.QPAttr) error
+	// Modified runs once the attributes of mask are applied, before the
+	// QP enters its new state.
+	Modified(mask driver.QPAttrMask)
+	// EnterReset empties the queues without completions and drops the
+	// connection; it leaves the attributes at their zero values.
+	EnterReset()
+	// EnterRTR makes the QP take the peer's requests.
+	EnterRTR()
+	// EnterRTS makes the send queue progress.
+	EnterRTS()
+	// DrainSQ starts the drain of a QP moved from RTS to SQD, whose
+	// sqdPending the skeleton has set; EventSQDrained is the
+	// transport's to raise when the drain is over.
+	DrainSQ()
+	// EnterErr moves the QP to the error state and flushes what is
+	// outstanding; the QP's state is still the one it had before.
+	EnterErr()
+	// CompleteRecv reports a receive completion of the QP.
+	CompleteRecv(wc driver.WorkCompletion)
+}
+
+// Modify is the skeleton of QP.Modify for a QP whose attributes are cur
+// (cur.State its state): it checks and applies the move
+// (driver.Transition), then has h do what entering the new state means.
+// sqdPending is the QP's flag of a drain to SQD under way; any state but
+// SQD clears it.
+func Modify(h QPHooks, cur *driver.QPAttr, sqdPending *bool, destroyed bool, attr *driver.QPAttr, mask driver.QPAttrMask) error {
+	if destroyed {
+		return driver.ErrClosed
+	}
+	prev, err := driver.Transition(cur, attr, mask, func(next driver.QPState) error { return h.VetoModify(next, attr) })
+	if err != nil {
+		return err
+	}
+	h.Modified(mask)
+	if cur.State != driver.QPSSQD {
+		*sqdPending = false
+	}
+	switch cur.State {
+	case driver.QPSReset:
+		h.EnterReset()
+	case driver.QPSRTR:
+		h.EnterRTR()
+	case driver.QPSRTS:
+		h.EnterRTS()
+	case driver.QPSSQD:
+		if prev == driver.QPSRTS {
+			*sqdPending = true
+			h.DrainSQ()
+		}
+	case driver.QPSErr:
+		cur.State = prev
+		h.EnterErr()
+	}
+	return nil
+}
+
+// PostRecv is the skeleton of QP.PostRecv for a QP whose own receive
+// queue is rq (nil when it takes its receives from an SRQ) and whose
+// state is st: it checks each WR and queues it or, in the error state,
+// completes it flushed through h. It returns how many WRs were posted.
+func PostRecv(h QPHooks, rq *recvq.Queue, destroyed bool, st driver.QPState, wrs []driver.RecvWR) (int, error) {
+	for i := range wrs {
+		if err := postRecv(h, rq, destroyed, st, &wrs[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(wrs), nil
+}
+
+func postRecv(h QPHooks, rq *recvq.Queue, destroyed bool, st driver.QPState, wr *driver.RecvWR) error {
+	switch {
+	case destroyed:
+		return driver.ErrClosed
+	case rq == nil:
+		return driver.ErrRecvOnSRQ
+	}
+	if err := driver.PostRecvStateErr(st); err != nil {
+		return err
+	}
+	if err := rq.Check(wr); err != nil {
+		return err
+	}
+	if st == driver.QPSErr {
+		h.CompleteRecv(driver.WorkCompletion{WRID: wr.WRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
+		return nil
+	}
+	rq.Push(wr)
+	return nil
+}
+
+// FlushRecvs completes every receive posted to rq (nil: none) with
+// WCWRFlushErr, oldest first, as a QP entering the error state does.
+func FlushRecvs(h QPHooks, rq *recvq.Queue) {
+	if rq == nil {
+		return
+	}
+	for r := rq.Peek(); r != nil; r = rq.Peek() {
+		rq.Pop()
+		h.CompleteRecv(driver.WorkCompletion{WRID: r.WRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
+	}
+}
+
+// Accepts reports whether a QP in state st takes its peer's requests:
+// RTR onwards, short of the error state.
+func Accepts(st driver.QPState) bool {
+	switch st {
+	case driver.QPSRTR, driver.QPSRTS, driver.QPSSQD, driver.QPSSQE:
+		return true
+	}
+	return false
+}
