@@ -200,6 +200,7 @@ import (
 	"unsafe"
 
 	"github.com/goverbs/goverbs/internal/keytab"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -282,11 +283,8 @@ func (c *devCtx) QueryDevice() driver.DeviceAttr { return deviceAttr }
 func (c *devCtx) AllocPD() (driver.PD, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return nil, driver.ErrClosed
-	}
-	if c.pds >= deviceAttr.MaxPD {
-		return nil, driver.ErrNoResources
+	if err := soft.Admit(c.closed, c.pds, deviceAttr.MaxPD); err != nil {
+		return nil, err
 	}
 	c.pds++
 	return &pd{ctx: c}, nil
@@ -333,12 +331,7 @@ type pd struct {
 func (p *pd) Dealloc() error {
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
-	if p.released {
-		return driver.ErrClosed
-	}
-	p.released = true
-	p.ctx.pds--
-	return nil
+	return soft.Release(&p.released, &p.ctx.pds)
 }
 
 // mr is a registered region. Its STag serves as lkey and rkey; the

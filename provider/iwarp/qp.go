@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/goverbs/goverbs/internal/recvq"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -109,11 +110,8 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	q.attr.Cap = c
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
-	if p.ctx.closed || p.released {
-		return nil, driver.ErrClosed
-	}
-	if len(p.ctx.qps) >= deviceAttr.MaxQP {
-		return nil, driver.ErrNoResources
+	if err := soft.Admit(p.ctx.closed || p.released, len(p.ctx.qps), deviceAttr.MaxQP); err != nil {
+		return nil, err
 	}
 	p.ctx.qps[q] = true
 	scq.attach(q)
@@ -134,43 +132,46 @@ func (q *qp) Query() (driver.QPAttr, error) {
 func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.destroyed {
-		return driver.ErrClosed
-	}
-	prev, err := driver.Transition(&q.attr, attr, mask, nil)
-	if err != nil {
-		return err
-	}
+	return soft.Modify(q, &q.attr, &q.sqdPending, q.destroyed, attr, mask)
+}
+
+// VetoModify implements soft.QPHooks.
+func (q *qp) VetoModify(driver.QPState, *driver.QPAttr) error { return nil }
+
+// Modified implements soft.QPHooks: the QP's Timeout and RetryCnt bound
+// how long its connection waits for the peer.
+func (q *qp) Modified(mask driver.QPAttrMask) {
 	if mask&(driver.QPAttrTimeout|driver.QPAttrRetryCnt) != 0 && q.c != nil {
 		q.c.setUserTimeout(userTimeout(q.attr.Timeout, q.attr.RetryCnt))
 	}
-	if q.attr.State != driver.QPSSQD {
-		q.sqdPending = false
-	}
-	switch q.attr.State {
-	case driver.QPSReset:
-		q.reset()
-	case driver.QPSRTS:
+}
+
+// EnterReset implements soft.QPHooks.
+func (q *qp) EnterReset() { q.reset() }
+
+// EnterRTR implements soft.QPHooks: the connection cm attached places
+// the peer's messages already.
+func (q *qp) EnterRTR() {}
+
+// EnterRTS implements soft.QPHooks.
+func (q *qp) EnterRTS() { q.kick() }
+
+// DrainSQ implements soft.QPHooks: drained once the message under way,
+// if any, is out and what was executed has completed; the transmitter
+// asks the peer to confirm it at once (needConfirm).
+func (q *qp) DrainSQ() {
+	q.sqDrained()
+	if q.sqdPending {
 		q.kick()
-	case driver.QPSSQD:
-		if prev == driver.QPSRTS {
-			// Drained once the message under way, if any, is out and
-			// what was executed has completed: the transmitter asks the
-			// peer to confirm it at once (needConfirm).
-			q.sqdPending = true
-			q.sqDrained()
-			if q.sqdPending {
-				q.kick()
-			}
-		}
-	case driver.QPSErr:
-		q.attr.State = prev
-		if q.c != nil {
-			q.c.abort() // placing stops before toErr flushes (see fail)
-		}
-		q.toErr()
 	}
-	return nil
+}
+
+// EnterErr implements soft.QPHooks.
+func (q *qp) EnterErr() {
+	if q.c != nil {
+		q.c.abort() // placing stops before toErr flushes (see fail)
+	}
+	q.toErr()
 }
 
 // reset empties both queues without completions and drops the
@@ -194,13 +195,7 @@ func (q *qp) reset() {
 }
 
 // accepts reports whether the QP's responder takes requests. q.mu is held.
-func (q *qp) accepts() bool {
-	switch q.attr.State {
-	case driver.QPSRTR, driver.QPSRTS, driver.QPSSQD, driver.QPSSQE:
-		return true
-	}
-	return false
-}
+func (q *qp) accepts() bool { return soft.Accepts(q.attr.State) }
 
 // toErr moves the QP to the error state and flushes every outstanding
 // WR: the send queue's in flight and queued WRs in order, the receive
@@ -228,10 +223,7 @@ func (q *qp) toErr() {
 		q.rxActive = false
 		q.completeRecv(driver.WorkCompletion{WRID: q.rxWRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
 	}
-	for r := q.peekRecv(); r != nil; r = q.peekRecv() {
-		q.rq.Pop()
-		q.completeRecv(driver.WorkCompletion{WRID: r.WRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
-	}
+	soft.FlushRecvs(q, q.rq)
 	if q.srq != nil {
 		// The receive it was filling, if any, is flushed: it takes
 		// no more from its SRQ.
@@ -350,49 +342,14 @@ func (q *qp) LocalSpan(g *driver.SGE, need driver.AccessFlags) ([]byte, bool) {
 func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for i := range wrs {
-		if err := q.postRecv(&wrs[i]); err != nil {
-			return i, err
-		}
-	}
-	return len(wrs), nil
-}
-
-func (q *qp) postRecv(wr *driver.RecvWR) error {
-	switch {
-	case q.destroyed:
-		return driver.ErrClosed
-	case q.srq != nil:
-		return driver.ErrRecvOnSRQ
-	}
-	if err := driver.PostRecvStateErr(q.attr.State); err != nil {
-		return err
-	}
-	if err := q.rq.Check(wr); err != nil {
-		return err
-	}
-	if q.attr.State == driver.QPSErr {
-		q.completeRecv(driver.WorkCompletion{WRID: wr.WRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
-		return nil
-	}
-	q.rq.Push(wr)
-	return nil
-}
-
-// peekRecv is the oldest receive of the QP's own queue, nil when none
-// is posted or the QP takes its receives from an SRQ. q.mu is held.
-func (q *qp) peekRecv() *rwqe {
-	if q.rq == nil {
-		return nil
-	}
-	return q.rq.Peek()
+	return soft.PostRecv(q, q.rq, q.destroyed, q.attr.State, wrs)
 }
 
 // takeRecv removes the next posted receive (from the QP's queue or its
 // SRQ) into dst; false when none is posted. q.mu is held.
 func (q *qp) takeRecv(dst *rwqe) bool {
 	if q.srq != nil {
-		return q.srq.take(dst)
+		return q.srq.Take(dst)
 	}
 	ok, _ := q.rq.Take(dst) // a QP's own queue has no limit
 	return ok
@@ -402,8 +359,11 @@ func (q *qp) takeRecv(dst *rwqe) bool {
 // moves the QP to the error state. q.mu is held.
 func (q *qp) completeRecv(wc driver.WorkCompletion) {
 	wc.QPNum = q.num
-	q.pushed(q.recvCQ.push(cqe{wc: wc}))
+	q.pushed(q.recvCQ.push(soft.Entry{WC: wc}))
 }
+
+// CompleteRecv implements soft.QPHooks. q.mu is held.
+func (q *qp) CompleteRecv(wc driver.WorkCompletion) { q.completeRecv(wc) }
 
 // pushed handles the outcome of a push of one of q's completions. q.mu
 // is held.
@@ -420,7 +380,7 @@ func (q *qp) pushed(ok, woke bool) {
 // slot seq. q.mu is held.
 func (q *qp) Complete(seq uint64, wc driver.WorkCompletion) {
 	wc.QPNum = q.num
-	q.pushed(q.sendCQ.push(cqe{wc: wc, q: q, retire: seq}))
+	q.pushed(q.sendCQ.push(soft.Entry{WC: wc, SQ: q.sq, Retire: seq}))
 }
 
 func (q *qp) Destroy() error {

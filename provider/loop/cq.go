@@ -14,11 +14,8 @@ type cq struct {
 func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
-	if c.closed {
-		return nil, driver.ErrClosed
-	}
-	if len(c.cqs) >= deviceAttr.MaxCQ {
-		return nil, driver.ErrNoResources
+	if err := soft.Admit(c.closed, len(c.cqs), deviceAttr.MaxCQ); err != nil {
+		return nil, err
 	}
 	q := &cq{ctx: c}
 	q.Init(n, userCtx, &fab.mu, &c.EventQueue)

@@ -32,6 +32,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/keytab"
 	"github.com/goverbs/goverbs/internal/sglist"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -115,11 +116,8 @@ func (c *devCtx) QueryDevice() driver.DeviceAttr { return deviceAttr }
 func (c *devCtx) AllocPD() (driver.PD, error) {
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
-	if c.closed {
-		return nil, driver.ErrClosed
-	}
-	if c.pds >= deviceAttr.MaxPD {
-		return nil, driver.ErrNoResources
+	if err := soft.Admit(c.closed, c.pds, deviceAttr.MaxPD); err != nil {
+		return nil, err
 	}
 	c.pds++
 	return &pd{ctx: c}, nil
@@ -157,12 +155,7 @@ type pd struct {
 func (p *pd) Dealloc() error {
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
-	if p.released {
-		return driver.ErrClosed
-	}
-	p.released = true
-	p.ctx.pds--
-	return nil
+	return soft.Release(&p.released, &p.ctx.pds)
 }
 
 // mr is a registered region. Its key serves as both lkey and rkey; the

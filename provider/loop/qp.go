@@ -56,11 +56,8 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	q.attr.Cap = c
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
-	if p.ctx.closed || p.released {
-		return nil, driver.ErrClosed
-	}
-	if len(fab.qps) >= deviceAttr.MaxQP {
-		return nil, driver.ErrNoResources
+	if err := soft.Admit(p.ctx.closed || p.released, len(fab.qps), deviceAttr.MaxQP); err != nil {
+		return nil, err
 	}
 	for fab.qps[fab.nextQPN] != nil || fab.nextQPN < 0x11 {
 		fab.nextQPN = (fab.nextQPN + 1) & 0xffffff

@@ -18,11 +18,8 @@ func (p *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
 	}
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
-	if p.ctx.closed || p.released {
-		return nil, driver.ErrClosed
-	}
-	if p.ctx.srqs >= deviceAttr.MaxSRQ {
-		return nil, driver.ErrNoResources
+	if err := soft.Admit(p.ctx.closed || p.released, p.ctx.srqs, deviceAttr.MaxSRQ); err != nil {
+		return nil, err
 	}
 	p.ctx.srqs++
 	return s, nil

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/internal/sglist"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/internal/spin"
 	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -125,13 +126,9 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	scq.addSender(q)
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
-	if p.ctx.closed || p.released {
+	if err := soft.Admit(p.ctx.closed || p.released, len(p.ctx.qps), deviceAttr.MaxQP); err != nil {
 		closeSegs()
-		return nil, driver.ErrClosed
-	}
-	if len(p.ctx.qps) >= deviceAttr.MaxQP {
-		closeSegs()
-		return nil, driver.ErrNoResources
+		return nil, err
 	}
 	if p.ctx.qps == nil {
 		p.ctx.qps = map[*qp]bool{}
@@ -164,39 +161,40 @@ func (q *qp) Query() (driver.QPAttr, error) {
 func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.destroyed {
-		return driver.ErrClosed
-	}
-	prev, err := driver.Transition(&q.attr, attr, mask, nil)
-	if err != nil {
+	if err := soft.Modify(q, &q.attr, &q.sqdPending, q.destroyed, attr, mask); err != nil {
 		return err
-	}
-	if q.attr.State != driver.QPSSQD {
-		q.sqdPending = false
-	}
-	switch q.attr.State {
-	case driver.QPSReset:
-		q.reset()
-	case driver.QPSRTR:
-		if q.pending != nil {
-			q.conn, q.pending = q.pending, nil
-		}
-	case driver.QPSRTS:
-		q.sq.Progress(q)
-	case driver.QPSSQD:
-		if prev == driver.QPSRTS {
-			// Execution is synchronous: only a Send retrying
-			// receiver-not-ready can be under way (sqDrained).
-			q.sqdPending = true
-			q.sqDrained()
-		}
-	case driver.QPSErr:
-		q.attr.State = prev
-		q.toErr()
 	}
 	q.publish()
 	return nil
 }
+
+// VetoModify implements soft.QPHooks.
+func (q *qp) VetoModify(driver.QPState, *driver.QPAttr) error { return nil }
+
+// Modified implements soft.QPHooks; the new attributes are published
+// once the QP is in its new state.
+func (q *qp) Modified(driver.QPAttrMask) {}
+
+// EnterReset implements soft.QPHooks.
+func (q *qp) EnterReset() { q.reset() }
+
+// EnterRTR implements soft.QPHooks: the connection cm set up serves the
+// peer's requests.
+func (q *qp) EnterRTR() {
+	if q.pending != nil {
+		q.conn, q.pending = q.pending, nil
+	}
+}
+
+// EnterRTS implements soft.QPHooks.
+func (q *qp) EnterRTS() { q.sq.Progress(q) }
+
+// DrainSQ implements soft.QPHooks: execution is synchronous, so only a
+// Send retrying receiver-not-ready can be under way (sqDrained).
+func (q *qp) DrainSQ() { q.sqDrained() }
+
+// EnterErr implements soft.QPHooks.
+func (q *qp) EnterErr() { q.toErr() }
 
 // reset empties both queues without completions.
 func (q *qp) reset() {
@@ -267,7 +265,7 @@ func (q *qp) flushRecv() {
 		if !ok || err != nil {
 			return
 		}
-		q.completeRecv(driver.WorkCompletion{WRID: e.wrid, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
+		q.CompleteRecv(driver.WorkCompletion{WRID: e.wrid, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
 	}
 }
 
@@ -382,9 +380,10 @@ func (q *qp) postRecvLocked(wrs []driver.RecvWR, st uint32) (int, error) {
 	return len(wrs), nil
 }
 
-// completeRecv reports a receive completion produced in this process; a
-// lost one (CQ overrun) moves the QP to the error state.
-func (q *qp) completeRecv(wc driver.WorkCompletion) {
+// CompleteRecv implements soft.QPHooks: it reports a receive completion
+// produced in this process; a lost one (CQ overrun) moves the QP to the
+// error state.
+func (q *qp) CompleteRecv(wc driver.WorkCompletion) {
 	wc.QPNum = q.num
 	if !q.recvCQ.push(&wc) {
 		q.fail(driver.EventQPFatal)

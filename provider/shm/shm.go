@@ -116,6 +116,7 @@ import (
 	"unsafe"
 
 	"github.com/goverbs/goverbs/internal/keytab"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -346,11 +347,8 @@ func (c *devCtx) QueryDevice() driver.DeviceAttr { return deviceAttr }
 func (c *devCtx) AllocPD() (driver.PD, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return nil, driver.ErrClosed
-	}
-	if c.pds >= deviceAttr.MaxPD {
-		return nil, driver.ErrNoResources
+	if err := soft.Admit(c.closed, c.pds, deviceAttr.MaxPD); err != nil {
+		return nil, err
 	}
 	c.pds++
 	c.nextPD++
@@ -414,12 +412,7 @@ type pd struct {
 func (p *pd) Dealloc() error {
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
-	if p.released {
-		return driver.ErrClosed
-	}
-	p.released = true
-	p.ctx.pds--
-	return nil
+	return soft.Release(&p.released, &p.ctx.pds)
 }
 
 // mr is a registered region; its key is both lkey and rkey, made by the

@@ -3,6 +3,7 @@ package shm
 import (
 	"sync"
 
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -43,13 +44,9 @@ func (p *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
 	s.armed = a.Limit > 0
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
-	if p.ctx.closed || p.released {
+	if err := soft.Admit(p.ctx.closed || p.released, len(p.ctx.srqs), deviceAttr.MaxSRQ); err != nil {
 		seg.close()
-		return nil, driver.ErrClosed
-	}
-	if len(p.ctx.srqs) >= deviceAttr.MaxSRQ {
-		seg.close()
-		return nil, driver.ErrNoResources
+		return nil, err
 	}
 	if p.ctx.srqs == nil {
 		p.ctx.srqs = map[*srq]bool{}
