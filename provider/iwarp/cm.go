@@ -15,6 +15,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/acceptq"
 	"github.com/goverbs/goverbs/internal/peerguard"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/provider/iwarp/wire"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -250,12 +251,12 @@ func (r *request) Reject(privateData []byte) error {
 }
 
 func (r *request) Accept(dq driver.QP, p driver.ConnParam) (driver.Conn, error) {
-	q, ok := dq.(*qp)
-	if !ok {
-		return nil, fmt.Errorf("%w: QP of another provider", driver.ErrInvalidArg)
+	q, err := soft.Own[*qp](dq)
+	if err != nil {
+		return nil, err
 	}
 	var out driver.Conn
-	err := fmt.Errorf("%w: the request was already answered", driver.ErrClosed)
+	err = fmt.Errorf("%w: the request was already answered", driver.ErrClosed)
 	r.answered.Do(func() { out, err = r.accept(q, p) })
 	return out, err
 }
@@ -365,9 +366,9 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 }
 
 func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.ConnParam) (driver.Conn, error) {
-	q, ok := dq.(*qp)
-	if !ok {
-		return nil, fmt.Errorf("%w: QP of another provider", driver.ErrInvalidArg)
+	q, err := soft.Own[*qp](dq)
+	if err != nil {
+		return nil, err
 	}
 	if a, err := q.Query(); err != nil {
 		return nil, err

@@ -258,11 +258,10 @@ func (*provider) Devices() []driver.DeviceInfo {
 }
 
 func (*provider) Open(name string) (driver.Context, error) {
-	if name != DeviceName {
-		return nil, driver.ErrNoDevice
-	}
-	return &devCtx{EventQueue: driver.NewEventQueue(),
-		qps: map[*qp]bool{}, cqs: map[*cq]bool{}, srqs: map[*srq]bool{}}, nil
+	return soft.Open(name, DeviceName, func() (driver.Context, error) {
+		return &devCtx{EventQueue: driver.NewEventQueue(),
+			qps: map[*qp]bool{}, cqs: map[*cq]bool{}, srqs: map[*srq]bool{}}, nil
+	})
 }
 
 // devCtx is an open iWARP device.

@@ -12,9 +12,8 @@ import (
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
-var nextQPN atomic.Uint32
-
-func init() { nextQPN.Store(0x400) }
+// qpNums numbers the QPs of the process.
+var qpNums = soft.QPNumbers{Base: 0x400}
 
 // qp is an iWARP queue pair. Its send queue is executed by whoever
 // transmits on its connection (requester.go, conn.go): the posting
@@ -99,7 +98,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	}
 	c := a.Cap
 	q := &qp{ctx: p.ctx, pd: p, userCtx: a.UserCtx, sendCQ: scq, recvCQ: rcq, srq: s, cap: c,
-		num: nextQPN.Add(1) & 0xffffff, sq: swq.New(c, a.SigAll)}
+		num: qpNums.Next(), sq: swq.New(c, a.SigAll)}
 	// Send with Invalidate is an RDMAP message; the other memory window
 	// opcodes are refused in postSend.
 	q.sq.MW = true

@@ -93,10 +93,9 @@ func (*provider) Devices() []driver.DeviceInfo {
 }
 
 func (*provider) Open(name string) (driver.Context, error) {
-	if name != DeviceName {
-		return nil, driver.ErrNoDevice
-	}
-	return &devCtx{EventQueue: driver.NewEventQueue()}, nil
+	return soft.Open(name, DeviceName, func() (driver.Context, error) {
+		return &devCtx{EventQueue: driver.NewEventQueue()}, nil
+	})
 }
 
 // devCtx is an open loop device. Its fields are guarded by fab.mu.

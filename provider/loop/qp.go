@@ -173,13 +173,7 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 
 // postSend queues one WR.
 func (q *qp) postSend(wr *driver.SendWR) error {
-	if q.destroyed {
-		return driver.ErrClosed
-	}
-	if err := driver.PostSendStateErr(q.attr.State); err != nil {
-		return err
-	}
-	return q.sq.Post(wr, q)
+	return soft.PostSend(q.sq, q, q.destroyed, q.attr.State, wr)
 }
 
 func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/acceptq"
 	"github.com/goverbs/goverbs/internal/peerguard"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -424,12 +425,12 @@ func rejectHello(privateData []byte) hello {
 }
 
 func (r *request) Accept(dq driver.QP, p driver.ConnParam) (driver.Conn, error) {
-	q, ok := dq.(*qp)
-	if !ok {
-		return nil, fmt.Errorf("%w: QP of another provider", driver.ErrInvalidArg)
+	q, err := soft.Own[*qp](dq)
+	if err != nil {
+		return nil, err
 	}
 	var out driver.Conn
-	err := driver.ErrClosed
+	err = driver.ErrClosed
 	r.answered.Do(func() { out, err = r.accept(q, p) })
 	return out, err
 }
@@ -497,9 +498,9 @@ func (q *qp) setPending(c *conn) error {
 }
 
 func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.ConnParam) (driver.Conn, error) {
-	q, ok := dq.(*qp)
-	if !ok {
-		return nil, fmt.Errorf("%w: QP of another provider", driver.ErrInvalidArg)
+	q, err := soft.Own[*qp](dq)
+	if err != nil {
+		return nil, err
 	}
 	ua, err := sockAddr(addr)
 	if err != nil {

@@ -13,9 +13,8 @@ import (
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
-var nextQPN atomic.Uint32
-
-func init() { nextQPN.Store(0x100) }
+// qpNums numbers the QPs of the process.
+var qpNums = soft.QPNumbers{Base: 0x100}
 
 // qp is a shm queue pair. Its send queue is private memory: this process
 // executes its own WRs. Its block — state, responder attributes and, when
@@ -90,7 +89,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	}
 	c := a.Cap
 	q := &qp{ctx: p.ctx, pd: p, userCtx: a.UserCtx, sendCQ: scq, recvCQ: rcq, srq: s, cap: c,
-		num: nextQPN.Add(1) & 0xffffff, sq: swq.New(c, a.SigAll)}
+		num: qpNums.Next(), sq: swq.New(c, a.SigAll)}
 	q.rnr.Init(q.rnrExpired)
 	q.rqN = 1
 	if s == nil {
@@ -316,13 +315,7 @@ func (q *qp) postQueued(wrs []driver.SendWR) (int, error) {
 }
 
 func (q *qp) postSend(wr *driver.SendWR) error {
-	if q.destroyed {
-		return driver.ErrClosed
-	}
-	if err := driver.PostSendStateErr(q.attr.State); err != nil {
-		return err
-	}
-	return q.sq.Post(wr, q)
+	return soft.PostSend(q.sq, q, q.destroyed, q.attr.State, wr)
 }
 
 func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {

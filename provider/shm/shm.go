@@ -168,9 +168,11 @@ func (*provider) Devices() []driver.DeviceInfo {
 }
 
 func (*provider) Open(name string) (driver.Context, error) {
-	if name != DeviceName {
-		return nil, driver.ErrNoDevice
-	}
+	return soft.Open(name, DeviceName, openDevice)
+}
+
+// openDevice opens a shm device context.
+func openDevice() (driver.Context, error) {
 	keys, err := newSegment("keys", maxKeys*keySlotSize)
 	if err != nil {
 		return nil, err
