@@ -1,6 +1,8 @@
 package soft
 
 import (
+	"sync"
+
 	"github.com/goverbs/goverbs/internal/recvq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -12,8 +14,8 @@ type QPHooks interface {
 	// VetoModify may refuse a Modify that leads to next, before any
 	// attribute changes.
 	VetoModify(next driver.QPState, attr *driver.QPAttr) error
-	// Modified runs once the attributes of mask are applied, before the
-	// QP enters its new state.
+	// Modified runs once a Modify has applied the attributes of mask
+	// and the QP has entered its new state.
 	Modified(mask driver.QPAttrMask)
 	// EnterReset empties the queues without completions and drops the
 	// connection; it leaves the attributes at their zero values.
@@ -46,7 +48,6 @@ func Modify(h QPHooks, cur *driver.QPAttr, sqdPending *bool, destroyed bool, att
 	if err != nil {
 		return err
 	}
-	h.Modified(mask)
 	if cur.State != driver.QPSSQD {
 		*sqdPending = false
 	}
@@ -66,6 +67,7 @@ func Modify(h QPHooks, cur *driver.QPAttr, sqdPending *bool, destroyed bool, att
 		cur.State = prev
 		h.EnterErr()
 	}
+	h.Modified(mask)
 	return nil
 }
 
@@ -123,4 +125,50 @@ func Accepts(st driver.QPState) bool {
 		return true
 	}
 	return false
+}
+
+// QP is the verbs face of a QP that the skeleton serves: Num, Query,
+// Modify and PostRecv, over the provider's own fields, which Init points
+// it to. The provider embeds it and implements QPHooks.
+type QP struct {
+	num        uint32
+	mu         sync.Locker
+	hooks      QPHooks
+	attr       *driver.QPAttr
+	destroyed  *bool
+	sqdPending *bool
+	rq         **recvq.Queue
+}
+
+// Init points q at its QP: number num, guarded by mu, transport h, its
+// attributes, destroyed and sqdPending flags, and its own receive queue
+// (nil *rq with an SRQ; rq nil for a provider that posts receives
+// itself).
+func (q *QP) Init(num uint32, mu sync.Locker, h QPHooks, attr *driver.QPAttr, destroyed, sqdPending *bool, rq **recvq.Queue) {
+	*q = QP{num: num, mu: mu, hooks: h, attr: attr, destroyed: destroyed, sqdPending: sqdPending, rq: rq}
+}
+
+// Num is the QP's number.
+func (q *QP) Num() uint32 { return q.num }
+
+// Query reports the QP's attributes, or ErrClosed once it is destroyed.
+func (q *QP) Query() (driver.QPAttr, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return driver.QueryQP(*q.attr, *q.destroyed)
+}
+
+// Modify moves the QP (see the function Modify).
+func (q *QP) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return Modify(q.hooks, q.attr, q.sqdPending, *q.destroyed, attr, mask)
+}
+
+// PostRecv posts receives to the QP's own queue (see the function
+// PostRecv).
+func (q *QP) PostRecv(wrs []driver.RecvWR) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return PostRecv(q.hooks, *q.rq, *q.destroyed, q.attr.State, wrs)
 }

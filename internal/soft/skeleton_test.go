@@ -75,10 +75,10 @@ func TestModifyCallsEachStatesHookInOrder(t *testing.T) {
 	}
 	want := []string{
 		"veto INIT", "modified",
-		"veto RTR", "modified", "rtr",
-		"veto RTS", "modified", "rts",
-		"veto SQD", "modified", "drain",
-		"veto ERR", "modified", "err from SQD",
+		"veto RTR", "rtr", "modified",
+		"veto RTS", "rts", "modified",
+		"veto SQD", "drain", "modified",
+		"veto ERR", "err from SQD", "modified",
 	}
 	if !slices.Equal(r.calls, want) {
 		t.Fatalf("hooks called %q, want %q", r.calls, want)
@@ -279,5 +279,46 @@ func TestAdmitAndRelease(t *testing.T) {
 	}
 	if err := Release(&released, &n); !errors.Is(err, driver.ErrClosed) || n != 0 {
 		t.Fatalf("second Release: %v, n %d", err, n)
+	}
+}
+
+// faceQP is a provider's QP that embeds the face.
+type faceQP struct {
+	QP
+	recorder
+	mu         sync.Mutex
+	attr       driver.QPAttr
+	destroyed  bool
+	sqdPending bool
+	rq         *recvq.Queue
+}
+
+func TestQPFaceServesTheProvidersFields(t *testing.T) {
+	q := &faceQP{rq: recvq.New(4, 1)}
+	q.recorder.state = &q.attr
+	q.QP.Init(0x42, &q.mu, q, &q.attr, &q.destroyed, &q.sqdPending, &q.rq)
+	if q.Num() != 0x42 {
+		t.Fatalf("Num %#x", q.Num())
+	}
+	a, m := toInit()
+	if err := q.Modify(&a, m); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := q.PostRecv([]driver.RecvWR{{WRID: 5}}); n != 1 || err != nil {
+		t.Fatalf("PostRecv in Init: %d, %v", n, err)
+	}
+	if r := q.rq.Peek(); r == nil || r.WRID != 5 {
+		t.Fatalf("the receive is not in the provider's queue: %+v", r)
+	}
+	got, err := q.Query()
+	if err != nil || got.State != driver.QPSInit || got.CurState != driver.QPSInit || got.Port != 1 {
+		t.Fatalf("Query: %+v, %v", got, err)
+	}
+	q.destroyed = true
+	if _, err := q.Query(); !errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("Query of a destroyed QP: %v", err)
+	}
+	if err := q.Modify(&a, m); !errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("Modify of a destroyed QP: %v", err)
 	}
 }

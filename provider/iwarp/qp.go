@@ -22,6 +22,7 @@ var qpNums = soft.QPNumbers{Base: 0x400}
 // the receive goroutine. All take q.mu for their bookkeeping and never
 // hold it across socket I/O.
 type qp struct {
+	soft.QP // Num, Query, Modify, PostRecv
 	ctx     *devCtx
 	pd      *pd
 	num     uint32
@@ -107,6 +108,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 		q.rq = recvq.New(int(c.MaxRecvWR), c.MaxRecvSGE)
 	}
 	q.attr.Cap = c
+	q.QP.Init(q.num, &q.mu, q, &q.attr, &q.destroyed, &q.sqdPending, &q.rq)
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
 	if err := soft.Admit(p.ctx.closed || p.released, len(p.ctx.qps), deviceAttr.MaxQP); err != nil {
@@ -118,20 +120,6 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 		rcq.attach(q)
 	}
 	return q, nil
-}
-
-func (q *qp) Num() uint32 { return q.num }
-
-func (q *qp) Query() (driver.QPAttr, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return driver.QueryQP(q.attr, q.destroyed)
-}
-
-func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return soft.Modify(q, &q.attr, &q.sqdPending, q.destroyed, attr, mask)
 }
 
 // VetoModify implements soft.QPHooks.
@@ -336,12 +324,6 @@ func (q *qp) kick() {
 func (q *qp) LocalSpan(g *driver.SGE, need driver.AccessFlags) ([]byte, bool) {
 	b, _, e := q.localSpan(g, need)
 	return b, e == accessOK
-}
-
-func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return soft.PostRecv(q, q.rq, q.destroyed, q.attr.State, wrs)
 }
 
 // takeRecv removes the next posted receive (from the QP's queue or its

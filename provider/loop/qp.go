@@ -14,6 +14,7 @@ type rwqe = recvq.WR
 
 // qp is a loop queue pair. Its fields are guarded by fab.mu.
 type qp struct {
+	soft.QP // Num, Query, Modify, PostRecv
 	ctx     *devCtx
 	pd      *pd
 	num     uint32
@@ -64,23 +65,10 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	}
 	q.num = fab.nextQPN
 	fab.nextQPN = (fab.nextQPN + 1) & 0xffffff
+	q.QP.Init(q.num, &fab.mu, q, &q.attr, &q.destroyed, &q.sqdPending, &q.rq)
 	fab.qps[q.num] = q
 	p.ctx.qps = append(p.ctx.qps, q)
 	return q, nil
-}
-
-func (q *qp) Num() uint32 { return q.num }
-
-func (q *qp) Query() (driver.QPAttr, error) {
-	fab.mu.Lock()
-	defer fab.mu.Unlock()
-	return driver.QueryQP(q.attr, q.destroyed)
-}
-
-func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
-	fab.mu.Lock()
-	defer fab.mu.Unlock()
-	return soft.Modify(q, &q.attr, &q.sqdPending, q.destroyed, attr, mask)
 }
 
 // VetoModify implements soft.QPHooks: the move to RTR needs the peer QP
@@ -174,12 +162,6 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 // postSend queues one WR.
 func (q *qp) postSend(wr *driver.SendWR) error {
 	return soft.PostSend(q.sq, q, q.destroyed, q.attr.State, wr)
-}
-
-func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
-	fab.mu.Lock()
-	defer fab.mu.Unlock()
-	return soft.PostRecv(q, q.rq, q.destroyed, q.attr.State, wrs)
 }
 
 // CompleteRecv implements soft.QPHooks: it reports a receive completion;

@@ -21,6 +21,7 @@ var qpNums = soft.QPNumbers{Base: 0x100}
 // it has no SRQ, the receive ring — is shared with the peer, whose Sends
 // consume the receives.
 type qp struct {
+	soft.QP // Num, Query, Modify
 	ctx     *devCtx
 	pd      *pd
 	num     uint32
@@ -121,6 +122,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 		q.rq = rq
 	}
 	q.attr.Cap = c
+	q.QP.Init(q.num, &q.mu, q, &q.attr, &q.destroyed, &q.sqdPending, nil)
 	q.publish()
 	scq.addSender(q)
 	p.ctx.mu.Lock()
@@ -149,30 +151,12 @@ func (q *qp) publish() {
 	q.hdr.state.Store(uint32(q.attr.State))
 }
 
-func (q *qp) Num() uint32 { return q.num }
-
-func (q *qp) Query() (driver.QPAttr, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return driver.QueryQP(q.attr, q.destroyed)
-}
-
-func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if err := soft.Modify(q, &q.attr, &q.sqdPending, q.destroyed, attr, mask); err != nil {
-		return err
-	}
-	q.publish()
-	return nil
-}
-
 // VetoModify implements soft.QPHooks.
 func (q *qp) VetoModify(driver.QPState, *driver.QPAttr) error { return nil }
 
-// Modified implements soft.QPHooks; the new attributes are published
-// once the QP is in its new state.
-func (q *qp) Modified(driver.QPAttrMask) {}
+// Modified implements soft.QPHooks: the QP's new state and attributes
+// are published to its peer.
+func (q *qp) Modified(driver.QPAttrMask) { q.publish() }
 
 // EnterReset implements soft.QPHooks.
 func (q *qp) EnterReset() { q.reset() }
