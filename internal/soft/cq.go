@@ -24,19 +24,19 @@ type CQ struct {
 	Mu      sync.Locker
 	UserCtx any
 	// Events receives EventCQErr on the first overrun.
-	Events *driver.EventQueue
+	Events *EventQueue
 
 	ring      []Entry
 	head      int // oldest entry
 	count     int
 	overrun   bool
-	armed     driver.Arm
+	armed     Arm
 	notify    chan struct{}
 	destroyed bool
 }
 
 // Init makes c an empty ring of n entries guarded by mu.
-func (c *CQ) Init(n int, userCtx any, mu sync.Locker, ev *driver.EventQueue) {
+func (c *CQ) Init(n int, userCtx any, mu sync.Locker, ev *EventQueue) {
 	*c = CQ{Mu: mu, UserCtx: userCtx, Events: ev, ring: make([]Entry, n), notify: make(chan struct{}, 1)}
 }
 

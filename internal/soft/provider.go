@@ -45,7 +45,7 @@ func PostSend(sq *swq.Queue, mem swq.Memory, destroyed bool, st driver.QPState, 
 	if destroyed {
 		return driver.ErrClosed
 	}
-	if err := driver.PostSendStateErr(st); err != nil {
+	if err := PostSendStateErr(st); err != nil {
 		return err
 	}
 	return sq.Post(wr, mem)

@@ -37,14 +37,14 @@ type QPHooks interface {
 
 // Modify is the skeleton of QP.Modify for a QP whose attributes are cur
 // (cur.State its state): it checks and applies the move
-// (driver.Transition), then has h do what entering the new state means.
+// (Transition), then has h do what entering the new state means.
 // sqdPending is the QP's flag of a drain to SQD under way; any state but
 // SQD clears it.
 func Modify(h QPHooks, cur *driver.QPAttr, sqdPending *bool, destroyed bool, attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	if destroyed {
 		return driver.ErrClosed
 	}
-	prev, err := driver.Transition(cur, attr, mask, func(next driver.QPState) error { return h.VetoModify(next, attr) })
+	prev, err := Transition(cur, attr, mask, func(next driver.QPState) error { return h.VetoModify(next, attr) })
 	if err != nil {
 		return err
 	}
@@ -89,9 +89,9 @@ func postRecv(h QPHooks, rq *recvq.Queue, destroyed bool, st driver.QPState, wr 
 	case destroyed:
 		return driver.ErrClosed
 	case rq == nil:
-		return driver.ErrRecvOnSRQ
+		return ErrRecvOnSRQ
 	}
-	if err := driver.PostRecvStateErr(st); err != nil {
+	if err := PostRecvStateErr(st); err != nil {
 		return err
 	}
 	if err := rq.Check(wr); err != nil {
@@ -155,7 +155,7 @@ func (q *QP) Num() uint32 { return q.num }
 func (q *QP) Query() (driver.QPAttr, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return driver.QueryQP(*q.attr, *q.destroyed)
+	return QueryQP(*q.attr, *q.destroyed)
 }
 
 // Modify moves the QP (see the function Modify).

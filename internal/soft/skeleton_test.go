@@ -147,7 +147,7 @@ func TestPostRecvQueuesOrFlushes(t *testing.T) {
 
 func TestCQOverrunLosesAndReportsOnce(t *testing.T) {
 	var mu sync.Mutex
-	ev := driver.NewEventQueue()
+	ev := NewEventQueue()
 	var c CQ
 	c.Init(2, "cq", &mu, &ev)
 	for i := range 2 {
@@ -179,7 +179,7 @@ func TestCQOverrunLosesAndReportsOnce(t *testing.T) {
 
 func TestCQArmingWakesOnSolicitedOrFailed(t *testing.T) {
 	var mu sync.Mutex
-	ev := driver.NewEventQueue()
+	ev := NewEventQueue()
 	var c CQ
 	c.Init(8, nil, &mu, &ev)
 	if err := c.ReqNotify(true); err != nil {
@@ -214,7 +214,7 @@ func TestCQArmingWakesOnSolicitedOrFailed(t *testing.T) {
 
 func TestSRQLimitEventAndModify(t *testing.T) {
 	var mu sync.Mutex
-	ev := driver.NewEventQueue()
+	ev := NewEventQueue()
 	var s SRQ
 	if err := s.Init(driver.SRQInitAttr{MaxWR: 4, MaxSGE: 9, UserCtx: "srq"}, "test", 8, &mu, &ev); !errors.Is(err, driver.ErrInvalidArg) {
 		t.Fatalf("Init beyond the device's SGEs: %v", err)

@@ -16,7 +16,7 @@ type SRQ struct {
 	Mu      sync.Locker
 	UserCtx any
 	// Events receives EventSRQLimitReached.
-	Events *driver.EventQueue
+	Events *EventQueue
 
 	provider  string
 	ring      *recvq.Queue
@@ -26,7 +26,7 @@ type SRQ struct {
 
 // Init makes s an empty SRQ as a asks, of the provider named in errors,
 // that takes receives of at most maxSGE entries; mu guards it.
-func (s *SRQ) Init(a driver.SRQInitAttr, provider string, maxSGE uint32, mu sync.Locker, ev *driver.EventQueue) error {
+func (s *SRQ) Init(a driver.SRQInitAttr, provider string, maxSGE uint32, mu sync.Locker, ev *EventQueue) error {
 	if a.MaxSGE > maxSGE {
 		return fmt.Errorf("%w: %d SGEs, the device takes %d", driver.ErrInvalidArg, a.MaxSGE, maxSGE)
 	}
@@ -90,7 +90,7 @@ func (s *SRQ) Modify(a driver.SRQAttr, mask driver.SRQAttrMask) error {
 	if s.destroyed {
 		return driver.ErrClosed
 	}
-	limit, set, err := driver.SRQLimit(a, mask, uint32(s.ring.Cap()), s.provider)
+	limit, set, err := SRQLimit(a, mask, uint32(s.ring.Cap()), s.provider)
 	if set {
 		s.ring.Limit = limit
 	}

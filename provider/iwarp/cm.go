@@ -317,7 +317,7 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 		c.discard()
 		return nil, err
 	}
-	if err := driver.ConnectRTR(q, p, remote); err != nil {
+	if err := soft.ConnectRTR(q, p, remote); err != nil {
 		return fail(err)
 	}
 	rep := make(wire.Frame, wire.FrameHeaderLen+len(pd))
@@ -358,7 +358,7 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 		t.Stop()
 		remote.QPNum = c.remoteQPN.Load()
 	}
-	if err := driver.ConnectRTS(q, p, remote); err != nil {
+	if err := soft.ConnectRTS(q, p, remote); err != nil {
 		return fail(err)
 	}
 	c.logSetup("accepted", r.req.Revision(), s.p2p)
@@ -457,7 +457,7 @@ func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.C
 		c.discard()
 		return nil, err
 	}
-	if err := driver.ConnectRC(q, p, remote); err != nil {
+	if err := soft.ConnectRC(q, p, remote); err != nil {
 		q.detach(c)
 		c.discard()
 		return nil, err

@@ -259,14 +259,14 @@ func (*provider) Devices() []driver.DeviceInfo {
 
 func (*provider) Open(name string) (driver.Context, error) {
 	return soft.Open(name, DeviceName, func() (driver.Context, error) {
-		return &devCtx{EventQueue: driver.NewEventQueue(),
+		return &devCtx{EventQueue: soft.NewEventQueue(),
 			qps: map[*qp]bool{}, cqs: map[*cq]bool{}, srqs: map[*srq]bool{}}, nil
 	})
 }
 
 // devCtx is an open iWARP device.
 type devCtx struct {
-	driver.EventQueue // Events, and Event to deliver one
+	soft.EventQueue // Events, and Event to deliver one
 
 	mu     sync.RWMutex      // guards what follows; readers: STag lookups on the data path
 	mrs    keytab.Table[*mr] // written under mu

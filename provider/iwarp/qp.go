@@ -93,7 +93,7 @@ func (q *qp) forgetMR(m *mr) {
 }
 
 func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
-	scq, rcq, s, err := driver.CheckQPInit[*cq, *srq](a, "iwarp", maxSGE, deviceAttr.MaxInlineData)
+	scq, rcq, s, err := soft.CheckQPInit[*cq, *srq](a, "iwarp", maxSGE, deviceAttr.MaxInlineData)
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +292,7 @@ func (q *qp) postSend(wr *driver.SendWR) error {
 	if q.destroyed {
 		return driver.ErrClosed
 	}
-	if err := driver.PostSendStateErr(q.attr.State); err != nil {
+	if err := soft.PostSendStateErr(q.attr.State); err != nil {
 		return err
 	}
 	switch wr.Opcode {

@@ -121,9 +121,9 @@ func (r *request) Accept(dq driver.QP, p driver.ConnParam) (driver.Conn, error) 
 	}
 	p.PrivateData = clone(p.PrivateData)
 	p.QPNum = q.num
-	err = driver.ConnectRC(q, p, r.param)
+	err = soft.ConnectRC(q, p, r.param)
 	if err == nil {
-		err = driver.ConnectRC(r.dialer, r.param, p)
+		err = soft.ConnectRC(r.dialer, r.param, p)
 	}
 	if err != nil {
 		r.reply <- reply{err: err}

@@ -94,20 +94,20 @@ func (*provider) Devices() []driver.DeviceInfo {
 
 func (*provider) Open(name string) (driver.Context, error) {
 	return soft.Open(name, DeviceName, func() (driver.Context, error) {
-		return &devCtx{EventQueue: driver.NewEventQueue()}, nil
+		return &devCtx{EventQueue: soft.NewEventQueue()}, nil
 	})
 }
 
 // devCtx is an open loop device. Its fields are guarded by fab.mu.
 type devCtx struct {
-	driver.EventQueue                   // Events, and Event to deliver one
-	mrs               keytab.Table[*mr] // by key
-	mappings          []*mapping        // AllocMR memory with regions in it, by address
-	pds               int
-	cqs               []*cq
-	qps               []*qp
-	srqs              int
-	closed            bool
+	soft.EventQueue                   // Events, and Event to deliver one
+	mrs             keytab.Table[*mr] // by key
+	mappings        []*mapping        // AllocMR memory with regions in it, by address
+	pds             int
+	cqs             []*cq
+	qps             []*qp
+	srqs            int
+	closed          bool
 }
 
 func (c *devCtx) QueryDevice() driver.DeviceAttr { return deviceAttr }

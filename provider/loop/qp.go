@@ -43,7 +43,7 @@ type qp struct {
 }
 
 func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
-	scq, rcq, s, err := driver.CheckQPInit[*cq, *srq](a, "loop", maxSGE, deviceAttr.MaxInlineData)
+	scq, rcq, s, err := soft.CheckQPInit[*cq, *srq](a, "loop", maxSGE, deviceAttr.MaxInlineData)
 	if err != nil {
 		return nil, err
 	}

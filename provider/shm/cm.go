@@ -461,7 +461,7 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 	if err := q.setPending(c); err != nil {
 		return fail(err)
 	}
-	if err := driver.ConnectRTR(q, p, remote); err != nil {
+	if err := soft.ConnectRTR(q, p, remote); err != nil {
 		return fail(err)
 	}
 	h, fds := makeHello(msgRep, q, p)
@@ -475,7 +475,7 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 	if err != nil || rtu.typ() != msgRTU {
 		return fail(fmt.Errorf("%w: the dialler did not confirm", driver.ErrDisconnected))
 	}
-	if err := driver.ConnectRTS(q, p, remote); err != nil {
+	if err := soft.ConnectRTS(q, p, remote); err != nil {
 		return fail(err)
 	}
 	c.start()
@@ -590,7 +590,7 @@ func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.C
 	if err := q.setPending(c); err != nil {
 		return fail(err)
 	}
-	if err := driver.ConnectRC(q, p, rep.param()); err != nil {
+	if err := soft.ConnectRC(q, p, rep.param()); err != nil {
 		return fail(err)
 	}
 	rtu := make(hello, helloHeader)

@@ -84,7 +84,7 @@ type qp struct {
 const stateDestroyed = 0xff
 
 func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
-	scq, rcq, s, err := driver.CheckQPInit[*cq, *srq](a, "shm", maxSGE, deviceAttr.MaxInlineData)
+	scq, rcq, s, err := soft.CheckQPInit[*cq, *srq](a, "shm", maxSGE, deviceAttr.MaxInlineData)
 	if err != nil {
 		return nil, err
 	}
@@ -304,7 +304,7 @@ func (q *qp) postSend(wr *driver.SendWR) error {
 
 func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 	if q.srq != nil {
-		return 0, driver.ErrRecvOnSRQ
+		return 0, soft.ErrRecvOnSRQ
 	}
 	for i := range wrs {
 		// The receive's buffers become shareable before rqMu is taken,
@@ -342,7 +342,7 @@ func (q *qp) postRecvLocked(wrs []driver.RecvWR, st uint32) (int, error) {
 	if st == stateDestroyed {
 		return 0, driver.ErrClosed
 	}
-	if err := driver.PostRecvStateErr(driver.QPState(st)); err != nil {
+	if err := soft.PostRecvStateErr(driver.QPState(st)); err != nil {
 		return 0, err
 	}
 	for i := range wrs {

@@ -178,7 +178,7 @@ func openDevice() (driver.Context, error) {
 		return nil, err
 	}
 	c := &devCtx{
-		EventQueue: driver.NewEventQueue(),
+		EventQueue: soft.NewEventQueue(),
 		keySeg:     keys,
 		keys:       viewKeyTable(keys.mem, maxKeys),
 		mrs:        keytab.Table[*mr]{Indexed: true},
@@ -190,8 +190,8 @@ func openDevice() (driver.Context, error) {
 
 // devCtx is an open shm device.
 type devCtx struct {
-	pid               int
-	driver.EventQueue // Events, and Event to deliver one
+	pid             int
+	soft.EventQueue // Events, and Event to deliver one
 
 	mu     sync.RWMutex // guards what follows; readers: key lookups on the data path
 	keySeg *segment

@@ -95,7 +95,7 @@ func (s *srq) Modify(a driver.SRQAttr, mask driver.SRQAttrMask) error {
 	if s.destroyed {
 		return driver.ErrClosed
 	}
-	limit, set, err := driver.SRQLimit(a, mask, s.maxWR, "shm")
+	limit, set, err := soft.SRQLimit(a, mask, s.maxWR, "shm")
 	if set {
 		s.ring.h.state.Store(limit)
 		s.armed = limit > 0
