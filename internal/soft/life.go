@@ -1,6 +1,10 @@
 package soft
 
-import "github.com/goverbs/goverbs/verbs/driver"
+import (
+	"sync"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
 
 // Admit checks that a context (or PD) may take one more object of a kind
 // of which it holds n and its device allows max: ErrClosed once closed
@@ -25,3 +29,33 @@ func Release(released *bool, n *int) error {
 	*n--
 	return nil
 }
+
+// PD is the life of a protection domain, which its context counts:
+// Dealloc ends it once. The context's lock guards it.
+type PD struct {
+	mu       sync.Locker
+	count    *int
+	released bool
+}
+
+// NewPD admits one more PD in a context that holds *count of the max
+// its device allows, counts it in, and returns its life, guarded by mu.
+// ErrClosed once the context is closed; mu is held.
+func NewPD(closed bool, count *int, max int, mu sync.Locker) (PD, error) {
+	if err := Admit(closed, *count, max); err != nil {
+		return PD{}, err
+	}
+	*count++
+	return PD{mu: mu, count: count}, nil
+}
+
+// Dealloc ends the PD, or returns ErrClosed if it already was.
+func (p *PD) Dealloc() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return Release(&p.released, p.count)
+}
+
+// Released reports whether the PD was deallocated; the context's lock is
+// held.
+func (p *PD) Released() bool { return p.released }

@@ -322,3 +322,24 @@ func TestQPFaceServesTheProvidersFields(t *testing.T) {
 		t.Fatalf("Modify of a destroyed QP: %v", err)
 	}
 }
+
+func TestPDCountedInAndOutOnce(t *testing.T) {
+	var mu sync.Mutex
+	n := 0
+	p, err := NewPD(false, &n, 1, &mu)
+	if err != nil || n != 1 {
+		t.Fatalf("NewPD: %v, count %d", err, n)
+	}
+	if _, err := NewPD(false, &n, 1, &mu); !errors.Is(err, driver.ErrNoResources) || n != 1 {
+		t.Fatalf("NewPD at the limit: %v, count %d", err, n)
+	}
+	if _, err := NewPD(true, &n, 2, &mu); !errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("NewPD in a closed context: %v", err)
+	}
+	if err := p.Dealloc(); err != nil || n != 0 || !p.Released() {
+		t.Fatalf("Dealloc: %v, count %d, released %v", err, n, p.Released())
+	}
+	if err := p.Dealloc(); !errors.Is(err, driver.ErrClosed) || n != 0 {
+		t.Fatalf("second Dealloc: %v, count %d", err, n)
+	}
+}

@@ -282,11 +282,11 @@ func (c *devCtx) QueryDevice() driver.DeviceAttr { return deviceAttr }
 func (c *devCtx) AllocPD() (driver.PD, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := soft.Admit(c.closed, c.pds, deviceAttr.MaxPD); err != nil {
+	life, err := soft.NewPD(c.closed, &c.pds, deviceAttr.MaxPD, &c.mu)
+	if err != nil {
 		return nil, err
 	}
-	c.pds++
-	return &pd{ctx: c}, nil
+	return &pd{PD: life, ctx: c}, nil
 }
 
 // Close destroys every QP (breaking its connection), SRQ and CQ and
@@ -323,14 +323,8 @@ func (c *devCtx) Close() error {
 }
 
 type pd struct {
-	ctx      *devCtx
-	released bool // guarded by ctx.mu
-}
-
-func (p *pd) Dealloc() error {
-	p.ctx.mu.Lock()
-	defer p.ctx.mu.Unlock()
-	return soft.Release(&p.released, &p.ctx.pds)
+	soft.PD // Dealloc; guarded by the context's lock
+	ctx     *devCtx
 }
 
 // mr is a registered region. Its STag serves as lkey and rkey; the
@@ -364,7 +358,7 @@ func (p *pd) register(buf []byte, access driver.AccessFlags) (driver.MR, error) 
 	c := p.ctx
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed || p.released {
+	if c.closed || p.Released() {
 		return nil, driver.ErrClosed
 	}
 	var m *mr

@@ -111,7 +111,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	q.QP.Init(q.num, &q.mu, q, &q.attr, &q.destroyed, &q.sqdPending, &q.rq)
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
-	if err := soft.Admit(p.ctx.closed || p.released, len(p.ctx.qps), deviceAttr.MaxQP); err != nil {
+	if err := soft.Admit(p.ctx.closed || p.Released(), len(p.ctx.qps), deviceAttr.MaxQP); err != nil {
 		return nil, err
 	}
 	p.ctx.qps[q] = true

@@ -27,7 +27,7 @@ func (p *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
 	}
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
-	if err := soft.Admit(p.ctx.closed || p.released, len(p.ctx.srqs), deviceAttr.MaxSRQ); err != nil {
+	if err := soft.Admit(p.ctx.closed || p.Released(), len(p.ctx.srqs), deviceAttr.MaxSRQ); err != nil {
 		return nil, err
 	}
 	p.ctx.srqs[s] = true

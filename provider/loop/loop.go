@@ -115,11 +115,11 @@ func (c *devCtx) QueryDevice() driver.DeviceAttr { return deviceAttr }
 func (c *devCtx) AllocPD() (driver.PD, error) {
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
-	if err := soft.Admit(c.closed, c.pds, deviceAttr.MaxPD); err != nil {
+	life, err := soft.NewPD(c.closed, &c.pds, deviceAttr.MaxPD, &fab.mu)
+	if err != nil {
 		return nil, err
 	}
-	c.pds++
-	return &pd{ctx: c}, nil
+	return &pd{PD: life, ctx: c}, nil
 }
 
 // Close destroys every QP (breaking their connections), invalidates every
@@ -147,14 +147,8 @@ func (c *devCtx) Close() error {
 }
 
 type pd struct {
-	ctx      *devCtx
-	released bool
-}
-
-func (p *pd) Dealloc() error {
-	fab.mu.Lock()
-	defer fab.mu.Unlock()
-	return soft.Release(&p.released, &p.ctx.pds)
+	soft.PD // Dealloc; guarded by the context's lock
+	ctx     *devCtx
 }
 
 // mr is a registered region. Its key serves as both lkey and rkey; the
@@ -243,7 +237,7 @@ func (p *pd) register(buf []byte, access driver.AccessFlags, mp *mapping) (drive
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
 	c := p.ctx
-	if c.closed || p.released {
+	if c.closed || p.Released() {
 		return nil, driver.ErrClosed
 	}
 	var m *mr

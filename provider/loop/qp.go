@@ -57,7 +57,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	q.attr.Cap = c
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
-	if err := soft.Admit(p.ctx.closed || p.released, len(fab.qps), deviceAttr.MaxQP); err != nil {
+	if err := soft.Admit(p.ctx.closed || p.Released(), len(fab.qps), deviceAttr.MaxQP); err != nil {
 		return nil, err
 	}
 	for fab.qps[fab.nextQPN] != nil || fab.nextQPN < 0x11 {

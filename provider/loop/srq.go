@@ -18,7 +18,7 @@ func (p *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
 	}
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
-	if err := soft.Admit(p.ctx.closed || p.released, p.ctx.srqs, deviceAttr.MaxSRQ); err != nil {
+	if err := soft.Admit(p.ctx.closed || p.Released(), p.ctx.srqs, deviceAttr.MaxSRQ); err != nil {
 		return nil, err
 	}
 	p.ctx.srqs++

@@ -127,7 +127,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	scq.addSender(q)
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
-	if err := soft.Admit(p.ctx.closed || p.released, len(p.ctx.qps), deviceAttr.MaxQP); err != nil {
+	if err := soft.Admit(p.ctx.closed || p.Released(), len(p.ctx.qps), deviceAttr.MaxQP); err != nil {
 		closeSegs()
 		return nil, err
 	}

@@ -349,12 +349,12 @@ func (c *devCtx) QueryDevice() driver.DeviceAttr { return deviceAttr }
 func (c *devCtx) AllocPD() (driver.PD, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := soft.Admit(c.closed, c.pds, deviceAttr.MaxPD); err != nil {
+	life, err := soft.NewPD(c.closed, &c.pds, deviceAttr.MaxPD, &c.mu)
+	if err != nil {
 		return nil, err
 	}
-	c.pds++
 	c.nextPD++
-	return &pd{ctx: c, id: c.nextPD}, nil
+	return &pd{PD: life, ctx: c, id: c.nextPD}, nil
 }
 
 // Close destroys every QP, CQ and SRQ, deregisters every region and
@@ -406,15 +406,9 @@ func (c *devCtx) Close() error {
 }
 
 type pd struct {
-	ctx      *devCtx
-	id       uint32
-	released bool
-}
-
-func (p *pd) Dealloc() error {
-	p.ctx.mu.Lock()
-	defer p.ctx.mu.Unlock()
-	return soft.Release(&p.released, &p.ctx.pds)
+	soft.PD // Dealloc; guarded by the context's lock
+	ctx     *devCtx
+	id      uint32
 }
 
 // mr is a registered region; its key is both lkey and rkey, made by the
@@ -443,7 +437,7 @@ func (p *pd) AllocMR(size int, access driver.AccessFlags) (driver.MR, error) {
 	}
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
-	if p.ctx.closed || p.released {
+	if p.ctx.closed || p.Released() {
 		seg.close()
 		return nil, driver.ErrClosed
 	}
@@ -466,7 +460,7 @@ func (p *pd) AllocMR(size int, access driver.AccessFlags) (driver.MR, error) {
 func (p *pd) RegMR(buf []byte, access driver.AccessFlags) (driver.MR, error) {
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
-	if p.ctx.closed || p.released {
+	if p.ctx.closed || p.Released() {
 		return nil, driver.ErrClosed
 	}
 	start := uint64(uintptr(unsafe.Pointer(&buf[0])))

@@ -44,7 +44,7 @@ func (p *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
 	s.armed = a.Limit > 0
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
-	if err := soft.Admit(p.ctx.closed || p.released, len(p.ctx.srqs), deviceAttr.MaxSRQ); err != nil {
+	if err := soft.Admit(p.ctx.closed || p.Released(), len(p.ctx.srqs), deviceAttr.MaxSRQ); err != nil {
 		seg.close()
 		return nil, err
 	}
