@@ -172,3 +172,13 @@ func (q *QP) PostRecv(wrs []driver.RecvWR) (int, error) {
 	defer q.mu.Unlock()
 	return PostRecv(q.hooks, *q.rq, *q.destroyed, q.attr.State, wrs)
 }
+
+// SQDrained raises EventSQDrained on events, once, when a QP in state st
+// that was moved from RTS to SQD (pending, which it clears) has drained
+// its send queue: busy says a WR is still under way.
+func SQDrained(pending *bool, st driver.QPState, busy bool, events EventQueue, userCtx any) {
+	if *pending && st == driver.QPSSQD && !busy {
+		*pending = false
+		events.Event(driver.EventSQDrained, userCtx)
+	}
+}

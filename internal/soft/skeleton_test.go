@@ -343,3 +343,25 @@ func TestPDCountedInAndOutOnce(t *testing.T) {
 		t.Fatalf("second Dealloc: %v, count %d", err, n)
 	}
 }
+
+func TestSQDrainedRaisesOnceWhenIdleInSQD(t *testing.T) {
+	ev := NewEventQueue()
+	pending := true
+	SQDrained(&pending, driver.QPSSQD, true, ev, "qp")
+	SQDrained(&pending, driver.QPSRTS, false, ev, "qp")
+	select {
+	case e := <-ev.Events():
+		t.Fatalf("event %+v while busy or out of SQD", e)
+	default:
+	}
+	SQDrained(&pending, driver.QPSSQD, false, ev, "qp")
+	SQDrained(&pending, driver.QPSSQD, false, ev, "qp")
+	if e := <-ev.Events(); e.Type != driver.EventSQDrained || e.Element != "qp" || pending {
+		t.Fatalf("event %+v, pending %v", e, pending)
+	}
+	select {
+	case e := <-ev.Events():
+		t.Fatalf("a second event %+v for one drain", e)
+	default:
+	}
+}
