@@ -59,3 +59,15 @@ func (p *PD) Dealloc() error {
 // Released reports whether the PD was deallocated; the context's lock is
 // held.
 func (p *PD) Released() bool { return p.released }
+
+// Within returns the bytes [addr, addr+n) of a region whose memory is buf
+// and whose first byte is at base, and whether the region contains the
+// whole range. An addr below base wraps past the region's end and is
+// refused with the rest.
+func Within(buf []byte, base, addr, n uint64) ([]byte, bool) {
+	off := addr - base
+	if off > uint64(len(buf)) || n > uint64(len(buf))-off {
+		return nil, false
+	}
+	return buf[off : off+n], true
+}

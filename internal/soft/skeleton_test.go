@@ -365,3 +365,26 @@ func TestSQDrainedRaisesOnceWhenIdleInSQD(t *testing.T) {
 	default:
 	}
 }
+
+func TestWithinRefusesWhatLeavesTheRegion(t *testing.T) {
+	buf := make([]byte, 16)
+	const base = 0x1000
+	for _, c := range []struct {
+		addr, n uint64
+		ok      bool
+	}{
+		{base, 16, true},
+		{base + 4, 12, true},
+		{base + 16, 0, true},
+		{base + 15, 2, false},
+		{base + 17, 0, false},
+		{base - 1, 1, false},
+		{base - 1, 2, false},
+		{base + 8, ^uint64(0) - 4, false},
+	} {
+		b, ok := Within(buf, base, c.addr, c.n)
+		if ok != c.ok || (ok && (uint64(len(b)) != c.n || (c.n > 0 && &b[0] != &buf[c.addr-base]))) {
+			t.Errorf("Within(%#x, %d) = %d bytes, %v; want %v", c.addr, c.n, len(b), ok, c.ok)
+		}
+	}
+}

@@ -476,14 +476,12 @@ func (m *mr) span(stag uint32, p *pd, addr, n uint64, need driver.AccessFlags) (
 		return nil, nil, accessNotAssoc
 	case m.access&need != need:
 		return nil, nil, accessRights
-	case addr < m.addr:
+	}
+	b, ok := soft.Within(m.buf, m.addr, addr, n)
+	if !ok {
 		return nil, nil, accessBounds
 	}
-	off := addr - m.addr
-	if off > uint64(len(m.buf)) || n > uint64(len(m.buf))-off {
-		return nil, nil, accessBounds
-	}
-	return m.buf[off : off+n], m, accessOK
+	return b, m, accessOK
 }
 
 // span is spanLocked for callers that do not hold c.mu.

@@ -293,12 +293,8 @@ func (c *devCtx) lookup(key uint32) *mr {
 // region exists on c, belongs to pd, grants need and contains the range.
 func (c *devCtx) span(key uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, bool) {
 	m := c.lookup(key)
-	if m == nil || m.pd != p || m.access&need != need || addr < m.addr {
+	if m == nil || m.pd != p || m.access&need != need {
 		return nil, false
 	}
-	off := addr - m.addr
-	if off > uint64(len(m.buf)) || n > uint64(len(m.buf))-off {
-		return nil, false
-	}
-	return m.buf[off : off+n], true
+	return soft.Within(m.buf, m.addr, addr, n)
 }

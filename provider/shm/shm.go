@@ -699,13 +699,7 @@ func (c *devCtx) span(key uint32, p *pd, addr, n uint64, need driver.AccessFlags
 	if m == nil || m.pd != p || m.access&need != need {
 		return nil, false
 	}
-	// An addr below the region's wraps off past its end. (Kept small
-	// enough for the compiler to inline: one call fewer per WR.)
-	off := addr - m.addr
-	if off > uint64(len(m.buf)) || n > uint64(len(m.buf))-off {
-		return nil, false
-	}
-	return m.buf[off : off+n], true
+	return soft.Within(m.buf, m.addr, addr, n)
 }
 
 // lookupMR returns the region of key, or nil. It takes no lock.
