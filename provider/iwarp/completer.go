@@ -127,6 +127,15 @@ func (c *conn) rxAtomicResponse(h wire.Hdr) error {
 	return nil
 }
 
+// rxTerminateBegin keeps what fits of a Terminate's payload, the
+// terminated headers, behind its own headers.
+func (c *conn) rxTerminateBegin(h wire.Hdr) error {
+	rx := &c.rx
+	rx.dst[0] = rx.hdr[wire.TerminateLen : wire.TerminateLen+terminateKept(h)]
+	rx.ndst = 1
+	return nil
+}
+
 // rxTerminate handles a Terminate from the peer: the WR it names fails
 // with the error it reports, and the QP moves to the error state.
 func (c *conn) rxTerminate(h wire.Hdr) error {

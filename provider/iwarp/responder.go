@@ -180,7 +180,7 @@ func (c *conn) rxSendEnd(h wire.Hdr) error {
 		return nil
 	}
 	wc := c.sendDone(h)
-	if op := h.Opcode(); op == wire.OpSendInv || op == wire.OpSendSEInv {
+	if h.Opcode().Invalidates() {
 		stag := h.InvalidateSTag()
 		if !q.ctx.invalidate(stag, q.pd) {
 			c.completeSend(driver.WCRemInvReqErr)
@@ -200,7 +200,7 @@ func (c *conn) sendDone(h wire.Hdr) driver.WorkCompletion {
 	rx := &c.rx
 	rx.msn[wire.QNSend]++
 	wc := driver.WorkCompletion{Opcode: driver.WCRecv, ByteLen: uint32(rx.send.placed), SrcQP: c.remoteQPN.Load()}
-	if op := h.Opcode(); op == wire.OpSendSE || op == wire.OpSendSEInv {
+	if h.Opcode().Solicited() {
 		wc.Flags |= driver.WCSolicited
 	}
 	if rx.immNext {
@@ -302,6 +302,16 @@ func (c *conn) completeSendLocked(wc driver.WorkCompletion) {
 	}
 }
 
+// rxImmDataBegin refuses Immediate Data inside another message: it
+// comes between messages, and lends its immediate to one Send at most.
+func (c *conn) rxImmDataBegin(h wire.Hdr) error {
+	if c.rx.send.active || c.rx.immNext {
+		return protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPInvalidMO, driver.EventQPReqErr,
+			"Immediate Data inside another message")
+	}
+	return nil
+}
+
 // rxImmData handles RFC 7306 Immediate Data: lent to the next Send, or
 // consuming a receive that completes a Write with immediate.
 func (c *conn) rxImmData(h wire.Hdr) error {
@@ -325,7 +335,7 @@ func (c *conn) rxImmData(h wire.Hdr) error {
 	}
 	wc := driver.WorkCompletion{WRID: r.WRID, Opcode: driver.WCRecvRDMAWithImm, Flags: driver.WCWithImm,
 		Imm: d.Imm(), ByteLen: uint32(rx.lastWriteLen), SrcQP: c.remoteQPN.Load()}
-	if h.Opcode() == wire.OpImmDataSE {
+	if h.Opcode().Solicited() {
 		wc.Flags |= driver.WCSolicited
 	}
 	q.completeRecv(wc)
