@@ -105,7 +105,6 @@ func (c *conn) rxReadResponseEnd(h wire.Hdr) error {
 // rxAtomicResponse completes the atomic at the head of the ORQ.
 func (c *conn) rxAtomicResponse(h wire.Hdr) error {
 	q := c.q
-	c.rx.msn[wire.QNAtomic]++
 	a := wire.AtomicResponse(h)
 	q.mu.Lock()
 	defer q.mu.Unlock()

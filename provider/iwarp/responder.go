@@ -317,7 +317,6 @@ func (c *conn) rxImmDataBegin(h wire.Hdr) error {
 func (c *conn) rxImmData(h wire.Hdr) error {
 	q := c.q
 	rx := &c.rx
-	rx.msn[wire.QNSend]++
 	d := wire.ImmData(h)
 	if d.Flags()&wire.ImmWithSend != 0 {
 		rx.immNext, rx.immNextVal = true, d.Imm()
@@ -346,16 +345,14 @@ func (c *conn) rxImmData(h wire.Hdr) error {
 // checking the STag, bounds and rights of the memory read and the IRD.
 func (c *conn) rxReadRequest(h wire.Hdr) error {
 	q := c.q
-	c.rx.msn[wire.QNRead]++
 	r := wire.ReadRequest(h)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if !q.accepts() || q.c != c {
 		return io.EOF
 	}
-	if c.irqTail-c.irqHead >= uint64(len(c.irq)) {
-		return protoErr(wire.LayerRDMAP, wire.RDMAPRemoteOperation, wire.RDMAPCatastrophicLocal, driver.EventQPReqErr,
-			"more Read Requests outstanding than the IRD of %d this side offered", len(c.irq))
+	if err := c.irdExceeded("Read Requests"); err != nil {
+		return err
 	}
 	var src []byte
 	var m *mr
@@ -382,22 +379,32 @@ func (c *conn) rxReadRequest(h wire.Hdr) error {
 	return nil
 }
 
+// irdExceeded is the error of a request (of kind what) that the
+// responses already owed leave no room for: the peer has more
+// outstanding than the IRD this side offered. q.mu is held.
+func (c *conn) irdExceeded(what string) error {
+	if c.irqTail-c.irqHead < uint64(len(c.irq)) {
+		return nil
+	}
+	return protoErr(wire.LayerRDMAP, wire.RDMAPRemoteOperation, wire.RDMAPCatastrophicLocal, driver.EventQPReqErr,
+		"more %s outstanding than the IRD of %d this side offered", what, len(c.irq))
+}
+
 // rxAtomicRequest performs an RFC 7306 atomic on the word it names, with
 // a CPU atomic instruction, and queues the response with the word's
 // original value.
 func (c *conn) rxAtomicRequest(h wire.Hdr) error {
 	q := c.q
-	c.rx.msn[wire.QNAtomic]++
 	a := wire.AtomicRequest(h)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if !q.accepts() || q.c != c {
 		return io.EOF
 	}
+	if err := c.irdExceeded("atomics"); err != nil {
+		return err
+	}
 	switch {
-	case c.irqTail-c.irqHead >= uint64(len(c.irq)):
-		return protoErr(wire.LayerRDMAP, wire.RDMAPRemoteOperation, wire.RDMAPCatastrophicLocal, driver.EventQPReqErr,
-			"more atomics outstanding than the IRD of %d this side offered", len(c.irq))
 	case a.TO()%8 != 0:
 		return protoErr(wire.LayerRDMAP, wire.RDMAPRemoteOperation, wire.RDMAPUnspecified, driver.EventQPReqErr,
 			"atomic on offset %#x, which is not 8-byte aligned", a.TO())

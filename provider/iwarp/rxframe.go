@@ -464,7 +464,11 @@ func (c *conn) rxBegin(h wire.Hdr) error {
 // rxEnd completes the FPDU with headers h: its payload and trailer are
 // read and checked.
 func (c *conn) rxEnd(h wire.Hdr) error {
-	if end := rxHandlers[h.Opcode().Msg()].end; end != nil {
+	op := h.Opcode()
+	if op.Bare() {
+		c.rx.msn[op.QN()]++ // the message is whole: the next has the next MSN
+	}
+	if end := rxHandlers[op.Msg()].end; end != nil {
 		return end(c, h)
 	}
 	return nil
