@@ -133,7 +133,7 @@ func (c *conn) soleSegmentCheck(h wire.Hdr, qn uint32) error {
 // buffers.
 func (c *conn) rxSendBegin(h wire.Hdr) error {
 	rx := &c.rx
-	if err := c.untaggedCheck(h, wire.QNSend); err != nil {
+	if err := c.untaggedCheck(h, h.Opcode().QN()); err != nil {
 		return err
 	}
 	n := h.PayloadLen()

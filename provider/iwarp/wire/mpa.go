@@ -6,6 +6,10 @@
 // allocates nothing. Accessors assume the view is long enough; the
 // Validate functions (and the fixed lengths below) say when it is, so
 // that a receiver checks a length once and then reads fields freely.
+// Each view names its field offsets. What the wire says of each RDMAP
+// opcode (name, header length, buffer model, DDP queue, whether it is a
+// request, a response or a Terminate, the message it carries) is one
+// table, read through Opcode's methods and Info.
 //
 // Byte order is network order (big-endian) everywhere, as the RFCs say,
 // except the MPA CRC, which goes on the wire as the little-endian bytes of
