@@ -246,28 +246,24 @@ func describe(l Layer, etype, ecode uint8) string {
 	return "unknown layer"
 }
 
+// rdmapCodes names the RDMAP error codes.
+var rdmapCodes = [...]string{
+	RDMAPInvalidSTag:       "invalid STag",
+	RDMAPBaseBounds:        "base or bounds violation",
+	RDMAPAccessRights:      "access rights violation",
+	RDMAPSTagNotAssoc:      "STag not associated with the stream",
+	RDMAPTOWrap:            "TO wrap",
+	RDMAPInvalidVersion:    "invalid RDMAP version",
+	RDMAPUnexpectedOpcode:  "unexpected opcode",
+	RDMAPCatastrophicLocal: "catastrophic error of the stream",
+	RDMAPCatastrophicAll:   "global catastrophic error",
+	RDMAPCannotInvalidate:  "STag cannot be invalidated",
+}
+
+// rdmapCode names the RDMAP error code c.
 func rdmapCode(c uint8) string {
-	switch c {
-	case RDMAPInvalidSTag:
-		return "invalid STag"
-	case RDMAPBaseBounds:
-		return "base or bounds violation"
-	case RDMAPAccessRights:
-		return "access rights violation"
-	case RDMAPSTagNotAssoc:
-		return "STag not associated with the stream"
-	case RDMAPTOWrap:
-		return "TO wrap"
-	case RDMAPInvalidVersion:
-		return "invalid RDMAP version"
-	case RDMAPUnexpectedOpcode:
-		return "unexpected opcode"
-	case RDMAPCatastrophicLocal:
-		return "catastrophic error of the stream"
-	case RDMAPCatastrophicAll:
-		return "global catastrophic error"
-	case RDMAPCannotInvalidate:
-		return "STag cannot be invalidated"
+	if int(c) < len(rdmapCodes) {
+		return rdmapCodes[c]
 	}
 	return "unspecified"
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"strings"
 	"testing"
 )
 
@@ -285,5 +286,26 @@ func TestTerminateFromSiw(t *testing.T) {
 	}
 	if Terminate(rfc[:n]).FromSiw() {
 		t.Fatalf("an RFC 5040 Terminate %x was taken for siw's", rfc[:n])
+	}
+}
+
+// TestTerminateDescribes names a Terminate's error in words.
+func TestTerminateDescribes(t *testing.T) {
+	var b [TerminateMaxLen]byte
+	for _, tc := range []struct {
+		layer        Layer
+		etype, ecode uint8
+		want         string
+	}{
+		{LayerRDMAP, RDMAPRemoteProtect, RDMAPAccessRights, "RDMAP remote protection error: access rights violation"},
+		{LayerRDMAP, RDMAPRemoteOperation, RDMAPCannotInvalidate, "RDMAP remote operation error: STag cannot be invalidated"},
+		{LayerRDMAP, RDMAPRemoteOperation, RDMAPUnspecified, "RDMAP remote operation error: unspecified"},
+		{LayerDDP, DDPUntaggedError, DDPNoBuffer, "DDP untagged buffer error: no receive posted"},
+		{LayerLLP, LLPMPAError, LLPCRCError, "MPA error: CRC error"},
+	} {
+		n := SetTerminate(b[:], 1, tc.layer, tc.etype, tc.ecode, nil)
+		if got := Terminate(b[:n]).String(); !strings.HasPrefix(got, tc.want+" (") {
+			t.Errorf("Terminate of layer %d type %d code %#x reads %q, want %q", tc.layer, tc.etype, tc.ecode, got, tc.want)
+		}
 	}
 }
