@@ -348,10 +348,7 @@ func (c *conn) rxReadRequest(h wire.Hdr) error {
 	r := wire.ReadRequest(h)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !q.accepts() || q.c != c {
-		return io.EOF
-	}
-	if err := c.irdExceeded("Read Requests"); err != nil {
+	if err := c.admit("Read Requests"); err != nil {
 		return err
 	}
 	var src []byte
@@ -379,10 +376,15 @@ func (c *conn) rxReadRequest(h wire.Hdr) error {
 	return nil
 }
 
-// irdExceeded is the error of a request (of kind what) that the
-// responses already owed leave no room for: the peer has more
-// outstanding than the IRD this side offered. q.mu is held.
-func (c *conn) irdExceeded(what string) error {
+// admit checks that a request of the peer (of kind what, which must be
+// answered) may be served: io.EOF once the QP no longer takes what this
+// connection receives, and an error when the responses already owed
+// leave no room for it (the peer has more outstanding than the IRD this
+// side offered). q.mu is held.
+func (c *conn) admit(what string) error {
+	if q := c.q; !q.accepts() || q.c != c {
+		return io.EOF
+	}
 	if c.irqTail-c.irqHead < uint64(len(c.irq)) {
 		return nil
 	}
@@ -398,10 +400,7 @@ func (c *conn) rxAtomicRequest(h wire.Hdr) error {
 	a := wire.AtomicRequest(h)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !q.accepts() || q.c != c {
-		return io.EOF
-	}
-	if err := c.irdExceeded("atomics"); err != nil {
+	if err := c.admit("atomics"); err != nil {
 		return err
 	}
 	switch {
