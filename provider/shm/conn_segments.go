@@ -280,3 +280,23 @@ func (c *conn) procCopy(b []byte, addr uint64, out bool) bool {
 	}
 	return err == nil && n == len(b)
 }
+
+// reshare sends the peer, after the QP's access flags changed, each
+// segment of the QP's PD as it may now map it (writable, read-only), or
+// tells it to unmap one it may no longer map. A segment sent again as it
+// is mapped is dropped by the peer's absorb.
+func (c *conn) reshare() {
+	ctx := c.q.ctx
+	ctx.segMu.Lock()
+	defer ctx.segMu.Unlock()
+	for id, si := range ctx.segs {
+		if !si.inPD(c.q.pd) {
+			continue
+		}
+		if ok, _ := si.shareable(c.q, false); ok {
+			c.pushSegmentLocked(id, si, false)
+		} else {
+			c.sendCtrl(msgSegGone, id, 0)
+		}
+	}
+}

@@ -45,8 +45,11 @@ type qp struct {
 	// recvExposed: the regions receives of this QP's own queue were
 	// posted in (exposeForRecv).
 	recvExposed recvSet
-	rq          *recvRing // nil with an SRQ
-	rqN         int
+	// peerAccess: the QP's remote access flags as publish last saw them,
+	// which bound what its peer is granted (peerRights).
+	peerAccess atomic.Uint32
+	rq         *recvRing // nil with an SRQ
+	rqN        int
 
 	// mu guards what follows. It is a spin lock, since PostSend takes
 	// it on every call: hold it only briefly. (A holder that blocks —
@@ -151,6 +154,7 @@ func (q *qp) publish() {
 	q.hdr.attrs.Store(uint32(q.attr.MinRNRTimer) | uint32(q.attr.MaxDestRdAtomic)<<8)
 	q.hdr.pd.Store(q.pd.id)
 	q.hdr.state.Store(uint32(q.attr.State))
+	q.noteAccess()
 }
 
 func (q *qp) Num() uint32 { return q.num }
