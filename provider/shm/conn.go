@@ -59,17 +59,18 @@ type conn struct {
 	pid    int
 	remote driver.ConnParam
 
-	peerBlock *segment
-	peerHdr   *ringHeader // the peer QP's header: state, access, attributes
-	peerGen   uint32      // the peer QP's gen when it connected: a later one is another connection's
-	started   atomic.Bool // start has run: the reader answers control messages
-	peerRecv  *recvRing   // the peer's receive queue, or its SRQ
-	peerSRQ   bool
-	srqSeg    *segment
-	cqSeg     *segment
-	peerCQ    *cqRing
-	keySeg    *segment  // the peer's grant table for this connection, mapped read-only
-	keys      *keyTable // its view
+	peerBlock  *segment
+	peerHdr    *ringHeader // the peer QP's header: state, access, attributes
+	peerGen    uint32      // the peer QP's gen when it connected: a later one is another connection's
+	started    atomic.Bool // start has run: the reader answers control messages
+	peerRecv   *recvRing   // the peer's receive queue, or its SRQ
+	peerSRQ    bool
+	srqSeg     *segment
+	cqSeg      *segment  // the peer's receive CQ: its arming and futex word
+	peerNotify *cqRing   // its view
+	peerCQ     *cqRing   // the peer QP's receive completion ring, in peerBlock
+	keySeg     *segment  // the peer's grant table for this connection, mapped read-only
+	keys       *keyTable // its view
 	// keyAck hands the requester (askKey) the peer's answers to its
 	// msgGetKey: key, granted.
 	keyAck chan [2]uint32

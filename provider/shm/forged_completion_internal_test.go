@@ -2,39 +2,157 @@ package shm
 
 import (
 	"testing"
+	"time"
 
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/verbs/verbstest"
 )
 
-// TestForgedReceiveCompletionsSanitized: a peer writes receive
-// completions into this process's CQ ring, and may write anything. What
-// Poll hands the application says only what a receive completion of
-// shm0 can: a known status, a receive's opcode, the immediate and
-// solicited flags alone, and for a success no more bytes than a message
-// may have; anything else comes out failed, with no byte count.
+// Receive completions a hostile peer writes. B is the peer: it writes
+// completions straight into the ring its Sends complete A's receives in
+// (the ring it maps of A's), naming anything. A's Poll believes only the
+// status, flags, immediate and byte count it reads there, and only
+// within what A posted: the WRID comes from A's record of the receive at
+// the position named, the QP is the one whose ring it came from, a
+// position with no receive posted (or completed already) is dropped, and
+// a Send's byte count beyond the receive's buffers completes it with a
+// length error. A peer caught lying is cut off: A's QP moves to the
+// error state.
+
+// forge writes wc into the ring through which B completes receives of
+// A's QP i, as B's requester does, bypassing it.
+func forge(t *testing.T, p *verbstest.Pair, i int, wc driver.WorkCompletion) {
+	t.Helper()
+	if !connOf(driverQP(p.B.(*verbstest.Local).QPs[i])).peerCQ.produce(&wc) {
+		t.Fatal("the ring is full")
+	}
+}
+
+// pollAll polls A's receive CQ until it has nothing more to give.
+func pollAll(p *verbstest.Pair) []verbs.WorkCompletion {
+	var out []verbs.WorkCompletion
+	wc := make([]verbs.WorkCompletion, 8)
+	for {
+		n := p.A.RecvCQ.Poll(wc)
+		if n == 0 {
+			return out
+		}
+		out = append(out, wc[:n]...)
+	}
+}
+
+// expectCutOff waits for A's QP i to move to the error state.
+func expectCutOff(t *testing.T, p *verbstest.Pair, i int) {
+	t.Helper()
+	for deadline := time.Now().Add(waitLimit); ; {
+		a, err := p.A.QPs[i].Query()
+		if err == nil && a.State == verbs.QPSErr {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("A's QP %d is %v (%v) after its peer forged a completion; want it cut off", i, a.State, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestForgedCompletionOfNoReceive: a completion naming a position where
+// A posted nothing, with a WRID of the peer's choosing, is dropped.
+func TestForgedCompletionOfNoReceive(t *testing.T) {
+	p := localHarness().NewPair(t, verbstest.PairOptions{})
+	forge(t, p, 0, driver.WorkCompletion{WRID: 999, Opcode: driver.WCRecv, ByteLen: 8})
+	forge(t, p, 0, driver.WorkCompletion{WRID: 0, Opcode: driver.WCRecv, ByteLen: 8})
+	if got := pollAll(p); len(got) != 0 {
+		t.Fatalf("Poll handed out completions of receives never posted: %+v", got)
+	}
+	expectCutOff(t, p, 0)
+}
+
+// TestForgedCompletionTakesRecordedWRID: the completion of a receive A
+// posted carries the WRID A posted and A's QP number, whatever the peer
+// wrote; the same receive completed again is dropped.
+func TestForgedCompletionTakesRecordedWRID(t *testing.T) {
+	p := localHarness().NewPair(t, verbstest.PairOptions{})
+	buf := newRegion(t, p.A, 64, verbs.AccessLocalWrite)
+	postRecv(t, p.A, 0, recv(77, buf.SGE(0, 16)))
+	forge(t, p, 0, driver.WorkCompletion{WRID: 0, Opcode: driver.WCRecv, ByteLen: 8, QPNum: 0xabcdef})
+	got := pollAll(p)
+	if len(got) != 1 || got[0].WRID != 77 || got[0].QPNum != p.A.QPNum(0) || got[0].Status != verbs.WCSuccess || got[0].ByteLen != 8 {
+		t.Fatalf("the completion of receive 77 came out %+v; want WRID 77 on QP %#x, a success of 8 bytes", got, p.A.QPNum(0))
+	}
+	forge(t, p, 0, driver.WorkCompletion{WRID: 0, Opcode: driver.WCRecv, ByteLen: 8})
+	if got := pollAll(p); len(got) != 0 {
+		t.Fatalf("a receive completed twice: %+v", got)
+	}
+	expectCutOff(t, p, 0)
+}
+
+// TestForgedCompletionLongerThanReceive: a Send's completion claiming
+// more bytes than the receive's buffers hold completes the receive with
+// a length error and no byte count.
+func TestForgedCompletionLongerThanReceive(t *testing.T) {
+	p := localHarness().NewPair(t, verbstest.PairOptions{})
+	buf := newRegion(t, p.A, 64, verbs.AccessLocalWrite)
+	postRecv(t, p.A, 0, recv(5, buf.SGE(0, 16)))
+	forge(t, p, 0, driver.WorkCompletion{WRID: 0, Opcode: driver.WCRecv, ByteLen: 4096})
+	got := pollAll(p)
+	if len(got) != 1 || got[0].WRID != 5 || got[0].Status == verbs.WCSuccess || got[0].ByteLen != 0 {
+		t.Fatalf("a 4096-byte completion of a 16-byte receive came out %+v; want WRID 5 failed with no byte count", got)
+	}
+	expectCutOff(t, p, 0)
+}
+
+// TestForgedCompletionForAnotherQP: A's two QPs share a receive CQ and
+// each has a receive posted. The peer of QP 0 writes a completion naming
+// QP 1: it completes QP 0's receive, on QP 0; QP 1's receive is still
+// posted, and is completed by QP 1's honest peer.
+func TestForgedCompletionForAnotherQP(t *testing.T) {
+	p := localHarness().NewPair(t, verbstest.PairOptions{QPs: 2})
+	buf := newRegion(t, p.A, 64, verbs.AccessLocalWrite)
+	postRecv(t, p.A, 0, recv(10, buf.SGE(0, 16)))
+	postRecv(t, p.A, 1, recv(11, buf.SGE(16, 16)))
+	forge(t, p, 0, driver.WorkCompletion{WRID: 0, Opcode: driver.WCRecv, ByteLen: 8, QPNum: p.A.QPNum(1)})
+	got := pollAll(p)
+	if len(got) != 1 || got[0].WRID != 10 || got[0].QPNum != p.A.QPNum(0) {
+		t.Fatalf("a completion QP 0's peer wrote naming QP 1 came out %+v; want receive 10 of QP %#x", got, p.A.QPNum(0))
+	}
+	src := newRegion(t, p.B, 8, verbs.AccessLocalWrite)
+	fill(t, p.B, src, 0, pattern(7, 8))
+	postSend(t, p.B, 1, send(20, src.SGE(0, 8)))
+	wcs := waitWCs(t, p.A, verbstest.RecvCQ, 1)
+	if wcs[0].WRID != 11 || wcs[0].QPNum != p.A.QPNum(1) || wcs[0].Status != verbs.WCSuccess || wcs[0].ByteLen != 8 {
+		t.Fatalf("QP 1's receive completed as %+v; want receive 11, 8 bytes, on QP %#x", wcs[0], p.A.QPNum(1))
+	}
+}
+
+// TestForgedReceiveCompletionsSanitized: what Poll hands the application
+// of a receive A posted says only what a receive completion of shm0 can:
+// a known status, a receive's opcode, the immediate and solicited flags
+// alone, and for a success no more bytes than the receive holds; anything
+// else comes out failed, with no byte count.
 func TestForgedReceiveCompletionsSanitized(t *testing.T) {
 	p := localHarness().NewPair(t, verbstest.PairOptions{})
-	bq := driverQP(p.B.(*verbstest.Local).QPs[0])
-	aq := driverQP(p.A.QPs[0])
-	ring := viewCQRing(connOf(bq).cqSeg.mem, aq.recvCQ.n) // the peer's view of A's receive CQ
+	buf := newRegion(t, p.A, 256, verbs.AccessLocalWrite)
 	forged := []driver.WorkCompletion{
-		{WRID: 1, Opcode: 77, ByteLen: 8, QPNum: aq.num},
-		{WRID: 2, Opcode: driver.WCRecv, ByteLen: 0xffffffff, QPNum: aq.num},
-		{WRID: 3, Opcode: driver.WCRecv, ByteLen: 8, QPNum: aq.num, Flags: driver.WCWithInv | 0x80, InvalidatedRKey: 5},
-		{WRID: 4, Opcode: driver.WCRecv, Status: 200, QPNum: aq.num},
+		{Opcode: 77, ByteLen: 8},
+		{Opcode: driver.WCRecv, ByteLen: 0xffffffff},
+		{Opcode: driver.WCRecv, ByteLen: 8, Flags: driver.WCWithInv | 0x80, InvalidatedRKey: 5},
+		{Opcode: driver.WCRecv, Status: 200},
 	}
 	for i := range forged {
-		if !ring.produce(&forged[i]) {
-			t.Fatal("the ring is full")
+		postRecv(t, p.A, 0, recv(uint64(100+i), buf.SGE(64*i, 64)))
+		forged[i].WRID = uint64(i) // the receive's position
+		forge(t, p, 0, forged[i])
+	}
+	wc := pollAll(p)
+	if len(wc) != len(forged) {
+		t.Fatalf("Poll returned %d completions, want %d", len(wc), len(forged))
+	}
+	for i, w := range wc {
+		if w.WRID != uint64(100+i) {
+			t.Errorf("completion %d: WRID %d", i, w.WRID)
 		}
-	}
-	wc := make([]verbs.WorkCompletion, 8)
-	if n := p.A.RecvCQ.Poll(wc); n != len(forged) {
-		t.Fatalf("Poll returned %d completions, want %d", n, len(forged))
-	}
-	for i, w := range wc[:len(forged)] {
 		if w.Opcode != verbs.WCRecv && w.Opcode != verbs.WCRecvRDMAWithImm {
 			t.Errorf("completion %d: opcode %v", i, w.Opcode)
 		}

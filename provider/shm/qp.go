@@ -4,8 +4,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/internal/spin"
 	"github.com/goverbs/goverbs/internal/swq"
@@ -37,9 +35,16 @@ type qp struct {
 	// to the peer read-only (grantsRO). grantMu serialises its writers
 	// and guards grantConn, the connection whose requests it answers;
 	// it is taken after devCtx.mu and q.mu, and nothing blocks under it.
-	grantSeg  *segment
-	grants    *keyTable
-	grantsRO  int
+	grantSeg *segment
+	grants   *keyTable
+	grantsRO int
+	// sh: the shared memory of the QP's connection, which block,
+	// grantSeg, grantsRO, grants, hdr and rq are views of; spare: the
+	// fresh one its next Reset hands it (prepareReset). sh is replaced
+	// under mu, rqMu, grantMu and the receive CQ's mu; spare is guarded
+	// by mu.
+	sh        *qpShared
+	spare     *qpShared
 	grantMu   sync.Mutex
 	grantConn *conn
 	// recvExposed: the regions receives of this QP's own queue were
@@ -98,31 +103,12 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	if s == nil {
 		q.rqN = pow2(int(c.MaxRecvWR))
 	}
-	seg, err := newSegment("qp", ringSize(q.rqN, recvEntrySize(int(c.MaxRecvSGE))))
+	sh, err := q.newQPShared()
 	if err != nil {
 		return nil, err
 	}
-	q.block = seg
-	if q.grantSeg, err = newSegment("grants", maxKeys*keySlotSize); err != nil {
-		seg.close()
-		return nil, err
-	}
-	if q.grantsRO, err = q.grantSeg.readOnlyFD(); err != nil {
-		seg.close()
-		q.grantSeg.close()
-		return nil, err
-	}
-	q.grants = viewKeyTable(q.grantSeg.mem, maxKeys)
-	closeSegs := func() {
-		seg.close()
-		q.grantSeg.close()
-		unix.Close(q.grantsRO)
-	}
-	rq := initRecvRing(seg.mem, q.rqN, int(c.MaxRecvSGE))
-	q.hdr = rq.h
-	if s == nil {
-		q.rq = rq
-	}
+	q.adopt(sh)
+	closeSegs := sh.close
 	q.attr.Cap = c
 	q.publish()
 	scq.addSender(q)
@@ -140,6 +126,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 		p.ctx.qps = map[*qp]bool{}
 	}
 	p.ctx.qps[q] = true
+	rcq.addRecvQP(q)
 	return q, nil
 }
 
@@ -170,6 +157,9 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	defer q.mu.Unlock()
 	if q.destroyed {
 		return driver.ErrClosed
+	}
+	if err := q.prepareReset(attr, mask); err != nil {
+		return err
 	}
 	prev, err := driver.Transition(&q.attr, attr, mask, nil)
 	if err != nil {
@@ -208,11 +198,6 @@ func (q *qp) reset() {
 	q.sendCQ.mu.Lock() // serialises the reset with Retire (swq.Queue.Reset)
 	q.sq.Reset()
 	q.sendCQ.mu.Unlock()
-	if q.rq != nil {
-		q.rqMu.Lock()
-		q.rq.reset()
-		q.rqMu.Unlock()
-	}
 	q.attr = driver.QPAttr{Cap: q.cap}
 	q.resets++
 	q.hdr.gen.Add(1)
@@ -226,6 +211,7 @@ func (q *qp) reset() {
 		q.conn = nil
 		go c.close()
 	}
+	q.renewShared()
 }
 
 // toErr moves the QP to the error state and flushes every outstanding
@@ -271,7 +257,7 @@ func (q *qp) flushRecv() {
 		if !ok || err != nil {
 			return
 		}
-		q.completeRecv(driver.WorkCompletion{WRID: e.wrid, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
+		q.pushRecv(&driver.WorkCompletion{WRID: e.pos, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
 	}
 }
 
@@ -386,15 +372,6 @@ func (q *qp) postRecvLocked(wrs []driver.RecvWR, st uint32) (int, error) {
 	return len(wrs), nil
 }
 
-// completeRecv reports a receive completion produced in this process; a
-// lost one (CQ overrun) moves the QP to the error state.
-func (q *qp) completeRecv(wc driver.WorkCompletion) {
-	wc.QPNum = q.num
-	if !q.recvCQ.push(&wc) {
-		q.fail(driver.EventQPFatal)
-	}
-}
-
 // Complete implements swq.Engine: it reports the completion of send slot seq.
 func (q *qp) Complete(seq uint64, wc driver.WorkCompletion) {
 	q.sendCQ.pushSend(q, seq, wc.WRID, wc.Status, wc.Opcode, wc.ByteLen)
@@ -426,9 +403,11 @@ func (q *qp) Destroy() error {
 	q.rqMu.Unlock()
 	q.grantTo(nil)
 	q.ctx.forgetRecvs(&q.recvExposed)
-	q.block.close()
-	q.grantSeg.close()
-	unix.Close(q.grantsRO)
+	q.recvCQ.removeRecvQP(q)
+	q.sh.close()
+	if q.spare != nil {
+		q.spare.close()
+	}
 	return nil
 }
 

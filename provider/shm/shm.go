@@ -23,8 +23,10 @@
 // itself: an RDMA Read is one copy from the mapped remote region into the
 // local buffer, a Write the reverse, an atomic a CPU atomic instruction on
 // the shared word, a Send one copy into the buffer the receiver posted,
-// whose completion the sender writes into the receiver's CQ ring. The
-// remote CPU does nothing for one-sided operations.
+// whose completion the sender writes into the receiving QP's completion
+// ring, naming the receive by its position (the receiver takes its WRID
+// from its own record). The remote CPU does nothing for one-sided
+// operations.
 //
 // The control plane is a Unix socket per connection (cm addresses
 // shm:///path/to.sock and shm://@abstract-name): it carries the

@@ -1,0 +1,298 @@
+package shm
+
+import (
+	"golang.org/x/sys/unix"
+
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// What a QP shares with the peer of one connection, and how the receive
+// completions that peer writes are taken.
+//
+// A QP's block holds its header, its receive ring and its receive
+// completion ring; its grant table is a segment of its own, which goes to
+// the peer read-only. A QP gets fresh ones at each Reset: the peer of an
+// earlier connection may keep its mappings, and then writes memory that
+// nobody reads any more, and reads a grant table that nobody fills.
+//
+// The peer writes the completions of the receives its Sends (and Writes
+// with immediate) consume into the QP's own completion ring, naming the
+// receive by its position in the queue. Poll of the QP's receive CQ
+// merges the rings of the QPs that complete receives there, and takes
+// from each completion only a status, flags, an immediate and a byte
+// count: the QP is the one whose ring it came from, and the WRID the one
+// this process recorded when it posted the receive at that position
+// (recvLog); a position with no receive posted, or one already
+// completed, or a Send's byte count beyond the receive's buffers, is a
+// lie, which cuts the peer off.
+
+// qpShared is a QP's shared memory for one connection.
+type qpShared struct {
+	block    *segment
+	grantSeg *segment
+	grantsRO int       // the grant table's memfd, opened read-only for the peer
+	rq       *recvRing // the header and receive ring (its log, with an SRQ, unused)
+	cring    *cqRing   // the receive completion ring, in block
+	// lied: the peer wrote a completion that was not true, and is
+	// being cut off (peerLied). Guarded by the receive CQ's mu.
+	lied bool
+}
+
+// blockSize is the size of a QP's block: the header and receive ring of
+// rqN entries of sges SGEs, then the receive completion ring of cN
+// entries (recvCQEntries), at recvCQOffset.
+func blockSize(rqN, sges, cN int) int {
+	return recvCQOffset(rqN, sges) + ringSize(cN, cqSlotSize)
+}
+
+func recvCQOffset(rqN, sges int) int {
+	return (ringSize(rqN, recvEntrySize(sges)) + headerSize - 1) &^ (headerSize - 1)
+}
+
+// recvCQEntries is the size of a QP's receive completion ring: the
+// receives its peer can consume (its receive queue's, or its SRQ's if
+// srqN > 0), but no more than its receive CQ holds, beyond which the
+// peer reports the CQ overrun.
+func recvCQEntries(rqN, srqN, cqN int) int {
+	if srqN > 0 {
+		rqN = srqN
+	}
+	return min(rqN, cqN)
+}
+
+// newQPShared makes the shared memory of a QP with attributes q.rqN,
+// q.cap, q.srq and q.recvCQ.
+func (q *qp) newQPShared() (*qpShared, error) {
+	sges := int(q.cap.MaxRecvSGE)
+	srqN := 0
+	if q.srq != nil {
+		srqN = q.srq.n
+	}
+	cN := recvCQEntries(q.rqN, srqN, q.recvCQ.n)
+	block, err := newSegment("qp", blockSize(q.rqN, sges, cN))
+	if err != nil {
+		return nil, err
+	}
+	sh := &qpShared{block: block, grantsRO: -1}
+	if sh.grantSeg, err = newSegment("grants", maxKeys*keySlotSize); err != nil {
+		sh.close()
+		return nil, err
+	}
+	if sh.grantsRO, err = sh.grantSeg.readOnlyFD(); err != nil {
+		sh.close()
+		return nil, err
+	}
+	sh.rq = initRecvRing(block.mem, q.rqN, sges)
+	sh.cring = initCQRing(block.mem[recvCQOffset(q.rqN, sges):], cN)
+	return sh, nil
+}
+
+func (sh *qpShared) close() {
+	for _, s := range []*segment{sh.block, sh.grantSeg} {
+		if s != nil {
+			s.close()
+		}
+	}
+	if sh.grantsRO >= 0 {
+		unix.Close(sh.grantsRO)
+		sh.grantsRO = -1
+	}
+}
+
+// adopt makes sh the QP's shared memory. The caller excludes whatever
+// reads what it replaces: PostRecv (rqMu), Poll of the receive CQ (its
+// mu), the grant table's writers (grantMu).
+func (q *qp) adopt(sh *qpShared) {
+	q.sh = sh
+	q.block, q.grantSeg, q.grantsRO = sh.block, sh.grantSeg, sh.grantsRO
+	q.grants = viewKeyTable(sh.grantSeg.mem, maxKeys)
+	q.hdr = sh.rq.h
+	if q.srq == nil {
+		q.rq = sh.rq
+	}
+}
+
+// prepareReset makes the shared memory a move to Reset hands the QP
+// (renewShared), before the move: a QP that cannot get fresh memory
+// stays where it is, and Modify fails. q.mu is held.
+func (q *qp) prepareReset(attr *driver.QPAttr, mask driver.QPAttrMask) error {
+	if mask&driver.QPAttrState == 0 || attr.State != driver.QPSReset || q.spare != nil {
+		return nil
+	}
+	sh, err := q.newQPShared()
+	if err != nil {
+		return err
+	}
+	q.spare = sh
+	return nil
+}
+
+// renewShared hands the QP, moving to Reset, the fresh shared memory
+// prepareReset made, and closes its own mappings of the old: the peer
+// of the connection before keeps its mappings, of memory no one else
+// uses. Completions of the old ring that Poll has not taken are dropped,
+// their receives with them. q.mu is held; the grant table is already
+// emptied (grantTo).
+func (q *qp) renewShared() {
+	sh := q.spare
+	if sh == nil {
+		return
+	}
+	q.spare = nil
+	old := q.sh
+	q.recvCQ.mu.Lock()
+	q.rqMu.Lock()
+	q.grantMu.Lock()
+	q.adopt(sh)
+	q.grantMu.Unlock()
+	q.rqMu.Unlock()
+	q.releaseRecvs(old)
+	q.recvCQ.mu.Unlock()
+	old.close()
+}
+
+// releaseRecvs takes the completions of old, a ring the QP no longer
+// uses, so that the SRQ receives they completed are free to be posted
+// again; the completions are dropped. The receive CQ's mu is held.
+func (q *qp) releaseRecvs(old *qpShared) {
+	if q.srq == nil {
+		return // the QP's own receive queue goes with old
+	}
+	var wc driver.WorkCompletion
+	for range old.cring.mask + 1 {
+		if !old.cring.ready() {
+			return
+		}
+		old.cring.take(&wc)
+		q.srq.ring.log.take(wc.WRID)
+	}
+}
+
+// pushRecv adds a receive completion produced in this process (a
+// flushed receive, wc.WRID its position) to the QP's completion ring,
+// behind those the peer wrote, so that a receive queue completes in
+// order. A full ring loses it: the CQ's overrun is recorded and raised,
+// and the QP moves to the error state. q.mu is held.
+func (q *qp) pushRecv(wc *driver.WorkCompletion) {
+	c := q.recvCQ
+	if c.destroyed.Load() || !c.notifyOrOverrun(wc, q.sh.cring.produce(wc)) {
+		q.fail(driver.EventQPFatal)
+	}
+}
+
+// addRecvQP has Poll take q's receive completions, before q can be
+// connected.
+func (c *cq) addRecvQP(q *qp) {
+	c.mu.Lock()
+	c.recvQPs = append(c.recvQPs, q)
+	c.mu.Unlock()
+}
+
+// removeRecvQP stops taking q's receive completions, before its block is
+// unmapped; those Poll has not taken are dropped.
+func (c *cq) removeRecvQP(q *qp) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, r := range c.recvQPs {
+		if r == q {
+			q.releaseRecvs(q.sh)
+			c.recvQPs = append(c.recvQPs[:i], c.recvQPs[i+1:]...)
+			c.recvQPs = c.recvQPs[:len(c.recvQPs):len(c.recvQPs)]
+			c.recvNext = 0
+			return
+		}
+	}
+}
+
+// takeRecv takes a receive completion of one of the CQ's QPs into wc,
+// starting after the QP it took the last one from, so that a QP whose
+// peer keeps writing completions does not keep the others' waiting; false
+// if none waits. Completions that are lies are dropped (acceptRecv). The
+// CQ's mu is held.
+func (c *cq) takeRecv(wc *driver.WorkCompletion) bool {
+	n := len(c.recvQPs)
+	for i := range n {
+		k := c.recvNext + i
+		if k >= n {
+			k -= n
+		}
+		q := c.recvQPs[k]
+		r := q.sh.cring
+		// A lying peer's completions are dropped, and it is cut off; the
+		// ring holds at most its size of them.
+		for range r.mask + 1 {
+			if !r.ready() {
+				break
+			}
+			r.take(wc)
+			if q.acceptRecv(wc) {
+				c.recvNext = k + 1
+				if c.recvNext == n {
+					c.recvNext = 0
+				}
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// recvPending reports whether a receive completion waits in the ring of
+// one of the CQ's QPs (with solicitedOnly, a solicited or failed one).
+// The CQ's mu is held.
+func (c *cq) recvPending(solicitedOnly bool) bool {
+	for _, q := range c.recvQPs {
+		if q.sh.cring.pending(solicitedOnly) {
+			return true
+		}
+	}
+	return false
+}
+
+// acceptRecv checks a receive completion read from the QP's ring against
+// the record of the receive posted at the position it names, and makes
+// it say what this process knows: the QP, and the receive's WRID. A
+// completion naming no receive posted there that is not yet completed is
+// dropped (false); one that claims more bytes for a Send than the
+// receive's buffers hold completes it as a length error. Either way the
+// peer is cut off. The receive CQ's mu is held.
+func (q *qp) acceptRecv(wc *driver.WorkCompletion) bool {
+	log := q.sh.rq.log
+	if q.srq != nil {
+		log = q.srq.ring.log
+	}
+	wrid, length, ok := log.take(wc.WRID)
+	if !ok {
+		q.peerLied()
+		return false
+	}
+	wc.WRID, wc.QPNum = wrid, q.num
+	if wc.Opcode == driver.WCRecv && wc.Status == driver.WCSuccess && uint64(wc.ByteLen) > length {
+		wc.Status, wc.ByteLen = driver.WCLocLenErr, 0
+		q.peerLied()
+	}
+	return true
+}
+
+// peerLied cuts off the peer that wrote a false completion into the QP's
+// ring: the QP moves to the error state and the connection ends, once.
+// Poll holds the CQ's mu, which ranks after q.mu: the work is left to a
+// goroutine. The receive CQ's mu is held.
+func (q *qp) peerLied() {
+	sh := q.sh
+	if sh.lied {
+		return
+	}
+	sh.lied = true
+	go func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.sh != sh || q.destroyed {
+			return // reset or destroyed meanwhile: that connection is gone
+		}
+		if c := q.conn; c != nil {
+			c.peerBroke()
+		}
+		q.fail(driver.EventQPFatal)
+	}()
+}
