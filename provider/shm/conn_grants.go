@@ -1,10 +1,6 @@
 package shm
 
-import (
-	"time"
-
-	"github.com/goverbs/goverbs/verbs/driver"
-)
+import "github.com/goverbs/goverbs/verbs/driver"
 
 // Grants over the control socket: a requester asks for a key its peer's
 // grant table lacks, and the owner grants it or counts a strike.
@@ -52,10 +48,7 @@ func (c *conn) askKey(key uint32) bool {
 		<-c.keyAck // an answer that came too late for an earlier ask
 	}
 	c.sendCtrl(msgGetKey, key, 0)
-	if c.segWaitUntil.IsZero() {
-		c.segWaitUntil = time.Now().Add(segWait)
-	}
-	t := time.NewTimer(time.Until(c.segWaitUntil))
+	t := c.waitTimer()
 	defer t.Stop()
 	for {
 		select {

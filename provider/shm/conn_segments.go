@@ -231,10 +231,7 @@ func (c *conn) segment(id uint32, write bool) (*segment, bool) {
 		b = 1
 	}
 	c.sendCtrl(msgGetSeg, id, b)
-	if c.segWaitUntil.IsZero() {
-		c.segWaitUntil = time.Now().Add(segWait)
-	}
-	t := time.NewTimer(time.Until(c.segWaitUntil))
+	t := c.waitTimer()
 	defer t.Stop()
 	for {
 		select {
@@ -259,8 +256,18 @@ func (c *conn) segment(id uint32, write bool) (*segment, bool) {
 }
 
 // segWait bounds how long one WR waits for the peer to send the segments
-// it names.
+// and grant the keys it names.
 const segWait = 2 * time.Second
+
+// waitTimer starts the WR's bound on waits for the peer (segWait), if
+// this is its first, and returns a timer that fires when it runs out.
+// q.mu is held.
+func (c *conn) waitTimer() *time.Timer {
+	if c.segWaitUntil.IsZero() {
+		c.segWaitUntil = time.Now().Add(segWait)
+	}
+	return time.NewTimer(time.Until(c.segWaitUntil))
+}
 
 // procCopy copies between local memory b and the peer's process memory
 // at addr: out writes the peer, else reads it.

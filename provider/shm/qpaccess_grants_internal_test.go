@@ -20,38 +20,7 @@ import (
 // access first, and returns them with A's connection to B.
 func accessPair(t *testing.T, access verbs.AccessFlags) (*verbstest.Local, *verbstest.Local, *conn) {
 	t.Helper()
-	opts := verbstest.PairOptions{}.Defaults()
-	a, err := verbstest.NewLocal(DeviceName, opts, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	b, err := verbstest.NewLocal(DeviceName, opts, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	if err := b.QPs[0].Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: access},
-		verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
-		t.Fatal(err)
-	}
-	addr := uniqueAddr("access")
-	l, err := cm.Listen(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		defer l.Close()
-		done <- b.Accept(l, opts)
-	}()
-	if err := a.Dial(addr, opts); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	return a, b, connOf(driverQP(a.QPs[0]))
+	return connectedPair(t, cm.ListenConfig{}, access)
 }
 
 // handed is what the hostile peer c holds of the region of key in segment

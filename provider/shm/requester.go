@@ -383,16 +383,8 @@ func (c *conn) resolve(key uint32, write bool) (*keyEntry, bool) {
 // receive's completion into the peer's CQ.
 func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	r := &c.rent
-	ok, err := c.peerRecv.consume(r)
-	if err != nil {
-		c.peerBroke()
-		return driver.WCRemOpErr
-	}
-	if !ok {
-		return swq.RNRWait
-	}
-	if c.peerSRQ {
-		c.checkSRQLimit()
+	if st := c.claimRecv(); st != driver.WCSuccess {
+		return st
 	}
 	var wc driver.WorkCompletion
 	c.recvCompletion(&wc, wr, r.pos, driver.WCRecv)
@@ -426,6 +418,24 @@ func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	return driver.WCSuccess
 }
 
+// claimRecv takes the peer's next posted receive into c.rent: WCSuccess,
+// swq.RNRWait if none is posted, or WCRemOpErr if the peer's ring makes
+// no sense (the connection is then ended).
+func (c *conn) claimRecv() driver.WCStatus {
+	ok, err := c.peerRecv.consume(&c.rent)
+	if err != nil {
+		c.peerBroke()
+		return driver.WCRemOpErr
+	}
+	if !ok {
+		return swq.RNRWait
+	}
+	if c.peerSRQ {
+		c.checkSRQLimit()
+	}
+	return driver.WCSuccess
+}
+
 // write places an RDMA Write; Write with immediate then consumes a
 // receive. A zero-length Write checks no rkey.
 func (c *conn) write(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
@@ -437,16 +447,8 @@ func (c *conn) write(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	}
 	r := &c.rent
 	if wr.Opcode == driver.OpRDMAWriteWithImm {
-		ok, err := c.peerRecv.consume(r)
-		if err != nil {
-			c.peerBroke()
-			return driver.WCRemOpErr
-		}
-		if !ok {
-			return swq.RNRWait
-		}
-		if c.peerSRQ {
-			c.checkSRQLimit()
+		if st := c.claimRecv(); st != driver.WCSuccess {
+			return st
 		}
 	}
 	if n > 0 {
