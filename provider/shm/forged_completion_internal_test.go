@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"encoding/binary"
 	"testing"
 	"time"
 
@@ -30,11 +31,14 @@ func forge(t *testing.T, p *verbstest.Pair, i int, wc driver.WorkCompletion) {
 }
 
 // pollAll polls A's receive CQ until it has nothing more to give.
-func pollAll(p *verbstest.Pair) []verbs.WorkCompletion {
+func pollAll(p *verbstest.Pair) []verbs.WorkCompletion { return pollCQ(p.A.RecvCQ) }
+
+// pollCQ polls cq until it has nothing more to give.
+func pollCQ(cq *verbs.CQ) []verbs.WorkCompletion {
 	var out []verbs.WorkCompletion
 	wc := make([]verbs.WorkCompletion, 8)
 	for {
-		n := p.A.RecvCQ.Poll(wc)
+		n := cq.Poll(wc)
 		if n == 0 {
 			return out
 		}
@@ -126,6 +130,46 @@ func TestForgedCompletionForAnotherQP(t *testing.T) {
 	}
 }
 
+// TestForgedSRQCompletion: B's two QPs take their receives from one SRQ;
+// A's QP 1 is honest, the peer of QP 0 forges. A receive of the SRQ that
+// the forger completes is completed on QP 0, the QP whose ring it came
+// from (any peer of the SRQ may take its receives); one the honest peer
+// completed already is not completed again, and the forger is cut off.
+func TestForgedSRQCompletion(t *testing.T) {
+	p := localHarness().NewPair(t, verbstest.PairOptions{QPs: 2, SRQ: true})
+	b := p.B.(*verbstest.Local)
+	buf := newRegion(t, p.B, 128, verbs.AccessLocalWrite)
+	for i := range 2 {
+		if _, err := b.SRQ.PostRecv([]verbs.RecvWR{recv(uint64(200+i), buf.SGE(64*i, 16))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := newRegion(t, p.A, 8, verbs.AccessLocalWrite)
+	postSend(t, p.A, 1, send(1, src.SGE(0, 8)))
+	if w := waitWCs(t, p.B, verbstest.RecvCQ, 1)[0]; w.WRID != 200 || w.QPNum != p.B.QPNum(1) {
+		t.Fatalf("the honest peer's Send completed as %+v; want receive 200 on QP %#x", w, p.B.QPNum(1))
+	}
+	forger := connOf(driverQP(p.A.QPs[0])).peerCQ
+	for _, pos := range []uint64{1, 0} {
+		if !forger.produce(&driver.WorkCompletion{WRID: pos, Opcode: driver.WCRecv, ByteLen: 8, QPNum: p.B.QPNum(1)}) {
+			t.Fatal("the ring is full")
+		}
+	}
+	got := pollCQ(b.RecvCQ)
+	if len(got) != 1 || got[0].WRID != 201 || got[0].QPNum != p.B.QPNum(0) {
+		t.Fatalf("the forger's completions of SRQ positions 1 and 0 came out %+v; want receive 201 on QP %#x alone", got, p.B.QPNum(0))
+	}
+	for deadline := time.Now().Add(waitLimit); ; {
+		if a, err := b.QPs[0].Query(); err == nil && a.State == verbs.QPSErr {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the forger's QP was not cut off")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestForgedReceiveCompletionsSanitized: what Poll hands the application
 // of a receive A posted says only what a receive completion of shm0 can:
 // a known status, a receive's opcode, the immediate and solicited flags
@@ -171,4 +215,51 @@ func TestForgedReceiveCompletionsSanitized(t *testing.T) {
 	if wc[2].Status != verbs.WCSuccess || wc[2].ByteLen != 8 || wc[2].Flags != 0 {
 		t.Errorf("a plausible completion came out %+v; want a success of 8 bytes with no flags", wc[2])
 	}
+}
+
+// FuzzForgedReceiveCompletions: whatever completions the peer writes
+// into the ring of A's QP, each 16 bytes of the input one completion (a
+// position, status, opcode, flags, byte count), what A polls names only
+// receives A posted, each once, on A's QP, with a known status and
+// flags, and a successful Send no longer than its receive.
+func FuzzForgedReceiveCompletions(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0})
+	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0})
+	f.Add([]byte{3, 0, 0, 0, 0, 0, 0, 0, 0, 8, 3, 0, 255, 255, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0})
+	f.Add([]byte{2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 48, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		p := localHarness().NewPair(t, verbstest.PairOptions{})
+		buf := newRegion(t, p.A, 256, verbs.AccessLocalWrite)
+		lengths := map[uint64]uint32{}
+		for i := range 4 {
+			n := uint32(16 * (i + 1))
+			lengths[uint64(100+i)] = n
+			postRecv(t, p.A, 0, recv(uint64(100+i), buf.SGE(64*i, int(n))))
+		}
+		ring := connOf(driverQP(p.B.(*verbstest.Local).QPs[0])).peerCQ
+		for len(in) >= 16 {
+			wc := driver.WorkCompletion{WRID: binary.LittleEndian.Uint64(in), Status: driver.WCStatus(in[8]),
+				Opcode: driver.WCOpcode(in[9]), Flags: driver.WCFlags(in[10]), ByteLen: binary.LittleEndian.Uint32(in[12:])}
+			if !ring.produce(&wc) {
+				break
+			}
+			in = in[16:]
+		}
+		seen := map[uint64]bool{}
+		for _, w := range pollAll(p) {
+			n, posted := lengths[w.WRID]
+			switch {
+			case !posted || seen[w.WRID]:
+				t.Fatalf("a completion of WRID %d, not posted or completed already: %+v", w.WRID, w)
+			case w.QPNum != p.A.QPNum(0):
+				t.Fatalf("a completion on QP %#x, not A's: %+v", w.QPNum, w)
+			case w.Status > verbs.WCGeneralErr || w.Flags&^(verbs.WCWithImm|verbs.WCSolicited) != 0:
+				t.Fatalf("a completion with an unknown status or flags: %+v", w)
+			case w.Status == verbs.WCSuccess && w.Opcode == verbs.WCRecv && w.ByteLen > n:
+				t.Fatalf("a successful Send of %d bytes into a receive of %d: %+v", w.ByteLen, n, w)
+			}
+			seen[w.WRID] = true
+		}
+	})
 }
