@@ -24,10 +24,12 @@ type cq struct {
 
 	mu      spin.Lock // serialises consumers
 	overrun atomic.Bool
-	// recvQPs: the QPs that complete receives here; recvNext, where
-	// takeRecv looks first. Guarded by mu.
-	recvQPs  []*qp
-	recvNext int
+	// recvQPs: the QPs that complete receives here, and what tells
+	// whether each has one waiting (recvWatch); recvNext, where takeRecv
+	// looks first. Guarded by mu.
+	recvQPs   []*qp
+	recvWatch []recvWatch
+	recvNext  int
 
 	// The QPs that complete sends here produce into local. While one
 	// QP has ever done so, its lock serialises every produce and local

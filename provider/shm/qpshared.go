@@ -1,6 +1,8 @@
 package shm
 
 import (
+	"sync/atomic"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -147,6 +149,7 @@ func (q *qp) renewShared() {
 	q.grantMu.Unlock()
 	q.rqMu.Unlock()
 	q.releaseRecvs(old)
+	q.recvCQ.watchRecvs()
 	q.recvCQ.mu.Unlock()
 	old.close()
 }
@@ -180,11 +183,36 @@ func (q *qp) pushRecv(wc *driver.WorkCompletion) {
 	}
 }
 
+// recvWatch is the word that says whether the next completion of a QP's
+// ring is there, and the value that says so: Poll looks at these, side
+// by side, rather than at each QP and its ring.
+type recvWatch struct {
+	seq  *atomic.Uint64
+	want uint64
+}
+
+// watch points w at the next completion of r.
+func (w *recvWatch) watch(r *cqRing) {
+	w.seq, w.want = &r.slots[r.head&r.mask].seq, r.head+1
+}
+
+// watchRecvs points the watches at the next completion of each QP's
+// ring, after the QPs or their rings changed. The CQ's mu is held.
+func (c *cq) watchRecvs() {
+	c.recvWatch = c.recvWatch[:0]
+	for _, q := range c.recvQPs {
+		c.recvWatch = append(c.recvWatch, recvWatch{})
+		c.recvWatch[len(c.recvWatch)-1].watch(q.sh.cring)
+	}
+	c.recvNext = 0
+}
+
 // addRecvQP has Poll take q's receive completions, before q can be
 // connected.
 func (c *cq) addRecvQP(q *qp) {
 	c.mu.Lock()
 	c.recvQPs = append(c.recvQPs, q)
+	c.watchRecvs()
 	c.mu.Unlock()
 }
 
@@ -198,7 +226,7 @@ func (c *cq) removeRecvQP(q *qp) {
 			q.releaseRecvs(q.sh)
 			c.recvQPs = append(c.recvQPs[:i], c.recvQPs[i+1:]...)
 			c.recvQPs = c.recvQPs[:len(c.recvQPs):len(c.recvQPs)]
-			c.recvNext = 0
+			c.watchRecvs()
 			return
 		}
 	}
@@ -210,28 +238,36 @@ func (c *cq) removeRecvQP(q *qp) {
 // if none waits. Completions that are lies are dropped (acceptRecv). The
 // CQ's mu is held.
 func (c *cq) takeRecv(wc *driver.WorkCompletion) bool {
-	n := len(c.recvQPs)
+	n := len(c.recvWatch)
 	for i := range n {
 		k := c.recvNext + i
 		if k >= n {
 			k -= n
 		}
+		if w := &c.recvWatch[k]; w.seq.Load() != w.want {
+			continue
+		}
 		q := c.recvQPs[k]
 		r := q.sh.cring
 		// A lying peer's completions are dropped, and it is cut off; the
 		// ring holds at most its size of them.
+		ok := false
 		for range r.mask + 1 {
 			if !r.ready() {
 				break
 			}
 			r.take(wc)
-			if q.acceptRecv(wc) {
-				c.recvNext = k + 1
-				if c.recvNext == n {
-					c.recvNext = 0
-				}
-				return true
+			if ok = q.acceptRecv(wc); ok {
+				break
 			}
+		}
+		c.recvWatch[k].watch(r)
+		if ok {
+			c.recvNext = k + 1
+			if c.recvNext == n {
+				c.recvNext = 0
+			}
+			return true
 		}
 	}
 	return false
