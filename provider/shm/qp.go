@@ -15,9 +15,10 @@ var nextQPN atomic.Uint32
 func init() { nextQPN.Store(0x100) }
 
 // qp is a shm queue pair. Its send queue is private memory: this process
-// executes its own WRs. Its block — state, responder attributes and, when
-// it has no SRQ, the receive ring — is shared with the peer, whose Sends
-// consume the receives.
+// executes its own WRs. Its block — state, responder attributes, the
+// receive ring when it has no SRQ, and the ring of receive completions —
+// is shared with the peer, whose Sends consume the receives and complete
+// them there (qpshared.go).
 type qp struct {
 	ctx     *devCtx
 	pd      *pd
@@ -35,26 +36,26 @@ type qp struct {
 	// to the peer read-only (grantsRO). grantMu serialises its writers
 	// and guards grantConn, the connection whose requests it answers;
 	// it is taken after devCtx.mu and q.mu, and nothing blocks under it.
-	grantSeg *segment
-	grants   *keyTable
-	grantsRO int
-	// sh: the shared memory of the QP's connection, which block,
-	// grantSeg, grantsRO, grants, hdr and rq are views of; spare: the
-	// fresh one its next Reset hands it (prepareReset). sh is replaced
-	// under mu, rqMu, grantMu and the receive CQ's mu; spare is guarded
-	// by mu.
-	sh        *qpShared
-	spare     *qpShared
+	grantSeg  *segment
+	grants    *keyTable
+	grantsRO  int
 	grantMu   sync.Mutex
 	grantConn *conn
 	// recvExposed: the regions receives of this QP's own queue were
 	// posted in (exposeForRecv).
 	recvExposed recvSet
+	rq          *recvRing // nil with an SRQ
+	rqN         int
+
+	// sh: the shared memory of the QP's connection, which block,
+	// grantSeg, grantsRO, grants, hdr and rq are views of; spare: the
+	// fresh one its next Reset hands it (prepareReset). sh is replaced
+	// under mu, rqMu, grantMu and the receive CQ's mu; spare is guarded
+	// by mu.
+	sh, spare *qpShared
 	// peerAccess: the QP's remote access flags as publish last saw them,
 	// which bound what its peer is granted (peerRights).
 	peerAccess atomic.Uint32
-	rq         *recvRing // nil with an SRQ
-	rqN        int
 
 	// mu guards what follows. It is a spin lock, since PostSend takes
 	// it on every call: hold it only briefly. (A holder that blocks —
