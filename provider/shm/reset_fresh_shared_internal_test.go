@@ -115,3 +115,29 @@ func TestResetLeavesOldPeerNothing(t *testing.T) {
 		t.Fatal("the new connection's Send did not land in A's receive")
 	}
 }
+
+// TestDestroyLeavesOldPeerNothing: A's two QPs complete receives into one
+// CQ. QP 0 is destroyed; its peer, keeping its mappings, writes a
+// completion into QP 0's ring: A's CQ never hands it out, and QP 1 goes
+// on receiving.
+func TestDestroyLeavesOldPeerNothing(t *testing.T) {
+	p := localHarness().NewPair(t, verbstest.PairOptions{QPs: 2})
+	buf := newRegion(t, p.A, 64, verbs.AccessLocalWrite)
+	postRecv(t, p.A, 0, recv(50, buf.SGE(0, 16)))
+	old := mapLikePeer(t, driverQP(p.A.QPs[0]))
+	if err := p.A.QPs[0].Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if !old.cring.produce(&driver.WorkCompletion{WRID: 0, Opcode: driver.WCRecv, ByteLen: 16}) {
+		t.Fatal("the old ring is full")
+	}
+	if got := pollAll(p); len(got) != 0 {
+		t.Fatalf("A polled completions written into a destroyed QP's ring: %+v", got)
+	}
+	postRecv(t, p.A, 1, recv(51, buf.SGE(16, 16)))
+	src := newRegion(t, p.B, 16, verbs.AccessLocalWrite)
+	postSend(t, p.B, 1, send(52, src.SGE(0, 16)))
+	if w := waitWCs(t, p.A, verbstest.RecvCQ, 1)[0]; w.WRID != 51 || w.QPNum != p.A.QPNum(1) {
+		t.Fatalf("QP 1's receive completed as %+v; want receive 51 on QP %#x", w, p.A.QPNum(1))
+	}
+}
