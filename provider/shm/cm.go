@@ -180,8 +180,7 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 		closeFDs(fds)
 		return fail(errors.New("CQ or SRQ size out of range"))
 	}
-	cN := recvCQEntries(rqN, srqN, cqN)
-	if c.peerBlock, err = mapPeerSegment(fds[0], blockSize(rqN, rqSGE, cN), true); err != nil {
+	if c.peerBlock, err = mapPeerSegment(fds[0], blockSize(rqN, rqSGE, cqN), true); err != nil {
 		closeFDs(fds[1:])
 		return fail(err)
 	}
@@ -194,7 +193,7 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 	}
 	c.peerHdr, c.peerRecv = rq.h, rq
 	c.peerGen = rq.h.gen.Load()
-	if c.peerCQ = viewCQRing(c.peerBlock.mem[recvCQOffset(rqN, rqSGE):], cN); c.peerCQ == nil {
+	if c.peerCQ = viewCQRing(c.peerBlock.mem[recvCQOffset(rqN, rqSGE):], cqN); c.peerCQ == nil {
 		closeFDs(fds[1:])
 		return fail(errors.New("CQ or SRQ size is not a power of two"))
 	}

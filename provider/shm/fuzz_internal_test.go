@@ -229,11 +229,8 @@ func FuzzHandshake(f *testing.F) {
 		c, err := handshake(t, q, msg, kinds)
 		if err == nil {
 			h := hello(msg)
-			rqN, cqN, srqN := int(h.rqEntries()), int(h.cqEntries()), 0
-			if h.srq() {
-				srqN = int(h.srqEntries())
-			}
-			if len(c.peerBlock.mem) < blockSize(rqN, int(h.rqSGEs()), recvCQEntries(rqN, srqN, cqN)) || len(c.cqSeg.mem) < headerSize ||
+			rqN, cqN := int(h.rqEntries()), int(h.cqEntries())
+			if len(c.peerBlock.mem) < blockSize(rqN, int(h.rqSGEs()), cqN) || len(c.cqSeg.mem) < headerSize ||
 				len(c.keySeg.mem) < maxKeys*keySlotSize || c.peerRecv == nil || c.peerCQ == nil || c.pid != os.Getpid() {
 				t.Fatalf("a handshake was taken with segments smaller than it declares, or no rings")
 			}

@@ -430,12 +430,12 @@ type recvRing struct {
 }
 
 // initRecvRing lays out a fresh receive queue of n entries of sges SGEs
-// in mem, for its owner.
-func initRecvRing(mem []byte, n, sges int) *recvRing {
+// in mem, for its owner, whose record of it holds logN positions.
+func initRecvRing(mem []byte, n, sges, logN int) *recvRing {
 	h := header(mem)
 	h.magic, h.entries, h.entrySize = ringMagic, uint32(n), uint32(recvEntrySize(sges))
 	r := viewRecvRing(mem, n, sges)
-	r.log = newRecvLog(n)
+	r.log = newRecvLog(logN)
 	return r
 }
 
@@ -443,8 +443,10 @@ func initRecvRing(mem []byte, n, sges int) *recvRing {
 // queue, by position: what a receive completion names is checked
 // against it, and its WRID and length come from it, never from memory a
 // peer can write. A record is live from its PostRecv until Poll takes
-// its completion; state holds the position plus one while live, 0 when
-// free. Several Polls may take completions of one SRQ at once (QPs on
+// its completion (which may be long after a Send consumed the receive
+// and freed its place in the ring); state holds the position plus one
+// while live, 0 when free. A receive is posted only where the record of
+// the position as many places back as the log holds is free. Several Polls may take completions of one SRQ at once (QPs on
 // it may use different CQs): a record is taken with a CAS of its state,
 // and its fields are atomics.
 type recvLog struct {
@@ -464,20 +466,27 @@ func newRecvLog(n int) *recvLog {
 
 // take frees the live record of position pos and returns its WRID and
 // length; false if no receive is posted at pos that is not yet taken.
+// Its caller is the queue's only taker: the Poll of a QP's own receive
+// queue.
 func (l *recvLog) take(pos uint64) (wrid, length uint64, ok bool) {
 	r := &l.recs[pos&l.mask]
 	if r.state.Load() != pos+1 {
 		return 0, 0, false
 	}
 	wrid, length = r.wrid.Load(), r.length.Load()
-	return wrid, length, r.state.CompareAndSwap(pos+1, 0)
+	atomicrel.StoreUint64(&r.state, 0)
+	return wrid, length, true
 }
 
-// drop frees every record (the queue is gone, or starts again).
-func (l *recvLog) drop() {
-	for i := range l.recs {
-		l.recs[i].state.Store(0)
+// takeShared is take for an SRQ, whose QPs may complete into different
+// CQs, polled at once.
+func (l *recvLog) takeShared(pos uint64) (wrid, length uint64, ok bool) {
+	r := &l.recs[pos&l.mask]
+	if r.state.Load() != pos+1 {
+		return 0, 0, false
 	}
+	wrid, length = r.wrid.Load(), r.length.Load()
+	return wrid, length, r.state.CompareAndSwap(pos+1, 0)
 }
 
 // viewRecvRing views a receive ring of n entries of sges SGEs each, or
@@ -514,7 +523,7 @@ func (r *recvRing) count() uint64 {
 // caller (the owner) serialises producers.
 func (r *recvRing) produce(wr *driver.RecvWR, limit uint64) bool {
 	t := r.tail
-	rec := &r.log.recs[t&r.mask]
+	rec := &r.log.recs[t&r.log.mask]
 	if rec.state.Load() != 0 {
 		return false
 	}
@@ -539,9 +548,9 @@ func (r *recvRing) produce(wr *driver.RecvWR, limit uint64) bool {
 		binary.LittleEndian.PutUint32(s[12:], g.LKey)
 		length += uint64(g.Length)
 	}
-	rec.wrid.Store(wr.WRID)
-	rec.length.Store(length)
-	rec.state.Store(t + 1)
+	atomicrel.StoreUint64(&rec.wrid, wr.WRID)
+	atomicrel.StoreUint64(&rec.length, length)
+	atomicrel.StoreUint64(&rec.state, t+1)
 	r.tail = t + 1
 	// Release stores: the entry is published by its sequence word, and
 	// nothing waits for either store to be seen.

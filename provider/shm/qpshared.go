@@ -41,8 +41,10 @@ type qpShared struct {
 }
 
 // blockSize is the size of a QP's block: the header and receive ring of
-// rqN entries of sges SGEs, then the receive completion ring of cN
-// entries (recvCQEntries), at recvCQOffset.
+// rqN entries of sges SGEs, then the receive completion ring, at
+// recvCQOffset, of cN entries: as many as the QP's receive CQ holds,
+// since that many of the QP's receive completions may wait for Poll
+// before the CQ is overrun.
 func blockSize(rqN, sges, cN int) int {
 	return recvCQOffset(rqN, sges) + ringSize(cN, cqSlotSize)
 }
@@ -51,26 +53,16 @@ func recvCQOffset(rqN, sges int) int {
 	return (ringSize(rqN, recvEntrySize(sges)) + headerSize - 1) &^ (headerSize - 1)
 }
 
-// recvCQEntries is the size of a QP's receive completion ring: the
-// receives its peer can consume (its receive queue's, or its SRQ's if
-// srqN > 0), but no more than its receive CQ holds, beyond which the
-// peer reports the CQ overrun.
-func recvCQEntries(rqN, srqN, cqN int) int {
-	if srqN > 0 {
-		rqN = srqN
-	}
-	return min(rqN, cqN)
-}
+// srqLogSize is the number of positions an SRQ of n receives records: a
+// receive of the SRQ whose completion is not yet polled holds back the
+// posting of a receive at its position that many places on. (Those of
+// a QP's own queue are bounded by the QP's receive CQ: qp.newQPShared.)
+func srqLogSize(n int) int { return 4 * n }
 
 // newQPShared makes the shared memory of a QP with attributes q.rqN,
 // q.cap, q.srq and q.recvCQ.
 func (q *qp) newQPShared() (*qpShared, error) {
-	sges := int(q.cap.MaxRecvSGE)
-	srqN := 0
-	if q.srq != nil {
-		srqN = q.srq.n
-	}
-	cN := recvCQEntries(q.rqN, srqN, q.recvCQ.n)
+	sges, cN := int(q.cap.MaxRecvSGE), q.recvCQ.n
 	block, err := newSegment("qp", blockSize(q.rqN, sges, cN))
 	if err != nil {
 		return nil, err
@@ -84,7 +76,10 @@ func (q *qp) newQPShared() (*qpShared, error) {
 		sh.close()
 		return nil, err
 	}
-	sh.rq = initRecvRing(block.mem, q.rqN, sges)
+	// A receive of the QP's own queue is live from its PostRecv until its
+	// completion is polled: at most as many as the queue holds, and then
+	// as many as the CQ does.
+	sh.rq = initRecvRing(block.mem, q.rqN, sges, pow2(q.rqN+cN))
 	sh.cring = initCQRing(block.mem[recvCQOffset(q.rqN, sges):], cN)
 	return sh, nil
 }
@@ -167,7 +162,7 @@ func (q *qp) releaseRecvs(old *qpShared) {
 			return
 		}
 		old.cring.take(&wc)
-		q.srq.ring.log.take(wc.WRID)
+		q.srq.ring.log.takeShared(wc.WRID)
 	}
 }
 
@@ -238,35 +233,48 @@ func (c *cq) removeRecvQP(q *qp) {
 // if none waits. Completions that are lies are dropped (acceptRecv). The
 // CQ's mu is held.
 func (c *cq) takeRecv(wc *driver.WorkCompletion) bool {
-	n := len(c.recvWatch)
-	for i := range n {
-		k := c.recvNext + i
-		if k >= n {
-			k -= n
+	w := c.recvWatch
+	for k := c.recvNext; k < len(w); k++ {
+		if w[k].seq.Load() == w[k].want && c.takeRecvOf(k, wc) {
+			return true
 		}
-		if w := &c.recvWatch[k]; w.seq.Load() != w.want {
-			continue
+	}
+	for k := range min(c.recvNext, len(w)) {
+		if w[k].seq.Load() == w[k].want && c.takeRecvOf(k, wc) {
+			return true
 		}
-		q := c.recvQPs[k]
-		r := q.sh.cring
-		// A lying peer's completions are dropped, and it is cut off; the
-		// ring holds at most its size of them.
-		ok := false
-		for range r.mask + 1 {
-			if !r.ready() {
-				break
-			}
-			r.take(wc)
-			if ok = q.acceptRecv(wc); ok {
-				break
-			}
+	}
+	return false
+}
+
+// takeRecvOf takes the completion waiting in the ring of the CQ's QP k
+// (its watch says one is there) into wc, and reports false if it was a
+// lie, and so was every one after it. The CQ's mu is held.
+func (c *cq) takeRecvOf(k int, wc *driver.WorkCompletion) bool {
+	q := c.recvQPs[k]
+	r := q.sh.cring
+	r.take(wc)
+	ok := q.acceptRecv(wc) || q.skipLies(r, wc)
+	c.recvWatch[k].watch(r)
+	if ok {
+		if c.recvNext = k + 1; c.recvNext == len(c.recvQPs) {
+			c.recvNext = 0
 		}
-		c.recvWatch[k].watch(r)
-		if ok {
-			c.recvNext = k + 1
-			if c.recvNext == n {
-				c.recvNext = 0
-			}
+	}
+	return ok
+}
+
+// skipLies takes the completions after a lie from the QP's ring r until
+// one is true, into wc; false if none is. A lying peer's completions are
+// dropped (and it is cut off): the ring holds at most its size of them.
+// The CQ's mu is held.
+func (q *qp) skipLies(r *cqRing, wc *driver.WorkCompletion) bool {
+	for range r.mask {
+		if !r.ready() {
+			return false
+		}
+		r.take(wc)
+		if q.acceptRecv(wc) {
 			return true
 		}
 	}
@@ -293,11 +301,13 @@ func (c *cq) recvPending(solicitedOnly bool) bool {
 // receive's buffers hold completes it as a length error. Either way the
 // peer is cut off. The receive CQ's mu is held.
 func (q *qp) acceptRecv(wc *driver.WorkCompletion) bool {
-	log := q.sh.rq.log
-	if q.srq != nil {
-		log = q.srq.ring.log
+	var wrid, length uint64
+	var ok bool
+	if q.srq == nil {
+		wrid, length, ok = q.sh.rq.log.take(wc.WRID)
+	} else {
+		wrid, length, ok = q.srq.ring.log.takeShared(wc.WRID)
 	}
-	wrid, length, ok := log.take(wc.WRID)
 	if !ok {
 		q.peerLied()
 		return false

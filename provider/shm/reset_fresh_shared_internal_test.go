@@ -40,7 +40,7 @@ func mapLikePeer(t *testing.T, q *qp) *oldPeer {
 	})
 	sges := int(q.cap.MaxRecvSGE)
 	return &oldPeer{block: block, grants: grants, recv: viewRecvRing(block, q.rqN, sges),
-		cring: viewCQRing(block[recvCQOffset(q.rqN, sges):], recvCQEntries(q.rqN, 0, q.recvCQ.n)),
+		cring: viewCQRing(block[recvCQOffset(q.rqN, sges):], q.recvCQ.n),
 		keys:  viewKeyTable(grants, maxKeys)}
 }
 
