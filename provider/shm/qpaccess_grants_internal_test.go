@@ -34,7 +34,9 @@ type handed struct {
 	writableAsked bool
 }
 
-func handedTo(c *conn, key, seg uint32) handed {
+// handedTo says what c holds; a mapping it holds must be writable by the
+// MMU exactly when c says it is.
+func handedTo(t *testing.T, c *conn, key, seg uint32) handed {
 	var h handed
 	s := &c.keys.slots[keytab.Index(key)]
 	if s.key.Load() == key && s.kind.Load() != kindNone {
@@ -46,8 +48,13 @@ func handedTo(c *conn, key, seg uint32) handed {
 	_, h.writableAsked = c.segment(seg, true)
 	c.afterWR()
 	c.absorb()
-	_, h.mapped = c.segs[seg]
-	h.rw = c.segRW[seg]
+	m, mapped := c.segs[seg]
+	h.mapped, h.rw = mapped, c.segRW[seg]
+	if mapped {
+		if perms := mappingAt(t, m.mem).perms; (perms[1] == 'w') != h.rw {
+			t.Fatalf("the peer's mapping of segment %d has permissions %s, writable %v", seg, perms, h.rw)
+		}
+	}
 	return h
 }
 
@@ -80,7 +87,7 @@ func TestQPAccessBoundsWhatThePeerHolds(t *testing.T) {
 			t.Fatalf("%s: the peer holds %+v; want granted %v with remote rights %v, writable %v", step, h, granted, rights, rw)
 		}
 	}
-	want("QP granting remote read", handedTo(c, target.RKey, seg), true, verbs.AccessRemoteRead, false)
+	want("QP granting remote read", handedTo(t, c, target.RKey, seg), true, verbs.AccessRemoteRead, false)
 	if st := writeOnce(t, a, target, 1); st != verbs.WCRemAccessErr {
 		t.Fatalf("Write through a QP without remote write: %v", st)
 	}
@@ -97,7 +104,7 @@ func TestQPAccessBoundsWhatThePeerHolds(t *testing.T) {
 		}
 	}
 	setAccess(readOnly | verbs.AccessRemoteWrite)
-	want("after a Modify adding remote write", handedTo(c, target.RKey, seg), true, verbs.AccessRemoteRead|verbs.AccessRemoteWrite, true)
+	want("after a Modify adding remote write", handedTo(t, c, target.RKey, seg), true, verbs.AccessRemoteRead|verbs.AccessRemoteWrite, true)
 	if st := writeOnce(t, a, target, 2); st != verbs.WCSuccess {
 		t.Fatalf("Write once remote write is granted: %v", st)
 	}
@@ -106,7 +113,7 @@ func TestQPAccessBoundsWhatThePeerHolds(t *testing.T) {
 	// honest peer to have mapped it so.
 	deadline := time.Now().Add(waitLimit)
 	for {
-		h := handedTo(c, target.RKey, seg)
+		h := handedTo(t, c, target.RKey, seg)
 		if !h.rw || time.Now().After(deadline) {
 			want("after a Modify taking remote write away", h, true, verbs.AccessRemoteRead, false)
 			break
@@ -120,7 +127,7 @@ func TestQPAccessBoundsWhatThePeerHolds(t *testing.T) {
 	_, b, c = accessPair(t, verbs.AccessLocalWrite)
 	target = newRegion(t, b, 64, verbs.AccessLocalWrite|verbs.RemoteAccess)
 	seg = segmentOf(t, driverQP(b.QPs[0]).ctx, target.RKey)
-	if h := handedTo(c, target.RKey, seg); h.granted || h.mapped || h.writableAsked {
+	if h := handedTo(t, c, target.RKey, seg); h.granted || h.mapped || h.writableAsked {
 		t.Fatalf("QP with no remote right: the peer holds %+v", h)
 	}
 }
