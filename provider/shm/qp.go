@@ -159,8 +159,10 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	if q.destroyed {
 		return driver.ErrClosed
 	}
-	if err := q.prepareReset(attr, mask); err != nil {
-		return err
+	if mask&driver.QPAttrState != 0 && attr.State == driver.QPSReset {
+		if err := q.prepareReset(); err != nil {
+			return err
+		}
 	}
 	prev, err := driver.Transition(&q.attr, attr, mask, nil)
 	if err != nil {

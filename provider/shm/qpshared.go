@@ -112,8 +112,8 @@ func (q *qp) adopt(sh *qpShared) {
 // prepareReset makes the shared memory a move to Reset hands the QP
 // (renewShared), before the move: a QP that cannot get fresh memory
 // stays where it is, and Modify fails. q.mu is held.
-func (q *qp) prepareReset(attr *driver.QPAttr, mask driver.QPAttrMask) error {
-	if mask&driver.QPAttrState == 0 || attr.State != driver.QPSReset || q.spare != nil {
+func (q *qp) prepareReset() error {
+	if q.spare != nil {
 		return nil
 	}
 	sh, err := q.newQPShared()
