@@ -73,16 +73,29 @@ func TestForgedCompletionOfNoReceive(t *testing.T) {
 	expectCutOff(t, p, 0)
 }
 
+// forgeForPosted posts a receive of 16 bytes, WRID 77, on A's QP, has
+// the peer write wc as its completion, and returns what A polls: it must
+// be exactly one completion.
+func forgeForPosted(t *testing.T, wc driver.WorkCompletion) (*verbstest.Pair, verbs.WorkCompletion) {
+	t.Helper()
+	p := localHarness().NewPair(t, verbstest.PairOptions{})
+	buf := newRegion(t, p.A, 64, verbs.AccessLocalWrite)
+	postRecv(t, p.A, 0, recv(77, buf.SGE(0, 16)))
+	wc.WRID = 0 // the receive's position
+	forge(t, p, 0, wc)
+	got := pollAll(p)
+	if len(got) != 1 {
+		t.Fatalf("the peer's completion of receive 77 came out as %d completions: %+v", len(got), got)
+	}
+	return p, got[0]
+}
+
 // TestForgedCompletionTakesRecordedWRID: the completion of a receive A
 // posted carries the WRID A posted and A's QP number, whatever the peer
 // wrote; the same receive completed again is dropped.
 func TestForgedCompletionTakesRecordedWRID(t *testing.T) {
-	p := localHarness().NewPair(t, verbstest.PairOptions{})
-	buf := newRegion(t, p.A, 64, verbs.AccessLocalWrite)
-	postRecv(t, p.A, 0, recv(77, buf.SGE(0, 16)))
-	forge(t, p, 0, driver.WorkCompletion{WRID: 0, Opcode: driver.WCRecv, ByteLen: 8, QPNum: 0xabcdef})
-	got := pollAll(p)
-	if len(got) != 1 || got[0].WRID != 77 || got[0].QPNum != p.A.QPNum(0) || got[0].Status != verbs.WCSuccess || got[0].ByteLen != 8 {
+	p, got := forgeForPosted(t, driver.WorkCompletion{Opcode: driver.WCRecv, ByteLen: 8, QPNum: 0xabcdef})
+	if got.WRID != 77 || got.QPNum != p.A.QPNum(0) || got.Status != verbs.WCSuccess || got.ByteLen != 8 {
 		t.Fatalf("the completion of receive 77 came out %+v; want WRID 77 on QP %#x, a success of 8 bytes", got, p.A.QPNum(0))
 	}
 	forge(t, p, 0, driver.WorkCompletion{WRID: 0, Opcode: driver.WCRecv, ByteLen: 8})
@@ -96,13 +109,9 @@ func TestForgedCompletionTakesRecordedWRID(t *testing.T) {
 // more bytes than the receive's buffers hold completes the receive with
 // a length error and no byte count.
 func TestForgedCompletionLongerThanReceive(t *testing.T) {
-	p := localHarness().NewPair(t, verbstest.PairOptions{})
-	buf := newRegion(t, p.A, 64, verbs.AccessLocalWrite)
-	postRecv(t, p.A, 0, recv(5, buf.SGE(0, 16)))
-	forge(t, p, 0, driver.WorkCompletion{WRID: 0, Opcode: driver.WCRecv, ByteLen: 4096})
-	got := pollAll(p)
-	if len(got) != 1 || got[0].WRID != 5 || got[0].Status == verbs.WCSuccess || got[0].ByteLen != 0 {
-		t.Fatalf("a 4096-byte completion of a 16-byte receive came out %+v; want WRID 5 failed with no byte count", got)
+	p, got := forgeForPosted(t, driver.WorkCompletion{Opcode: driver.WCRecv, ByteLen: 4096})
+	if got.WRID != 77 || got.Status == verbs.WCSuccess || got.ByteLen != 0 {
+		t.Fatalf("a 4096-byte completion of a 16-byte receive came out %+v; want WRID 77 failed with no byte count", got)
 	}
 	expectCutOff(t, p, 0)
 }
