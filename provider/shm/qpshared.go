@@ -233,6 +233,14 @@ func (c *cq) removeRecvQP(q *qp) {
 // if none waits. Completions that are lies are dropped (acceptRecv). The
 // CQ's mu is held.
 func (c *cq) takeRecv(wc *driver.WorkCompletion) bool {
+	if len(c.recvWatch) == 0 {
+		return false // a CQ of send completions only: inlined in Poll
+	}
+	return c.takeRecvOfAny(wc)
+}
+
+// takeRecvOfAny is takeRecv for a CQ into which QPs complete receives.
+func (c *cq) takeRecvOfAny(wc *driver.WorkCompletion) bool {
 	w := c.recvWatch
 	for k := c.recvNext; k < len(w); k++ {
 		if w[k].seq.Load() == w[k].want && c.takeRecvOf(k, wc) {
