@@ -39,14 +39,16 @@ func (*provider) MaxPrivateData() int { return deviceAttr.MaxPrivateData }
 //	40 min RNR timer u8, 3 reserved     44 private data length u16, 2 reserved
 //	48 private data
 //
-// Its memfds travel with it: QP block, receive CQ, key table, then SRQ.
+// Its memfds travel with it: QP block (header, receive ring, receive
+// completion ring), receive CQ (its header: arming and futex word), key
+// table, then SRQ.
 // The pid field is informational: the receiver takes the sender's PID from
 // the kernel (SO_PEERCRED), which also holds across PID namespaces.
 type hello []byte
 
 const (
 	helloMagic   = 0x48535647 // "GVSH"
-	helloVersion = 1
+	helloVersion = 2          // 2: receive completions in the QP's block
 	helloHeader  = 48
 	helloMax     = helloHeader + 256
 )
