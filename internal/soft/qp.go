@@ -7,9 +7,8 @@ import (
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
-// QPHooks is what a transport does when the QP skeleton (Modify,
-// PostRecv, FlushRecvs) moves a QP. The provider's lock of the QP is held
-// in every call.
+// QPHooks is what a transport does when the QP skeleton (Modify) moves a
+// QP. The provider's lock of the QP is held in every call.
 type QPHooks interface {
 	// VetoModify may refuse a Modify that leads to next, before any
 	// attribute changes.
@@ -31,6 +30,11 @@ type QPHooks interface {
 	// EnterErr moves the QP to the error state and flushes what is
 	// outstanding; the QP's state is still the one it had before.
 	EnterErr()
+}
+
+// RecvHooks is how PostRecv and FlushRecvs complete a QP's receives. The
+// provider's lock of the QP is held in every call.
+type RecvHooks interface {
 	// CompleteRecv reports a receive completion of the QP.
 	CompleteRecv(wc driver.WorkCompletion)
 }
@@ -75,7 +79,7 @@ func Modify(h QPHooks, cur *driver.QPAttr, sqdPending *bool, destroyed bool, att
 // queue is rq (nil when it takes its receives from an SRQ) and whose
 // state is st: it checks each WR and queues it or, in the error state,
 // completes it flushed through h. It returns how many WRs were posted.
-func PostRecv(h QPHooks, rq *recvq.Queue, destroyed bool, st driver.QPState, wrs []driver.RecvWR) (int, error) {
+func PostRecv(h RecvHooks, rq *recvq.Queue, destroyed bool, st driver.QPState, wrs []driver.RecvWR) (int, error) {
 	for i := range wrs {
 		if err := postRecv(h, rq, destroyed, st, &wrs[i]); err != nil {
 			return i, err
@@ -84,7 +88,7 @@ func PostRecv(h QPHooks, rq *recvq.Queue, destroyed bool, st driver.QPState, wrs
 	return len(wrs), nil
 }
 
-func postRecv(h QPHooks, rq *recvq.Queue, destroyed bool, st driver.QPState, wr *driver.RecvWR) error {
+func postRecv(h RecvHooks, rq *recvq.Queue, destroyed bool, st driver.QPState, wr *driver.RecvWR) error {
 	switch {
 	case destroyed:
 		return driver.ErrClosed
@@ -107,7 +111,7 @@ func postRecv(h QPHooks, rq *recvq.Queue, destroyed bool, st driver.QPState, wr 
 
 // FlushRecvs completes every receive posted to rq (nil: none) with
 // WCWRFlushErr, oldest first, as a QP entering the error state does.
-func FlushRecvs(h QPHooks, rq *recvq.Queue) {
+func FlushRecvs(h RecvHooks, rq *recvq.Queue) {
 	if rq == nil {
 		return
 	}
@@ -134,6 +138,7 @@ type QP struct {
 	num        uint32
 	mu         sync.Locker
 	hooks      QPHooks
+	recv       RecvHooks
 	attr       *driver.QPAttr
 	destroyed  *bool
 	sqdPending *bool
@@ -142,10 +147,11 @@ type QP struct {
 
 // Init points q at its QP: number num, guarded by mu, transport h, its
 // attributes, destroyed and sqdPending flags, and its own receive queue
-// (nil *rq with an SRQ; rq nil for a provider that posts receives
-// itself).
-func (q *QP) Init(num uint32, mu sync.Locker, h QPHooks, attr *driver.QPAttr, destroyed, sqdPending *bool, rq **recvq.Queue) {
-	*q = QP{num: num, mu: mu, hooks: h, attr: attr, destroyed: destroyed, sqdPending: sqdPending, rq: rq}
+// rq (nil *rq with an SRQ), whose receives complete through recv. A
+// provider that posts receives itself, overriding PostRecv, passes nil
+// recv and rq.
+func (q *QP) Init(num uint32, mu sync.Locker, h QPHooks, recv RecvHooks, attr *driver.QPAttr, destroyed, sqdPending *bool, rq **recvq.Queue) {
+	*q = QP{num: num, mu: mu, hooks: h, recv: recv, attr: attr, destroyed: destroyed, sqdPending: sqdPending, rq: rq}
 }
 
 // Num is the QP's number.
@@ -170,7 +176,7 @@ func (q *QP) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 func (q *QP) PostRecv(wrs []driver.RecvWR) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return PostRecv(q.hooks, *q.rq, *q.destroyed, q.attr.State, wrs)
+	return PostRecv(q.recv, *q.rq, *q.destroyed, q.attr.State, wrs)
 }
 
 // SQDrained raises EventSQDrained on events, once, when a QP in state st

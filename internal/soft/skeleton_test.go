@@ -296,7 +296,7 @@ type faceQP struct {
 func TestQPFaceServesTheProvidersFields(t *testing.T) {
 	q := &faceQP{rq: recvq.New(4, 1)}
 	q.recorder.state = &q.attr
-	q.QP.Init(0x42, &q.mu, q, &q.attr, &q.destroyed, &q.sqdPending, &q.rq)
+	q.QP.Init(0x42, &q.mu, q, q, &q.attr, &q.destroyed, &q.sqdPending, &q.rq)
 	if q.Num() != 0x42 {
 		t.Fatalf("Num %#x", q.Num())
 	}

@@ -108,7 +108,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 		q.rq = recvq.New(int(c.MaxRecvWR), c.MaxRecvSGE)
 	}
 	q.attr.Cap = c
-	q.QP.Init(q.num, &q.mu, q, &q.attr, &q.destroyed, &q.sqdPending, &q.rq)
+	q.QP.Init(q.num, &q.mu, q, q, &q.attr, &q.destroyed, &q.sqdPending, &q.rq)
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
 	if err := soft.Admit(p.ctx.closed || p.Released(), len(p.ctx.qps), deviceAttr.MaxQP); err != nil {
@@ -343,7 +343,7 @@ func (q *qp) completeRecv(wc driver.WorkCompletion) {
 	q.pushed(q.recvCQ.push(soft.Entry{WC: wc}))
 }
 
-// CompleteRecv implements soft.QPHooks. q.mu is held.
+// CompleteRecv implements soft.RecvHooks. q.mu is held.
 func (q *qp) CompleteRecv(wc driver.WorkCompletion) { q.completeRecv(wc) }
 
 // pushed handles the outcome of a push of one of q's completions. q.mu

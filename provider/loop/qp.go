@@ -65,7 +65,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	}
 	q.num = fab.nextQPN
 	fab.nextQPN = (fab.nextQPN + 1) & 0xffffff
-	q.QP.Init(q.num, &fab.mu, q, &q.attr, &q.destroyed, &q.sqdPending, &q.rq)
+	q.QP.Init(q.num, &fab.mu, q, q, &q.attr, &q.destroyed, &q.sqdPending, &q.rq)
 	fab.qps[q.num] = q
 	p.ctx.qps = append(p.ctx.qps, q)
 	return q, nil
@@ -164,7 +164,7 @@ func (q *qp) postSend(wr *driver.SendWR) error {
 	return soft.PostSend(q.sq, q, q.destroyed, q.attr.State, wr)
 }
 
-// CompleteRecv implements soft.QPHooks: it reports a receive completion;
+// CompleteRecv implements soft.RecvHooks: it reports a receive completion;
 // a lost one (CQ overrun) moves the QP to the error state.
 func (q *qp) CompleteRecv(wc driver.WorkCompletion) {
 	wc.QPNum = q.num
