@@ -49,6 +49,19 @@ func (p *qp) remote(rkey uint32, addr, n uint64, need driver.AccessFlags) ([]byt
 	return p.ctx.span(rkey, p.pd, addr, n, need)
 }
 
+// remoteList sets l to the n bytes at the remote address of wr, in the
+// region of its rkey, if the QP and the region grant need; otherwise the
+// responder fails with an access error, which it returns.
+func (p *qp) remoteList(l *sglist.List, wr *driver.SendWR, n uint64, need driver.AccessFlags) driver.WCStatus {
+	b, ok := p.remote(wr.RKey, wr.RemoteAddr, n, need)
+	if !ok {
+		p.responderErr(driver.EventQPAccessErr)
+		return driver.WCRemAccessErr
+	}
+	l.One(b)
+	return driver.WCSuccess
+}
+
 // recvCompletion starts the completion of a message from requester q.
 func recvCompletion(q *qp, wr *driver.SendWR, wrid uint64, op driver.WCOpcode) driver.WorkCompletion {
 	wc := driver.WorkCompletion{WRID: wrid, Opcode: op, SrcQP: q.num}
@@ -98,13 +111,10 @@ func (p *qp) write(q *qp, wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	}
 	n := src.Len()
 	if n > 0 {
-		b, ok := p.remote(wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteWrite)
-		if !ok {
-			p.responderErr(driver.EventQPAccessErr)
-			return driver.WCRemAccessErr
-		}
 		var dst sglist.List
-		dst.One(b)
+		if st := p.remoteList(&dst, wr, n, driver.AccessRemoteWrite); st != driver.WCSuccess {
+			return st
+		}
 		sglist.Copy(&dst, src)
 	}
 	if withImm {
@@ -126,13 +136,10 @@ func (p *qp) read(wr *driver.SendWR, dst *sglist.List) driver.WCStatus {
 	if n == 0 {
 		return driver.WCSuccess
 	}
-	b, ok := p.remote(wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteRead)
-	if !ok {
-		p.responderErr(driver.EventQPAccessErr)
-		return driver.WCRemAccessErr
-	}
 	var src sglist.List
-	src.One(b)
+	if st := p.remoteList(&src, wr, n, driver.AccessRemoteRead); st != driver.WCSuccess {
+		return st
+	}
 	sglist.Copy(dst, &src)
 	return driver.WCSuccess
 }
