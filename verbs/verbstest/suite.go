@@ -90,6 +90,16 @@ var suite = []testCase{
 	{"Hostile/AfterDisconnect", testHostileAfterDisconnect},
 	{"Hostile/SendTooLarge", testHostileSendTooLarge},
 
+	{"MemoryWindow/Type1", testMWType1},
+	{"MemoryWindow/RightsSubset", testMWRightsSubset},
+	{"MemoryWindow/BindNeedsMWBind", testMWBindNeedsMWBind},
+	{"MemoryWindow/Type2BoundQP", testMWType2QP},
+	{"MemoryWindow/Rebind", testMWRebind},
+	{"MemoryWindow/LocalInv", testMWLocalInv},
+	{"MemoryWindow/SendWithInv", testMWSendWithInv},
+	{"MemoryWindow/Dealloc", testMWDealloc},
+	{"MemoryWindow/BadRange", testMWBadRange},
+
 	{"Lifecycle/StateMachine", testStateMachine},
 	{"Lifecycle/IllegalTransitions", testIllegalTransitions},
 	{"Lifecycle/MissingAttributes", testMissingAttributes},
