@@ -223,51 +223,67 @@ func (e *BindError) Error() string { return "memory window bind refused: " + e.R
 
 func bindErr(format string, a ...any) error { return &BindError{Reason: fmt.Sprintf(format, a...)} }
 
+// View makes what a binding of a window resolves to, from the region it
+// is bound to: a provider that tracks what it has under way per region
+// (and revokes it when the window is unbound) gives each binding a view
+// of its own; nil resolves a binding to the region itself. It runs under
+// the window's lock, once the bind's checks have passed.
+type View[R Region] func(region R, b *driver.MWBind) R
+
 // Bind binds w per b (b.RKey must be w's current key) to the region mr,
 // posted on QP qp of protection domain qpPD, and returns the window's
-// new key. The previous binding's key fails once Bind returns.
-func (w *Window[R]) Bind(tab *keytab.Table[Entry[R]], mr R, b *driver.MWBind, qp, qpPD any) (uint32, error) {
+// new key, and what the previous binding resolved to, if the window was
+// bound. The previous binding's key fails once Bind returns.
+func (w *Window[R]) Bind(tab *keytab.Table[Entry[R]], mr R, b *driver.MWBind, qp, qpPD any, view View[R]) (key uint32, prev R, wasBound bool, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	cur := w.cur.Load()
+	if cur != nil {
+		prev, wasBound = cur.mr, true
+	}
+	var zero R
+	fail := func(format string, a ...any) (uint32, R, bool, error) { return 0, zero, false, bindErr(format, a...) }
 	switch {
 	case w.dead:
-		return 0, bindErr("the window was deallocated")
+		return fail("the window was deallocated")
 	case b.RKey != w.key.Load():
-		return 0, bindErr("key %#x is not the window's current key", b.RKey)
+		return fail("key %#x is not the window's current key", b.RKey)
 	case w.pd != qpPD:
-		return 0, bindErr("the window belongs to another protection domain than the QP")
+		return fail("the window belongs to another protection domain than the QP")
 	case w.typ == driver.MWType2 && cur != nil:
-		return 0, bindErr("a type 2 window is bound already: invalidate it first")
+		return fail("a type 2 window is bound already: invalidate it first")
 	case w.typ == driver.MWType2 && b.Length == 0:
-		return 0, bindErr("a type 2 window cannot be bound with zero length")
+		return fail("a type 2 window cannot be bound with zero length")
 	case b.Access&^driver.RemoteAccess != 0:
-		return 0, bindErr("a window grants remote rights only, not %v", b.Access&^driver.RemoteAccess)
+		return fail("a window grants remote rights only, not %v", b.Access&^driver.RemoteAccess)
 	}
 	if b.Length != 0 {
 		x := mr.Grant()
 		switch {
 		case !x.Valid || x.Key != b.LKey:
-			return 0, bindErr("lkey %#x names no registered region", b.LKey)
+			return fail("lkey %#x names no registered region", b.LKey)
 		case x.PD != w.pd:
-			return 0, bindErr("the region belongs to another protection domain than the window")
+			return fail("the region belongs to another protection domain than the window")
 		case x.Access&driver.AccessMWBind == 0:
-			return 0, bindErr("the region was registered without AccessMWBind")
+			return fail("the region was registered without AccessMWBind")
 		case b.Access&^x.Access != 0:
-			return 0, bindErr("the window's rights %v are not a subset of the region's %v", b.Access, x.Access&driver.RemoteAccess)
+			return fail("the window's rights %v are not a subset of the region's %v", b.Access, x.Access&driver.RemoteAccess)
 		case !inside(b.Addr, b.Length, x.Addr, x.Len):
-			return 0, bindErr("[%#x, +%d) is not inside the region [%#x, +%d)", b.Addr, b.Length, x.Addr, x.Len)
+			return fail("[%#x, +%d) is not inside the region [%#x, +%d)", b.Addr, b.Length, x.Addr, x.Len)
 		}
 	}
 	// The old key dies first; then the binding is published with the
 	// new key inside it, and only then is the new key told.
 	nk, ok := tab.Rekey(w.key.Load(), func(e Entry[R], _ uint32) Entry[R] { return e })
 	if !ok {
-		return 0, bindErr("the window's key vanished from the key table")
+		return fail("the window's key vanished from the key table")
 	}
 	if b.Length == 0 {
 		w.cur.Store(nil)
 	} else {
+		if view != nil {
+			mr = view(mr, b)
+		}
 		nb := &binding[R]{key: nk, mr: mr, addr: b.Addr, length: b.Length, access: b.Access}
 		if w.typ == driver.MWType2 {
 			nb.qp = qp
@@ -275,29 +291,30 @@ func (w *Window[R]) Bind(tab *keytab.Table[Entry[R]], mr R, b *driver.MWBind, qp
 		w.cur.Store(nb)
 	}
 	w.key.Store(nk)
-	return nk, nil
+	return nk, prev, wasBound, nil
 }
 
 // Invalidate unbinds w, a type 2 window bound under key, at the request
 // of QP qp of protection domain qpPD; remote means a peer's Send with
-// Invalidate, which only the QP the window is bound to takes. The key
-// fails once Invalidate returns.
-func (w *Window[R]) Invalidate(key uint32, qp, qpPD any, remote bool) error {
+// Invalidate, which only the QP the window is bound to takes. It returns
+// what the binding resolved to. The key fails once Invalidate returns.
+func (w *Window[R]) Invalidate(key uint32, qp, qpPD any, remote bool) (R, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	var zero R
 	b := w.cur.Load()
 	switch {
 	case w.dead || b == nil || b.key != key:
-		return fmt.Errorf("%w: key %#x names no bound window", driver.ErrInvalidArg, key)
+		return zero, fmt.Errorf("%w: key %#x names no bound window", driver.ErrInvalidArg, key)
 	case w.typ != driver.MWType2:
-		return fmt.Errorf("%w: only type 2 windows are invalidated; rebind a type 1 window with zero length", driver.ErrInvalidArg)
+		return zero, fmt.Errorf("%w: only type 2 windows are invalidated; rebind a type 1 window with zero length", driver.ErrInvalidArg)
 	case w.pd != qpPD:
-		return fmt.Errorf("%w: the window belongs to another protection domain", driver.ErrInvalidArg)
+		return zero, fmt.Errorf("%w: the window belongs to another protection domain", driver.ErrInvalidArg)
 	case remote && b.qp != qp:
-		return fmt.Errorf("%w: the window is bound to another QP", driver.ErrInvalidArg)
+		return zero, fmt.Errorf("%w: the window is bound to another QP", driver.ErrInvalidArg)
 	}
 	w.cur.Store(nil)
-	return nil
+	return b.mr, nil
 }
 
 // Dealloc frees w: its key leaves tab, and access through it fails once
@@ -325,16 +342,16 @@ func Lookup[R Region](tab *keytab.Table[Entry[R]], key uint32) *Window[R] {
 }
 
 // ExecuteBind executes an OpBindMW work request wr posted on QP qp of
-// protection domain pd: the status it completes with, and the region the
-// window was bound to before (so that the provider stops what it has
-// under way through the old key), if any.
-func ExecuteBind[R Region](tab *keytab.Table[Entry[R]], wr *driver.SendWR, qp, pd any) (driver.WCStatus, R, bool) {
+// protection domain pd, making the binding with view: the status it
+// completes with, and what the window's previous binding resolved to
+// (so that the provider stops what it has under way through the old
+// key), if it was bound.
+func ExecuteBind[R Region](tab *keytab.Table[Entry[R]], wr *driver.SendWR, qp, pd any, view View[R]) (driver.WCStatus, R, bool) {
 	var zero R
 	w := Lookup(tab, wr.Bind.RKey)
 	if w == nil {
 		return driver.WCMWBindErr, zero, false
 	}
-	old, wasBound := w.Bound()
 	var mr R
 	if wr.Bind.Length != 0 {
 		e, ok := tab.Lookup(wr.Bind.LKey)
@@ -343,7 +360,8 @@ func ExecuteBind[R Region](tab *keytab.Table[Entry[R]], wr *driver.SendWR, qp, p
 		}
 		mr = e.MR
 	}
-	if _, err := w.Bind(tab, mr, &wr.Bind, qp, pd); err != nil {
+	_, old, wasBound, err := w.Bind(tab, mr, &wr.Bind, qp, pd, view)
+	if err != nil {
 		return driver.WCMWBindErr, zero, false
 	}
 	return driver.WCSuccess, old, wasBound
@@ -360,8 +378,8 @@ func LocalInvalidate[R Region](tab *keytab.Table[Entry[R]], key uint32, qp, pd a
 	if w == nil {
 		return driver.WCMWBindErr, zero
 	}
-	old, _ := w.Bound()
-	if err := w.Invalidate(key, qp, pd, false); err != nil {
+	old, err := w.Invalidate(key, qp, pd, false)
+	if err != nil {
 		return driver.WCMWBindErr, zero
 	}
 	return driver.WCSuccess, old
@@ -376,6 +394,6 @@ func RemoteInvalidate[R Region](tab *keytab.Table[Entry[R]], key uint32, qp, pd 
 	if w == nil {
 		return mr, false, nil
 	}
-	mr, _ = w.Bound()
-	return mr, true, w.Invalidate(key, qp, pd, true)
+	mr, err = w.Invalidate(key, qp, pd, true)
+	return mr, true, err
 }

@@ -42,7 +42,7 @@ const all = driver.AccessLocalWrite | driver.RemoteAccess | driver.AccessMWBind
 
 func (f *fixture) bind(w *Window[*region], addr, n uint64, acc driver.AccessFlags, qp any) driver.WCStatus {
 	wr := driver.SendWR{Opcode: driver.OpBindMW, Bind: driver.MWBind{RKey: w.RKey(), LKey: f.mr.key, Addr: addr, Length: n, Access: acc}}
-	st, _, _ := ExecuteBind(&f.tab, &wr, qp, f.pd)
+	st, _, _ := ExecuteBind(&f.tab, &wr, qp, f.pd, nil)
 	return st
 }
 
@@ -155,14 +155,14 @@ func TestBindRefusals(t *testing.T) {
 	}
 	w2, _ := AllocMW(&f.tab, driver.MWType1, f.pd)
 	wr := driver.SendWR{Opcode: driver.OpBindMW, Bind: driver.MWBind{RKey: w2.RKey(), LKey: w2.RKey(), Addr: 0x1000, Length: 8, Access: driver.AccessRemoteRead}}
-	if st, _, _ := ExecuteBind(&f.tab, &wr, f.qp, f.pd); st != driver.WCMWBindErr {
+	if st, _, _ := ExecuteBind(&f.tab, &wr, f.qp, f.pd, nil); st != driver.WCMWBindErr {
 		t.Errorf("a window's key as the region: %v", st)
 	}
 	if st := f.bind(w2, 0x1000, 8, driver.AccessRemoteRead, f.qp); st != driver.WCSuccess {
 		t.Fatal(st)
 	}
 	wr = driver.SendWR{Opcode: driver.OpBindMW, Bind: driver.MWBind{RKey: wr.Bind.RKey, LKey: f.mr.key, Addr: 0x1000, Length: 8, Access: driver.AccessRemoteRead}}
-	if st, _, _ := ExecuteBind(&f.tab, &wr, f.qp, f.pd); st != driver.WCMWBindErr {
+	if st, _, _ := ExecuteBind(&f.tab, &wr, f.qp, f.pd, nil); st != driver.WCMWBindErr {
 		t.Errorf("bind under a stale window key: %v", st)
 	}
 }

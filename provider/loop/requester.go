@@ -42,7 +42,7 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	// The memory window operations are local: they need no peer.
 	switch s.WR.Opcode {
 	case driver.OpBindMW:
-		st, _, _ := grant.ExecuteBind(&q.ctx.mrs, &s.WR, q, q.pd)
+		st, _, _ := grant.ExecuteBind(&q.ctx.mrs, &s.WR, q, q.pd, nil)
 		return st, 0
 	case driver.OpLocalInv:
 		st, _ := grant.LocalInvalidate(&q.ctx.mrs, s.WR.InvalidateRKey, q, q.pd)
