@@ -140,6 +140,27 @@ func (w *Window[R]) Bound() (R, bool) {
 	return zero, false
 }
 
+// Binding describes a window's binding: its key, the region (or what
+// the provider's View made of it), range, rights, and for a type 2
+// window its QP.
+type Binding[R Region] struct {
+	Key    uint32
+	MR     R
+	Addr   uint64
+	Length uint64
+	Access driver.AccessFlags
+	QP     any
+}
+
+// Current returns the window's binding, if it is bound.
+func (w *Window[R]) Current() (Binding[R], bool) {
+	b := w.cur.Load()
+	if b == nil {
+		return Binding[R]{}, false
+	}
+	return Binding[R]{Key: b.key, MR: b.mr, Addr: b.addr, Length: b.length, Access: b.access, QP: b.qp}, true
+}
+
 // AllocMW allocates an unbound window of type typ on pd, under a fresh
 // key of tab.
 func AllocMW[R Region](tab *keytab.Table[Entry[R]], typ driver.MWType, pd any) (*Window[R], error) {
@@ -318,21 +339,20 @@ func (w *Window[R]) Invalidate(key uint32, qp, qpPD any, remote bool) (R, error)
 }
 
 // Dealloc frees w: its key leaves tab, and access through it fails once
-// Dealloc returns. It returns the region w was bound to, if any.
-func (w *Window[R]) Dealloc(tab *keytab.Table[Entry[R]]) (R, bool, error) {
+// Dealloc returns. It returns the binding w had, if it was bound.
+func (w *Window[R]) Dealloc(tab *keytab.Table[Entry[R]]) (Binding[R], bool, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var zero R
 	if w.dead {
-		return zero, false, driver.ErrClosed
+		return Binding[R]{}, false, driver.ErrClosed
 	}
 	w.dead = true
 	b := w.cur.Swap(nil)
 	tab.Remove(w.key.Load())
 	if b == nil {
-		return zero, false, nil
+		return Binding[R]{}, false, nil
 	}
-	return b.mr, true, nil
+	return Binding[R]{Key: b.key, MR: b.mr, Addr: b.addr, Length: b.length, Access: b.access, QP: b.qp}, true, nil
 }
 
 // Lookup returns the window key names, if it names one.

@@ -221,8 +221,8 @@ func TestType2QPAndInvalidation(t *testing.T) {
 	}
 	// Dealloc.
 	k1 := w1.RKey()
-	if mr, bound, err := w1.Dealloc(&f.tab); err != nil || !bound || mr != f.mr {
-		t.Fatalf("dealloc: %v %v %v", mr, bound, err)
+	if b, bound, err := w1.Dealloc(&f.tab); err != nil || !bound || b.MR != f.mr || b.Key != k1 {
+		t.Fatalf("dealloc: %+v %v %v", b, bound, err)
 	}
 	if _, fl := Check(&f.tab, k1, f.pd, f.qp, 0x1000, 8, driver.AccessRemoteWrite); fl != BadKey {
 		t.Fatalf("after dealloc: %v", fl)

@@ -50,12 +50,12 @@ func (w *mw) Type() driver.MWType { return w.w.Type() }
 // Dealloc implements driver.MW: once it returns, nothing more is placed
 // or sent through the window.
 func (w *mw) Dealloc() error {
-	v, bound, err := w.w.Dealloc(&w.ctx.mrs)
+	b, bound, err := w.w.Dealloc(&w.ctx.mrs)
 	if err != nil {
 		return err
 	}
 	if bound {
-		w.ctx.revokeView(v, true)
+		w.ctx.revokeView(b.MR, true)
 	}
 	return nil
 }

@@ -154,6 +154,9 @@ func (c *cq) Poll(wc []driver.WorkCompletion) int {
 				q.sq.Retire(seq)
 			} else if c.ring.ready() {
 				c.ring.take(&wc[n])
+				if wc[n].Flags&driver.WCWithInv != 0 {
+					c.checkInvalidated(&wc[n])
+				}
 			} else {
 				break
 			}

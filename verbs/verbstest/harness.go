@@ -14,7 +14,9 @@
 // refused at post time or failed at the responder, queues larger than
 // asked for) it accepts each, and where devices differ it asks the
 // capability flags (CapAckedCompletion, CapModifyConnect, CapRecvNoSGE,
-// CapSQD, CapAtomicResultSGList, CapQPErrorEvents, CapTransportRetry).
+// CapSQD, CapAtomicResultSGList, CapQPErrorEvents, CapTransportRetry);
+// the MemoryWindow cases run on devices with CapMemoryWindows and skip on
+// the others.
 // Run logs, per provider, the cases run, passed, failed and skipped, with
 // the capability behind each skip.
 //

@@ -279,3 +279,19 @@ func testMWBadRange(t *testing.T, h Harness) {
 		})
 	}
 }
+
+// testMWDeregRegion: deregistering the region a window is bound to ends
+// access through the window.
+func testMWDeregRegion(t *testing.T, h Harness) {
+	requireMW(t, h)
+	p := h.NewPair(t, PairOptions{})
+	r := newRegion(t, p.B, 256, mwRegionAccess)
+	id := allocMW(t, p.B, verbs.MWType1)
+	key := bindOK(t, p, 0, id, r, 0, 256, verbs.AccessRemoteRead)
+	dst := newRegion(t, p.A, 64, localRW)
+	expectStatus(t, do(t, p, viaKey(readWR(15, r, 0, dst.SGE(0, 64)), key)), 15, verbs.WCSuccess)
+	if err := p.B.DeregRegion(r.ID); err != nil {
+		t.Fatal(err)
+	}
+	expectReadRefused(t, p, 0, r, 0, 64, key, "a Read through a window over a deregistered region")
+}

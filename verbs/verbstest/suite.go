@@ -99,6 +99,7 @@ var suite = []testCase{
 	{"MemoryWindow/SendWithInv", testMWSendWithInv},
 	{"MemoryWindow/Dealloc", testMWDealloc},
 	{"MemoryWindow/BadRange", testMWBadRange},
+	{"MemoryWindow/DeregRegion", testMWDeregRegion},
 
 	{"Lifecycle/StateMachine", testStateMachine},
 	{"Lifecycle/IllegalTransitions", testIllegalTransitions},
