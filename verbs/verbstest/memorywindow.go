@@ -295,3 +295,42 @@ func testMWDeregRegion(t *testing.T, h Harness) {
 	}
 	expectReadRefused(t, p, 0, r, 0, 64, key, "a Read through a window over a deregistered region")
 }
+
+// testMWSendWithInvRefused: a Send with Invalidate of a key the peer may
+// not invalidate — a type 1 window's, or a type 2 window's bound to
+// another QP — invalidates nothing: B's receive completes in error,
+// without WCWithInv, and (on a device with CapAckedCompletion) A's Send
+// fails.
+func testMWSendWithInvRefused(t *testing.T, h Harness) {
+	requireMW(t, h)
+	for _, c := range []struct {
+		name string
+		typ  verbs.MWType
+		qp   int
+	}{{"Type1", verbs.MWType1, 0}, {"Type2OtherQP", verbs.MWType2, 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			p := h.NewPair(t, PairOptions{QPs: 2})
+			r := newRegion(t, p.B, 256, mwRegionAccess)
+			id := allocMW(t, p.B, c.typ)
+			key := bindOK(t, p, c.qp, id, r, 0, 256, verbs.AccessRemoteRead)
+			rb := newRegion(t, p.B, 64, localRW)
+			postRecv(t, p.B, 0, recvWR(16, rb.SGE(0, 64)))
+			src := newRegion(t, p.A, 16, localRW)
+			wr := sendWR(17, src.SGE(0, 16))
+			wr.Opcode = verbs.OpSendWithInv
+			wr.InvalidateRKey = key
+			postSend(t, p.A, 0, wr)
+			sc := waitOne(t, p.A, SendCQ)
+			if p.A.Attr().Has(verbs.CapAckedCompletion) && sc.Status == verbs.WCSuccess {
+				t.Fatalf("the Send invalidating a key the peer may not invalidate completed %s", fmtWC(sc))
+			}
+			wc := waitOne(t, p.B, RecvCQ)
+			if wc.Status == verbs.WCSuccess || wc.Flags&verbs.WCWithInv != 0 {
+				t.Fatalf("receive completion %s: want an error and no invalidation", fmtWC(wc))
+			}
+			if k := mwKey(t, p.B, id); k != key {
+				t.Fatalf("the window's key changed from %#x to %#x", key, k)
+			}
+		})
+	}
+}

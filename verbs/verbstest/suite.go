@@ -97,6 +97,7 @@ var suite = []testCase{
 	{"MemoryWindow/Rebind", testMWRebind},
 	{"MemoryWindow/LocalInv", testMWLocalInv},
 	{"MemoryWindow/SendWithInv", testMWSendWithInv},
+	{"MemoryWindow/SendWithInvRefused", testMWSendWithInvRefused},
 	{"MemoryWindow/Dealloc", testMWDealloc},
 	{"MemoryWindow/BadRange", testMWBadRange},
 	{"MemoryWindow/DeregRegion", testMWDeregRegion},
