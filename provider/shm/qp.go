@@ -208,6 +208,7 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 // reset empties both queues without completions.
 func (q *qp) reset() {
 	q.rnr.Reset()
+	q.mwWait = windowWait{}
 	q.sendCQ.mu.Lock() // serialises the reset with Retire (swq.Queue.Reset)
 	q.sq.Reset()
 	q.sendCQ.mu.Unlock()
@@ -240,6 +241,7 @@ func (q *qp) toErr() {
 	q.attr.State = driver.QPSErr
 	q.publish()
 	q.rnr.Stop()
+	q.mwWait = windowWait{} // a window operation waiting is flushed too
 	q.flushRecv()
 	q.sq.Progress(q)
 	if q.srq != nil {
