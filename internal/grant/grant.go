@@ -7,12 +7,15 @@
 // A provider keeps its keys in a keytab.Table[Entry[R]], R being its
 // region type: an entry holds either a region (MR) or a window (W), so
 // that regions and windows share one key space and a key names one of
-// them at most. Check resolves a key for an access; AllocMW, Bind,
-// Invalidate and Dealloc change windows; the provider only executes
-// OpBindMW and OpLocalInv in order in its send queue (ExecuteBind,
-// LocalInvalidate), calls RemoteInvalidate for a Send with Invalidate,
-// and stops what it has under way through a window that InvalidateHook
-// names.
+// them at most. Check resolves a key for an access (loop0 and tcp0 call
+// it for every remote access, CheckLocal for every lkey; shm0's peers
+// check grants in their own process, and shm0 publishes a window's
+// Current binding into the grant tables they read, beside its regions').
+// AllocMW, Bind, Invalidate and Dealloc change windows; the provider
+// only executes OpBindMW and OpLocalInv in order in its send queue
+// (ExecuteBind, LocalInvalidate), calls RemoteInvalidate for a Send with
+// Invalidate, and stops what it has under way through the binding these
+// return (the region, or the provider's View of it).
 //
 // The rules, after the InfiniBand specification and Linux rxe:
 //
@@ -22,9 +25,9 @@
 //     while unbound, to the QP the bind is posted on, which must be of
 //     the window's PD, and never with a zero length; a type 1 window
 //     rebinds while bound, and a zero length unbinds it.
-//   - Every bind draws the window a new key from the table (a fresh
-//     random key; on an Indexed table, fresh random bits above the
-//     index): the key of the previous binding fails from then on.
+//   - Every bind draws the window a new key from the table, as a
+//     registration does (crypto/rand; never a live or recently revoked
+//     key): the key of the previous binding fails from then on.
 //   - Only a bound type 2 window is invalidated: locally (OpLocalInv)
 //     on a QP of its PD, remotely (Send with Invalidate) only on the QP
 //     it is bound to. An invalidated window keeps its key, which names
@@ -130,15 +133,6 @@ func (w *Window[R]) RKey() uint32 { return w.key.Load() }
 
 // PD is the protection domain the window was allocated on.
 func (w *Window[R]) PD() any { return w.pd }
-
-// Bound returns the region the window is bound to, and whether it is.
-func (w *Window[R]) Bound() (R, bool) {
-	if b := w.cur.Load(); b != nil {
-		return b.mr, true
-	}
-	var zero R
-	return zero, false
-}
 
 // Binding describes a window's binding: its key, the region (or what
 // the provider's View made of it), range, rights, and for a type 2

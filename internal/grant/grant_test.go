@@ -144,7 +144,7 @@ func TestBindRefusals(t *testing.T) {
 		if w.RKey() != k {
 			t.Errorf("%s: a refused bind changed the key", c.name)
 		}
-		if _, ok := w.Bound(); ok {
+		if _, ok := w.Current(); ok {
 			t.Errorf("%s: a refused bind bound the window", c.name)
 		}
 	}
