@@ -334,3 +334,28 @@ func testMWSendWithInvRefused(t *testing.T, h Harness) {
 		})
 	}
 }
+
+// testMWAtomic: a window granting remote atomics takes a FetchAndAdd on
+// its word, and a window over the same word granting Read only refuses
+// it.
+func testMWAtomic(t *testing.T, h Harness) {
+	requireMW(t, h)
+	p := atomicPair(t, h, PairOptions{})
+	dst, off := atomicTarget(t, p, mwRegionAccess, 100)
+	id := allocMW(t, p.B, verbs.MWType1)
+	key := bindOK(t, p, 0, id, dst, off, 8, verbs.AccessRemoteAtomic)
+	res := newRegion(t, p.A, 8, localRW)
+	wc := do(t, p, viaKey(atomicWR(18, verbs.OpAtomicFetchAndAdd, dst, off, res.SGE(0, 8), 5, 0), key))
+	expectSendWC(t, wc, 18, verbs.WCFetchAdd, p.A.QPNum(0))
+	if got := readWord(t, p.A, res, 0); got != 100 {
+		t.Fatalf("FetchAndAdd through the window returned %d, want the old value 100", got)
+	}
+	expectWord(t, p, dst, off, 105)
+
+	ro := bindOK(t, p, 0, id, dst, off, 8, verbs.AccessRemoteRead)
+	wc = do(t, p, viaKey(atomicWR(19, verbs.OpAtomicFetchAndAdd, dst, off, res.SGE(0, 8), 5, 0), ro))
+	if wc.Status != verbs.WCRemAccessErr {
+		t.Fatalf("an atomic through a read-only window completed %s; want %v", fmtWC(wc), verbs.WCRemAccessErr)
+	}
+	expectWord(t, p, dst, off, 105)
+}

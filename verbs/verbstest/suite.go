@@ -101,6 +101,7 @@ var suite = []testCase{
 	{"MemoryWindow/Dealloc", testMWDealloc},
 	{"MemoryWindow/BadRange", testMWBadRange},
 	{"MemoryWindow/DeregRegion", testMWDeregRegion},
+	{"MemoryWindow/Atomic", testMWAtomic},
 
 	{"Lifecycle/StateMachine", testStateMachine},
 	{"Lifecycle/IllegalTransitions", testIllegalTransitions},
