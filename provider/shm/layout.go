@@ -230,7 +230,7 @@ func (r *cqRing) take(wc *driver.WorkCompletion) {
 // sanitizeRecv makes a receive completion read from the shared ring,
 // which peers write, say only what a receive completion of shm0 can say:
 // a known status; the opcode of a Send or a Write with immediate; only
-// the immediate and solicited flags (shm0 has no Send with Invalidate);
+// the immediate, solicited and invalidation flags;
 // and, for a success, no more bytes than a message may have. A
 // completion that breaks the last two is returned as a failure with no
 // byte count. (That a Send's byte count fits the buffers the receive
@@ -240,8 +240,10 @@ func sanitizeRecv(wc *driver.WorkCompletion) {
 	if wc.Status > driver.WCGeneralErr {
 		wc.Status = driver.WCGeneralErr
 	}
-	wc.Flags &= driver.WCWithImm | driver.WCSolicited
-	wc.InvalidatedRKey = 0
+	wc.Flags &= driver.WCWithImm | driver.WCSolicited | driver.WCWithInv // WCWithInv: see qp.checkInvalidated
+	if wc.Flags&driver.WCWithInv == 0 {
+		wc.InvalidatedRKey = 0
+	}
 	if wc.Opcode != driver.WCRecv && wc.Opcode != driver.WCRecvRDMAWithImm {
 		wc.Opcode, wc.ByteLen = driver.WCRecv, 0
 		if wc.Status == driver.WCSuccess {

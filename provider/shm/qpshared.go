@@ -321,6 +321,7 @@ func (q *qp) acceptRecv(wc *driver.WorkCompletion) bool {
 		return false
 	}
 	wc.WRID, wc.QPNum = wrid, q.num
+	q.checkInvalidated(wc)
 	if wc.Opcode == driver.WCRecv && wc.Status == driver.WCSuccess && uint64(wc.ByteLen) > length {
 		wc.Status, wc.ByteLen = driver.WCLocLenErr, 0
 		q.peerLied()
