@@ -66,8 +66,11 @@
 // A control message travels as the immediate data of the RDMA Write with
 // immediate that carries the data (a zero-length one when there is none),
 // when the receiver's hello asks for that and the sender's device has
-// immediate data (verbs.CapImmData); otherwise as a 4-byte inline Send
-// after a plain RDMA Write, as rsocket does on iWARP devices without it.
+// immediate data (verbs.CapImmData) and is not iWARP; otherwise as a
+// 4-byte inline Send after a plain RDMA Write, as rsocket does on iWARP.
+// (On iWARP a Write with immediate is two frames, like a Write and a
+// Send, and a control message alone is two frames where a Send is one.)
+// A receiver takes both forms whatever its hello asked for.
 //
 // Each message consumes one of the receiver's posted receives, which it
 // posts again at once and acknowledges in the acks of its next message;

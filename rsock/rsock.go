@@ -235,7 +235,7 @@ func newConn(dev string, cfg *Config, peer hello) (_ *Conn, err error) {
 	}
 	c := &Conn{dev: d, spin: cfg.spin(), recvs: ctrlRecvs, sqDepth: 2*ctrlRecvs + 8,
 		closing: make(chan struct{}), rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1)}
-	c.acceptImm = d.attr.Has(verbs.CapImmData) && !cfg.noImm
+	c.acceptImm = notifiesByImm(&d.attr) && !cfg.noImm
 	c.rdl.init()
 	c.wdl.init()
 	c.rctx.dl, c.wctx.dl = &c.rdl, &c.wdl
@@ -291,12 +291,21 @@ func (c *Conn) setPeer(h hello) (err error) {
 	c.peerAddr, c.peerKey, c.peerSize = h.ringAddr(), h.ringKey(), uint64(h.ringSize())
 	c.peerRecvs = int(h.recvs())
 	c.credits = c.peerRecvs
-	c.useImm = h.flags()&flagAcceptsImm != 0 && c.dev.attr.Has(verbs.CapImmData)
+	c.useImm = h.flags()&flagAcceptsImm != 0 && notifiesByImm(&c.dev.attr)
 	if c.stageMR, err = c.pd.RegMR(make([]byte, c.peerSize), verbs.AccessLocalWrite); err != nil {
 		return err
 	}
 	c.stage = c.stageMR.Bytes()
 	return nil
+}
+
+// notifiesByImm reports whether a device's connections carry control
+// messages as immediate data. Not on iWARP (tcp0): there an RDMA Write
+// with immediate is two frames, the Write and the immediate data, like a
+// Write and a Send, and a control message without data is two frames
+// where a Send is one; rsocket uses Sends there too.
+func notifiesByImm(attr *verbs.DeviceAttr) bool {
+	return attr.Has(verbs.CapImmData) && attr.Transport != "iwarp"
 }
 
 func (c *Conn) hello(b []byte) hello {
