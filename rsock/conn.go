@@ -376,15 +376,22 @@ func (c *Conn) wait(ctx *waitCtx, mine, other chan struct{}) {
 		nudge(other)
 	}()
 	if c.poll() > 0 {
+		ctx.learn(0)
 		return
 	}
 	// Spin a little before parking: a reply that comes within the spin
 	// costs no wake-up.
-	if c.spin > 0 {
-		end := time.Now().Add(c.spin)
+	var start time.Time
+	if spin := ctx.spinFor(c.spin); spin > 0 {
+		start = time.Now()
+		end := start.Add(spin)
 		for i := 1; i&7 != 0 || time.Now().Before(end); i++ {
 			runtime.Gosched()
-			if c.poll() > 0 || dl.passed() || c.failed.Load() {
+			if c.poll() > 0 {
+				ctx.learn(time.Since(start))
+				return
+			}
+			if dl.passed() || c.failed.Load() {
 				return
 			}
 		}
@@ -405,7 +412,9 @@ func (c *Conn) wait(ctx *waitCtx, mine, other chan struct{}) {
 	}
 	select {
 	case <-c.cq.Notify():
-		c.poll()
+		if c.poll() > 0 && !start.IsZero() {
+			ctx.learn(time.Since(start))
+		}
 	case <-mine:
 	case <-dl.wait():
 	case <-c.closing:

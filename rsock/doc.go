@@ -17,7 +17,9 @@
 // # Behaviour
 //
 // Read and Write park their goroutine while they wait, after polling
-// for Config.Spin, on the completion queue's notification channel
+// for Config.Spin (longer on a connection whose peer has recently
+// answered a little later than that), on the completion queue's
+// notification channel
 // (verbs.CQ.ReqNotify and Notify): an idle connection costs no CPU. One
 // waiting call at a time polls the connection's completion queue; the
 // other waits for it to hand over. Deadlines apply to blocked calls and

@@ -45,7 +45,11 @@ type Config struct {
 	// Spin is how long a Read or Write that must wait polls for the peer
 	// before it parks its goroutine (0: DefaultSpin; negative: never).
 	// Spinning saves a wake-up on request/response traffic at the cost
-	// of CPU while it lasts.
+	// of CPU while it lasts. A connection whose recent waits (of Reads,
+	// or of Writes) lasted on average more than Spin and less than 10×Spin
+	// polls up to twice that average instead: a peer that takes a little
+	// longer than Spin to answer, as an RPC server does, is still caught
+	// without a wake-up, and an idle connection spins Spin and parks.
 	Spin time.Duration
 
 	noImm bool // tests: notify by Send even where the device has immediate data
