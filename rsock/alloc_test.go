@@ -6,18 +6,24 @@ import (
 )
 
 // TestReadWriteAllocateNothing checks that Read and Write allocate
-// nothing once a connection is running, on every provider and in both
-// notification modes (the device's default, and Sends): request/response
-// rounds of small messages, and writes several times the ring's size that
-// a reader drains, so that ring wraps, credit messages and blocked calls
-// are all counted. The count is the process's (the providers' goroutines
+// nothing once a connection is running, on every provider, in both
+// notification modes (the device's default, and Sends), with large
+// writes copied and sent without a copy: request/response rounds of small
+// messages, and writes several times the ring's size that a reader
+// drains, so that ring wraps, credit messages and blocked calls are all
+// counted. The count is the process's (the providers' goroutines
 // included).
 func TestReadWriteAllocateNothing(t *testing.T) {
 	for _, scheme := range providers {
 		for _, mode := range []struct {
 			name string
 			cfg  Config
-		}{{"default", Config{RingSize: MinRingSize}}, {"send", Config{RingSize: MinRingSize, noImm: true}}} {
+		}{
+			{"default", Config{RingSize: MinRingSize}},
+			{"send", Config{RingSize: MinRingSize, noImm: true}},
+			{"zerocopy", Config{RingSize: MinRingSize, ZeroCopyMin: MinRingSize}},
+			{"zerocopy-send", Config{RingSize: MinRingSize, ZeroCopyMin: MinRingSize, noImm: true}},
+		} {
 			t.Run(scheme+"/"+mode.name, func(t *testing.T) {
 				d, a := pair(t, scheme, &mode.cfg)
 				defer d.Close()

@@ -88,15 +88,27 @@
 // write alone: a peer that writes anywhere else, with this connection's
 // key or another's, fails at its own side.
 //
+// Large writes: a Write of at least Config.ZeroCopyMin bytes (64 KiB by
+// default) is not copied. Its buffer is registered for local access
+// alone, and the RDMA Writes into the peer's ring read it there; the last
+// of them is signaled, and Write returns once it has completed, so the
+// caller may reuse the buffer at once. The registration is kept for the
+// next Write of the same buffer, as a stream's writes usually reuse one,
+// until a Write of another buffer or Close. A large Write whose deadline
+// passes, or whose connection is closed, before the device has read its
+// buffer ends the connection (the device must not read the buffer after
+// Write returned). The wire is the same either way: the peer sees the
+// same RDMA Writes into its ring, with the same control messages. rsock
+// does not place bytes into the reader's own buffer (rsocket and SMC-R
+// do not either: the receiver's ring is the only memory a peer writes).
+//
 // Memory: each end registers its ring (Config.RingSize), a staging copy
-// of the peer's ring (the bytes are copied there from Write's buffer and
-// written from there), and 132 bytes of control buffers;
-// Conn.RegisteredBytes reports the sum. A device context is shared by
-// the process's connections on a device, as many as its regions allow
-// (three a connection, within the device's MaxMR: 85 on shm0); more
-// connections open further contexts. Large writes are copied into staging
-// like small ones: rsock does not register the caller's buffer for
-// zero-copy writes.
+// of the peer's ring (Writes below Config.ZeroCopyMin are copied there and
+// written from there), 132 bytes of control buffers, and the buffer of
+// its last zero-copy Write; Conn.RegisteredBytes reports the first three.
+// A device context is shared by the process's connections on a device, as
+// many as its regions allow (four a connection, within the device's
+// MaxMR: 64 on shm0); more connections open further contexts.
 //
 // Scale: on shm0 an end holds about five file descriptors (its socket,
 // queues and shared segments), so a process that keeps many connections

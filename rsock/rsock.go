@@ -24,6 +24,9 @@ const (
 	// DefaultSpin is how long a zero Config's blocked Read or Write polls
 	// before it parks.
 	DefaultSpin = 20 * time.Microsecond
+	// DefaultZeroCopyMin is the least Write a zero Config sends without
+	// copying it.
+	DefaultZeroCopyMin = 64 << 10
 )
 
 // ctrlRecvs is how many receives each side posts for control messages:
@@ -51,6 +54,13 @@ type Config struct {
 	// longer than Spin to answer, as an RPC server does, is still caught
 	// without a wake-up, and an idle connection spins Spin and parks.
 	Spin time.Duration
+	// ZeroCopyMin is the least Write, in bytes, that is not copied: the
+	// device reads the caller's buffer, registered while that Write
+	// lasts and kept registered, for the next Write of the same buffer,
+	// until a Write of another or Close (0: DefaultZeroCopyMin; negative:
+	// every Write is copied). Smaller Writes are copied into a staging
+	// buffer, from which the device reads them after Write returned.
+	ZeroCopyMin int
 
 	noImm bool // tests: notify by Send even where the device has immediate data
 }
@@ -74,6 +84,16 @@ func (cfg *Config) spin() time.Duration {
 		return 0
 	}
 	return cfg.Spin
+}
+
+func (cfg *Config) zeroCopyMin() int {
+	switch {
+	case cfg.ZeroCopyMin == 0:
+		return DefaultZeroCopyMin
+	case cfg.ZeroCopyMin < 0:
+		return 0
+	}
+	return cfg.ZeroCopyMin
 }
 
 // Listen listens on addr (loop://name, shm:///path.sock, shm://@name,
@@ -237,7 +257,7 @@ func newConn(dev string, cfg *Config, peer hello) (_ *Conn, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{dev: d, spin: cfg.spin(), recvs: ctrlRecvs, sqDepth: 2*ctrlRecvs + 8,
+	c := &Conn{dev: d, spin: cfg.spin(), zcMin: cfg.zeroCopyMin(), recvs: ctrlRecvs, sqDepth: 2*ctrlRecvs + 8,
 		closing: make(chan struct{}), rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1)}
 	c.acceptImm = notifiesByImm(&d.attr) && !cfg.noImm
 	c.rdl.init()
@@ -353,6 +373,7 @@ func (c *Conn) destroy() {
 	if c.cq != nil {
 		c.cq.Destroy()
 	}
+	c.dropZeroCopy()
 	for _, m := range []*verbs.MR{c.ring, c.ctl, c.stageMR} {
 		if m != nil {
 			m.Dereg()
