@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"testing"
+	"time"
 )
 
 // TestZeroCopyWrites sends Writes at and above Config.ZeroCopyMin, mixed
@@ -96,6 +98,59 @@ func TestZeroCopyWriteAfterClose(t *testing.T) {
 			}
 			if _, err := d.Write(make([]byte, MinRingSize)); !errors.Is(err, net.ErrClosed) {
 				t.Errorf("Write after Close: %v, want net.ErrClosed", err)
+			}
+		})
+	}
+}
+
+// TestZeroCopyUnfinishedEndsConnection checks what a zero-copy Write does
+// when its deadline passes, or its connection is closed, before the
+// device has read its buffer (a completion that never comes stands for
+// a device that is slow to read it): the Write fails with the cause, the
+// connection is reset, and the buffer is no longer registered.
+func TestZeroCopyUnfinishedEndsConnection(t *testing.T) {
+	for _, scheme := range providers {
+		t.Run(scheme+"/deadline", func(t *testing.T) {
+			cfg := Config{RingSize: MinRingSize, ZeroCopyMin: MinRingSize / 2}
+			d, a := pair(t, scheme, &cfg)
+			defer d.Close()
+			defer a.Close()
+			d.writeMu.Lock()
+			if d.zeroCopySource(make([]byte, MinRingSize)) == nil {
+				t.Fatal("no zero-copy registration")
+			}
+			d.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
+			err := d.awaitRetired(d.posted + 1)
+			gone := d.zcMR == nil
+			d.writeMu.Unlock()
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Errorf("got %v, want a deadline error", err)
+			}
+			if !gone {
+				t.Error("the buffer is still registered")
+			}
+			d.SetWriteDeadline(time.Time{})
+			if _, err := d.Write([]byte("x")); !errors.Is(err, ErrReset) {
+				t.Errorf("Write after it: %v, want ErrReset", err)
+			}
+		})
+		t.Run(scheme+"/close", func(t *testing.T) {
+			cfg := Config{RingSize: MinRingSize, ZeroCopyMin: MinRingSize / 2}
+			d, a := pair(t, scheme, &cfg)
+			defer a.Close()
+			res := make(chan error, 1)
+			d.writeMu.Lock()
+			if d.zeroCopySource(make([]byte, MinRingSize)) == nil {
+				t.Fatal("no zero-copy registration")
+			}
+			go func() { res <- d.Close() }()
+			err := d.awaitRetired(d.posted + 1)
+			d.writeMu.Unlock()
+			if !errors.Is(err, net.ErrClosed) {
+				t.Errorf("got %v, want net.ErrClosed", err)
+			}
+			if err := <-res; err != nil {
+				t.Errorf("Close: %v", err)
 			}
 		})
 	}
