@@ -39,18 +39,19 @@ const recvTag = 1 << 63
 // Conn is a byte stream over an RDMA connection. It implements net.Conn;
 // its methods are safe for concurrent use.
 type Conn struct {
-	dev     *device
-	pd      *verbs.PD // this connection's alone
-	cmc     *cm.Conn
-	qp      *verbs.QP
-	cq      *verbs.CQ
-	ring    *verbs.MR // this side's receive ring; the peer RDMA-Writes into it
-	stageMR *verbs.MR // staging for the peer's ring
-	ctl     *verbs.MR // control buffers: one per receive, then the Send's
-	laddr   Addr
-	raddr   Addr
-	spin    time.Duration
-	onClose func()
+	dev        *device
+	pd         *verbs.PD // this connection's alone
+	cmc        *cm.Conn
+	qp         *verbs.QP
+	cq         *verbs.CQ
+	ring       *verbs.MR // this side's receive ring; the peer RDMA-Writes into it
+	stageMR    *verbs.MR // staging for the peer's ring
+	ctl        *verbs.MR // control buffers: one per receive, then the Send's
+	laddr      Addr
+	raddr      Addr
+	spin       time.Duration
+	spinGrowth int // a wait spins at most spinGrowth×spin (waitCtx.spinFor)
+	onClose    func()
 
 	stage   []byte // staging for the peer's ring: byte n of the stream is at stage[n%len]
 	sendBuf []byte // the control buffer of a Send
@@ -491,7 +492,7 @@ func (c *Conn) wait(ctx *waitCtx, mine, other chan struct{}) {
 	// Spin a little before parking: a reply that comes within the spin
 	// costs no wake-up.
 	var start time.Time
-	if spin := ctx.spinFor(c.spin); spin > 0 {
+	if spin := ctx.spinFor(c.spin, c.spinGrowth); spin > 0 {
 		start = time.Now()
 		end := start.Add(spin)
 		for i := 1; i&7 != 0 || time.Now().Before(end); i++ {

@@ -113,20 +113,21 @@ type waitCtx struct {
 	gap time.Duration
 }
 
-// spinGrowth bounds how far a wait's spin grows past Config.Spin.
+// spinGrowth bounds how far a wait's spin grows past Config.Spin, on a
+// device whose poll costs no system call.
 const spinGrowth = 10
 
 // spinFor is how long a wait polls before it parks: twice the recent
 // waits' average, when that exceeds base and the average stays within
-// spinGrowth×base, at most that; base otherwise. A peer that answers
+// growth×base, at most that; base otherwise. A peer that answers
 // within a few times base, as a request/response protocol over a busy
 // connection does, is then caught without a wake-up; an idle connection
 // spins base and parks.
-func (w *waitCtx) spinFor(base time.Duration) time.Duration {
+func (w *waitCtx) spinFor(base time.Duration, growth int) time.Duration {
 	if base <= 0 {
 		return 0
 	}
-	limit := spinGrowth * base
+	limit := time.Duration(growth) * base
 	if w.gap > limit {
 		return base
 	}

@@ -53,6 +53,7 @@ type Config struct {
 	// polls up to twice that average instead: a peer that takes a little
 	// longer than Spin to answer, as an RPC server does, is still caught
 	// without a wake-up, and an idle connection spins Spin and parks.
+	// (Not on iWARP devices, tcp0, where each poll is a system call.)
 	Spin time.Duration
 	// ZeroCopyMin is the least Write, in bytes, that is not copied: the
 	// device reads the caller's buffer, registered while that Write
@@ -260,6 +261,13 @@ func newConn(dev string, cfg *Config, peer hello) (_ *Conn, err error) {
 	c := &Conn{dev: d, spin: cfg.spin(), zcMin: cfg.zeroCopyMin(), recvs: ctrlRecvs, sqDepth: 2*ctrlRecvs + 8,
 		closing: make(chan struct{}), rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1)}
 	c.acceptImm = notifiesByImm(&d.attr) && !cfg.noImm
+	c.spinGrowth = spinGrowth
+	if d.attr.Transport == "iwarp" {
+		// A poll reads the socket: a longer spin is a stream of system
+		// calls, which takes the processor from the application's own
+		// goroutines (gRPC's calls over tcp0 slow by a third).
+		c.spinGrowth = 1
+	}
 	c.rdl.init()
 	c.wdl.init()
 	c.rctx.dl, c.wctx.dl = &c.rdl, &c.wdl
