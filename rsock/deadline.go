@@ -114,8 +114,12 @@ type waitCtx struct {
 }
 
 // spinGrowth bounds how far a wait's spin grows past Config.Spin, on a
-// device whose poll costs no system call.
-const spinGrowth = 10
+// device whose poll costs no system call; iwarpSpinGrowth on iWARP, where
+// it costs one.
+const (
+	spinGrowth      = 10
+	iwarpSpinGrowth = 4
+)
 
 // spinFor is how long a wait polls before it parks: twice the recent
 // waits' average, when that exceeds base and the average stays within

@@ -53,7 +53,8 @@ type Config struct {
 	// polls up to twice that average instead: a peer that takes a little
 	// longer than Spin to answer, as an RPC server does, is still caught
 	// without a wake-up, and an idle connection spins Spin and parks.
-	// (Not on iWARP devices, tcp0, where each poll is a system call.)
+	// (On iWARP devices, tcp0, where each poll is a system call, 4×Spin
+	// at most.)
 	Spin time.Duration
 	// ZeroCopyMin is the least Write, in bytes, that is not copied: the
 	// device reads the caller's buffer, registered while that Write
@@ -263,10 +264,12 @@ func newConn(dev string, cfg *Config, peer hello) (_ *Conn, err error) {
 	c.acceptImm = notifiesByImm(&d.attr) && !cfg.noImm
 	c.spinGrowth = spinGrowth
 	if d.attr.Transport == "iwarp" {
-		// A poll reads the socket: a longer spin is a stream of system
+		// A poll reads the socket: a long spin is a stream of system
 		// calls, which takes the processor from the application's own
-		// goroutines (gRPC's calls over tcp0 slow by a third).
-		c.spinGrowth = 1
+		// goroutines (gRPC's calls over tcp0 slow by a third at 10×).
+		// Some growth still catches a peer that was itself parked, so
+		// that a ping-pong does not settle into both sides parking.
+		c.spinGrowth = iwarpSpinGrowth
 	}
 	c.rdl.init()
 	c.wdl.init()
