@@ -491,20 +491,9 @@ func (c *Conn) wait(ctx *waitCtx, mine, other chan struct{}) {
 	}
 	// Spin a little before parking: a reply that comes within the spin
 	// costs no wake-up.
-	var start time.Time
-	if spin := ctx.spinFor(c.spin, c.spinGrowth); spin > 0 {
-		start = time.Now()
-		end := start.Add(spin)
-		for i := 1; i&7 != 0 || time.Now().Before(end); i++ {
-			runtime.Gosched()
-			if c.poll() > 0 {
-				ctx.learn(time.Since(start))
-				return
-			}
-			if dl.passed() || c.failed.Load() {
-				return
-			}
-		}
+	start, done := c.spinWait(ctx, dl, ctx.spinFor(c.spin, c.spinGrowth))
+	if done {
+		return
 	}
 	// Park on the completion channel. (Not CQ.Wait: on shm0 it first
 	// sleeps in the thread, which keeps the goroutine's P from the
@@ -529,6 +518,39 @@ func (c *Conn) wait(ctx *waitCtx, mine, other chan struct{}) {
 	case <-dl.wait():
 	case <-c.closing:
 	}
+}
+
+// spinners counts the waits of the process that spin now: more of them
+// than there are processors to run them (GOMAXPROCS) would only take
+// processor time from the goroutines that answer them.
+var spinners atomic.Int32
+
+// spinWait polls for up to d, yielding the processor between polls,
+// unless as many waits as there are processors spin already: done when
+// it found something to act on, or the deadline passed or the connection
+// failed; start is when it began (zero if it did not). pollMu is held.
+func (c *Conn) spinWait(ctx *waitCtx, dl *deadline, d time.Duration) (start time.Time, done bool) {
+	if d <= 0 {
+		return start, false
+	}
+	if spinners.Add(1) > int32(runtime.GOMAXPROCS(0)) {
+		spinners.Add(-1)
+		return start, false
+	}
+	defer spinners.Add(-1)
+	start = time.Now()
+	end := start.Add(d)
+	for i := 1; i&7 != 0 || time.Now().Before(end); i++ {
+		runtime.Gosched()
+		if c.poll() > 0 {
+			ctx.learn(time.Since(start))
+			return start, true
+		}
+		if dl.passed() || c.failed.Load() {
+			return start, true
+		}
+	}
+	return start, false
 }
 
 // progress notices a connection that has ended, so that a Write that

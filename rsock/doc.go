@@ -18,7 +18,8 @@
 //
 // Read and Write park their goroutine while they wait, after polling
 // for Config.Spin (longer on a connection whose peer has recently
-// answered a little later than that), on the completion queue's
+// answered a little later than that; not at all while as many waits of
+// the process spin as GOMAXPROCS), on the completion queue's
 // notification channel
 // (verbs.CQ.ReqNotify and Notify): an idle connection costs no CPU. One
 // waiting call at a time polls the connection's completion queue; the
