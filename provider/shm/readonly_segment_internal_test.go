@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -16,11 +15,8 @@ import (
 func init() { childModes["reopenrw"] = reopenRWChild }
 
 func reopenRWChild() int {
-	if err := syscall.Setgid(65534); err != nil {
-		return childFail("setgid: %v", err)
-	}
-	if err := syscall.Setuid(65534); err != nil {
-		return childFail("setuid: %v", err)
+	if err := becomeUser(65534); err != nil {
+		return childFail("%v", err)
 	}
 	fd, err := unix.Open("/proc/self/fd/3", unix.O_RDWR, 0)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,11 +21,8 @@ import (
 func init() { childModes["silentuntrusted"] = silentUntrustedChild }
 
 func silentUntrustedChild() int {
-	if err := syscall.Setgid(65534); err != nil {
-		return childFail("setgid: %v", err)
-	}
-	if err := syscall.Setuid(65534); err != nil {
-		return childFail("setuid: %v", err)
+	if err := becomeUser(65534); err != nil {
+		return childFail("%v", err)
 	}
 	ua, err := sockAddr(os.Getenv("GOVERBS_SHM_ADDR")[len("shm://"):])
 	if err != nil {
