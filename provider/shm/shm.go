@@ -139,32 +139,9 @@ func init() {
 	verbs.Register("shm", &provider{})
 }
 
-var deviceAttr = driver.DeviceAttr{
-	Name:            DeviceName,
-	Transport:       "shm",
-	FWVersion:       "goverbs-shm 1",
-	MaxMRSize:       1 << 36,
-	MaxQP:           1 << 12,
-	MaxQPWR:         1 << 14,
-	MaxSGE:          maxSGE,
-	MaxCQ:           1 << 12,
-	MaxCQE:          1 << 20,
-	MaxMR:           maxKeys,
-	MaxPD:           1 << 12,
-	MaxQPRdAtom:     16,
-	MaxQPInitRdAtom: 16,
-	MaxSRQ:          1 << 10,
-	MaxSRQWR:        1 << 14,
-	MaxSRQSGE:       maxSGE,
-	MaxInlineData:   1024,
-	MaxMsgSize:      1 << 31,
-	MaxPrivateData:  256,
-	AtomicCap:       driver.AtomicGlob,
-	Caps: driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess |
-		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList |
-		driver.CapQPErrorEvents | driver.CapMemoryWindows,
-	PhysPortCnt: 1,
-}
+var deviceAttr = soft.DeviceAttr(DeviceName, "shm", soft.Limits{MaxMRSize: 1 << 36, MaxSGE: maxSGE,
+	MaxQP: 1 << 12, MaxCQ: 1 << 12, MaxMR: maxKeys, MaxPD: 1 << 12, MaxSRQ: 1 << 10, MaxPrivateData: 256,
+	Caps: driver.CapRNRRetry | driver.CapCrossProcess})
 
 type provider struct{}
 
