@@ -195,7 +195,9 @@ package iwarp
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -277,10 +279,7 @@ func (c *devCtx) Close() error {
 		return nil
 	}
 	c.closed = true
-	qps := make([]*qp, 0, len(c.qps))
-	for q := range c.qps {
-		qps = append(qps, q)
-	}
+	qps := slices.Collect(maps.Keys(c.qps))
 	c.mu.Unlock()
 	for _, q := range qps {
 		q.Destroy()

@@ -114,7 +114,9 @@ package shm
 
 import (
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -349,18 +351,9 @@ func (c *devCtx) Close() error {
 		return nil
 	}
 	c.closed = true
-	qps := make([]*qp, 0, len(c.qps))
-	for q := range c.qps {
-		qps = append(qps, q)
-	}
-	cqs := make([]*cq, 0, len(c.cqs))
-	for q := range c.cqs {
-		cqs = append(cqs, q)
-	}
-	srqs := make([]*srq, 0, len(c.srqs))
-	for s := range c.srqs {
-		srqs = append(srqs, s)
-	}
+	qps := slices.Collect(maps.Keys(c.qps))
+	cqs := slices.Collect(maps.Keys(c.cqs))
+	srqs := slices.Collect(maps.Keys(c.srqs))
 	c.mu.Unlock()
 	for _, q := range qps {
 		q.Destroy()
@@ -600,10 +593,7 @@ func (m *mr) Dereg() error {
 		}
 		c.segMu.Unlock()
 	}
-	qps := make([]*qp, 0, len(c.qps))
-	for q := range c.qps {
-		qps = append(qps, q)
-	}
+	qps := slices.Collect(maps.Keys(c.qps))
 	c.mu.Unlock()
 	// The peers' requesters write and read the region directly, and check
 	// its key once per WR: each peer confirms that no WR of its still
