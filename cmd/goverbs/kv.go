@@ -38,7 +38,9 @@ Addresses: shm://@name or shm:///path.sock (same host), tcp://host:port
 
 A server started with --token-file F applies only the PUTs and DELETEs of
 clients given the same file (put, del, bench: --token-file F); every
-client can read every key and value. A client proves it holds the token
+connected client can read every key and value, through read-only memory
+windows of its own connection that the server revokes when it goes (the
+regions' own keys on a device without memory windows). A client proves it holds the token
 by a challenge and response when it connects (HMAC-SHA256 over both ends'
 nonces): the token does not cross the network, and a recorded handshake
 admits no one. A client given a file the server does not share is refused
