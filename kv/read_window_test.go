@@ -190,6 +190,13 @@ func TestGetsReadThroughTheirOwnWindows(t *testing.T) {
 		if got := later.read(t, rec.addr(), heapKey, rec.recLen()); got != verbs.WCRemAccessErr {
 			t.Errorf("a Read with the key of a client that went: %v, want %v", got, verbs.WCRemAccessErr)
 		}
+		// The index region's own key is never handed out; registered
+		// without remote read (regionAccess), it reaches nothing either.
+		if regionAccess(true)&verbs.AccessRemoteRead == 0 {
+			if got := later.read(t, later.info.addr, s.index.RKey(), SlotSize); got != verbs.WCRemAccessErr {
+				t.Errorf("a Read with the index region's own key: %v, want %v", got, verbs.WCRemAccessErr)
+			}
+		}
 		if err := honest.Put([]byte("after"), []byte("the attacks")); err != nil {
 			t.Fatalf("a PUT after the attacks: %v", err)
 		}
