@@ -228,9 +228,8 @@ func (c *Client) takeGrant() error {
 	return nil
 }
 
-// prove proves the client's credential to the server, if it has one, as
-// the connection's first request, and checks the server's proof in the
-// reply.
+// prove proves the client's credential to the server, if it has one,
+// right after the grant, and checks the server's proof in the reply.
 func (c *Client) prove() error {
 	if c.cfg.Credential == nil {
 		return nil

@@ -234,7 +234,7 @@ func putGrant(b []byte, windows bool, index uint32, heap []uint32) int {
 	return grantHeader + 4*len(heap)
 }
 
-var errGrant = errors.New("kv: the server's grant of keys is malformed")
+var errGrant = errors.New("kv: the server's grant of keys is malformed: it is not a goverbs kv server of this release")
 
 // valid checks a grant received.
 func (g grant) valid() bool {
