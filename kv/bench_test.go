@@ -2,6 +2,7 @@ package kv
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -65,5 +66,29 @@ func BenchmarkPut(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkDial measures a client's connection on shm, handshake and
+// grant included: with windows, the server allocates and binds a window
+// per heap region and one over the index for each client.
+func BenchmarkDial(b *testing.B) {
+	for _, keys := range []string{"windows", "regionkeys"} {
+		b.Run(keys, func(b *testing.B) {
+			a := addrs()["shm"]()
+			// A closed client stops counting once the server has dropped
+			// it, which may come after the next Dial.
+			startServer(b, a, Config{Buckets: 1024, MaxValue: 8192, HeapBytes: 8 << 20, MaxClientsPerPeer: maxClients, noWindows: keys == "regionkeys"})
+			b.ReportAllocs()
+			for b.Loop() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				c, err := Dial(ctx, a)
+				cancel()
+				if err != nil {
+					b.Fatal(err)
+				}
+				c.Close()
+			}
+		})
 	}
 }
