@@ -83,8 +83,8 @@ func TestGetsReadThroughTheirOwnWindows(t *testing.T) {
 		cfg.Listen.Strikes = 1000 // the refused accesses below are the test's, not a guesser's
 		s := startServer(t, a, cfg)
 		honest := dial(t, a)
-		if !honest.windowed {
-			t.Fatal("the client was granted the regions' own keys, not windows")
+		if !s.Windows() || !honest.windowed {
+			t.Fatalf("the server says it grants windows: %v; the client says it was granted windows: %v", s.Windows(), honest.windowed)
 		}
 		big := bytes.Repeat([]byte("W"), 1000)
 		if err := honest.Put([]byte("big"), big); err != nil {
@@ -233,8 +233,8 @@ func TestRegionKeysWithoutWindows(t *testing.T) {
 	cfg.noWindows = true
 	s := startServer(t, a, cfg)
 	c := dial(t, a)
-	if c.windowed {
-		t.Fatal("the client says it reads through windows")
+	if s.Windows() || c.windowed {
+		t.Fatalf("the server says it grants windows: %v; the client says it was granted windows: %v", s.Windows(), c.windowed)
 	}
 	if c.indexKey != s.index.RKey() {
 		t.Fatalf("index key %#x, want the region's %#x", c.indexKey, s.index.RKey())

@@ -333,6 +333,12 @@ func heapClasses(cfg Config) []mempool.Class {
 // Addr is the address clients dial.
 func (s *Server) Addr() string { return s.l.Addr() }
 
+// Windows reports whether each client reads through memory windows of
+// its own connection, revoked when it goes; if not (a device without
+// memory windows), every client reads with the regions' own keys, good
+// until the server closes.
+func (s *Server) Windows() bool { return s.windows }
+
 func (s *Server) info() indexInfo {
 	return indexInfo{slotsPerBucket: s.cfg.SlotsPerBucket, buckets: s.cfg.Buckets, maxMsg: s.cfg.maxMsg(),
 		addr: s.index.Addr()}

@@ -129,6 +129,9 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	}
 	defer s.Close()
 	fmt.Fprintf(e.stdout, "serving %s\n", s.Addr())
+	if !s.Windows() {
+		fmt.Fprintf(e.stderr, "kv: the device has no memory windows: clients read with the index's and heap's own keys, which stay good after a client goes, until the server stops\n")
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if os.Getenv(envKVChild) != "" {
