@@ -272,6 +272,9 @@ func (c *devContext) query() error {
 	if c.attr.AtomicCap != driver.AtomicNone {
 		c.attr.Caps |= driver.CapAtomics
 	}
+	if mwCaps(a.deviceCapFlags, c.p) {
+		c.attr.Caps |= driver.CapMemoryWindows
+	}
 	c.attr.MaxInlineData = c.probeInline()
 	return nil
 }
