@@ -55,7 +55,25 @@ const (
 
 	ibvDeviceMemWindow      = 1 << 17 // IBV_DEVICE_MEM_WINDOW
 	ibvDeviceMemWindowType2 = 1<<23 | 1<<24
+
+	// rxeVendorID is the vendor_id rxe reports.
+	rxeVendorID = 0xffffff
+	// kernelWCWithInv is the kernel's IB_WC_WITH_INVALIDATE, which is
+	// IBV_WC_IP_CSUM_OK in libibverbs' numbering.
+	kernelWCWithInv = 1 << 2
 )
+
+// invalidated reports the invalidation of a receive completion that rxe
+// flags with the kernel's bit: rxe writes the kernel's completion flags
+// into the user's queue as they are, and IBV_WC_WITH_INV (1<<3) is the
+// kernel's IB_WC_IP_CSUM_OK, which rxe never sets. The checksum flag
+// does not apply to RC, the only QP type of the provider.
+func (c *devContext) invalidated(w *driver.WorkCompletion, wc *ibvWC) {
+	if c.kernelInvFlag && w.Status == driver.WCSuccess && w.Opcode == driver.WCRecv && wc.wcFlags&kernelWCWithInv != 0 {
+		w.Flags |= driver.WCWithInv
+		w.InvalidatedRKey = wc.immData
+	}
+}
 
 // mwCaps reports whether a device whose ibv_device_attr.device_cap_flags
 // are flags, and whose context ops are at ctx, has memory windows of both
