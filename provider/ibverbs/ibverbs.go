@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -144,7 +145,7 @@ type devContext struct {
 	port          ibvPortAttr
 	// maxSGERd is how many SGEs an RDMA Read scatters into (siw: 1).
 	maxSGERd int
-	events   driver.EventQueue
+	events   soft.EventQueue
 
 	// The ops table's data-path entry points.
 	pollCQ, reqNotifyCQ, postSend, postRecv, postSRQRecv uintptr
@@ -184,7 +185,7 @@ func (*provider) Open(name string) (driver.Context, error) {
 	if ctxp == 0 {
 		return nil, fmt.Errorf("ibverbs: %w: %q", driver.ErrNoDevice, name)
 	}
-	c := &devContext{p: ctxp, name: name, events: driver.NewEventQueue(),
+	c := &devContext{p: ctxp, name: name, events: soft.NewEventQueue(),
 		owners: map[uintptr]any{}, pds: map[*pd]struct{}{}, qpByNum: map[uint32]*qp{}}
 	c.pollCQ = *(*uintptr)(cptr(ctxp + offContextPollCQ))
 	c.reqNotifyCQ = *(*uintptr)(cptr(ctxp + offContextReqNotifyCQ))

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -83,7 +84,7 @@ func (q *qp) errored() {
 
 func (d *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	c := d.ctx
-	send, recv, s, err := driver.CheckQPInit[*cq, *srq](a, "ibverbs", c.attr.MaxSGE, c.attr.MaxInlineData)
+	send, recv, s, err := soft.CheckQPInit[*cq, *srq](a, "ibverbs", c.attr.MaxSGE, c.attr.MaxInlineData)
 	if err != nil {
 		return nil, err
 	}
@@ -529,7 +530,7 @@ func (q *qp) Query() (driver.QPAttr, error) {
 	if _, err := q.queryState(); err != nil {
 		return driver.QPAttr{}, err
 	}
-	return driver.QueryQP(q.attr, false)
+	return soft.QueryQP(q.attr, false)
 }
 
 func (q *qp) Destroy() error {
