@@ -147,6 +147,13 @@ func (w *mw) dealloc() error {
 	return nil
 }
 
+// windowBoundErr is the error of a Dereg the device refused with err while
+// the PD has windows: rxe refuses to deregister a region that a window is
+// bound to.
+func windowBoundErr(err error) error {
+	return fmt.Errorf("%w: ibv_dereg_mr: %v: the device keeps a region registered while a memory window is bound to it; invalidate or deallocate its windows first", driver.ErrBusy, err)
+}
+
 // bindTarget finds the window and the region an OpBindMW work request
 // names, in q's PD, and checks the rights it asks for against the
 // region's: a window grants no right its region lacks. Devices check the

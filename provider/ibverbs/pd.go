@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -165,6 +166,9 @@ func (m *mr) dereg() error {
 		return driver.ErrClosed
 	}
 	if err := callInt(lib.deregMR, m.p); err != nil {
+		if err == syscall.EINVAL && len(m.pd.mws) > 0 {
+			return windowBoundErr(err)
+		}
 		return errnoErr("ibv_dereg_mr", err)
 	}
 	m.dead = true

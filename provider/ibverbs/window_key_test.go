@@ -1,6 +1,9 @@
 package ibverbs
 
 import (
+	"errors"
+	"strings"
+	"syscall"
 	"testing"
 	"unsafe"
 
@@ -173,5 +176,14 @@ func TestRxeInvalidationFlag(t *testing.T) {
 	rxe.invalidated(&w, c)
 	if w.Flags&driver.WCWithInv != 0 {
 		t.Fatalf("a failed receive reported an invalidation: %+v", w)
+	}
+}
+
+// TestDeregWithWindowBoundIsBusy: the EINVAL rxe answers a Dereg of a
+// region with a window bound to it becomes ErrBusy, saying what to do.
+func TestDeregWithWindowBoundIsBusy(t *testing.T) {
+	err := windowBoundErr(syscall.EINVAL)
+	if !errors.Is(err, driver.ErrBusy) || !strings.Contains(err.Error(), "invalidate or deallocate") {
+		t.Fatalf("%v: want ErrBusy saying to invalidate or deallocate the windows", err)
 	}
 }
