@@ -151,7 +151,7 @@ func (w *mw) dealloc() error {
 // the PD has windows: rxe refuses to deregister a region that a window is
 // bound to.
 func windowBoundErr(err error) error {
-	return fmt.Errorf("%w: ibv_dereg_mr: %v: the device keeps a region registered while a memory window is bound to it; invalidate or deallocate its windows first", driver.ErrBusy, err)
+	return fmt.Errorf("ibverbs: ibv_dereg_mr: %v: the device keeps a region registered while a memory window is bound to it (invalidate or deallocate its windows first): %w", err, driver.ErrBusy)
 }
 
 // bindTarget finds the window and the region an OpBindMW work request
