@@ -41,7 +41,8 @@
 // # What a client can reach
 //
 // A client reads through keys granted to its connection alone. On a
-// device with memory windows (verbs.CapMemoryWindows: loop0, shm0, tcp0)
+// device with memory windows (verbs.CapMemoryWindows: loop0, shm0, tcp0,
+// and ibverbs devices that have them, such as rxe)
 // the server binds, for each client, read-only type 2 windows over the
 // index and over each heap region, to that client's QP, and hands their
 // keys in the second half of the handshake (the client's first request:
@@ -52,9 +53,9 @@
 // a remote access error; when the client goes — it hangs up, its
 // connection breaks, or its QP fails on an access it was refused — the
 // server deallocates its windows, and their keys reach nothing from then
-// on. On a device without memory windows (ibverbs devices today) the
-// server hands every client the regions' own keys instead, and they stay
-// good until the server closes.
+// on. On a device without memory windows (siw, for one) the server
+// hands every client the regions' own keys instead, and they stay good
+// until the server closes.
 //
 // What a window does not limit is which keys a client reads: each
 // client's windows cover the whole index and the whole heap, so every
