@@ -139,7 +139,10 @@ type devContext struct {
 	name  string
 	attr  driver.DeviceAttr
 	iwarp bool
-	port  ibvPortAttr
+	// kernelInvFlag: the device writes the kernel's IB_WC_WITH_INVALIDATE
+	// into receive completions (mw.go).
+	kernelInvFlag bool
+	port          ibvPortAttr
 	// maxSGERd is how many SGEs an RDMA Read scatters into (siw: 1).
 	maxSGERd int
 	events   soft.EventQueue
@@ -273,6 +276,10 @@ func (c *devContext) query() error {
 	if c.attr.AtomicCap != driver.AtomicNone {
 		c.attr.Caps |= driver.CapAtomics
 	}
+	if mwCaps(a.deviceCapFlags, c.p) {
+		c.attr.Caps |= driver.CapMemoryWindows
+	}
+	c.kernelInvFlag = !c.iwarp && a.vendorID == rxeVendorID
 	c.attr.MaxInlineData = c.probeInline()
 	return nil
 }
