@@ -183,6 +183,17 @@ func allocMR(t testing.TB, pd *verbs.PD, n int, access verbs.AccessFlags) *verbs
 	return m
 }
 
+// asNobody is the child mode child run as user and group 65534
+// (nobody).
+func asNobody(child func() int) func() int {
+	return func() int {
+		if err := becomeUser(65534); err != nil {
+			return childFail("%v", err)
+		}
+		return child()
+	}
+}
+
 // openShm opens shm0 with a PD and a CQ, closed when the test ends.
 func openShm(t testing.TB) (*verbs.Context, *verbs.PD, *verbs.CQ) {
 	t.Helper()
