@@ -26,6 +26,13 @@
 # to them ($VMH_DIR, default /var/tmp/vm-rdma-ib) with its own network
 # namespace and tap, so that another VM may run beside it. Everything is
 # torn down on exit. Exit status: 0 when every run passed.
+#
+# Knobs (environment), for running a part while diagnosing:
+#   GOVERBS_IBVERBS_DEVICES  the devices, in order (default "rxe0 siw0")
+#   GOVERBS_IBVERBS_STEPS    the steps (default "conformance ping kv rlog");
+#                            ping on siw0 includes tcp0 on the host
+#   GOVERBS_IBVERBS_RUN      a -test.run filter for the conformance cases,
+#                            below TestConformance (e.g. 'Protection/WrongLKey')
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -138,6 +145,11 @@ for f in "$base"/*; do
 	ln -sfn "$f" "$VMH_DIR/$(basename "$f")"
 done
 
+devices=${GOVERBS_IBVERBS_DEVICES:-rxe0 siw0}
+steps=" ${GOVERBS_IBVERBS_STEPS:-conformance ping kv rlog} "
+runfilter=${GOVERBS_IBVERBS_RUN:-}
+step() { [[ $steps == *" $1 "* ]]; }
+
 failed=0
 summary=()
 
@@ -145,9 +157,14 @@ summary=()
 conformance() {
 	local dev=$1 out=$work/conformance-$1.log
 	log "$dev: conformance suite (two processes)"
-	"$vmsh" exec "cd /tmp && GOVERBS_IBVERBS_DEVICE=$dev GOVERBS_IBVERBS_HOST=$guest timeout 1800 $work/ibverbs.test -test.run '^TestConformance\$' -test.v -test.timeout 30m 2>&1" >"$out" 2>&1 || true
+	local remote='^TestConformance$' inproc='^TestConformanceInProcess$/^(SRQ|Protection)$/^(LastWQEAfterPlacement|NoLastWQEAfterReset|QPAccessKept)$'
+	if [[ -n $runfilter ]]; then
+		remote="^TestConformance\$/$runfilter"
+		inproc="^TestConformanceInProcess\$/$runfilter"
+	fi
+	"$vmsh" exec "cd /tmp && GOVERBS_IBVERBS_DEVICE=$dev GOVERBS_IBVERBS_HOST=$guest timeout 1800 $work/ibverbs.test -test.run '$remote' -test.v -test.timeout 30m 2>&1" >"$out" 2>&1 || true
 	log "$dev: the cases that need both endpoints in one process"
-	"$vmsh" exec "cd /tmp && GOVERBS_IBVERBS_DEVICE=$dev GOVERBS_IBVERBS_HOST=$guest timeout 600 $work/ibverbs.test -test.run '^TestConformanceInProcess\$/^(SRQ|Protection)\$/^(LastWQEAfterPlacement|NoLastWQEAfterReset|QPAccessKept)\$' -test.v -test.timeout 10m 2>&1" >"$out.inproc" 2>&1 || true
+	"$vmsh" exec "cd /tmp && GOVERBS_IBVERBS_DEVICE=$dev GOVERBS_IBVERBS_HOST=$guest timeout 600 $work/ibverbs.test -test.run '$inproc' -test.v -test.timeout 10m 2>&1" >"$out.inproc" 2>&1 || true
 	local pass=0 skip=0 fail=0 dev_fail=0 line res name reason key
 	# A case is "TestConformance/Group/Name"; the in-process run stands
 	# for the remote run's skips of the cases it runs.
@@ -156,6 +173,9 @@ conformance() {
 		while read -r line; do
 			res=${line%%:*}
 			name=$(sed -E 's/^[A-Z]+: TestConformance(InProcess)?\/([^ ]+) .*/\2/' <<<"$line")
+			# The in-process run stands in only for cases the remote run
+			# skipped or did not run.
+			[[ $f == "$out.inproc" && -n ${result[$name]:-} && ${result[$name]} != SKIP ]] && continue
 			result[$name]=$res
 		done < <(grep -E '^\s*--- (PASS|FAIL|SKIP): TestConformance(InProcess)?/[^/ ]+/[^/ ]+ ' "$f" | sed -E 's/^\s*--- //')
 		# The reason of each skip: the first log line of its run.
@@ -266,15 +286,14 @@ ping_tcp0() {
 	log "${summary[-1]}"
 }
 
-# kv_rlog: goverbs kv (server and client, GET by one-sided RDMA Read) and
-# an rlog of three members, on rxe0.
-kv_rlog() {
-	local a=rdma://$guest:$((7700 + RANDOM % 50)) p=$((7760 + RANDOM % 30))
-	local m=rdma://$guest:$p,rdma://$guest:$((p + 1)),rdma://$guest:$((p + 2))
+# kv: goverbs kv (server and client, GET by one-sided RDMA Read) on rxe0.
+kv() {
+	local a=rdma://$guest:$((7700 + RANDOM % 50))
 	log "rxe0: goverbs kv serve, put, get, del"
 	if "$vmsh" exec "G=$work/goverbs
-		(timeout 120 \$G kv serve -l $a >/tmp/kvs.out 2>&1 &)
-		for i in \$(seq 150); do grep -q serving /tmp/kvs.out && break; sleep 0.2; done
+		(timeout 120 \$G kv serve -l $a >/tmp/kvs.out 2>&1; echo \$? >/tmp/kvs.rc) >/dev/null 2>&1 &
+		for i in \$(seq 150); do grep -q serving /tmp/kvs.out && break; [ -f /tmp/kvs.rc ] && break; sleep 0.2; done
+		grep -q serving /tmp/kvs.out || { cat /tmp/kvs.out; exit 1; }
 		\$G kv put -a $a alpha 'value one' || exit 1
 		[ \"\$(\$G kv get -a $a alpha)\" = 'value one' ] || exit 1
 		big=\$(head -c 3000 /dev/zero | tr '\\0' x); \$G kv put -a $a beta \"\$big\" || exit 1
@@ -288,13 +307,22 @@ kv_rlog() {
 		failed=1
 	fi
 	log "${summary[-1]}"
+}
+
+# rlog: a replicated log of three members on rxe0, sharing a secret.
+rlog() {
+	local p=$((7760 + RANDOM % 30))
+	local m=rdma://$guest:$p,rdma://$guest:$((p + 1)),rdma://$guest:$((p + 2))
+	head -c 32 /dev/urandom >"$work/secret"
+	chmod 600 "$work/secret"
 	log "rxe0: an rlog of three members, five records appended"
-	if "$vmsh" exec "G=$work/goverbs; rm -rf /tmp/rl1 /tmp/rl2 /tmp/rl3
-		for i in 2 3; do mkdir -p /tmp/rl\$i; (timeout 120 \$G log serve --data /tmp/rl\$i --listen rdma://$guest:\$(($p + i - 1)) --members $m >/tmp/rl\$i.out 2>&1 &); done
-		for i in \$(seq 150); do grep -q serving /tmp/rl2.out && grep -q serving /tmp/rl3.out && break; sleep 0.2; done
-		mkdir -p /tmp/rl1; (timeout 120 \$G log serve --data /tmp/rl1 --listen rdma://$guest:$p --members $m --primary -v >/tmp/rl1.out 2>&1 &)
-		for i in \$(seq 300); do [ \$(grep -c 'connected' /tmp/rl1.out) -ge 2 ] && break; sleep 0.2; done
-		\$G log append --addr $m one two three four five || exit 1
+	if "$vmsh" exec "G=$work/goverbs; S='--members $m --secret-file $work/secret'; rm -rf /tmp/rl1 /tmp/rl2 /tmp/rl3 /tmp/rl*.rc
+		up() { grep -q serving /tmp/rl\$1.out || { [ -f /tmp/rl\$1.rc ] && { cat /tmp/rl\$1.out; exit 1; }; return 1; }; }
+		for i in 2 3; do mkdir -p /tmp/rl\$i; (timeout 120 \$G log serve --data /tmp/rl\$i --listen rdma://$guest:\$(($p + i - 1)) \$S >/tmp/rl\$i.out 2>&1; echo \$? >/tmp/rl\$i.rc) >/dev/null 2>&1 & done
+		for i in \$(seq 150); do up 2 && up 3 && break; sleep 0.2; done
+		mkdir -p /tmp/rl1; (timeout 120 \$G log serve --data /tmp/rl1 --listen rdma://$guest:$p \$S --primary -v >/tmp/rl1.out 2>&1; echo \$? >/tmp/rl1.rc) >/dev/null 2>&1 &
+		for i in \$(seq 300); do [ \$(grep -c 'connected' /tmp/rl1.out) -ge 2 ] && break; up 1 >/dev/null; sleep 0.2; done
+		\$G log append --addr $m one two three four five || { cat /tmp/rl1.out; exit 1; }
 		for i in 1 2 3; do \$G log tail --data /tmp/rl\$i -n 5 | grep -q '\"five\"' || { echo member \$i lacks the records; exit 1; }; done" >"$work/rlog.out" 2>&1; then
 		summary+=("rxe0 rlog: ok (three members, five records on each)")
 	else
@@ -305,7 +333,7 @@ kv_rlog() {
 	log "${summary[-1]}"
 }
 
-for dev in rxe0 siw0; do
+for dev in $devices; do
 	link=${dev%0}
 	log "booting the VM with $dev only"
 	VMH_LINKS=$link "$vmsh" start >"$work/start.log" 2>&1 || { cat "$work/start.log" >&2; die "vm.sh start failed"; }
@@ -313,13 +341,14 @@ for dev in rxe0 siw0; do
 	"$vmsh" exec "rdma link show" >"$work/links" 2>&1 && grep -q "$dev.*ACTIVE" "$work/links" || { cat "$work/links" >&2; die "no active $dev link in the VM"; }
 	"$vmsh" exec "rdma resource show" >"$work/res-before" 2>&1 || true
 	"$vmsh" exec "$work/goverbs devices -v -d $dev" >&2 || { log "FAIL: goverbs devices -v -d $dev"; failed=1; }
-	conformance "$dev"
-	ping_both "$dev"
-	[[ $dev == siw0 ]] && ping_tcp0
-	[[ $dev == rxe0 ]] && kv_rlog
+	if step conformance; then conformance "$dev"; fi
+	if step ping; then ping_both "$dev"; fi
+	if step ping && [[ $dev == siw0 ]]; then ping_tcp0; fi
+	if step kv && [[ $dev == rxe0 ]]; then kv; fi
+	if step rlog && [[ $dev == rxe0 ]]; then rlog; fi
 	# Let the servers started in the background exit before counting
 	# what is left.
-	"$vmsh" exec "for i in \$(seq 150); do pgrep -f '$work/goverbs' >/dev/null || break; sleep 0.2; done; for p in \$(pgrep -f '$work/goverbs'); do kill \$p; done" || true
+	"$vmsh" exec "for i in \$(seq 150); do pgrep -f '$work/goverbs' >/dev/null || break; sleep 0.2; done; for p in \$(pgrep -f '$work/goverbs'); do kill \$p; done; for i in \$(seq 50); do pgrep -f '$work/goverbs' >/dev/null || break; sleep 0.2; done" || true
 	# Every process has exited: the kernel objects they made are gone.
 	"$vmsh" exec "rdma resource show" >"$work/res-after" 2>&1 || true
 	if diff "$work/res-before" "$work/res-after" >&2; then
