@@ -3,7 +3,9 @@ package ibverbs
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -391,10 +393,7 @@ func (c *devContext) Close() error {
 		return nil
 	}
 	c.closed = true
-	pds := make([]*pd, 0, len(c.pds))
-	for p := range c.pds {
-		pds = append(pds, p)
-	}
+	pds := slices.Collect(maps.Keys(c.pds))
 	var cqs []*cq
 	for _, o := range c.owners {
 		if q, ok := o.(*cq); ok {
@@ -405,9 +404,7 @@ func (c *devContext) Close() error {
 	for _, p := range pds {
 		p.destroyAll()
 	}
-	for _, q := range cqs {
-		q.Destroy()
-	}
+	destroyEach(cqs)
 	c.watcher.stop()
 	if err := callInt(lib.closeDevice, c.p); err != nil {
 		return errnoErr("ibv_close_device", err)
