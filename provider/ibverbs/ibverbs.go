@@ -1,6 +1,7 @@
 package ibverbs
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -92,7 +93,15 @@ func beSwap64(v uint64) uint64 {
 		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
 }
 
-func beSwap32(v uint32) uint32 { return v>>24 | v>>8&0xff00 | v<<8&0xff0000 | v<<24 }
+// The verbs' immediate data is a number (driver.SendWR.Imm) that crosses
+// the wire in network byte order; ibverbs keeps it as those bytes (a
+// __be32). putNetOrder and netOrder convert between the two whatever the
+// host's byte order.
+func putNetOrder(p *uint32, v uint32) {
+	binary.BigEndian.PutUint32((*[4]byte)(unsafe.Pointer(p))[:], v)
+}
+
+func netOrder(p *uint32) uint32 { return binary.BigEndian.Uint32((*[4]byte)(unsafe.Pointer(p))[:]) }
 
 func (*provider) Devices() []driver.DeviceInfo {
 	devs, err := listDevices()

@@ -210,7 +210,7 @@ func toIBVSend(c *ibvSendWR, w *driver.SendWR) {
 	c.immData = 0
 	switch {
 	case w.Opcode.HasImm():
-		c.immData = beSwap32(w.Imm)
+		putNetOrder(&c.immData, w.Imm)
 	case w.Opcode == driver.OpSendWithInv || w.Opcode == driver.OpLocalInv:
 		c.immData = w.InvalidateRKey
 	}
