@@ -12,6 +12,9 @@
 #        own iWARP (tcp0) on the host, both directions;
 #     3. on rxe0, goverbs kv (put, one-sided get, delete) and an rlog of
 #        three members;
+#     3b. on rxe0, a Send with immediate data from goverbs to a peer that
+#        is not goverbs (interop/imm_peer.py, rdma-core's pyverbs): the
+#        number it reads is the one goverbs sent (siw has no immediate);
 #     4. `rdma resource show` afterwards: the same counts as before.
 #
 # Every case is listed PASS, SKIP (with the capability the device lacks)
@@ -29,10 +32,11 @@
 #
 # Knobs (environment), for running a part while diagnosing:
 #   GOVERBS_IBVERBS_DEVICES  the devices, in order (default "rxe0 siw0")
-#   GOVERBS_IBVERBS_STEPS    the steps (default "conformance ping kv rlog");
+#   GOVERBS_IBVERBS_STEPS    the steps (default "conformance ping kv rlog imm");
 #                            ping on siw0 includes tcp0 on the host
 #   GOVERBS_IBVERBS_RUN      a -test.run filter for the conformance cases,
 #                            below TestConformance (e.g. 'Protection/WrongLKey')
+#   GOVERBS_IBVERBS_LOGS     a directory to keep the runs' logs in
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -108,7 +112,8 @@ declare -A deviations=(
 	["siw0 Hostile/StaleKey"]="siw completes an RDMA Write with a deregistered region's rkey successfully; the peer ends the connection afterwards"
 	["siw0 Hostile/OutOfBounds"]="siw completes an RDMA Write outside the region successfully (the peer ends the connection afterwards); a Read there is flushed, not failed with REM_ACCESS_ERR"
 	["siw0 Hostile/MissingRights"]="siw completes an RDMA Write to a region without remote write successfully, and serves a Read of a region without remote read"
-	["siw0 Hostile/AfterDisconnect"]="a WR posted after siw's connection ended does not complete within the case's wait"
+	["siw0 Hostile/AfterDisconnect"]="siw flushes a WR posted to a QP in the error state only when the kernel posts it (siw_post_send): a user QP's WR stays in its mapped send queue and never completes"
+	["siw0 Protection/ManyRegions"]="after thousands of regions were registered and deregistered, an RDMA Write with a deregistered region's rkey neither completes nor is flushed within the case's wait"
 	["siw0 Hostile/SendTooLarge"]="siw completes a Send larger than the peer's receive successfully; the peer ends the connection afterwards"
 	["siw0 Lifecycle/DeregLocalKey"]="siw completes a WR with a deregistered lkey with LOC_QP_OP_ERR, not LOC_PROT_ERR"
 	["siw0 Lifecycle/Reuse"]="siw does not connect a QP again once its connection ended: the peer's rdma_cm answers with a connection reset (-104)"
@@ -126,6 +131,9 @@ guest=${VMH_GUEST_IP:-10.77.0.2}
 work=$(mktemp -d /tmp/goverbs-ibverbs.XXXXXX)
 cleanup() {
 	set +e
+	if [[ -n ${GOVERBS_IBVERBS_LOGS:-} ]]; then
+		mkdir -p "$GOVERBS_IBVERBS_LOGS" && cp "$work"/*.log* "$work"/*.out "$GOVERBS_IBVERBS_LOGS"/ 2>/dev/null
+	fi
 	"$vmsh" stop >/dev/null 2>&1
 	"$vmsh" net-down >/dev/null 2>&1
 	rm -rf "$work"
@@ -146,7 +154,7 @@ for f in "$base"/*; do
 done
 
 devices=${GOVERBS_IBVERBS_DEVICES:-rxe0 siw0}
-steps=" ${GOVERBS_IBVERBS_STEPS:-conformance ping kv rlog} "
+steps=" ${GOVERBS_IBVERBS_STEPS:-conformance ping kv rlog imm} "
 runfilter=${GOVERBS_IBVERBS_RUN:-}
 step() { [[ $steps == *" $1 "* ]]; }
 
@@ -333,6 +341,31 @@ rlog() {
 	log "${summary[-1]}"
 }
 
+# imm: goverbs' Send with immediate data, read by rdma-core's C API
+# through pyverbs on rxe0.
+imm() {
+	local port=$((7800 + RANDOM % 50))
+	log "rxe0: goverbs Send with immediate 0x11223344 -> interop/imm_peer.py (pyverbs)"
+	if "$vmsh" exec "(timeout 120 /usr/bin/python3 $repo/interop/imm_peer.py $guest $port >/tmp/imm.out 2>&1; echo \$? >/tmp/imm.rc) >/dev/null 2>&1 &
+		for i in \$(seq 100); do grep -q listening /tmp/imm.out && break; [ -f /tmp/imm.rc ] && break; sleep 0.2; done
+		GOVERBS_IBVERBS_DEVICE=rxe0 GOVERBS_IBVERBS_IMM_PEER=rdma://$guest:$port timeout 120 $work/ibverbs.test -test.run '^TestImmediateToPeer\$' -test.v 2>&1 || exit 1
+		for i in \$(seq 100); do [ -f /tmp/imm.rc ] && break; sleep 0.2; done
+		cat /tmp/imm.out; [ \"\$(cat /tmp/imm.rc)\" = 0 ] && grep -q '^imm 0x11223344 ' /tmp/imm.out" >"$work/imm.out" 2>&1; then
+		summary+=("rxe0 immediate data: ok, $(grep '^imm ' "$work/imm.out")")
+	else
+		summary+=("rxe0 immediate data: FAIL")
+		cat "$work/imm.out" >&2
+		failed=1
+	fi
+	log "${summary[-1]}"
+}
+
+# pyverbs is the peer of the immediate-data check.
+if step imm && ! /usr/bin/python3 -c 'import pyverbs.cmid' 2>/dev/null; then
+	log "installing python3-pyverbs (rdma-core's Python binding, the immediate-data peer)"
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pyverbs >/dev/null
+fi
+
 for dev in $devices; do
 	link=${dev%0}
 	log "booting the VM with $dev only"
@@ -346,6 +379,7 @@ for dev in $devices; do
 	if step ping && [[ $dev == siw0 ]]; then ping_tcp0; fi
 	if step kv && [[ $dev == rxe0 ]]; then kv; fi
 	if step rlog && [[ $dev == rxe0 ]]; then rlog; fi
+	if step imm && [[ $dev == rxe0 ]]; then imm; fi
 	# Let the servers started in the background exit before counting
 	# what is left.
 	"$vmsh" exec "for i in \$(seq 150); do pgrep -f '$work/goverbs' >/dev/null || break; sleep 0.2; done; for p in \$(pgrep -f '$work/goverbs'); do kill \$p; done; for i in \$(seq 50); do pgrep -f '$work/goverbs' >/dev/null || break; sleep 0.2; done" || true
