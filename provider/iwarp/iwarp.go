@@ -175,6 +175,21 @@
 // cm.ListenConfig.Strikes times (defaults: 4 strikes, 1 s doubling up to
 // 1 h). Dialled connections are not guarded. The traffic itself is plain
 // TCP: anyone on the path reads the data and the STags.
+//
+// Source map, by role (as Linux siw and rxe split theirs): iwarp.go,
+// qp.go, srq.go, cq.go and cm.go are the device, its verbs objects and
+// connection setup; conn.go is a connection's state and end, sock.go its
+// socket, startup.go the RTR and the gate. Receiving: rxloop.go (who
+// receives, and when), rxframe.go (reading FPDUs off the stream, their
+// CRC, and the dispatch by opcode), placement.go (payload into memory),
+// responder.go (the peer's requests, and the responses owed),
+// completer.go (the answers to this side's requests, and the peer's
+// Terminate), terminate.go (the errors that end a stream). Transmitting:
+// requester.go (send WRs into frames), confirm.go (the zero-length Reads
+// that confirm Sends and Writes), transmit.go (the transmitter) and
+// batch.go (one writev). revoke.go keeps a deregistered region's bytes
+// from going out; liveness.go ends a connection whose peer stops
+// answering. Package wire holds the wire formats.
 package iwarp
 
 import (
