@@ -72,7 +72,6 @@ declare -A deviations=(
 	["rxe0 Hostile/Misaligned"]="rxe's ibv_post_send refuses a misaligned atomic with EINVAL, which this case does not accept"
 	["rxe0 Hostile/SendTooLarge"]="rxe completes a Send longer than the QP's maximum message with LOC_QP_OP_ERR, not LOC_LEN_ERR"
 	["rxe0 Lifecycle/Drain"]="rxe does not restart its send queue on SQD->RTS: a WR posted in SQD does not complete"
-	["rxe0 Lifecycle/Reuse"]="the kernel's IB CM rejects a REQ from a QP whose earlier connection it still holds (REJ reason 10, stale connection)"
 	["rxe0 PeerFailure/Silent"]="rxe answers RDMA Reads in the kernel, so stopping the peer's process leaves the Read answered"
 	["rxe0 Protection/OtherPDLKey"]="rxe completes a WR whose lkey names a region of another PD with LOC_QP_OP_ERR, not LOC_PROT_ERR"
 	["rxe0 Protection/UnsignaledFault"]="rxe completes a WR with a bad lkey with LOC_QP_OP_ERR, not LOC_PROT_ERR"

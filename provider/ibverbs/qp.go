@@ -29,6 +29,12 @@ type qp struct {
 	state   atomic.Uint32 // driver.QPState, as last set or queried
 	gone    atomic.Bool   // destroyed; set with sendMu and recvMu held
 	destQPN atomic.Uint32 // the connected QP's number, for receive completions
+	// resets counts the QP's moves to Reset: a connection made before
+	// the last one no longer owns the QP (conn.resets).
+	resets atomic.Uint64
+	// cmConn is the QP's latest rdma_cm connection, ended before a new
+	// one is made once the QP was reset.
+	cmConn atomic.Pointer[conn]
 
 	sigAll bool
 
@@ -566,6 +572,7 @@ func (q *qp) sendDone(ok bool) {
 // resetQueues empties the occupancy: a QP moved to Reset has empty
 // queues.
 func (q *qp) resetQueues() {
+	q.resets.Add(1)
 	q.sqMu.Lock()
 	q.sqPosted.Store(0)
 	q.sqRetired.Store(0)
