@@ -379,9 +379,9 @@ for dev in $devices; do
 	if step kv && [[ $dev == rxe0 ]]; then kv; fi
 	if step rlog && [[ $dev == rxe0 ]]; then rlog; fi
 	if step imm && [[ $dev == rxe0 ]]; then imm; fi
-	# Let the servers started in the background exit before counting
-	# what is left.
-	"$vmsh" exec "for i in \$(seq 150); do pgrep -f '$work/goverbs' >/dev/null || break; sleep 0.2; done; for p in \$(pgrep -f '$work/goverbs'); do kill \$p; done; for i in \$(seq 50); do pgrep -f '$work/goverbs' >/dev/null || break; sleep 0.2; done" || true
+	# Stop the servers still running (kv, the rlog members; every check
+	# is done) and let them exit before counting what is left.
+	"$vmsh" exec "for p in \$(pgrep -f '$work/goverbs'); do kill \$p; done; for i in \$(seq 100); do pgrep -f '$work/goverbs' >/dev/null || break; sleep 0.2; done" || true
 	# Every process has exited: the kernel objects they made are gone.
 	"$vmsh" exec "rdma resource show" >"$work/res-after" 2>&1 || true
 	if diff "$work/res-before" "$work/res-after" >&2; then
