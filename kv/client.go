@@ -30,7 +30,16 @@ var (
 	ErrBadRequest = errors.New("kv: the server refused a malformed request")
 	// ErrDenied: the server's Authorizer refused a PUT or DELETE; the
 	// table is unchanged.
-	ErrDenied = errors.New("kv: the server refused this PUT or DELETE: the client is not authorised (dial with the server's credential: DialConfig.Credential, or goverbs kv --token-file)")
+	ErrDenied = errors.New("kv: the server refused this PUT or DELETE, or the client's credential: the client is not authorised (dial with the server's credential: DialConfig.Credential, or goverbs kv --token-file)")
+	// ErrServerUnproven: the server accepted the client's proof of its
+	// credential but did not prove that it holds the credential too:
+	// it is not the server the client meant to reach, whatever its
+	// address says.
+	ErrServerUnproven = errors.New("kv: the server did not prove that it holds the client's credential: it is not the server the credential is for")
+	// ErrReplayed: the server refused a request whose id was not above
+	// the connection's last one. A client never sends one; a request
+	// replayed by another party is refused so.
+	ErrReplayed = errors.New("kv: the server refused a replayed request")
 )
 
 // maxTornReads bounds the one-sided attempts of a GET before it falls back
@@ -43,8 +52,12 @@ const opTimeout = 5 * time.Second
 // Client is a connection to a Server. Its methods are safe for concurrent
 // use; they run one at a time.
 type Client struct {
-	addr  string
-	hello []byte // the connection request's private data
+	addr string
+	cfg  DialConfig
+	// hello and acceptance are the connection's request and the
+	// server's acceptance, which the connection's proof covers.
+	hello      hello
+	acceptance info
 
 	mu     sync.Mutex
 	closed bool
@@ -87,26 +100,41 @@ type recordLoc struct {
 // locEntries is the size of a client's record location cache.
 const locEntries = 1 << 15
 
-// DialConfig configures a Client. The zero value presents no credential.
+// DialConfig configures a Client. The zero value proves no identity: the
+// client reads, and changes the table only on a server whose Authorizer
+// asks for no proof.
 type DialConfig struct {
-	// Credential is presented to the server's Authorizer with each PUT
-	// and DELETE: for a server that takes TokenAuthorizer(token),
-	// TokenCredential(token). At most MaxCredential bytes.
+	// Identity names the client to the server's Keyring and Authorizer
+	// (at most MaxIdentity bytes; empty for a server that takes
+	// TokenAuthorizer). It crosses the network in the clear.
+	Identity []byte
+	// Credential is the secret the client proves it holds for Identity
+	// when it connects, by a challenge and response that keeps the
+	// secret off the network: for a server that takes
+	// TokenAuthorizer(token), TokenCredential(token). At least
+	// MinCredential bytes. A server that refuses it fails Dial with
+	// ErrDenied; one that does not prove it holds it too, with
+	// ErrServerUnproven.
 	Credential []byte
 }
 
 // Dial connects to the server at addr (shm://@kv, tcp://host:port, ...)
-// with no credential.
+// proving no identity.
 func Dial(ctx context.Context, addr string) (*Client, error) {
 	return DialConfig{}.Dial(ctx, addr)
 }
 
 // Dial connects to the server at addr with cfg.
 func (cfg DialConfig) Dial(ctx context.Context, addr string) (*Client, error) {
-	if len(cfg.Credential) > MaxCredential {
-		return nil, fmt.Errorf("kv: a credential of %d bytes is longer than MaxCredential (%d): use TokenCredential to hash a long token", len(cfg.Credential), MaxCredential)
+	switch {
+	case len(cfg.Identity) > MaxIdentity:
+		return nil, fmt.Errorf("kv: an identity of %d bytes is longer than MaxIdentity (%d)", len(cfg.Identity), MaxIdentity)
+	case cfg.Credential != nil && len(cfg.Credential) < MinCredential:
+		return nil, fmt.Errorf("kv: a credential of %d bytes is shorter than MinCredential (%d): use TokenCredential to make one of a token", len(cfg.Credential), MinCredential)
+	case len(cfg.Identity) > 0 && cfg.Credential == nil:
+		return nil, errors.New("kv: an identity without a credential proves nothing: give DialConfig.Credential")
 	}
-	c := &Client{addr: addr, hello: encodeHello(cfg.Credential), locs: make([]recordLoc, locEntries)}
+	c := &Client{addr: addr, cfg: cfg, locs: make([]recordLoc, locEntries)}
 	if err := c.connect(ctx); err != nil {
 		return nil, err
 	}
@@ -142,6 +170,7 @@ func (c *Client) setup(ctx context.Context) error {
 		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return err
 	}
+	c.hello = encodeHello(c.qp.Num(), c.cfg.Identity)
 	if c.conn, err = cm.Dial(ctx, c.addr, c.qp, &cm.Param{PrivateData: c.hello}); err != nil {
 		var rej *cm.RejectError
 		if errors.As(err, &rej) && len(rej.PrivateData) > 0 {
@@ -150,7 +179,7 @@ func (c *Client) setup(ctx context.Context) error {
 		}
 		return fmt.Errorf("%w: %w", ErrServerGone, err)
 	}
-	if c.info, err = decodeInfo(c.conn.PrivateData()); err != nil {
+	if c.info, c.acceptance, err = decodeInfo(c.conn.PrivateData()); err != nil {
 		return err
 	}
 	clear(c.locs) // a new server: new addresses and keys
@@ -164,8 +193,28 @@ func (c *Client) setup(ctx context.Context) error {
 	if c.sendB, err = c.pd.AllocMR(c.info.maxMsg, local); err != nil {
 		return err
 	}
-	c.recvB, err = c.pd.AllocMR(c.info.maxMsg, local)
-	return err
+	if c.recvB, err = c.pd.AllocMR(c.info.maxMsg, local); err != nil {
+		return err
+	}
+	return c.prove()
+}
+
+// prove proves the client's credential to the server, if it has one, as
+// the connection's first request, and checks the server's proof in the
+// reply.
+func (c *Client) prove() error {
+	if c.cfg.Credential == nil {
+		return nil
+	}
+	r, err := c.rpc(opAuth, nil, proof(c.cfg.Credential, labelClient, c.hello, c.acceptance))
+	if err != nil {
+		return err
+	}
+	if !proofOK(r.val(), c.cfg.Credential, labelServer, c.hello, c.acceptance) {
+		c.conn.Close()
+		return ErrServerUnproven
+	}
+	return nil
 }
 
 // teardown releases the connection and the device; c.mu is held.
@@ -482,6 +531,8 @@ func (c *Client) rpc(op uint8, key, val []byte) (reply, error) {
 		return nil, ErrValueTooLarge
 	case statusDenied:
 		return nil, ErrDenied
+	case statusReplayed:
+		return nil, ErrReplayed
 	}
 	return nil, ErrBadRequest
 }

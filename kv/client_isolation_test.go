@@ -27,6 +27,13 @@ type rawClient struct {
 
 func rawDial(t *testing.T, a string) *rawClient {
 	t.Helper()
+	return rawDialWith(t, a, func(qpn uint32) []byte { return encodeHello(qpn, nil) })
+}
+
+// rawDialWith dials as rawDial does, with the connection request that
+// hello lays out for the raw client's QP qpn.
+func rawDialWith(t *testing.T, a string, hello func(qpn uint32) []byte) *rawClient {
+	t.Helper()
 	dev, err := cm.Device(a)
 	if err != nil {
 		t.Fatal(err)
@@ -57,11 +64,11 @@ func rawDial(t *testing.T, a string) *rawClient {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if r.conn, err = cm.Dial(ctx, a, r.qp, &cm.Param{PrivateData: encodeHello(nil)}); err != nil {
+	if r.conn, err = cm.Dial(ctx, a, r.qp, &cm.Param{PrivateData: hello(r.qp.Num())}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.conn.Close() })
-	if r.info, err = decodeInfo(r.conn.PrivateData()); err != nil {
+	if r.info, _, err = decodeInfo(r.conn.PrivateData()); err != nil {
 		t.Fatal(err)
 	}
 	return r

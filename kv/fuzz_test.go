@@ -56,10 +56,10 @@ func FuzzReply(f *testing.F) {
 }
 
 func FuzzIndexInfo(f *testing.F) {
-	f.Add(indexInfo{slotsPerBucket: 4, buckets: 1024, maxMsg: 1 << 16, addr: 1 << 40, rkey: 7}.encode())
+	f.Add([]byte(indexInfo{slotsPerBucket: 4, buckets: 1024, maxMsg: 1 << 16, addr: 1 << 40, rkey: 7}.encode(9, []byte("sixteen byte nonce"))))
 	f.Add(make([]byte, infoLen))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		i, err := decodeInfo(data)
+		i, canon, err := decodeInfo(data)
 		if err != nil {
 			return
 		}
@@ -67,31 +67,32 @@ func FuzzIndexInfo(f *testing.F) {
 			i.maxMsg < requestHeader+MaxKey || i.maxMsg > requestHeader+MaxKey+MaxValueLimit {
 			t.Fatalf("decodeInfo accepted %+v", i)
 		}
-		want := bytes.Clone(data[:infoLen])
-		clear(want[28:]) // reserved
-		if got := i.encode(); !bytes.Equal(got, want) {
-			t.Fatalf("info re-encodes as %x, want %x", got, want)
+		if !bytes.Equal(canon, data[:infoLen]) {
+			t.Fatalf("the canonical acceptance is %x, not the %d bytes sent, %x", canon, infoLen, data)
+		}
+		if got := i.encode(binary.LittleEndian.Uint32(data[28:]), data[32:infoLen]); !bytes.Equal(got, canon) {
+			t.Fatalf("info re-encodes as %x, want %x", got, canon)
 		}
 	})
 }
 
-// FuzzHello: a connection request's credential, as the server reads it
-// from whatever a peer sent, is at most MaxCredential bytes, and
-// re-encodes as the bytes it came from.
+// FuzzHello: a connection request, as the server reads it from whatever
+// a peer sent, is a prefix of what was sent that names an identity of at
+// most MaxIdentity bytes, the length its header states.
 func FuzzHello(f *testing.F) {
-	f.Add(encodeHello([]byte("credential")))
-	f.Add(encodeHello(make([]byte, MaxCredential)))
+	f.Add([]byte(encodeHello(7, []byte("identity"))))
+	f.Add([]byte(encodeHello(7, make([]byte, MaxIdentity))))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cred := hello(data).credential()
-		if cred == nil {
+		h := hello(data).canonical()
+		if h == nil {
 			return
 		}
-		if len(cred) > MaxCredential {
-			t.Fatalf("a credential of %d bytes", len(cred))
+		if id := h.identity(); len(id) > MaxIdentity || len(id) != int(data[6]) {
+			t.Fatalf("an identity of %d bytes from a request that states %d", len(id), data[6])
 		}
-		if enc := encodeHello(cred); !bytes.Equal(enc, data[:len(enc)]) {
-			t.Fatalf("credential %x re-encodes as %x, not as what was sent, %x", cred, enc, data)
+		if len(h) > maxHelloLen || !bytes.Equal(h, data[:len(h)]) {
+			t.Fatalf("the canonical request %x is not a prefix of what was sent, %x", h, data)
 		}
 	})
 }

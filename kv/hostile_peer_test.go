@@ -37,13 +37,13 @@ func dialFromHostileHost(t *testing.T, a string) *net.TCPConn {
 
 // mpaConnect makes an iWARP connection from hostileHost to the tcp://
 // server a as simply as RFC 5044 allows (revision 1: no RTR to send),
-// presenting the kv credential cred, and reports whether the server
+// naming the kv identity id, and reports whether the server
 // accepted it. The connection stays open, and silent, until the test
 // ends.
-func mpaConnect(t *testing.T, a string, cred []byte) bool {
+func mpaConnect(t *testing.T, a string, id []byte) bool {
 	t.Helper()
 	nc := dialFromHostileHost(t, a)
-	pd := encodeHello(cred)
+	pd := encodeHello(0, id)
 	f := make(wire.Frame, wire.FrameHeaderLen+len(pd))
 	f.SetHeader(wire.KeyReq, 0, wire.Revision1, len(pd))
 	copy(f[wire.FrameHeaderLen:], pd)
@@ -191,7 +191,7 @@ func TestHalfOpenConnectionsHoldUpNoDial(t *testing.T) {
 		// that send nothing at all.
 		for range 2 * maxPeerHandshakes {
 			nc := dialFromHostileHost(t, a)
-			pd := encodeHello(nil)
+			pd := encodeHello(0, nil)
 			f := make(wire.Frame, wire.FrameHeaderLen+wire.V2Len+len(pd))
 			f.SetHeader(wire.KeyReq, wire.FlagEnhanced, wire.Revision2, wire.V2Len+len(pd))
 			wire.V2(f[wire.FrameHeaderLen:]).Set(4, 4, true, wire.RTRWrite)

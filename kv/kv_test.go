@@ -245,8 +245,8 @@ func TestMaxValueLimit(t *testing.T) {
 		t.Fatalf("Listen with MaxValue over the limit: %v", err)
 	}
 	for _, maxMsg := range []int{requestHeader + MaxKey + MaxValueLimit + 1, 1<<32 - 1} {
-		b := indexInfo{slotsPerBucket: 4, buckets: 16, maxMsg: maxMsg, addr: 4096, rkey: 1}.encode()
-		if _, err := decodeInfo(b); !errors.Is(err, errInfo) || !strings.Contains(err.Error(), "MaxValueLimit") {
+		b := indexInfo{slotsPerBucket: 4, buckets: 16, maxMsg: maxMsg, addr: 4096, rkey: 1}.encode(1, nil)
+		if _, _, err := decodeInfo(b); !errors.Is(err, errInfo) || !strings.Contains(err.Error(), "MaxValueLimit") {
 			t.Fatalf("decodeInfo of a %d-byte largest message: %v, want errInfo naming MaxValueLimit", maxMsg, err)
 		}
 	}

@@ -57,9 +57,14 @@
 // into it) is its provider's trust boundary: see provider/shm.
 //
 // A server applies a PUT or DELETE only if its Config.Authorizer allows
-// it (by default it allows all). The client presents a credential when it
-// connects (DialConfig.Credential); TokenAuthorizer admits the clients
-// that know a shared token. A refused request fails with ErrDenied.
+// it (by default it allows all). A client proves an identity when it
+// connects (DialConfig.Identity and Credential) by a challenge and
+// response that keeps its secret off the network and binds the proof to
+// the connection, and the server proves it holds the secret too (see
+// Keyring); TokenAuthorizer admits the clients that prove they know a
+// shared token. A refused request fails with ErrDenied. A request is
+// applied for the connection it arrived on, and only if its id is above
+// that connection's last one: a replayed request fails with ErrReplayed.
 //
 // A server takes 64 clients at once, and at most Config.MaxClientsPerPeer
 // of one peer (a host on tcp0, a process on shm0); it answers at most two

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/goverbs/goverbs/internal/hmacauth"
 )
 
 // The RPC protocol over send/recv, and the server's description of its
@@ -15,6 +17,10 @@ const (
 	opPut = 1
 	opDel = 2
 	opGet = 3 // the fallback GET, after too many torn reads
+	// opAuth proves the client's identity: the value is the client's
+	// proof; the reply's value the server's (see Keyring). A connection
+	// makes one attempt, as its first request.
+	opAuth = 4
 )
 
 // Reply statuses.
@@ -24,7 +30,8 @@ const (
 	statusFull     = 2 // the key's bucket or the value heap is full
 	statusTooLarge = 3
 	statusBad      = 4 // malformed request
-	statusDenied   = 5 // the Authorizer refused it
+	statusDenied   = 5 // the Authorizer refused it, or the proof was wrong
+	statusReplayed = 6 // the request's id is not above the connection's last one
 )
 
 // request: op u8, reserved u8, key length u16, value length u32, id u64,
@@ -76,17 +83,18 @@ func putReply(b []byte, status uint8, id uint64, val []byte) int {
 }
 
 // info is the server's description of its index, sent as the private
-// data of its acceptance:
+// data of its acceptance, with the server's half of the connection's
+// proof (see Keyring):
 //
 //	0 magic u32   4 version u16   6 slots per bucket u16   8 buckets u32
 //	12 max message u32   16 index address u64   24 index rkey u32
-//	28 reserved u32
+//	28 server QP number u32   32 server nonce [16]
 type info []byte
 
 const (
-	infoLen     = 32
+	infoLen     = 48
 	infoMagic   = 0x6b76676f // "ogvk"
-	infoVersion = 1
+	infoVersion = 2
 )
 
 type indexInfo struct {
@@ -97,8 +105,10 @@ type indexInfo struct {
 	rkey           uint32
 }
 
-func (i indexInfo) encode() []byte {
-	b := make([]byte, infoLen)
+// encode lays out the acceptance of the connection to the server's QP
+// qpn, with the server's nonce.
+func (i indexInfo) encode(qpn uint32, nonce []byte) info {
+	b := make(info, infoLen)
 	binary.LittleEndian.PutUint32(b[0:], infoMagic)
 	binary.LittleEndian.PutUint16(b[4:], infoVersion)
 	binary.LittleEndian.PutUint16(b[6:], uint16(i.slotsPerBucket))
@@ -106,14 +116,25 @@ func (i indexInfo) encode() []byte {
 	binary.LittleEndian.PutUint32(b[12:], uint32(i.maxMsg))
 	binary.LittleEndian.PutUint64(b[16:], i.addr)
 	binary.LittleEndian.PutUint32(b[24:], i.rkey)
+	binary.LittleEndian.PutUint32(b[28:], qpn)
+	copy(b[32:infoLen], nonce)
 	return b
 }
 
 var errInfo = errors.New("kv: the server's connection data is not a goverbs kv index description")
 
-func decodeInfo(b []byte) (indexInfo, error) {
-	if len(b) < infoLen || binary.LittleEndian.Uint32(b[0:]) != infoMagic || binary.LittleEndian.Uint16(b[4:]) != infoVersion {
-		return indexInfo{}, errInfo
+// decodeInfo reads the server's acceptance; it also returns the
+// acceptance in its canonical length, which the connection's proof
+// covers.
+func decodeInfo(b []byte) (indexInfo, info, error) {
+	if len(b) < 6 || binary.LittleEndian.Uint32(b[0:]) != infoMagic {
+		return indexInfo{}, nil, errInfo
+	}
+	if v := binary.LittleEndian.Uint16(b[4:]); v != infoVersion {
+		return indexInfo{}, nil, fmt.Errorf("%w: the server speaks version %d of the kv handshake, this client version %d: run the same goverbs release on both", errInfo, v, infoVersion)
+	}
+	if len(b) < infoLen {
+		return indexInfo{}, nil, errInfo
 	}
 	i := indexInfo{
 		slotsPerBucket: int(binary.LittleEndian.Uint16(b[6:])),
@@ -123,47 +144,56 @@ func decodeInfo(b []byte) (indexInfo, error) {
 		rkey:           binary.LittleEndian.Uint32(b[24:]),
 	}
 	if i.slotsPerBucket < 1 || i.slotsPerBucket > 64 || i.buckets < 1 || i.maxMsg < requestHeader+MaxKey {
-		return indexInfo{}, errInfo
+		return indexInfo{}, nil, errInfo
 	}
 	if v := i.maxMsg - requestHeader - MaxKey; v > MaxValueLimit {
-		return indexInfo{}, fmt.Errorf("%w: it takes values of up to %d bytes, more than MaxValueLimit (%d): serve them with a smaller MaxValue", errInfo, v, MaxValueLimit)
+		return indexInfo{}, nil, fmt.Errorf("%w: it takes values of up to %d bytes, more than MaxValueLimit (%d): serve them with a smaller MaxValue", errInfo, v, MaxValueLimit)
 	}
-	return i, nil
+	return i, append(info(nil), b[:infoLen]...), nil
 }
 
-// hello is the client's connection request private data: the
-// credential it presents to the server's Authorizer.
+// hello is the client's connection request private data: the identity
+// it may prove, and its half of the connection's proof (see Keyring).
 //
-//	0 magic u32   4 version u16   6 credential length u16   8 credential
+//	0 magic u32   4 version u16   6 identity length u8   7 reserved u8
+//	8 client QP number u32   12 client nonce [16]   28 identity
 type hello []byte
 
 const (
-	helloHeader  = 8
+	helloHeader  = 28
+	maxHelloLen  = 56         // the private data every provider carries
 	helloMagic   = 0x636b766f // "ovkc"
-	helloVersion = 1
+	helloVersion = 2
 )
 
-// encodeHello lays out the connection request of a client presenting
-// cred (at most MaxCredential bytes).
-func encodeHello(cred []byte) []byte {
-	b := make([]byte, helloHeader+len(cred))
+// encodeHello lays out the connection request of a client whose QP is
+// qpn, naming identity id (at most MaxIdentity bytes), with a fresh
+// nonce.
+func encodeHello(qpn uint32, id []byte) hello {
+	b := make(hello, helloHeader+len(id))
 	binary.LittleEndian.PutUint32(b[0:], helloMagic)
 	binary.LittleEndian.PutUint16(b[4:], helloVersion)
-	binary.LittleEndian.PutUint16(b[6:], uint16(len(cred)))
-	copy(b[helloHeader:], cred)
+	b[6] = uint8(len(id))
+	binary.LittleEndian.PutUint32(b[8:], qpn)
+	hmacauth.NewNonce(b[12:helloHeader])
+	copy(b[helloHeader:], id)
 	return b
 }
 
-// credential returns the credential a connection request presents: none
-// for one without (a client of an earlier version), or one that is not
-// a kv client's.
-func (h hello) credential() []byte {
+// canonical returns the connection request as a kv client of this
+// version laid it out, which the connection's proof covers, or nil for
+// one that is not: a client of another version, or not a kv client,
+// which may read but proves nothing.
+func (h hello) canonical() hello {
 	if len(h) < helloHeader || binary.LittleEndian.Uint32(h[0:]) != helloMagic || binary.LittleEndian.Uint16(h[4:]) != helloVersion {
 		return nil
 	}
-	n := int(binary.LittleEndian.Uint16(h[6:]))
-	if n > MaxCredential || helloHeader+n > len(h) {
+	n := int(h[6])
+	if n > MaxIdentity || helloHeader+n > len(h) {
 		return nil
 	}
-	return append([]byte(nil), h[helloHeader:helloHeader+n]...)
+	return append(hello(nil), h[:helloHeader+n]...)
 }
+
+// identity returns the identity a canonical request names.
+func (h hello) identity() []byte { return h[helloHeader:] }

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/internal/hmacauth"
 	"github.com/goverbs/goverbs/mempool"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -48,8 +49,9 @@ type Config struct {
 	// before raising it. GETs never wake the server either way.
 	Spin time.Duration
 	// Authorizer decides which PUTs and DELETEs are applied (default:
-	// all of them). TokenAuthorizer admits the clients that know a
-	// shared token.
+	// all of them). TokenAuthorizer admits the clients that prove they
+	// know a shared token; an Authorizer that is also a Keyring, the
+	// clients that prove an identity of its own.
 	Authorizer Authorizer
 	// MaxClientsPerPeer bounds the clients one peer holds at once
 	// (default 16, a quarter of the 64 a server takes), so that one peer
@@ -170,7 +172,22 @@ type serverConn struct {
 	qp   *verbs.QP
 	conn *cm.Conn
 	peer string // cm.Request.Peer
-	cred []byte // the credential the client presented
+	// hello and info are the connection's request and acceptance, which
+	// the client's proof of its identity covers (nil hello: a client
+	// that can prove nothing).
+	hello hello
+	info  info
+	// proven says the client proved it holds the secret of
+	// hello.identity(); authTried that it made its one attempt.
+	proven, authTried bool
+	// lastID is the id of the last request served: a request must
+	// carry a greater one, so that one replayed (over shm0 a client's
+	// process writes the completion of its Send, and may write it
+	// again) is refused.
+	lastID uint64
+	// posted has bit i set while receive i is posted: a completion of a
+	// receive that is not is no completion of this connection's.
+	posted uint64
 	// recvMR holds this client's receive buffers and nothing else: the
 	// region a Send of this client lands in reaches no other client's
 	// requests.
@@ -397,7 +414,10 @@ func (s *Server) accept(req *cm.Request, peer string) error {
 		return err
 	}
 	qp := ep.QP()
-	sc := &serverConn{qp: qp, peer: peer, cred: hello(req.PrivateData()).credential()}
+	sc := &serverConn{qp: qp, peer: peer, hello: hello(req.PrivateData()).canonical()}
+	var nonce [hmacauth.NonceLen]byte
+	hmacauth.NewNonce(nonce[:])
+	sc.info = s.info().encode(qp.Num(), nonce[:])
 	fail := func(err error) error {
 		qp.Destroy()
 		s.release(sc)
@@ -418,6 +438,7 @@ func (s *Server) accept(req *cm.Request, peer string) error {
 		if _, err := qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{sc.recvMR.SGE(i*msg, msg)}}}); err != nil {
 			return fail(err)
 		}
+		sc.posted |= 1 << i
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -428,7 +449,7 @@ func (s *Server) accept(req *cm.Request, peer string) error {
 	s.mu.Unlock()
 	// Close destroys the QP of a handshake under way (sc not ready), so
 	// that Accept ends at once.
-	conn, err := req.Accept(qp, &cm.Param{PrivateData: s.info().encode()})
+	conn, err := req.Accept(qp, &cm.Param{PrivateData: sc.info})
 	if err != nil {
 		s.mu.Lock()
 		delete(s.conns, qp.Num())
@@ -518,10 +539,13 @@ func (s *Server) nextRequests(ctx context.Context, wcs []verbs.WorkCompletion) (
 func (s *Server) serve(wc verbs.WorkCompletion) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// The client is the one whose QP the receive completed on, never
+	// one that the request's bytes name.
 	sc := s.conns[wc.QPNum]
-	if sc == nil || wc.Status != verbs.WCSuccess || wc.WRID >= uint64(len(sc.recvs)) {
-		return // a flushed receive of a client that left
+	if sc == nil || wc.Status != verbs.WCSuccess || wc.WRID >= uint64(len(sc.recvs)) || sc.posted&(1<<wc.WRID) == 0 {
+		return // a flushed receive of a client that left, or a completion of no receive posted
 	}
+	sc.posted &^= 1 << wc.WRID
 	if !sc.ready {
 		sc.pending = append(sc.pending, wc)
 		return
@@ -543,7 +567,9 @@ func (s *Server) serveLocked(sc *serverConn, wc verbs.WorkCompletion) {
 	// The client sends its next request only after this reply, so the
 	// receive can be posted again before the reply is sent.
 	msg := s.cfg.maxMsg()
-	sc.qp.PostRecv([]verbs.RecvWR{{WRID: wc.WRID, SGList: []verbs.SGE{sc.recvMR.SGE(int(wc.WRID)*msg, msg)}}})
+	if _, err := sc.qp.PostRecv([]verbs.RecvWR{{WRID: wc.WRID, SGList: []verbs.SGE{sc.recvMR.SGE(int(wc.WRID)*msg, msg)}}}); err == nil {
+		sc.posted |= 1 << wc.WRID
+	}
 	sc.qp.PostSend([]verbs.SendWR{{WRID: wc.WRID, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{pb.SGE(n)}}})
 }
 
@@ -551,12 +577,18 @@ func (s *Server) serveLocked(sc *serverConn, wc verbs.WorkCompletion) {
 // in out.
 func (s *Server) apply(sc *serverConn, req request, out []byte) int {
 	key, val := req.key(), req.val()
+	if req.id() <= sc.lastID {
+		return putReply(out, statusReplayed, req.id(), nil)
+	}
+	sc.lastID = req.id()
 	if op := req.op(); op == opPut || op == opDel {
-		if s.cfg.Authorizer.Authorize(sc.cred, Op(op), key) != nil {
+		if s.authorize(sc, Op(op), key) != nil {
 			return putReply(out, statusDenied, req.id(), nil)
 		}
 	}
 	switch req.op() {
+	case opAuth:
+		return s.prove(sc, req, out)
 	case opPut:
 		s.Puts.Add(1)
 		if len(val) > s.cfg.MaxValue {
@@ -581,6 +613,38 @@ func (s *Server) apply(sc *serverConn, req request, out []byte) int {
 		return putReply(out, statusNotFound, req.id(), nil)
 	}
 	return putReply(out, statusBad, req.id(), nil)
+}
+
+// authorize asks the Authorizer about a PUT or DELETE of sc: with the
+// identity it proved if the Authorizer is a Keyring (refusing it if it
+// proved none), with none otherwise.
+func (s *Server) authorize(sc *serverConn, op Op, key []byte) error {
+	if _, ok := s.cfg.Authorizer.(Keyring); !ok {
+		return s.cfg.Authorizer.Authorize(nil, op, key)
+	}
+	if !sc.proven {
+		return errNoProof
+	}
+	return s.cfg.Authorizer.Authorize(sc.hello.identity(), op, key)
+}
+
+// prove checks the proof of identity a client sends as its first request
+// and answers with the server's own, or refuses it: the Authorizer is not
+// a Keyring, the identity is not in it, the proof is wrong, or the
+// connection has tried before.
+func (s *Server) prove(sc *serverConn, req request, out []byte) int {
+	kr, ok := s.cfg.Authorizer.(Keyring)
+	tried := sc.authTried
+	sc.authTried = true
+	if !ok || tried || sc.hello == nil {
+		return putReply(out, statusDenied, req.id(), nil)
+	}
+	secret, ok := kr.Secret(sc.hello.identity())
+	if !ok || !proofOK(req.val(), secret, labelClient, sc.hello, sc.info) {
+		return putReply(out, statusDenied, req.id(), nil)
+	}
+	sc.proven = true
+	return putReply(out, statusOK, req.id(), proof(secret, labelServer, sc.hello, sc.info))
 }
 
 // slotAt returns slot number n of the index.

@@ -2,14 +2,12 @@ package rlog
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"time"
 
 	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/internal/hmacauth"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -45,9 +43,9 @@ import (
 
 const (
 	// MinSecret is the shortest cluster secret a member takes.
-	MinSecret = 16
-	nonceLen  = 16
-	macLen    = sha256.Size
+	MinSecret = hmacauth.MinSecret
+	nonceLen  = hmacauth.NonceLen
+	macLen    = hmacauth.MACLen
 
 	// authTimeout bounds how long an accepted member connection may
 	// take to prove itself, and maxPendingAuth how many may be proving
@@ -70,17 +68,23 @@ func (m connMsg) setIndex(i int)      { m.setRKey(uint32(i)) }
 func (m connMsg) acceptNonce() []byte { return m[8 : 8+nonceLen] }
 func (m connMsg) acceptMAC() []byte   { return m[8+nonceLen : 8+nonceLen+macLen] }
 
-// authMAC computes HMAC-SHA256(secret, label ‖ req ‖ nonce ‖ index ‖ extra).
-func authMAC(secret []byte, label string, req connMsg, nonce []byte, index int, extra []byte) []byte {
-	h := hmac.New(sha256.New, secret)
-	h.Write([]byte(label))
-	h.Write(req[:connMsgLen])
-	h.Write(nonce)
+// authParts are the parts after the label of a member handshake's MAC
+// (internal/hmacauth): req ‖ nonce ‖ index ‖ extra.
+func authParts(req connMsg, nonce []byte, index int, extra []byte) [][]byte {
 	var b [4]byte
 	binary.LittleEndian.PutUint32(b[:], uint32(index))
-	h.Write(b[:])
-	h.Write(extra)
-	return h.Sum(nil)
+	return [][]byte{req[:connMsgLen], nonce, b[:], extra}
+}
+
+// authMAC computes HMAC-SHA256(secret, label ‖ req ‖ nonce ‖ index ‖ extra).
+func authMAC(secret []byte, label string, req connMsg, nonce []byte, index int, extra []byte) []byte {
+	return hmacauth.Sum(secret, label, authParts(req, nonce, index, extra)...)
+}
+
+// authOK reports, in constant time, whether mac is authMAC(secret, label,
+// req, nonce, index, extra).
+func authOK(mac, secret []byte, label string, req connMsg, nonce []byte, index int, extra []byte) bool {
+	return hmacauth.Check(mac, secret, label, authParts(req, nonce, index, extra)...)
 }
 
 // AUTH (dialer to acceptor, first):
@@ -115,9 +119,8 @@ func putAnswer(b []byte, reply connMsg, mac []byte) msg {
 	return m
 }
 
-// newNonce fills b from crypto/rand (whose Read never fails: it ends
-// the program if the system's source does).
-func newNonce(b []byte) { rand.Read(b) }
+// newNonce fills b from crypto/rand.
+func newNonce(b []byte) { hmacauth.NewNonce(b) }
 
 // hsWRID marks the handshake's work requests on a link; the session's
 // never have this bit.
@@ -215,7 +218,7 @@ func (m *Member) dialMember(ctx context.Context, k *link, target int, req connMs
 	k.conn = conn
 	r := connMsg(conn.PrivateData())
 	if len(r) < connMsgLen || !r.valid() || r.kind() != req.kind() ||
-		!hmac.Equal(r.acceptMAC(), authMAC(m.cfg.Secret, labelAcceptor, req, r.acceptNonce(), target, nil)) {
+		!authOK(r.acceptMAC(), m.cfg.Secret, labelAcceptor, req, r.acceptNonce(), target, nil) {
 		return nil, fmt.Errorf("%w: %s did not prove that it is a member", ErrAuth, addr)
 	}
 	na := append([]byte(nil), r.acceptNonce()...)
@@ -244,7 +247,7 @@ func (m *Member) dialMember(ctx context.Context, k *link, target int, req connMs
 		return nil, fmt.Errorf("%w: %s sent message type %d instead of its answer", ErrProtocol, addr, ans.typ())
 	}
 	reply := ans.answer()
-	if !hmac.Equal(ans.answerMAC(), authMAC(m.cfg.Secret, labelAnswer, req, na, target, reply)) {
+	if !authOK(ans.answerMAC(), m.cfg.Secret, labelAnswer, req, na, target, reply) {
 		return nil, fmt.Errorf("%w: %s sent an answer that it did not sign", ErrAuth, addr)
 	}
 	if !reply.valid() || reply.kind() != req.kind() {
@@ -296,7 +299,7 @@ func (p *pendingMember) verify(ctx context.Context, timeout time.Duration, secre
 	if a.typ() != msgAuth {
 		return nil, fmt.Errorf("%w: message type %d instead of a proof of membership", ErrAuth, a.typ())
 	}
-	if !hmac.Equal(a.authMAC(), authMAC(secret, labelDialer, p.req, p.na, self, a.authGrant())) {
+	if !authOK(a.authMAC(), secret, labelDialer, p.req, p.na, self, a.authGrant()) {
 		return nil, fmt.Errorf("%w: a wrong proof of membership", ErrAuth)
 	}
 	return a, nil

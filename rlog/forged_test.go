@@ -65,3 +65,55 @@ func TestForgedReceiveCompletions(t *testing.T) {
 		t.Error("a receiver took a completion of more bytes than its receive holds")
 	}
 }
+
+// TestReplayedAppendRefused: over shm0 a client's process writes the
+// completions of its Sends into the primary's CQ, so it can complete its
+// last APPEND's receive again, with the request still in the buffer. The
+// primary appends nothing for it and drops the client; the next append,
+// of another client, takes the very next sequence number.
+func TestReplayedAppendRefused(t *testing.T) {
+	c := newCluster(t, "loop", 2, smallConfig())
+	c.start(1, false)
+	m := c.start(0, true)
+	cl := c.dial()
+	seqs := appendN(t, cl, 3, "x")
+	c.waitDurable(1, seqs[2])
+
+	p := m.prim
+	p.cmu.Lock()
+	var qpn uint32
+	var cs *clientSession
+	for q, s := range p.clients {
+		qpn, cs = q, s
+	}
+	p.cmu.Unlock()
+	if cs == nil {
+		t.Fatal("no client session")
+	}
+	// The slot that holds the last APPEND taken, as the client sent it.
+	slot, n := -1, 0
+	for i := range p.m.cfg.ClientDepth {
+		b := cs.recvMR.Bytes()[i*cs.msgSize : (i+1)*cs.msgSize]
+		if l := msg(b).length(); l >= msgHeader && l <= len(b) {
+			if r, err := parseMsg(b[:l]); err == nil && r.typ() == msgAppend && r.appendID() == cs.lastID {
+				slot, n = i, l
+			}
+		}
+	}
+	if slot < 0 {
+		t.Fatalf("no receive buffer holds APPEND %d", cs.lastID)
+	}
+	wc := verbs.WorkCompletion{WRID: cs.tag<<tagShift | uint64(slot), Status: verbs.WCSuccess, Opcode: verbs.WCRecv, QPNum: qpn, ByteLen: uint32(n)}
+	if err := p.handle(wc); err != nil {
+		t.Fatalf("the primary fails: %v", err)
+	}
+	next := appendN(t, c.dial(), 1, "after")
+	if next[0] != seqs[2]+1 {
+		t.Fatalf("the append after the replay has sequence %d, want %d: the replay was appended", next[0], seqs[2]+1)
+	}
+	// The dropped client's receives were flushed into the CQ before the
+	// next client's APPEND arrived, so the primary has forgotten it.
+	if p.client(qpn) != nil {
+		t.Error("the client that replayed its APPEND is still served")
+	}
+}

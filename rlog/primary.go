@@ -65,8 +65,13 @@ type clientSession struct {
 	waiting []waitingReply
 	msgSize int
 	dead    bool
-	rwr     [1]verbs.RecvWR
-	swr     [1]verbs.SendWR
+	// lastID is the id of the last APPEND taken: a request must carry a
+	// greater one, so that one replayed (over shm0 a client's process
+	// writes the completion of its Send, and may write it again) is
+	// refused rather than appended twice.
+	lastID uint64
+	rwr    [1]verbs.RecvWR
+	swr    [1]verbs.SendWR
 }
 
 // waitingReply is a reply waiting for a free reply buffer.
@@ -662,6 +667,13 @@ func (p *primary) request(cs *clientSession, slot, n int) (bool, error) {
 		cs.reply(id, 0, 0, code, text)
 		return true, nil
 	}
+	if id := m.appendID(); id <= cs.lastID {
+		// No client sends one: it is dropped, as for a completion no
+		// receive of ours could have made.
+		p.m.cfg.Logf("rlog: %s: a client replayed APPEND %d (its last was %d); dropping the client", p.m.cfg.Listen, id, cs.lastID)
+		cs.drop()
+		return true, nil
+	}
 	// Room for every record first: a request is taken whole or not yet.
 	if !p.cache.fits(m, cfg.MaxRecord) {
 		p.wantRoom.Store(true)
@@ -678,6 +690,7 @@ func (p *primary) request(cs *clientSession, slot, n int) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	cs.lastID = m.appendID()
 	p.pending = append(p.pending, pendingAppend{cs: cs, id: m.appendID(), first: first, last: p.nextSeq - 1})
 	cs.postRecv(slot)
 	return true, nil

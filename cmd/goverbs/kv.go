@@ -38,9 +38,11 @@ Addresses: shm://@name or shm:///path.sock (same host), tcp://host:port
 
 A server started with --token-file F applies only the PUTs and DELETEs of
 clients given the same file (put, del, bench: --token-file F); every
-client can read every key and value. The token crosses the network as
-its SHA-256, unencrypted on tcp://; keep the file readable by its owner
-only (chmod 600).`
+client can read every key and value. A client proves it holds the token
+by a challenge and response when it connects (HMAC-SHA256 over both ends'
+nonces): the token does not cross the network, and a recorded handshake
+admits no one. A client given a file the server does not share is refused
+when it connects. Keep the file readable by its owner only (chmod 600).`
 
 func runKV(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
