@@ -55,3 +55,51 @@ func TestForgedInvalidationNotReported(t *testing.T) {
 		t.Fatalf("a Read through the window after the forged invalidation: %+v", wcs[0])
 	}
 }
+
+// TestMWAttackRegionKeyInPeersGrantTable: A grants B a 64-byte read-only
+// window; the region behind it must carry remote rights (the rights
+// subset rule), so its own key sits in the grant table B maps, and B
+// reads all of the region with it.
+func TestMWAttackRegionKeyInPeersGrantTable(t *testing.T) {
+	p := localHarness().NewPair(t, verbstest.PairOptions{})
+	bq := driverQP(p.B.(*verbstest.Local).QPs[0])
+	r, err := p.A.NewRegion(4096, verbs.AccessLocalWrite|verbs.AccessRemoteRead|verbs.AccessMWBind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.A.AllocMW(verbs.MWType2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw := p.A.Window(id)
+	if _, err := p.A.PostSend(0, []verbs.SendWR{mw.Bind(1, p.A.Region(r.ID), r.Addr, 64, verbs.AccessRemoteRead, verbs.SendSignaled)}); err != nil {
+		t.Fatal(err)
+	}
+	if wcs, err := p.A.Completions(verbstest.SendCQ, 1, 10*time.Second); err != nil || len(wcs) != 1 || wcs[0].Status != verbs.WCSuccess {
+		t.Fatalf("bind: %+v, %v", wcs, err)
+	}
+	// What B can see in its own mapping of A's grant table: every key.
+	tab := connOf(bq).keys
+	var found []uint32
+	for i := range tab.slots {
+		if k := tab.slots[i].key.Load(); k != 0 {
+			found = append(found, k)
+		}
+	}
+	t.Logf("keys in the grant table B maps: %#x (window %#x, region %#x)", found, mw.RKey(), r.RKey)
+	var stolen uint32
+	for _, k := range found {
+		if k != mw.RKey() {
+			stolen = k
+		}
+	}
+	if stolen == 0 {
+		return
+	}
+	dst := newRegion(t, p.B, 4096, verbs.AccessLocalWrite)
+	postSend(t, p.B, 0, verbs.SendWR{WRID: 8, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{dst.SGE(0, 4096)}, RemoteAddr: r.Addr, RKey: stolen})
+	if wcs := waitWCs(t, p.B, verbstest.SendCQ, 1); wcs[0].Status == verbs.WCSuccess {
+		t.Fatalf("B, granted 64 bytes through a window, read all 4096 bytes of the region with key %#x found in its grant table", stolen)
+	}
+}
