@@ -12,7 +12,15 @@ func BenchmarkCheckRegion(b *testing.B) {
 	pd := &testPD{1}
 	var tab keytab.Table[Entry[*region]]
 	m := &region{}
-	k, _ := tab.Insert(func(k uint32) Entry[*region] { m.key = k; m.pd = pd; m.access = driver.RemoteAccess; m.addr = 4096; m.len = 1 << 20; m.valid = true; return Entry[*region]{MR: m} })
+	k, _ := tab.Insert(func(k uint32) Entry[*region] {
+		m.key = k
+		m.pd = pd
+		m.access = driver.RemoteAccess
+		m.addr = 4096
+		m.len = 1 << 20
+		m.valid = true
+		return Entry[*region]{MR: m}
+	})
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, f := Check(&tab, k, any(pd), nil, 8192, 64, driver.AccessRemoteWrite); f != OK {
@@ -27,7 +35,15 @@ func BenchmarkCheckRegionDirect(b *testing.B) {
 	pd := &testPD{1}
 	var tab keytab.Table[*region]
 	m := &region{}
-	k, _ := tab.Insert(func(k uint32) *region { m.key = k; m.pd = pd; m.access = driver.RemoteAccess; m.addr = 4096; m.len = 1 << 20; m.valid = true; return m })
+	k, _ := tab.Insert(func(k uint32) *region {
+		m.key = k
+		m.pd = pd
+		m.access = driver.RemoteAccess
+		m.addr = 4096
+		m.len = 1 << 20
+		m.valid = true
+		return m
+	})
 	b.ReportAllocs()
 	for b.Loop() {
 		r, _ := tab.Lookup(k)

@@ -105,3 +105,37 @@ func TestMWAttackUnbindWithNilMR(t *testing.T) {
 		t.Fatalf("unbind: %v", err)
 	}
 }
+
+// A Send with Invalidate that fails at the responder (too long for the
+// receive) still unbinds the window (rxe invalidates only on success).
+func TestMWAttackFailedSendWithInvInvalidates(t *testing.T) {
+	p := newPair(t, t.Name())
+	pd := p.qpB.PD()
+	mr, err := pd.AllocMR(4096, verbs.AccessLocalWrite|verbs.RemoteAccess|verbs.AccessMWBind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pd.AllocMW(verbs.MWType2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.qpB.PostSend([]verbs.SendWR{w.Bind(1, mr, mr.Addr(), 512, verbs.AccessRemoteRead, verbs.SendSignaled)}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := pollOne(t, p.cqB); wc.Status != verbs.WCSuccess {
+		t.Fatalf("bind: %v", wc.Status)
+	}
+	key := w.RKey()
+	if _, err := p.qpB.PostRecv([]verbs.RecvWR{{WRID: 5, SGList: []verbs.SGE{p.mrB.SGE(0, 8)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.qpA.PostSend([]verbs.SendWR{{WRID: 6, Opcode: verbs.OpSendWithInv, InvalidateRKey: key, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{p.mrA.SGE(0, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	wc := pollOne(t, p.cqB)
+	t.Logf("receive completion: %+v", wc)
+	if wc.Status != verbs.WCSuccess && wc.Flags&verbs.WCWithInv != 0 {
+		t.Fatalf("a failed Send with Invalidate (%v) invalidated window %#x", wc.Status, wc.InvalidatedRKey)
+	}
+}
