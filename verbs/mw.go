@@ -81,10 +81,15 @@ func (w *MW) PD() *PD { return w.pd }
 // Bind returns the OpBindMW work request that binds the window to
 // length bytes at addr of mr with the rights access: post it on a QP of
 // the window's PD (for a type 2 window, the QP whose peer is to use it).
-// Once it has completed successfully, RKey is the window's new key.
+// Once it has completed successfully, RKey is the window's new key. A
+// type 1 window is unbound with a zero length (mr may then be nil).
 func (w *MW) Bind(wrid uint64, mr *MR, addr uint64, length uint64, access AccessFlags, flags SendFlags) SendWR {
-	return SendWR{WRID: wrid, Opcode: OpBindMW, Flags: flags,
-		Bind: MWBind{RKey: w.d.RKey(), LKey: mr.LKey(), Addr: addr, Length: length, Access: access}}
+	wr := SendWR{WRID: wrid, Opcode: OpBindMW, Flags: flags,
+		Bind: MWBind{RKey: w.d.RKey(), Addr: addr, Length: length, Access: access}}
+	if mr != nil {
+		wr.Bind.LKey = mr.LKey()
+	}
+	return wr
 }
 
 // Dealloc frees the window (ibv_dealloc_mw): access through its key
@@ -109,7 +114,7 @@ func (q *QP) BindMW(w *MW, wrid uint64, mr *MR, addr, length uint64, access Acce
 	if w.typ != MWType1 {
 		return fmt.Errorf("verbs: bind MW: %w: a type 2 window is bound by posting its Bind work request", ErrInvalidArg)
 	}
-	if w.pd != q.pd || mr.pd != q.pd {
+	if w.pd != q.pd || (mr != nil && mr.pd != q.pd) {
 		return fmt.Errorf("verbs: bind MW: %w: the window, the region and the QP must share one PD", ErrInvalidArg)
 	}
 	wr := [1]SendWR{w.Bind(wrid, mr, addr, length, access, flags)}

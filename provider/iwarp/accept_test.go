@@ -20,23 +20,9 @@ import (
 // while a client that connected says nothing (it waited out the MPA
 // Request's 10 s setup timeout).
 func TestAcceptSeesContextEnd(t *testing.T) {
-	l, err := cm.Listen("tcp://127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	silent, err := net.Dial("tcp", l.Addr()[len("tcp://"):])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := l.Accept(ctx)
-		done <- err
-	}()
+	_, done := acceptRaw(t, ctx, nil) // the client says nothing
 	select {
 	case err := <-done:
 		if !errors.Is(err, context.DeadlineExceeded) {
@@ -45,6 +31,32 @@ func TestAcceptSeesContextEnd(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Accept did not return 5 s after its context ended")
 	}
+}
+
+// acceptRaw listens on a loopback port, runs the listener's Accept(ctx)
+// in a goroutine, which hands a request to then (when not nil) and sends
+// the error of either to accepted, and dials the listener as a raw TCP
+// client: nc. The listener and nc close when the test ends.
+func acceptRaw(t testing.TB, ctx context.Context, then func(*cm.Request) error) (nc net.Conn, accepted <-chan error) {
+	t.Helper()
+	l, err := cm.Listen("tcp://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	done := make(chan error, 1)
+	go func() {
+		r, err := l.Accept(ctx)
+		if err == nil && then != nil {
+			err = then(r)
+		}
+		done <- err
+	}()
+	if nc, err = net.Dial("tcp", l.Addr()[len("tcp://"):]); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return nc, done
 }
 
 // TestSilentClientHoldsUpNoOther: a client that connects and says

@@ -32,13 +32,9 @@ type benchPair struct {
 	ca, cb *cm.Conn
 }
 
+// benchEnd is one side of a benchPair: a send CQ (cq) and a receive CQ.
 type benchEnd struct {
-	ctx    *verbs.Context
-	pd     *verbs.PD
-	scq    *verbs.CQ
-	rcq    *verbs.CQ
-	qp     *verbs.QP
-	mr     *verbs.MR
+	*pairEnd
 	wc     []verbs.WorkCompletion
 	recv   []verbs.RecvWR
 	posted int
@@ -46,27 +42,7 @@ type benchEnd struct {
 
 func newBenchEnd(tb testing.TB, size int) *benchEnd {
 	e := &benchEnd{wc: make([]verbs.WorkCompletion, 64)}
-	var err error
-	if e.ctx, err = verbs.Open("tcp0"); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { e.ctx.Close() })
-	if e.pd, err = e.ctx.AllocPD(); err != nil {
-		tb.Fatal(err)
-	}
-	if e.scq, err = e.ctx.CreateCQ(1024); err != nil {
-		tb.Fatal(err)
-	}
-	if e.rcq, err = e.ctx.CreateCQ(1024); err != nil {
-		tb.Fatal(err)
-	}
-	if e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq,
-		Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}); err != nil {
-		tb.Fatal(err)
-	}
-	if e.mr, err = e.pd.AllocMR(size, verbs.AccessLocalWrite|verbs.RemoteAccess); err != nil {
-		tb.Fatal(err)
-	}
+	e.pairEnd = openEnd(tb, 1024, true, verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}, size)
 	e.recv = []verbs.RecvWR{{SGList: []verbs.SGE{e.mr.SGE(0, latencySize)}}}
 	return e
 }
@@ -78,28 +54,7 @@ func newBenchPair(tb testing.TB, size int) *benchPair {
 		tb.Fatal(err)
 	}
 	defer l.Close()
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		req, err := l.Accept(ctx)
-		if err == nil {
-			p.cb, err = req.Accept(p.b.qp, nil)
-		}
-		done <- err
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if p.ca, err = cm.Dial(ctx, l.Addr(), p.a.qp, nil); err != nil {
-		tb.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		p.ca.Close()
-		p.cb.Close()
-	})
+	p.ca, p.cb = connectQPs(tb, l, l.Addr(), p.a.qp, p.b.qp, nil, nil)
 	return p
 }
 
@@ -127,7 +82,7 @@ func benchCtx(tb testing.TB) context.Context {
 // drain polls the send CQ without waiting, so that send queue slots are
 // retired.
 func (e *benchEnd) drain(tb testing.TB) {
-	for n := e.scq.Poll(e.wc); n > 0; n = e.scq.Poll(e.wc) {
+	for n := e.cq.Poll(e.wc); n > 0; n = e.cq.Poll(e.wc) {
 		for _, wc := range e.wc[:n] {
 			if wc.Status != verbs.WCSuccess {
 				tb.Fatalf("send completion %+v", wc)
@@ -283,22 +238,30 @@ func rdmaBandwidth(b *testing.B, op verbs.Opcode) {
 	ctx := benchCtx(b)
 	wr := []verbs.SendWR{{Opcode: op, Flags: verbs.SendSignaled, SGList: []verbs.SGE{p.a.mr.SGE(0, bwSize)},
 		RemoteAddr: p.b.mr.Addr() + bwSize, RKey: p.b.mr.RKey()}}
+	inFlight(b, func() {
+		if _, err := p.a.qp.PostSend(wr); err != nil {
+			b.Fatal(err)
+		}
+	}, func() { p.a.waitOne(b, ctx, p.a.cq) })
+}
+
+// inFlight runs the benchmark's loop of 1 MiB operations with bwWindow
+// of them outstanding: start starts one, finish waits for the oldest.
+func inFlight(b *testing.B, start, finish func()) {
 	b.SetBytes(bwSize)
 	b.ReportAllocs()
 	b.ResetTimer()
 	outstanding := 0
 	for b.Loop() {
 		for outstanding >= bwWindow {
-			p.a.waitOne(b, ctx, p.a.scq)
+			finish()
 			outstanding--
 		}
-		if _, err := p.a.qp.PostSend(wr); err != nil {
-			b.Fatal(err)
-		}
+		start()
 		outstanding++
 	}
 	for ; outstanding > 0; outstanding-- {
-		p.a.waitOne(b, ctx, p.a.scq)
+		finish()
 	}
 }
 
@@ -324,23 +287,11 @@ func BenchmarkTCPStream1MiB(b *testing.B) {
 		}
 	}()
 	buf := make([]byte, bwSize)
-	b.SetBytes(bwSize)
-	b.ReportAllocs()
-	b.ResetTimer()
-	outstanding := 0
-	for b.Loop() {
-		for outstanding >= bwWindow {
-			<-got
-			outstanding--
-		}
+	inFlight(b, func() {
 		if _, err := a.Write(buf); err != nil {
 			b.Fatal(err)
 		}
-		outstanding++
-	}
-	for ; outstanding > 0; outstanding-- {
-		<-got
-	}
+	}, func() { <-got })
 }
 
 // TestSpeedRatios runs the benchmarks above in one run and reports the

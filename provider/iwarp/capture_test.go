@@ -178,29 +178,9 @@ func recordSession(t *testing.T) *recording {
 		out.Close()
 	}()
 
-	a, b := newCaptureEnd(t), newCaptureEnd(t)
-	accepted := make(chan *cm.Conn, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		req, err := l.Accept(ctx)
-		if err != nil {
-			accepted <- nil
-			return
-		}
-		c, _ := req.Accept(b.qp, nil)
-		accepted <- c
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ca, err := cm.Dial(ctx, "tcp://"+proxy.Addr().String(), a.qp, &cm.Param{PrivateData: []byte("capture")})
-	if err != nil {
-		t.Fatalf("dial through the proxy: %v", err)
-	}
-	cb := <-accepted
-	if cb == nil {
-		t.Fatal("accept failed")
-	}
+	qpCap := verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
+	a, b := openEnd(t, 64, false, qpCap, 512<<10), openEnd(t, 64, false, qpCap, 512<<10)
+	ca, cb := connectQPs(t, l, "tcp://"+proxy.Addr().String(), a.qp, b.qp, &cm.Param{PrivateData: []byte("capture")}, nil)
 
 	const big = 200 << 10 // a Write of several FPDUs
 	copy(a.mr.Bytes(), bytes.Repeat([]byte("goverbs!"), big/8))
@@ -257,40 +237,8 @@ func recordSession(t *testing.T) *recording {
 	return rec
 }
 
-// captureEnd is one side of the recorded session.
-type captureEnd struct {
-	ctx *verbs.Context
-	pd  *verbs.PD
-	cq  *verbs.CQ
-	qp  *verbs.QP
-	mr  *verbs.MR
-}
-
-func newCaptureEnd(t *testing.T) *captureEnd {
-	e := &captureEnd{}
-	var err error
-	if e.ctx, err = verbs.Open("tcp0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.ctx.Close() })
-	if e.pd, err = e.ctx.AllocPD(); err != nil {
-		t.Fatal(err)
-	}
-	if e.cq, err = e.ctx.CreateCQ(64); err != nil {
-		t.Fatal(err)
-	}
-	if e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq,
-		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if e.mr, err = e.pd.AllocMR(512<<10, verbs.AccessLocalWrite|verbs.RemoteAccess); err != nil {
-		t.Fatal(err)
-	}
-	return e
-}
-
 // recv posts n receives of 4 KiB.
-func (e *captureEnd) recv(t *testing.T, n int) {
+func (e *pairEnd) recv(t *testing.T, n int) {
 	for i := range n {
 		off := 300<<10 + i*4096
 		if _, err := e.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(100 + i), SGList: []verbs.SGE{e.mr.SGE(off, 4096)}}}); err != nil {
@@ -300,7 +248,7 @@ func (e *captureEnd) recv(t *testing.T, n int) {
 }
 
 // do posts wr and returns the status of its completion.
-func (e *captureEnd) do(t *testing.T, wr verbs.SendWR) verbs.WCStatus {
+func (e *pairEnd) do(t *testing.T, wr verbs.SendWR) verbs.WCStatus {
 	t.Helper()
 	if _, err := e.qp.PostSend([]verbs.SendWR{wr}); err != nil {
 		t.Fatalf("post %v: %v", wr.Opcode, err)

@@ -105,7 +105,6 @@ func (c *conn) rxReadResponseEnd(h wire.Hdr) error {
 // rxAtomicResponse completes the atomic at the head of the ORQ.
 func (c *conn) rxAtomicResponse(h wire.Hdr) error {
 	q := c.q
-	c.rx.msn[wire.QNAtomic]++
 	a := wire.AtomicResponse(h)
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -124,6 +123,15 @@ func (c *conn) rxAtomicResponse(h wire.Hdr) error {
 		// past it).
 		return c.rx.revokedErr()
 	}
+	return nil
+}
+
+// rxTerminateBegin keeps what fits of a Terminate's payload, the
+// terminated headers, behind its own headers.
+func (c *conn) rxTerminateBegin(h wire.Hdr) error {
+	rx := &c.rx
+	rx.dst[0] = rx.hdr[wire.TerminateLen : wire.TerminateLen+terminateKept(h)]
+	rx.ndst = 1
 	return nil
 }
 

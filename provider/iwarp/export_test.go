@@ -8,30 +8,31 @@ import (
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
+// set sets *p to v and returns a function that restores what it was.
+func set[T any](p *T, v T) (restore func()) {
+	prev := *p
+	*p = v
+	return func() { *p = prev }
+}
+
 // SetMaxPayload makes FPDUs carry at most n bytes of payload, so that
 // tests can cut messages into many segments; it returns a function that
 // restores the default.
 func SetMaxPayload(n int) (restore func()) {
-	prev := maxPayload
-	maxPayload = n
-	return func() { maxPayload = prev }
+	return set(&maxPayload, n)
 }
 
 // SetMinUserTimeout sets the least TCP_USER_TIMEOUT of a connection, so
 // that tests can see a QP time out in less than its default 4 s; it
 // returns a function that restores the default.
 func SetMinUserTimeout(d time.Duration) (restore func()) {
-	prev := minUserTimeout
-	minUserTimeout = d
-	return func() { minUserTimeout = prev }
+	return set(&minUserTimeout, d)
 }
 
 // SetRTRTimeout sets how long a responder waits for the initiator's RTR;
 // it returns a function that restores the default.
 func SetRTRTimeout(d time.Duration) (restore func()) {
-	prev := rtrTimeout
-	rtrTimeout = d
-	return func() { rtrTimeout = prev }
+	return set(&rtrTimeout, d)
 }
 
 // SetPollGrace sets how long the receive goroutine stays off the socket
@@ -39,9 +40,7 @@ func SetRTRTimeout(d time.Duration) (restore func()) {
 // restores the default. Every receive goroutine reads it: call both
 // while no connection is live.
 func SetPollGrace(d time.Duration) (restore func()) {
-	prev := pollGrace
-	pollGrace = d
-	return func() { pollGrace = prev }
+	return set(&pollGrace, d)
 }
 
 // ReceiverRounds is how many rounds of receiving (holds of rxMu) the

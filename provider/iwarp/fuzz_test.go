@@ -83,21 +83,7 @@ func FuzzReceive(f *testing.F) {
 			t.Fatalf("post receives: %v", err)
 		}
 		stream = aim(stream, g.r)
-		// Write and read concurrently: the victim may answer (Read
-		// Responses) while the stream is still going in.
-		readDone := make(chan struct{})
-		go func() {
-			defer close(readDone)
-			io.Copy(io.Discard, h.nc)
-		}()
-		h.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
-		h.nc.Write(stream)
-		h.nc.(*net.TCPConn).CloseWrite()
-		select {
-		case <-readDone:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the victim did not end the stream within 10s of its end")
-		}
+		h.pour(stream, "victim")
 		expectVictimError(t, v)
 		for _, r := range []guarded{g, rb} {
 			if ok, err := v.e.CanariesIntact(r.r.ID); err != nil || !ok {
@@ -123,28 +109,16 @@ func FuzzMPARequest(f *testing.F) {
 	f.Add([]byte(wire.KeyReq + "\x80\x01\x00\x00"))
 	f.Add([]byte(wire.KeyReq + "\x00\x02\x00\x02ab"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		l, err := cm.Listen("tcp://127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		nc, err := net.Dial("tcp", l.Addr()[len("tcp://"):])
-		if err != nil {
-			t.Fatal(err)
-		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		accepted := make(chan error, 1)
-		go func() {
-			r, err := l.Accept(ctx)
-			if err == nil {
-				if p := r.Param(); len(p.PrivateData) > wire.MaxPrivateData {
-					err = fmt.Errorf("request with %d bytes of private data", len(p.PrivateData))
-				}
-				r.Reject([]byte("no"))
+		nc, accepted := acceptRaw(t, ctx, func(r *cm.Request) error {
+			var err error
+			if p := r.Param(); len(p.PrivateData) > wire.MaxPrivateData {
+				err = fmt.Errorf("request with %d bytes of private data", len(p.PrivateData))
 			}
-			accepted <- err
-		}()
+			r.Reject([]byte("no"))
+			return err
+		})
 		nc.Write(b)
 		nc.(*net.TCPConn).CloseWrite()
 		// The listener answers (Accept rejects) or drops the

@@ -105,12 +105,6 @@ type hostile struct {
 // noRTR, sends the RTR.
 func dialHostile(t testing.TB, v *victim, crc, ext, noRTR bool) *hostile {
 	t.Helper()
-	nc, err := net.Dial("tcp", v.l.Addr()[len("tcp://"):])
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	nc.SetDeadline(time.Now().Add(20 * time.Second))
 	flags := byte(wire.FlagEnhanced)
 	if crc {
 		flags |= wire.FlagCRC
@@ -118,9 +112,37 @@ func dialHostile(t testing.TB, v *victim, crc, ext, noRTR bool) *hostile {
 	if ext {
 		flags |= wire.FlagExtOffer
 	}
-	req := make(wire.Frame, wire.FrameHeaderLen+wire.V2Len)
-	req.SetHeader(wire.KeyReq, flags, wire.Revision2, wire.V2Len)
-	wire.V2(req[wire.FrameHeaderLen:]).Set(4, 4, true, wire.RTRWrite)
+	v2 := make(wire.V2, wire.V2Len)
+	v2.Set(4, 4, true, wire.RTRWrite)
+	nc, repFlags, pd := mpaConnect(t, v, flags, wire.Revision2, v2)
+	h := &hostile{t: t, nc: nc, crc: repFlags&wire.FlagCRC != 0, ird: wire.V2(pd).IRD(),
+		ext: repFlags&wire.FlagExtAccept != 0, msn: [wire.NumQN]uint32{1, 1, 1, 1}}
+	if !noRTR {
+		var rtr [wire.TaggedLen]byte
+		wire.Hdr(rtr[:]).SetTagged(wire.OpWrite, true, 1, wire.RTRQPNTag|0x999, 0)
+		h.send(h.fpdu(rtr[:], nil))
+		if err := <-v.accepted; err != nil {
+			t.Fatalf("victim accept: %v", err)
+		}
+	}
+	return h
+}
+
+// mpaConnect dials the victim as a raw client, sends an MPA Request with
+// flags, revision rev and private data pd, and reads the Reply, which
+// must accept the connection: it returns the connection (closed when the
+// test ends), the Reply's flags and its private data.
+func mpaConnect(t testing.TB, v *victim, flags, rev byte, pd []byte) (net.Conn, byte, []byte) {
+	t.Helper()
+	nc, err := net.Dial("tcp", v.l.Addr()[len("tcp://"):])
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	req := make(wire.Frame, wire.FrameHeaderLen+len(pd))
+	req.SetHeader(wire.KeyReq, flags, rev, len(pd))
+	copy(req[wire.FrameHeaderLen:], pd)
 	if _, err := nc.Write(req); err != nil {
 		t.Fatalf("send MPA request: %v", err)
 	}
@@ -132,21 +154,11 @@ func dialHostile(t testing.TB, v *victim, crc, ext, noRTR bool) *hostile {
 	if err != nil || !wire.Frame(rep).IsReply() || wire.Frame(rep).Flags()&wire.FlagReject != 0 {
 		t.Fatalf("MPA reply %x: %v", rep, err)
 	}
-	pd := make([]byte, n)
-	if _, err := io.ReadFull(nc, pd); err != nil {
+	rpd := make([]byte, n)
+	if _, err := io.ReadFull(nc, rpd); err != nil {
 		t.Fatalf("read MPA reply private data: %v", err)
 	}
-	h := &hostile{t: t, nc: nc, crc: wire.Frame(rep).Flags()&wire.FlagCRC != 0, ird: wire.V2(pd).IRD(),
-		ext: wire.Frame(rep).Flags()&wire.FlagExtAccept != 0, msn: [wire.NumQN]uint32{1, 1, 1, 1}}
-	if !noRTR {
-		var rtr [wire.TaggedLen]byte
-		wire.Hdr(rtr[:]).SetTagged(wire.OpWrite, true, 1, wire.RTRQPNTag|0x999, 0)
-		h.send(h.fpdu(rtr[:], nil))
-		if err := <-v.accepted; err != nil {
-			t.Fatalf("victim accept: %v", err)
-		}
-	}
-	return h
+	return nc, wire.Frame(rep).Flags(), rpd
 }
 
 // fpdu frames headers and payload: length field (already in hdr), pad
@@ -191,26 +203,35 @@ func (h *hostile) readRequest(size, stag uint32, to uint64) []byte {
 	return h.fpdu(b, nil)
 }
 
+// readFPDU reads the next FPDU the victim sends, and checks its CRC when
+// CRCs are in use.
+func (h *hostile) readFPDU() []byte {
+	h.t.Helper()
+	var l [wire.LenFieldLen]byte
+	if _, err := io.ReadFull(h.nc, l[:]); err != nil {
+		h.t.Fatalf("read: %v", err)
+	}
+	n := int(binary.BigEndian.Uint16(l[:]))
+	b := make([]byte, wire.FPDULen(n))
+	copy(b, l[:])
+	if _, err := io.ReadFull(h.nc, b[len(l):]); err != nil {
+		h.t.Fatalf("read: %v", err)
+	}
+	if h.crc {
+		if got, want := wire.CRC(b[len(b)-wire.CRCLen:]), crc32.Checksum(b[:len(b)-wire.CRCLen], wire.Castagnoli); got != want {
+			h.t.Fatalf("victim FPDU with CRC %#x, want %#x", got, want)
+		}
+	}
+	return b
+}
+
 // expectTerminate reads FPDUs from the victim until a Terminate and
 // checks its error; it returns the Terminate.
 func (h *hostile) expectTerminate(layer wire.Layer, etype, ecode uint8) wire.Terminate {
 	h.t.Helper()
 	for {
-		var l [2]byte
-		if _, err := io.ReadFull(h.nc, l[:]); err != nil {
-			h.t.Fatalf("no Terminate from the victim: %v", err)
-		}
-		n := int(binary.BigEndian.Uint16(l[:]))
-		b := make([]byte, 2+n+wire.Pad(n)+wire.CRCLen)
-		copy(b, l[:])
-		if _, err := io.ReadFull(h.nc, b[2:]); err != nil {
-			h.t.Fatalf("no Terminate from the victim: %v", err)
-		}
-		if h.crc {
-			if got, want := wire.CRC(b[len(b)-4:]), crc32.Checksum(b[:len(b)-4], wire.Castagnoli); got != want {
-				h.t.Fatalf("victim FPDU with CRC %#x, want %#x", got, want)
-			}
-		}
+		b := h.readFPDU()
+		n := wire.Hdr(b).ULPDULen()
 		if n < wire.TaggedLen-2 || wire.Hdr(b).Opcode() != wire.OpTerminate {
 			continue
 		}
@@ -226,6 +247,37 @@ func (h *hostile) expectTerminate(layer wire.Layer, etype, ecode uint8) wire.Ter
 		}
 		return term
 	}
+}
+
+// pour writes stream to the peer while it reads and drops what the peer
+// sends (which may answer while the stream is still going in), closes
+// its writing half, and waits for the peer, who, to end the stream.
+func (h *hostile) pour(stream []byte, who string) {
+	h.t.Helper()
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		io.Copy(io.Discard, h.nc)
+	}()
+	h.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	h.nc.Write(stream)
+	h.nc.(*net.TCPConn).CloseWrite()
+	select {
+	case <-readDone:
+	case <-time.After(10 * time.Second):
+		h.t.Fatalf("the %s did not end the stream within 10s of its end", who)
+	}
+}
+
+// newRegion registers a region of size bytes with access at e, with
+// canaries around it (verbstest.Local.NewRegion).
+func newRegion(t testing.TB, e *verbstest.Local, size int, access verbs.AccessFlags) verbstest.Region {
+	t.Helper()
+	r, err := e.NewRegion(size, access)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // expectVictimError waits for the victim's QP to reach the error state.
@@ -523,23 +575,9 @@ func TestTerminateNamesOffender(t *testing.T) {
 // with a Reply that has the Reject flag, and that the listener keeps
 // serving.
 func TestMarkersRefused(t *testing.T) {
-	l, err := cm.Listen("tcp://127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := l.Accept(ctx)
-		done <- err
-	}()
-	nc, err := net.Dial("tcp", l.Addr()[len("tcp://"):])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc, done := acceptRaw(t, ctx, nil)
 	req := make(wire.Frame, wire.FrameHeaderLen)
 	req.SetHeader(wire.KeyReq, wire.FlagMarkers, wire.Revision1, 0)
 	nc.Write(req)
@@ -630,10 +668,7 @@ func TestAcceptDoesNotWaitForRTR(t *testing.T) {
 // stay outstanding for good, and no later WR could complete.
 func TestAtomicWithResultDeregistered(t *testing.T) {
 	v := newVictim(t, 4)
-	res, err := v.e.NewRegion(64, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := newRegion(t, v.e, 64, verbs.AccessLocalWrite)
 	h := dialHostile(t, v, false, true, false)
 	if !h.ext {
 		t.Fatal("the victim did not accept the RFC 7306 extensions")
@@ -674,10 +709,7 @@ func TestMessagesNotInterleaved(t *testing.T) {
 	v := newVictim(t, 4)
 	g := guard(t, v, 6<<20, verbs.AccessLocalWrite|verbs.RemoteAccess)
 	h := dialHostile(t, v, false, false, false)
-	src, err := v.e.NewRegion(16<<20, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := newRegion(t, v.e, 16<<20, verbs.AccessLocalWrite)
 	// open says which tagged message has begun and not ended; next
 	// checks that an FPDU of op begins none inside another.
 	open := map[wire.Opcode]bool{}
@@ -736,10 +768,7 @@ func TestResponsesBetweenQueuedWrites(t *testing.T) {
 	v := newVictim(t, 4)
 	g := guard(t, v, 1<<20, verbs.AccessLocalWrite|verbs.RemoteAccess)
 	h := dialHostile(t, v, false, false, false)
-	src, err := v.e.NewRegion(size, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := newRegion(t, v.e, size, verbs.AccessLocalWrite)
 	wrs := make([]verbs.SendWR, writes)
 	for i := range wrs {
 		wrs[i] = verbs.SendWR{WRID: uint64(i), Opcode: verbs.OpRDMAWrite, SGList: []verbs.SGE{src.SGE(0, size)}, RemoteAddr: 0, RKey: 0x4343}

@@ -189,7 +189,8 @@
 // that confirm Sends and Writes), transmit.go (the transmitter) and
 // batch.go (one writev). revoke.go keeps a deregistered region's bytes
 // from going out; liveness.go ends a connection whose peer stops
-// answering. Package wire holds the wire formats.
+// answering. Package wire holds the wire formats and the opcode table
+// that rxframe.go dispatches by.
 package iwarp
 
 import (

@@ -279,18 +279,9 @@ func TestSlowPathReadBehindWrites(t *testing.T) {
 		}
 	}
 	const wlen, nw = 256 << 10, 4
-	src, err := w.NewRegion(wlen, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst, err := r.NewRegion(wlen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink, err := r.NewRegion(64, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := newRegion(t, w, wlen, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+	dst := newRegion(t, r, wlen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	sink := newRegion(t, r, 64, verbs.AccessLocalWrite)
 	if err := w.WriteRegion(src.ID, 0, bytes.Repeat([]byte{0x5a}, wlen)); err != nil {
 		t.Fatal(err)
 	}

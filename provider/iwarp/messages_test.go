@@ -14,69 +14,92 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-// pairEnd is one side of a pair of connected tcp0 QPs in this process.
+// pairEnd is one tcp0 QP of this process, with its PD, CQs and a
+// region that grants every access.
 type pairEnd struct {
 	ctx *verbs.Context
 	pd  *verbs.PD
-	cq  *verbs.CQ
+	cq  *verbs.CQ // the send CQ, and the receive CQ unless rcq is another
+	rcq *verbs.CQ // the receive CQ
 	qp  *verbs.QP
 	mr  *verbs.MR
 }
 
-// connectPair connects two QPs with the parameters given (nil for the
-// defaults) and returns the dialling and the accepting side.
-func connectPair(t *testing.T, size int, dial, accept *cm.Param) (a, b *pairEnd, ca, cb *cm.Conn) {
-	t.Helper()
-	mk := func() *pairEnd {
-		e := &pairEnd{}
-		var err error
-		if e.ctx, err = verbs.Open("tcp0"); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.ctx.Close() })
-		if e.pd, err = e.ctx.AllocPD(); err != nil {
-			t.Fatal(err)
-		}
-		if e.cq, err = e.ctx.CreateCQ(256); err != nil {
-			t.Fatal(err)
-		}
-		if e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq,
-			Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 16, MaxSendSGE: 4, MaxRecvSGE: 4}}); err != nil {
-			t.Fatal(err)
-		}
-		if e.mr, err = e.pd.AllocMR(size, verbs.AccessLocalWrite|verbs.RemoteAccess); err != nil {
-			t.Fatal(err)
-		}
-		return e
+// openEnd opens tcp0 with a PD, a CQ of cqDepth for sends and receives
+// (or one of each with twoCQs), a QP of capacity qpCap and a region of
+// size bytes; the device closes when the test ends.
+func openEnd(tb testing.TB, cqDepth int, twoCQs bool, qpCap verbs.QPCap, size int) *pairEnd {
+	tb.Helper()
+	e := &pairEnd{}
+	var err error
+	if e.ctx, err = verbs.Open("tcp0"); err != nil {
+		tb.Fatal(err)
 	}
-	a, b = mk(), mk()
-	l, err := cm.Listen("tcp://127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	tb.Cleanup(func() { e.ctx.Close() })
+	if e.pd, err = e.ctx.AllocPD(); err != nil {
+		tb.Fatal(err)
 	}
-	defer l.Close()
+	if e.cq, err = e.ctx.CreateCQ(cqDepth); err != nil {
+		tb.Fatal(err)
+	}
+	e.rcq = e.cq
+	if twoCQs {
+		if e.rcq, err = e.ctx.CreateCQ(cqDepth); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if e.qp, err = e.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.rcq, Cap: qpCap}); err != nil {
+		tb.Fatal(err)
+	}
+	if e.mr, err = e.pd.AllocMR(size, verbs.AccessLocalWrite|verbs.RemoteAccess); err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
+// connectQPs connects a, dialling dialAddr, to b, accepting on l, with
+// the parameters given (nil for the defaults); the connections close
+// when the test ends.
+func connectQPs(tb testing.TB, l *cm.Listener, dialAddr string, a, b *verbs.QP, dial, accept *cm.Param) (ca, cb *cm.Conn) {
+	tb.Helper()
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		req, err := l.Accept(ctx)
 		if err == nil {
-			cb, err = req.Accept(b.qp, accept)
+			cb, err = req.Accept(b, accept)
 		}
 		done <- err
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if ca, err = cm.Dial(ctx, l.Addr(), a.qp, dial); err != nil {
-		t.Fatal(err)
+	ca, err := cm.Dial(ctx, dialAddr, a, dial)
+	if err != nil {
+		tb.Fatalf("dial %s: %v", dialAddr, err)
 	}
 	if err := <-done; err != nil {
-		t.Fatal(err)
+		tb.Fatalf("accept: %v", err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		ca.Close()
 		cb.Close()
 	})
+	return ca, cb
+}
+
+// connectPair connects two QPs with the parameters given (nil for the
+// defaults) and returns the dialling and the accepting side.
+func connectPair(t *testing.T, size int, dial, accept *cm.Param) (a, b *pairEnd, ca, cb *cm.Conn) {
+	t.Helper()
+	qpCap := verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 16, MaxSendSGE: 4, MaxRecvSGE: 4}
+	a, b = openEnd(t, 256, false, qpCap, size), openEnd(t, 256, false, qpCap, size)
+	l, err := cm.Listen("tcp://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ca, cb = connectQPs(t, l, l.Addr(), a.qp, b.qp, dial, accept)
 	return a, b, ca, cb
 }
 
@@ -229,10 +252,7 @@ func TestSendWithInvalidate(t *testing.T) {
 func TestConnectionReset(t *testing.T) {
 	v := newVictim(t, 4)
 	h := dialHostile(t, v, false, false, false)
-	r, err := v.e.NewRegion(64, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRegion(t, v.e, 64, verbs.AccessLocalWrite)
 	recvs := []verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{r.SGE(0, 32)}}, {WRID: 2, SGList: []verbs.SGE{r.SGE(32, 32)}}}
 	if n, err := v.e.PostRecv(0, recvs); n != 2 {
 		t.Fatal(err)
@@ -318,6 +338,19 @@ func TestReject(t *testing.T) {
 	}
 }
 
+// sendOne posts a 64-byte receive at b (WRID 1) and a signaled 64-byte
+// Send to it from a (WRID 2).
+func sendOne(t *testing.T, a, b *pairEnd) {
+	t.Helper()
+	if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{b.mr.SGE(0, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{a.mr.SGE(0, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestDisconnectAfterReceive checks that a receiver that disconnects as
 // soon as it has a message still lets the sender's Send complete as a
 // success: the Read that confirms the Send is answered before the
@@ -326,13 +359,7 @@ func TestReject(t *testing.T) {
 func TestDisconnectAfterReceive(t *testing.T) {
 	for i := range 20 {
 		a, b, _, cb := connectPair(t, 4096, nil, nil)
-		if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{b.mr.SGE(0, 64)}}}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
-			SGList: []verbs.SGE{a.mr.SGE(0, 64)}}}); err != nil {
-			t.Fatal(err)
-		}
+		sendOne(t, a, b)
 		if wc := b.wait(t, 1)[0]; wc.Status != verbs.WCSuccess {
 			t.Fatalf("round %d: receive completion %+v", i, wc)
 		}
@@ -375,13 +402,7 @@ func TestNoDescriptorLeak(t *testing.T) {
 	round := func() {
 		t.Run("pair", func(t *testing.T) {
 			a, b, ca, cb := connectPair(t, 4096, nil, nil)
-			if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{b.mr.SGE(0, 64)}}}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
-				SGList: []verbs.SGE{a.mr.SGE(0, 64)}}}); err != nil {
-				t.Fatal(err)
-			}
+			sendOne(t, a, b)
 			a.wait(t, 1)
 			b.wait(t, 1)
 			ca.Close()

@@ -21,7 +21,7 @@ func exchangeOne(t *testing.T, p *benchPair) {
 	if _, err := p.a.qp.PostSend(send); err != nil {
 		t.Fatal(err)
 	}
-	p.a.waitOne(t, ctx, p.a.scq)
+	p.a.waitOne(t, ctx, p.a.cq)
 	p.b.waitOne(t, ctx, p.b.rcq)
 	for _, e := range []*benchEnd{p.a, p.b} {
 		if !iwarp.CachesMR(e.qp.Driver(), e.mr.LKey()) {

@@ -65,7 +65,7 @@ func sendRecvPath(b *testing.B, inMemory bool) {
 		if !from.pending {
 			return
 		}
-		for from.scq.Poll(from.wc[:1]) == 0 {
+		for from.cq.Poll(from.wc[:1]) == 0 {
 			to.rcq.Poll(nil)
 		}
 		if from.wc[0].Status != verbs.WCSuccess {

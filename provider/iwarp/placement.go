@@ -48,7 +48,7 @@ func (c *conn) placeInto(dst [][]byte, mrs []*mr, skip uint64, b []byte) error {
 // reports it); err is the error that ends receiving.
 func (c *conn) rxStagedSend(h wire.Hdr) (done bool, err error) {
 	rx := &c.rx
-	if op := h.Opcode(); (op != wire.OpSend && op != wire.OpSendSE) || !h.Last() || h.MO() != 0 ||
+	if op := h.Opcode(); !op.IsSend() || op.Invalidates() || !h.Last() || h.MO() != 0 ||
 		rx.send.active || rx.held || h.QN() != wire.QNSend || h.MSN() != rx.msn[wire.QNSend] ||
 		rx.sEnd-rx.sOff < rx.plen+rx.tlen {
 		return false, nil

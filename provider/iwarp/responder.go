@@ -133,7 +133,7 @@ func (c *conn) soleSegmentCheck(h wire.Hdr, qn uint32) error {
 // buffers.
 func (c *conn) rxSendBegin(h wire.Hdr) error {
 	rx := &c.rx
-	if err := c.untaggedCheck(h, wire.QNSend); err != nil {
+	if err := c.untaggedCheck(h, h.Opcode().QN()); err != nil {
 		return err
 	}
 	n := h.PayloadLen()
@@ -180,7 +180,7 @@ func (c *conn) rxSendEnd(h wire.Hdr) error {
 		return nil
 	}
 	wc := c.sendDone(h)
-	if op := h.Opcode(); op == wire.OpSendInv || op == wire.OpSendSEInv {
+	if h.Opcode().Invalidates() {
 		stag := h.InvalidateSTag()
 		if !q.ctx.invalidate(stag, q) {
 			c.completeSend(driver.WCRemInvReqErr)
@@ -200,7 +200,7 @@ func (c *conn) sendDone(h wire.Hdr) driver.WorkCompletion {
 	rx := &c.rx
 	rx.msn[wire.QNSend]++
 	wc := driver.WorkCompletion{Opcode: driver.WCRecv, ByteLen: uint32(rx.send.placed), SrcQP: c.remoteQPN.Load()}
-	if op := h.Opcode(); op == wire.OpSendSE || op == wire.OpSendSEInv {
+	if h.Opcode().Solicited() {
 		wc.Flags |= driver.WCSolicited
 	}
 	if rx.immNext {
@@ -302,12 +302,21 @@ func (c *conn) completeSendLocked(wc driver.WorkCompletion) {
 	}
 }
 
+// rxImmDataBegin refuses Immediate Data inside another message: it
+// comes between messages, and lends its immediate to one Send at most.
+func (c *conn) rxImmDataBegin(h wire.Hdr) error {
+	if c.rx.send.active || c.rx.immNext {
+		return protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPInvalidMO, driver.EventQPReqErr,
+			"Immediate Data inside another message")
+	}
+	return nil
+}
+
 // rxImmData handles RFC 7306 Immediate Data: lent to the next Send, or
 // consuming a receive that completes a Write with immediate.
 func (c *conn) rxImmData(h wire.Hdr) error {
 	q := c.q
 	rx := &c.rx
-	rx.msn[wire.QNSend]++
 	d := wire.ImmData(h)
 	if d.Flags()&wire.ImmWithSend != 0 {
 		rx.immNext, rx.immNextVal = true, d.Imm()
@@ -325,7 +334,7 @@ func (c *conn) rxImmData(h wire.Hdr) error {
 	}
 	wc := driver.WorkCompletion{WRID: r.WRID, Opcode: driver.WCRecvRDMAWithImm, Flags: driver.WCWithImm,
 		Imm: d.Imm(), ByteLen: uint32(rx.lastWriteLen), SrcQP: c.remoteQPN.Load()}
-	if h.Opcode() == wire.OpImmDataSE {
+	if h.Opcode().Solicited() {
 		wc.Flags |= driver.WCSolicited
 	}
 	q.completeRecv(wc)
@@ -336,16 +345,11 @@ func (c *conn) rxImmData(h wire.Hdr) error {
 // checking the STag, bounds and rights of the memory read and the IRD.
 func (c *conn) rxReadRequest(h wire.Hdr) error {
 	q := c.q
-	c.rx.msn[wire.QNRead]++
 	r := wire.ReadRequest(h)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !q.accepts() || q.c != c {
-		return io.EOF
-	}
-	if c.irqTail-c.irqHead >= uint64(len(c.irq)) {
-		return protoErr(wire.LayerRDMAP, wire.RDMAPRemoteOperation, wire.RDMAPCatastrophicLocal, driver.EventQPReqErr,
-			"more Read Requests outstanding than the IRD of %d this side offered", len(c.irq))
+	if err := c.admit("Read Requests"); err != nil {
+		return err
 	}
 	var src []byte
 	var m *mr
@@ -372,22 +376,34 @@ func (c *conn) rxReadRequest(h wire.Hdr) error {
 	return nil
 }
 
+// admit checks that a request of the peer (of kind what, which must be
+// answered) may be served: io.EOF once the QP no longer takes what this
+// connection receives, and an error when the responses already owed
+// leave no room for it (the peer has more outstanding than the IRD this
+// side offered). q.mu is held.
+func (c *conn) admit(what string) error {
+	if q := c.q; !q.accepts() || q.c != c {
+		return io.EOF
+	}
+	if c.irqTail-c.irqHead < uint64(len(c.irq)) {
+		return nil
+	}
+	return protoErr(wire.LayerRDMAP, wire.RDMAPRemoteOperation, wire.RDMAPCatastrophicLocal, driver.EventQPReqErr,
+		"more %s outstanding than the IRD of %d this side offered", what, len(c.irq))
+}
+
 // rxAtomicRequest performs an RFC 7306 atomic on the word it names, with
 // a CPU atomic instruction, and queues the response with the word's
 // original value.
 func (c *conn) rxAtomicRequest(h wire.Hdr) error {
 	q := c.q
-	c.rx.msn[wire.QNAtomic]++
 	a := wire.AtomicRequest(h)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !q.accepts() || q.c != c {
-		return io.EOF
+	if err := c.admit("atomics"); err != nil {
+		return err
 	}
 	switch {
-	case c.irqTail-c.irqHead >= uint64(len(c.irq)):
-		return protoErr(wire.LayerRDMAP, wire.RDMAPRemoteOperation, wire.RDMAPCatastrophicLocal, driver.EventQPReqErr,
-			"more atomics outstanding than the IRD of %d this side offered", len(c.irq))
 	case a.TO()%8 != 0:
 		return protoErr(wire.LayerRDMAP, wire.RDMAPRemoteOperation, wire.RDMAPUnspecified, driver.EventQPReqErr,
 			"atomic on offset %#x, which is not 8-byte aligned", a.TO())

@@ -48,22 +48,6 @@ func TestNoPlacementAfterDereg(t *testing.T) {
 	}
 }
 
-// readFPDU reads the next FPDU the victim sends.
-func (h *hostile) readFPDU() []byte {
-	h.t.Helper()
-	var l [2]byte
-	if _, err := io.ReadFull(h.nc, l[:]); err != nil {
-		h.t.Fatalf("read: %v", err)
-	}
-	n := int(binary.BigEndian.Uint16(l[:]))
-	b := make([]byte, 2+n+wire.Pad(n)+wire.CRCLen)
-	copy(b, l[:])
-	if _, err := io.ReadFull(h.nc, b[2:]); err != nil {
-		h.t.Fatalf("read: %v", err)
-	}
-	return b
-}
-
 // TestNoReadResponseAfterDereg: the Read's sink is deregistered before
 // its response arrives. The response is not placed, and the Read does
 // not complete as a success into memory no longer registered.

@@ -403,10 +403,10 @@ func (c *conn) rxCounted(h wire.Hdr) {
 	// One writer (under rxMu): release stores, not locked additions.
 	atomicrel.StoreUint64(&c.rxFrames, c.rxFrames.Load()+1)
 	atomicrel.StoreUint64(&c.rxBytes, c.rxBytes.Load()+uint64(h.PayloadLen()))
-	switch op := h.Opcode(); op {
-	case wire.OpReadResponse, wire.OpAtomicResponse:
+	switch op := h.Opcode(); {
+	case op.Kind() == wire.KindResponse:
 		atomicrel.StoreUint64(&c.rxAnswers, c.rxAnswers.Load()+1)
-	case wire.OpWrite, wire.OpSend, wire.OpSendInv, wire.OpSendSE, wire.OpSendSEInv:
+	case op.Kind() == wire.KindRequest && !op.Bare(): // a Write or a Send
 		if mid := !h.Last(); mid != c.peerMid.Load() {
 			c.peerMid.Store(mid)
 		}
@@ -422,38 +422,20 @@ func (c *conn) rxBegin(h wire.Hdr) error {
 	clear(rx.dstMR[:rx.ndstMR])
 	rx.ndstMR = 0
 	n := h.PayloadLen()
-	var err error
-	switch h.Opcode() {
-	case wire.OpWrite:
-		err = c.rxWriteBegin(h)
-	case wire.OpReadResponse:
-		err = c.rxReadResponseBegin(h)
-	case wire.OpSend, wire.OpSendInv, wire.OpSendSE, wire.OpSendSEInv:
-		err = c.rxSendBegin(h)
-	case wire.OpTerminate:
-		rx.dst[0] = rx.hdr[wire.TerminateLen : wire.TerminateLen+terminateKept(h)]
-		rx.ndst = 1
-	case wire.OpReadRequest:
-		err = c.soleSegmentCheck(h, wire.QNRead)
-		if err == nil && n != 0 {
-			err = protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPInvalidMO, driver.EventQPReqErr,
-				"a Read Request with %d bytes of payload", n)
+	op := h.Opcode()
+	if op.Bare() {
+		if err := c.soleSegmentCheck(h, op.QN()); err != nil {
+			return err
 		}
-	case wire.OpImmData, wire.OpImmDataSE:
-		err = c.soleSegmentCheck(h, wire.QNSend)
-		if err == nil && (n != 0 || rx.send.active || rx.immNext) {
-			err = protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPInvalidMO, driver.EventQPReqErr,
-				"Immediate Data inside another message")
-		}
-	case wire.OpAtomicRequest, wire.OpAtomicResponse:
-		err = c.soleSegmentCheck(h, wire.QNAtomic)
-		if err == nil && n != 0 {
-			err = protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPInvalidMO, driver.EventQPReqErr,
-				"%v with %d bytes of payload", h.Opcode(), n)
+		if n != 0 {
+			return protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPInvalidMO, driver.EventQPReqErr,
+				"%v with %d bytes of payload", op, n)
 		}
 	}
-	if err != nil {
-		return err
+	if begin := rxHandlers[op.Msg()].begin; begin != nil {
+		if err := begin(c, h); err != nil {
+			return err
+		}
 	}
 	// What the destinations do not take (all of it when discarding) is
 	// read into the drain and dropped.
@@ -482,23 +464,34 @@ func (c *conn) rxBegin(h wire.Hdr) error {
 // rxEnd completes the FPDU with headers h: its payload and trailer are
 // read and checked.
 func (c *conn) rxEnd(h wire.Hdr) error {
-	switch h.Opcode() {
-	case wire.OpWrite:
-		return c.rxWriteEnd(h)
-	case wire.OpReadResponse:
-		return c.rxReadResponseEnd(h)
-	case wire.OpSend, wire.OpSendInv, wire.OpSendSE, wire.OpSendSEInv:
-		return c.rxSendEnd(h)
-	case wire.OpReadRequest:
-		return c.rxReadRequest(h)
-	case wire.OpTerminate:
-		return c.rxTerminate(h)
-	case wire.OpImmData, wire.OpImmDataSE:
-		return c.rxImmData(h)
-	case wire.OpAtomicRequest:
-		return c.rxAtomicRequest(h)
-	case wire.OpAtomicResponse:
-		return c.rxAtomicResponse(h)
+	op := h.Opcode()
+	if op.Bare() {
+		c.rx.msn[op.QN()]++ // the message is whole: the next has the next MSN
+	}
+	if end := rxHandlers[op.Msg()].end; end != nil {
+		return end(c, h)
 	}
 	return nil
+}
+
+// rxHandler is what the receiver does with the FPDUs of a message: begin
+// (rxBegin, after the checks of a bare message) checks the headers and
+// sets where the payload goes, before it is read; end (rxEnd) does what
+// the FPDU does, once all of it is read and checked.
+type rxHandler struct {
+	begin, end func(*conn, wire.Hdr) error
+}
+
+// rxHandlers dispatches an FPDU by the message its opcode carries
+// (wire.OpInfo.Msg): requests to the responder, responses and
+// Terminates to the completer.
+var rxHandlers = [wire.NumMessages]rxHandler{
+	wire.MsgWrite:          {(*conn).rxWriteBegin, (*conn).rxWriteEnd},
+	wire.MsgReadRequest:    {nil, (*conn).rxReadRequest},
+	wire.MsgReadResponse:   {(*conn).rxReadResponseBegin, (*conn).rxReadResponseEnd},
+	wire.MsgSend:           {(*conn).rxSendBegin, (*conn).rxSendEnd},
+	wire.MsgTerminate:      {(*conn).rxTerminateBegin, (*conn).rxTerminate},
+	wire.MsgImmData:        {(*conn).rxImmDataBegin, (*conn).rxImmData},
+	wire.MsgAtomicRequest:  {nil, (*conn).rxAtomicRequest},
+	wire.MsgAtomicResponse: {nil, (*conn).rxAtomicResponse},
 }

@@ -169,10 +169,7 @@ func TestOversizedAnswerToZeroLengthRead(t *testing.T) {
 	for _, crc := range []bool{false, true} {
 		t.Run(fmt.Sprintf("crc=%v", crc), func(t *testing.T) {
 			e, h := dialSiw(t, crc, false)
-			r, err := e.NewRegion(4096, verbs.AccessLocalWrite)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := newRegion(t, e, 4096, verbs.AccessLocalWrite)
 			const seg = 1428 // an Ethernet segment's worth, as siw cuts them
 			stale := bytes.Repeat([]byte{0xee}, 3*seg+100)
 			for i := range 3 {
@@ -223,10 +220,7 @@ func TestOversizedAnswerToZeroLengthRead(t *testing.T) {
 // data: an answer that carries some ends the stream.
 func TestOversizedAnswerFromGoverbsRefused(t *testing.T) {
 	e, h := dialRaw(t, false, false, true)
-	r, err := e.NewRegion(4096, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRegion(t, e, 4096, verbs.AccessLocalWrite)
 	postSend(t, e, r, 1, 200)
 	h.nextOf(wire.OpSend)
 	rr := wire.ReadRequest(h.nextOf(wire.OpReadRequest))
@@ -254,10 +248,7 @@ func TestServerSpeaksFirstWithoutPeerToPeer(t *testing.T) {
 				if err := <-v.accepted; err != nil {
 					t.Fatalf("victim accept: %v", err)
 				}
-				r, err := v.e.NewRegion(4096, verbs.AccessLocalWrite)
-				if err != nil {
-					t.Fatal(err)
-				}
+				r := newRegion(t, v.e, 4096, verbs.AccessLocalWrite)
 				msg := []byte("the server speaks first")
 				if err := v.e.WriteRegion(r.ID, 0, msg); err != nil {
 					t.Fatal(err)
@@ -281,12 +272,6 @@ func TestServerSpeaksFirstWithoutPeerToPeer(t *testing.T) {
 // block, as siw's initiator sends it) and reads the Reply.
 func dialNoP2P(t *testing.T, v *victim, rev byte, crc bool) *hostile {
 	t.Helper()
-	nc, err := net.Dial("tcp", v.l.Addr()[len("tcp://"):])
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	nc.SetDeadline(time.Now().Add(20 * time.Second))
 	flags, pd := byte(0), []byte(nil)
 	if rev == wire.Revision2 {
 		flags = wire.FlagEnhanced
@@ -296,28 +281,11 @@ func dialNoP2P(t *testing.T, v *victim, rev byte, crc bool) *hostile {
 	if crc {
 		flags |= wire.FlagCRC
 	}
-	req := make(wire.Frame, wire.FrameHeaderLen+len(pd))
-	req.SetHeader(wire.KeyReq, flags, rev, len(pd))
-	copy(req[wire.FrameHeaderLen:], pd)
-	if _, err := nc.Write(req); err != nil {
-		t.Fatalf("send MPA request: %v", err)
-	}
-	rep := make([]byte, wire.FrameHeaderLen)
-	if _, err := io.ReadFull(nc, rep); err != nil {
-		t.Fatalf("read MPA reply: %v", err)
-	}
-	n, err := wire.ValidateFrameHeader(rep)
-	if err != nil || !wire.Frame(rep).IsReply() || wire.Frame(rep).Flags()&wire.FlagReject != 0 {
-		t.Fatalf("MPA reply %x: %v", rep, err)
-	}
-	rpd := make([]byte, n)
-	if _, err := io.ReadFull(nc, rpd); err != nil {
-		t.Fatalf("read MPA reply private data: %v", err)
-	}
+	nc, repFlags, rpd := mpaConnect(t, v, flags, rev, pd)
 	if rev == wire.Revision2 && wire.V2(rpd).PeerToPeer() {
 		t.Fatal("the Reply turns on peer-to-peer mode the Request did not ask for")
 	}
-	return &hostile{t: t, nc: nc, crc: wire.Frame(rep).Flags()&wire.FlagCRC != 0, ird: 4,
+	return &hostile{t: t, nc: nc, crc: repFlags&wire.FlagCRC != 0, ird: 4,
 		msn: [wire.NumQN]uint32{1, 1, 1, 1}}
 }
 
@@ -331,10 +299,7 @@ func TestStrandedRTRIsKicked(t *testing.T) {
 	for _, crc := range []bool{false, true} {
 		t.Run(fmt.Sprintf("crc=%v", crc), func(t *testing.T) {
 			e, h := dialSiw(t, crc, true)
-			r, err := e.NewRegion(4096, verbs.AccessLocalWrite)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := newRegion(t, e, 4096, verbs.AccessLocalWrite)
 			if _, err := e.PostRecv(0, []verbs.RecvWR{{WRID: 7, SGList: []verbs.SGE{{Addr: r.Addr, Length: 4096, LKey: r.LKey}}}}); err != nil {
 				t.Fatal(err)
 			}
@@ -376,10 +341,7 @@ func setCRC(on bool) (restore func()) {
 // its own way (see siwTerminate), which is read as it means.
 func TestTerminateForConfirmingReadConfirmsSends(t *testing.T) {
 	e, h := dialSiw(t, false, false)
-	r, err := e.NewRegion(4096, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRegion(t, e, 4096, verbs.AccessLocalWrite)
 	postSend(t, e, r, 1, 16)
 	h.nextOf(wire.OpSend)
 	rr := wire.ReadRequest(h.nextOf(wire.OpReadRequest))
@@ -407,10 +369,7 @@ func TestOrderlyEndCreditsSends(t *testing.T) {
 	for _, ext := range []bool{false, true} {
 		t.Run(fmt.Sprintf("goverbs=%v", ext), func(t *testing.T) {
 			e, h := dialRaw(t, false, false, ext)
-			r, err := e.NewRegion(4096, verbs.AccessLocalWrite)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := newRegion(t, e, 4096, verbs.AccessLocalWrite)
 			postSend(t, e, r, 1, 100)
 			h.nextOf(wire.OpSend)
 			h.nextOf(wire.OpReadRequest)
@@ -447,26 +406,11 @@ func FuzzReceiveFromSiw(f *testing.F) {
 	f.Add(append(seed.readResponse(0, 0, false, make([]byte, 8)), seed.readResponse(0, 100, true, make([]byte, 8))...))
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		e, h := dialSiw(t, false, false)
-		r, err := e.NewRegion(256, verbs.AccessLocalWrite)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := newRegion(t, e, 256, verbs.AccessLocalWrite)
 		postSend(t, e, r, 1, 100)
 		h.nextOf(wire.OpSend)
 		h.nextOf(wire.OpReadRequest)
-		readDone := make(chan struct{})
-		go func() {
-			defer close(readDone)
-			io.Copy(io.Discard, h.nc)
-		}()
-		h.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
-		h.nc.Write(stream)
-		h.nc.(*net.TCPConn).CloseWrite()
-		select {
-		case <-readDone:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the initiator did not end the stream within 10s of its end")
-		}
+		h.pour(stream, "initiator")
 		expectError(t, e)
 		if ok, err := e.CanariesIntact(r.ID); err != nil || !ok {
 			t.Fatalf("a byte around the initiator's region changed (intact %v, %v)", ok, err)

@@ -184,7 +184,7 @@ func shortRoadsUnderLoad(t *testing.T) {
 	var lastWRID atomic.Int64
 	lastWRID.Store(-1)
 	var sent atomic.Int64 // completions polled
-	drain(p.a.scq, "A send", func(w verbs.WorkCompletion) bool {
+	drain(p.a.cq, "A send", func(w verbs.WorkCompletion) bool {
 		if int64(w.WRID) <= lastWRID.Load() {
 			fail("send completion %d after %d", w.WRID, lastWRID.Load())
 			return false
@@ -234,7 +234,7 @@ func shortRoadsUnderLoad(t *testing.T) {
 				fail("B post: %v", err)
 				return
 			}
-			n := p.b.scq.Poll(wc)
+			n := p.b.cq.Poll(wc)
 			inflight -= n
 			for _, w := range wc[:n] {
 				if w.Status != verbs.WCSuccess {
@@ -393,7 +393,7 @@ func TestStagedSendForgetsEarlierRegions(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.b.waitOne(t, ctx, p.b.rcq)
-	p.a.waitOne(t, ctx, p.a.scq)
+	p.a.waitOne(t, ctx, p.a.cq)
 	if err := other.Dereg(); err != nil {
 		t.Fatal(err)
 	}

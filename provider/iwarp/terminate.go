@@ -110,25 +110,10 @@ func (c *conn) terminate(layer wire.Layer, etype, ecode uint8, hdr wire.Hdr) {
 	c.wakeTx()
 }
 
-// siwTerminate rewrites in t the control word of a Terminate that Linux
-// siw sent into the layout of RFC 5040. siw (6.1) builds the word with C
-// bitfields that, on a little-endian machine, put the Layer in the low
-// half of the first byte and the Error Type in the high half (RFC 5040:
-// the other way round), and the M, D and R flags in the three low bits of
-// the third byte, where RFC 5040 has reserved bits, rather than the three
-// high ones: its Terminate for an invalid STag in RDMAP reads as a DDP
-// catastrophic error whose copied headers are absent. A control word
-// whose reserved bits are set in exactly that place, and no other, is
-// taken for siw's (only from a peer other than goverbs); one that copies
-// no headers cannot be told from an RFC one and is left as it is.
-func siwTerminate(t wire.Terminate) {
-	f := t[22]
-	if f&0xf8 != 0 || f&0x07 == 0 || t[23] != 0 {
-		return
-	}
-	t[20] = t[20]<<4 | t[20]>>4
-	t[22] = (f&1)<<7 | (f&2)<<5 | (f&4)<<3
-}
+// siwTerminate reads the control word of a Terminate from a peer other
+// than goverbs as Linux siw means it, when it is in siw's layout
+// (wire.Terminate.FromSiw).
+func siwTerminate(t wire.Terminate) { t.FromSiw() }
 
 // terminateKept is how much of a Terminate's payload (the terminated
 // headers) is kept: what the longest headers need.

@@ -10,50 +10,6 @@ import (
 // views below start at the length field, so that a receiver reads the
 // length field and the headers into one buffer and views it as an Hdr.
 
-// Opcode is an RDMAP opcode (RFC 5040, section 4.3; RFC 7306, section 5).
-type Opcode uint8
-
-// RDMAP opcodes.
-const (
-	OpWrite        Opcode = 0x0
-	OpReadRequest  Opcode = 0x1
-	OpReadResponse Opcode = 0x2
-	OpSend         Opcode = 0x3
-	OpSendInv      Opcode = 0x4
-	OpSendSE       Opcode = 0x5
-	OpSendSEInv    Opcode = 0x6
-	OpTerminate    Opcode = 0x7
-	// RFC 7306 opcodes, used only on connections that negotiated them.
-	OpImmData        Opcode = 0x8
-	OpImmDataSE      Opcode = 0x9
-	OpAtomicRequest  Opcode = 0xa
-	OpAtomicResponse Opcode = 0xb
-)
-
-var opNames = [...]string{
-	OpWrite: "Write", OpReadRequest: "ReadRequest", OpReadResponse: "ReadResponse",
-	OpSend: "Send", OpSendInv: "SendInv", OpSendSE: "SendSE", OpSendSEInv: "SendSEInv",
-	OpTerminate: "Terminate", OpImmData: "ImmData", OpImmDataSE: "ImmDataSE",
-	OpAtomicRequest: "AtomicRequest", OpAtomicResponse: "AtomicResponse",
-}
-
-// String names the opcode as RFC 5040 and RFC 7306 do.
-func (o Opcode) String() string {
-	if int(o) < len(opNames) {
-		return opNames[o]
-	}
-	return fmt.Sprintf("Opcode(%d)", uint8(o))
-}
-
-// Tagged reports whether messages of opcode o use the tagged buffer model.
-func (o Opcode) Tagged() bool { return o == OpWrite || o == OpReadResponse }
-
-// IsSend reports whether o is one of the four Send opcodes.
-func (o Opcode) IsSend() bool { return o >= OpSend && o <= OpSendSEInv }
-
-// Extension reports whether o is an RFC 7306 opcode.
-func (o Opcode) Extension() bool { return o >= OpImmData && o <= OpAtomicResponse }
-
 // DDP queue numbers of untagged messages (RFC 5040, section 5.1; RFC 7306).
 const (
 	QNSend      = 0 // Send and Immediate Data
@@ -86,27 +42,21 @@ const (
 	TerminateMaxLen = TerminateLen + ReadRequestLen
 )
 
-// HeaderLen returns the length of the headers of an FPDU of opcode op,
-// counted from the length field.
-func HeaderLen(op Opcode) int {
-	switch op {
-	case OpWrite, OpReadResponse:
-		return TaggedLen
-	case OpSend, OpSendInv, OpSendSE, OpSendSEInv:
-		return UntaggedLen
-	case OpReadRequest:
-		return ReadRequestLen
-	case OpTerminate:
-		return TerminateLen
-	case OpImmData, OpImmDataSE:
-		return ImmDataLen
-	case OpAtomicRequest:
-		return AtomicReqLen
-	case OpAtomicResponse:
-		return AtomicRespLen
-	}
-	return 0
-}
+// Field offsets in the headers, counted from the length field (RFC 5041
+// section 4, RFC 5040 section 4).
+const (
+	offULPDULen  = 0 // ULPDU length (in a Terminate's copy: the DDP segment length)
+	offDDPCtrl   = 2 // DDP control: Tagged, Last, reserved bits, version
+	offRDMAPCtrl = 3 // RDMAP control: version, reserved bits, opcode
+	// The tagged header.
+	offSTag = 4 // Steering Tag
+	offTO   = 8 // Tagged Offset
+	// The untagged header.
+	offInvSTag = 4  // Invalidate STag of a Send with Invalidate, reserved otherwise
+	offQN      = 8  // queue number
+	offMSN     = 12 // message sequence number
+	offMO      = 16 // message offset
+)
 
 // DDP and RDMAP control bits.
 const (
@@ -128,41 +78,41 @@ type Hdr []byte
 
 // ULPDULen is the length of the ULPDU (the DDP segment: headers and
 // payload) that follows the length field.
-func (h Hdr) ULPDULen() int { return int(binary.BigEndian.Uint16(h[0:])) }
+func (h Hdr) ULPDULen() int { return int(binary.BigEndian.Uint16(h[offULPDULen:])) }
 
 // Tagged reports the DDP Tagged flag.
-func (h Hdr) Tagged() bool { return h[2]&ddpTagged != 0 }
+func (h Hdr) Tagged() bool { return h[offDDPCtrl]&ddpTagged != 0 }
 
 // Last reports the DDP Last flag: the segment ends its message.
-func (h Hdr) Last() bool { return h[2]&ddpLast != 0 }
+func (h Hdr) Last() bool { return h[offDDPCtrl]&ddpLast != 0 }
 
 // DDPVersion is the DDP version field.
-func (h Hdr) DDPVersion() int { return int(h[2] & ddpVersion) }
+func (h Hdr) DDPVersion() int { return int(h[offDDPCtrl] & ddpVersion) }
 
 // RDMAPVersion is the RDMAP version field.
-func (h Hdr) RDMAPVersion() int { return int(h[3]&rdmapVers) >> 6 }
+func (h Hdr) RDMAPVersion() int { return int(h[offRDMAPCtrl]&rdmapVers) >> 6 }
 
 // Opcode is the RDMAP opcode.
-func (h Hdr) Opcode() Opcode { return Opcode(h[3] & rdmapOpcode) }
+func (h Hdr) Opcode() Opcode { return Opcode(h[offRDMAPCtrl] & rdmapOpcode) }
 
 // STag is the tagged header's Steering Tag.
-func (h Hdr) STag() uint32 { return binary.BigEndian.Uint32(h[4:]) }
+func (h Hdr) STag() uint32 { return binary.BigEndian.Uint32(h[offSTag:]) }
 
 // TO is the tagged header's Tagged Offset.
-func (h Hdr) TO() uint64 { return binary.BigEndian.Uint64(h[8:]) }
+func (h Hdr) TO() uint64 { return binary.BigEndian.Uint64(h[offTO:]) }
 
 // InvalidateSTag is the untagged header's first word: the STag a Send
 // with Invalidate invalidates (reserved for other opcodes).
-func (h Hdr) InvalidateSTag() uint32 { return binary.BigEndian.Uint32(h[4:]) }
+func (h Hdr) InvalidateSTag() uint32 { return binary.BigEndian.Uint32(h[offInvSTag:]) }
 
 // QN is the untagged header's queue number.
-func (h Hdr) QN() uint32 { return binary.BigEndian.Uint32(h[8:]) }
+func (h Hdr) QN() uint32 { return binary.BigEndian.Uint32(h[offQN:]) }
 
 // MSN is the untagged header's message sequence number.
-func (h Hdr) MSN() uint32 { return binary.BigEndian.Uint32(h[12:]) }
+func (h Hdr) MSN() uint32 { return binary.BigEndian.Uint32(h[offMSN:]) }
 
 // MO is the untagged header's message offset.
-func (h Hdr) MO() uint32 { return binary.BigEndian.Uint32(h[16:]) }
+func (h Hdr) MO() uint32 { return binary.BigEndian.Uint32(h[offMO:]) }
 
 // PayloadLen is the length of the payload after the headers of the
 // FPDU's opcode; negative when the ULPDU is shorter than its headers.
@@ -172,8 +122,8 @@ func (h Hdr) PayloadLen() int { return h.ULPDULen() - (HeaderLen(h.Opcode()) - L
 // the payload length n, flags, opcode, STag and Tagged Offset.
 func (h Hdr) SetTagged(op Opcode, last bool, stag uint32, to uint64, n int) {
 	h.setCtrl(op, true, last, TaggedLen-LenFieldLen+n)
-	binary.BigEndian.PutUint32(h[4:], stag)
-	binary.BigEndian.PutUint64(h[8:], to)
+	binary.BigEndian.PutUint32(h[offSTag:], stag)
+	binary.BigEndian.PutUint64(h[offTO:], to)
 }
 
 // SetUntagged fills an untagged header (UntaggedLen bytes) for opcode
@@ -181,14 +131,14 @@ func (h Hdr) SetTagged(op Opcode, last bool, stag uint32, to uint64, n int) {
 // (the Invalidate STag of a Send with Invalidate, zero otherwise).
 func (h Hdr) SetUntagged(op Opcode, last bool, inv, qn, msn, mo uint32, n int) {
 	h.setCtrl(op, false, last, HeaderLen(op)-LenFieldLen+n)
-	binary.BigEndian.PutUint32(h[4:], inv)
-	binary.BigEndian.PutUint32(h[8:], qn)
-	binary.BigEndian.PutUint32(h[12:], msn)
-	binary.BigEndian.PutUint32(h[16:], mo)
+	binary.BigEndian.PutUint32(h[offInvSTag:], inv)
+	binary.BigEndian.PutUint32(h[offQN:], qn)
+	binary.BigEndian.PutUint32(h[offMSN:], msn)
+	binary.BigEndian.PutUint32(h[offMO:], mo)
 }
 
 func (h Hdr) setCtrl(op Opcode, tagged, last bool, ulpdu int) {
-	binary.BigEndian.PutUint16(h[0:], uint16(ulpdu))
+	binary.BigEndian.PutUint16(h[offULPDULen:], uint16(ulpdu))
 	c := byte(DDPVersion)
 	if tagged {
 		c |= ddpTagged
@@ -196,8 +146,8 @@ func (h Hdr) setCtrl(op Opcode, tagged, last bool, ulpdu int) {
 	if last {
 		c |= ddpLast
 	}
-	h[2] = c
-	h[3] = RDMAPVersion<<6 | byte(op)
+	h[offDDPCtrl] = c
+	h[offRDMAPCtrl] = RDMAPVersion<<6 | byte(op)
 }
 
 // HeaderError says what is wrong with an FPDU's headers, in the terms a
@@ -231,7 +181,7 @@ func ValidateHdr(b []byte, ext bool) (int, error) {
 		return 0, &HeaderError{LayerDDP, DDPUntaggedError, DDPUntaggedVersion, fmt.Sprintf("DDP version %d", h.DDPVersion())}
 	case h.RDMAPVersion() != RDMAPVersion:
 		return 0, &HeaderError{LayerRDMAP, RDMAPRemoteOperation, RDMAPInvalidVersion, fmt.Sprintf("RDMAP version %d", h.RDMAPVersion())}
-	case h[2]&ddpReserved != 0 || h[3]&rdmapRsvd != 0:
+	case h[offDDPCtrl]&ddpReserved != 0 || h[offRDMAPCtrl]&rdmapRsvd != 0:
 		return 0, &HeaderError{LayerDDP, DDPCatastrophic, 0, "reserved DDP or RDMAP control bits set"}
 	}
 	op := h.Opcode()

@@ -125,6 +125,8 @@ func FuzzTerminate(f *testing.F) {
 		}
 		term := Terminate(b)
 		_ = term.String()
+		// Reading it as siw lays it out must not panic either.
+		Terminate(append([]byte(nil), b...)).FromSiw()
 		h := term.Terminated()
 		if h == nil {
 			return

@@ -6,6 +6,10 @@
 // allocates nothing. Accessors assume the view is long enough; the
 // Validate functions (and the fixed lengths below) say when it is, so
 // that a receiver checks a length once and then reads fields freely.
+// Each view names its field offsets. What the wire says of each RDMAP
+// opcode (name, header length, buffer model, DDP queue, whether it is a
+// request, a response or a Terminate, the message it carries) is one
+// table, read through Opcode's methods and Info.
 //
 // Byte order is network order (big-endian) everywhere, as the RFCs say,
 // except the MPA CRC, which goes on the wire as the little-endian bytes of
@@ -63,24 +67,31 @@ var ErrShort = errors.New("iwarp wire: buffer shorter than the header it must ho
 // flags, the revision, the private data length and the private data.
 type Frame []byte
 
+// Offsets of the frame's fields; the key fills the bytes before the flags.
+const (
+	offFrameFlags = len(KeyReq)       // the flags byte
+	offFrameRev   = offFrameFlags + 1 // the revision
+	offFramePDLen = offFrameFlags + 2 // the private data length (16 bits)
+)
+
 // Key is the frame's 16-byte key.
-func (f Frame) Key() string { return string(f[:16]) }
+func (f Frame) Key() string { return string(f[:offFrameFlags]) }
 
 // IsRequest reports whether the frame carries the Request key.
-func (f Frame) IsRequest() bool { return string(f[:16]) == KeyReq }
+func (f Frame) IsRequest() bool { return string(f[:offFrameFlags]) == KeyReq }
 
 // IsReply reports whether the frame carries the Reply key.
-func (f Frame) IsReply() bool { return string(f[:16]) == KeyRep }
+func (f Frame) IsReply() bool { return string(f[:offFrameFlags]) == KeyRep }
 
 // Flags is the flags byte (FlagMarkers, FlagCRC, ...).
-func (f Frame) Flags() byte { return f[16] }
+func (f Frame) Flags() byte { return f[offFrameFlags] }
 
 // Revision is the MPA revision.
-func (f Frame) Revision() byte { return f[17] }
+func (f Frame) Revision() byte { return f[offFrameRev] }
 
 // PrivateDataLen is the length of the private data that follows the
 // header, as the frame states it.
-func (f Frame) PrivateDataLen() int { return int(binary.BigEndian.Uint16(f[18:])) }
+func (f Frame) PrivateDataLen() int { return int(binary.BigEndian.Uint16(f[offFramePDLen:])) }
 
 // PrivateData is the private data, as much of it as the view holds.
 func (f Frame) PrivateData() []byte {
@@ -91,10 +102,10 @@ func (f Frame) PrivateData() []byte {
 // SetHeader fills the frame header: key, flags, revision and private
 // data length.
 func (f Frame) SetHeader(key string, flags, rev byte, pdLen int) {
-	copy(f[:16], key)
-	f[16] = flags
-	f[17] = rev
-	binary.BigEndian.PutUint16(f[18:], uint16(pdLen))
+	copy(f[:offFrameFlags], key)
+	f[offFrameFlags] = flags
+	f[offFrameRev] = rev
+	binary.BigEndian.PutUint16(f[offFramePDLen:], uint16(pdLen))
 }
 
 // ValidateFrameHeader checks the first FrameHeaderLen bytes of an MPA
@@ -146,22 +157,28 @@ const (
 // peer-to-peer flag and the RTR choices.
 type V2 []byte
 
+// Offsets of the block's two words.
+const (
+	offV2IRD = 0 // IRD, with the peer-to-peer and zero-length Send RTR flags
+	offV2ORD = 2 // ORD, with the Write and Read RTR flags
+)
+
 // IRD is the inbound RDMA Read queue depth the sender offers.
-func (v V2) IRD() int { return int(binary.BigEndian.Uint16(v[0:]) & v2Mask) }
+func (v V2) IRD() int { return int(binary.BigEndian.Uint16(v[offV2IRD:]) & v2Mask) }
 
 // ORD is the outbound RDMA Read queue depth the sender wants.
-func (v V2) ORD() int { return int(binary.BigEndian.Uint16(v[2:]) & v2Mask) }
+func (v V2) ORD() int { return int(binary.BigEndian.Uint16(v[offV2ORD:]) & v2Mask) }
 
 // PeerToPeer reports the peer-to-peer flag.
-func (v V2) PeerToPeer() bool { return binary.BigEndian.Uint16(v[0:])&v2PeerToPeer != 0 }
+func (v V2) PeerToPeer() bool { return binary.BigEndian.Uint16(v[offV2IRD:])&v2PeerToPeer != 0 }
 
 // RTR is the set of RTR messages the block names.
 func (v V2) RTR() RTR {
 	var r RTR
-	if binary.BigEndian.Uint16(v[0:])&v2ZeroSend != 0 {
+	if binary.BigEndian.Uint16(v[offV2IRD:])&v2ZeroSend != 0 {
 		r |= RTRSend
 	}
-	ord := binary.BigEndian.Uint16(v[2:])
+	ord := binary.BigEndian.Uint16(v[offV2ORD:])
 	if ord&v2WriteRTR != 0 {
 		r |= RTRWrite
 	}
@@ -187,8 +204,8 @@ func (v V2) Set(ird, ord int, p2p bool, rtr RTR) {
 	if rtr&RTRRead != 0 {
 		o |= v2ReadRTR
 	}
-	binary.BigEndian.PutUint16(v[0:], i)
-	binary.BigEndian.PutUint16(v[2:], o)
+	binary.BigEndian.PutUint16(v[offV2IRD:], i)
+	binary.BigEndian.PutUint16(v[offV2ORD:], o)
 }
 
 // ExtLen is the length of goverbs' extension block, which a goverbs
@@ -202,16 +219,22 @@ const extMagic = 0x47567831
 // Ext is a view of the extension block.
 type Ext []byte
 
+// Offsets of the extension block's two words.
+const (
+	offExtMagic = 0 // extMagic
+	offExtQPN   = 4 // the sender's QP number
+)
+
 // Valid reports whether the block starts with the magic word.
-func (e Ext) Valid() bool { return binary.BigEndian.Uint32(e[0:]) == extMagic }
+func (e Ext) Valid() bool { return binary.BigEndian.Uint32(e[offExtMagic:]) == extMagic }
 
 // QPN is the sender's QP number.
-func (e Ext) QPN() uint32 { return binary.BigEndian.Uint32(e[4:]) }
+func (e Ext) QPN() uint32 { return binary.BigEndian.Uint32(e[offExtQPN:]) }
 
 // Set fills the block.
 func (e Ext) Set(qpn uint32) {
-	binary.BigEndian.PutUint32(e[0:], extMagic)
-	binary.BigEndian.PutUint32(e[4:], qpn)
+	binary.BigEndian.PutUint32(e[offExtMagic:], extMagic)
+	binary.BigEndian.PutUint32(e[offExtQPN:], qpn)
 }
 
 // RTRQPNTag marks the Tagged Offset of a goverbs RTR Write that carries

@@ -10,32 +10,41 @@ import (
 // data sink and data source of the Read (RFC 5040, section 4.4).
 type ReadRequest []byte
 
+// Offsets of the Read Request's fields, after its untagged header.
+const (
+	offSinkSTag = UntaggedLen      // data sink STag
+	offSinkTO   = UntaggedLen + 4  // data sink Tagged Offset
+	offSize     = UntaggedLen + 12 // RDMA Read message size
+	offSrcSTag  = UntaggedLen + 16 // data source STag
+	offSrcTO    = UntaggedLen + 20 // data source Tagged Offset
+)
+
 // Hdr is the request's DDP and RDMAP header.
 func (r ReadRequest) Hdr() Hdr { return Hdr(r) }
 
 // SinkSTag is the STag the Read Response is placed with.
-func (r ReadRequest) SinkSTag() uint32 { return binary.BigEndian.Uint32(r[20:]) }
+func (r ReadRequest) SinkSTag() uint32 { return binary.BigEndian.Uint32(r[offSinkSTag:]) }
 
 // SinkTO is the Tagged Offset the Read Response starts at.
-func (r ReadRequest) SinkTO() uint64 { return binary.BigEndian.Uint64(r[24:]) }
+func (r ReadRequest) SinkTO() uint64 { return binary.BigEndian.Uint64(r[offSinkTO:]) }
 
 // Size is the number of bytes to read.
-func (r ReadRequest) Size() uint32 { return binary.BigEndian.Uint32(r[32:]) }
+func (r ReadRequest) Size() uint32 { return binary.BigEndian.Uint32(r[offSize:]) }
 
 // SrcSTag is the STag of the memory read.
-func (r ReadRequest) SrcSTag() uint32 { return binary.BigEndian.Uint32(r[36:]) }
+func (r ReadRequest) SrcSTag() uint32 { return binary.BigEndian.Uint32(r[offSrcSTag:]) }
 
 // SrcTO is the Tagged Offset of the memory read.
-func (r ReadRequest) SrcTO() uint64 { return binary.BigEndian.Uint64(r[40:]) }
+func (r ReadRequest) SrcTO() uint64 { return binary.BigEndian.Uint64(r[offSrcTO:]) }
 
 // Set fills the request: its untagged header with msn, and the Read.
 func (r ReadRequest) Set(msn, sinkSTag uint32, sinkTO uint64, size, srcSTag uint32, srcTO uint64) {
 	Hdr(r).SetUntagged(OpReadRequest, true, 0, QNRead, msn, 0, 0)
-	binary.BigEndian.PutUint32(r[20:], sinkSTag)
-	binary.BigEndian.PutUint64(r[24:], sinkTO)
-	binary.BigEndian.PutUint32(r[32:], size)
-	binary.BigEndian.PutUint32(r[36:], srcSTag)
-	binary.BigEndian.PutUint64(r[40:], srcTO)
+	binary.BigEndian.PutUint32(r[offSinkSTag:], sinkSTag)
+	binary.BigEndian.PutUint64(r[offSinkTO:], sinkTO)
+	binary.BigEndian.PutUint32(r[offSize:], size)
+	binary.BigEndian.PutUint32(r[offSrcSTag:], srcSTag)
+	binary.BigEndian.PutUint64(r[offSrcTO:], srcTO)
 }
 
 // Layer is the layer a Terminate message blames (RFC 5040, section 7).
@@ -95,6 +104,10 @@ const (
 	terminateFlagM     = 0x8000 // the DDP segment length is valid
 	terminateFlagD     = 0x4000 // the terminated DDP header follows
 	terminateFlagR     = 0x2000 // the terminated RDMAP header follows
+	// Linux siw's M, D and R flags: the low 3 bits of the flags' first
+	// byte, the other 5 clear (FromSiw).
+	siwFlags     = 0x07
+	siwFlagsRsvd = 0xf8
 )
 
 // Terminate is a view of a Terminate FPDU: an untagged header on
@@ -103,20 +116,32 @@ const (
 // with R, the terminated RDMAP header (a Read Request's 28 bytes).
 type Terminate []byte
 
+// Offsets of the Terminate control word (RFC 5040 section 4.8), after
+// its untagged header, and the terminated headers.
+const (
+	offTermLayer = UntaggedLen     // Layer (high half) and Error Type (low half)
+	offTermECode = UntaggedLen + 1 // Error Code
+	offTermFlags = UntaggedLen + 2 // M, D and R flags, then reserved bits (16 bits)
+)
+
 // Layer is the layer that found the error.
-func (t Terminate) Layer() Layer { return Layer(t[20] >> 4) }
+func (t Terminate) Layer() Layer { return Layer(t[offTermLayer] >> 4) }
 
 // EType is the error type.
-func (t Terminate) EType() uint8 { return t[20] & 0xf }
+func (t Terminate) EType() uint8 { return t[offTermLayer] & 0xf }
 
 // ECode is the error code.
-func (t Terminate) ECode() uint8 { return t[21] }
+func (t Terminate) ECode() uint8 { return t[offTermECode] }
 
 // HasDDP reports the D flag: the terminated DDP headers follow.
-func (t Terminate) HasDDP() bool { return binary.BigEndian.Uint16(t[22:])&terminateFlagD != 0 }
+func (t Terminate) HasDDP() bool {
+	return binary.BigEndian.Uint16(t[offTermFlags:])&terminateFlagD != 0
+}
 
 // HasRDMAP reports the R flag: the terminated RDMAP header follows.
-func (t Terminate) HasRDMAP() bool { return binary.BigEndian.Uint16(t[22:])&terminateFlagR != 0 }
+func (t Terminate) HasRDMAP() bool {
+	return binary.BigEndian.Uint16(t[offTermFlags:])&terminateFlagR != 0
+}
 
 // Terminated returns the copy of the terminated segment's headers as an
 // Hdr (its length field holding the DDP segment length), or nil when the
@@ -156,10 +181,32 @@ func SetTerminate(t []byte, msn uint32, layer Layer, etype, ecode uint8, hdr Hdr
 		}
 	}
 	Hdr(t).SetUntagged(OpTerminate, true, 0, QNTerminate, msn, 0, n-TerminateLen)
-	t[20] = byte(layer)<<4 | etype&0xf
-	t[21] = ecode
-	binary.BigEndian.PutUint16(t[22:], flags)
+	t[offTermLayer] = byte(layer)<<4 | etype&0xf
+	t[offTermECode] = ecode
+	binary.BigEndian.PutUint16(t[offTermFlags:], flags)
 	return n
+}
+
+// FromSiw rewrites the control word of a Terminate that Linux siw sent
+// into the layout of RFC 5040, and reports whether it did. siw (6.1)
+// builds the word with C bitfields that, on a little-endian machine, put
+// the Layer in the low half of the first byte and the Error Type in the
+// high half (RFC 5040: the other way round), and the M, D and R flags in
+// the three low bits of the third byte, where RFC 5040 has reserved
+// bits, rather than the three high ones: its Terminate for an invalid
+// STag in RDMAP reads as a DDP catastrophic error whose copied headers
+// are absent. A control word whose reserved bits are set in exactly that
+// place, and no other, is taken for siw's (a caller does so only for a
+// peer known not to lay it out as RFC 5040 does); one that copies no
+// headers cannot be told from an RFC one and is left as it is.
+func (t Terminate) FromSiw() bool {
+	f := t[offTermFlags]
+	if f&siwFlagsRsvd != 0 || f&siwFlags == 0 || t[offTermFlags+1] != 0 {
+		return false
+	}
+	t[offTermLayer] = t[offTermLayer]<<4 | t[offTermLayer]>>4
+	t[offTermFlags] = (f&1)<<7 | (f&2)<<5 | (f&4)<<3
+	return true
 }
 
 // String describes the error the Terminate reports.
@@ -199,28 +246,24 @@ func describe(l Layer, etype, ecode uint8) string {
 	return "unknown layer"
 }
 
+// rdmapCodes names the RDMAP error codes.
+var rdmapCodes = [...]string{
+	RDMAPInvalidSTag:       "invalid STag",
+	RDMAPBaseBounds:        "base or bounds violation",
+	RDMAPAccessRights:      "access rights violation",
+	RDMAPSTagNotAssoc:      "STag not associated with the stream",
+	RDMAPTOWrap:            "TO wrap",
+	RDMAPInvalidVersion:    "invalid RDMAP version",
+	RDMAPUnexpectedOpcode:  "unexpected opcode",
+	RDMAPCatastrophicLocal: "catastrophic error of the stream",
+	RDMAPCatastrophicAll:   "global catastrophic error",
+	RDMAPCannotInvalidate:  "STag cannot be invalidated",
+}
+
+// rdmapCode names the RDMAP error code c.
 func rdmapCode(c uint8) string {
-	switch c {
-	case RDMAPInvalidSTag:
-		return "invalid STag"
-	case RDMAPBaseBounds:
-		return "base or bounds violation"
-	case RDMAPAccessRights:
-		return "access rights violation"
-	case RDMAPSTagNotAssoc:
-		return "STag not associated with the stream"
-	case RDMAPTOWrap:
-		return "TO wrap"
-	case RDMAPInvalidVersion:
-		return "invalid RDMAP version"
-	case RDMAPUnexpectedOpcode:
-		return "unexpected opcode"
-	case RDMAPCatastrophicLocal:
-		return "catastrophic error of the stream"
-	case RDMAPCatastrophicAll:
-		return "global catastrophic error"
-	case RDMAPCannotInvalidate:
-		return "STag cannot be invalidated"
+	if int(c) < len(rdmapCodes) {
+		return rdmapCodes[c]
 	}
 	return "unspecified"
 }
@@ -238,42 +281,55 @@ const (
 // and Tagged Offset, and the operands with their masks.
 type AtomicRequest []byte
 
+// Offsets of the Atomic Request's fields, after its untagged header.
+const (
+	offAtomicOp          = UntaggedLen      // a word whose low 4 bits are the operation
+	offAtomicID          = UntaggedLen + 4  // request identifier
+	offAtomicSTag        = UntaggedLen + 8  // target STag
+	offAtomicTO          = UntaggedLen + 12 // target Tagged Offset
+	offAtomicAddSwap     = UntaggedLen + 20 // add or swap data
+	offAtomicAddSwapMask = UntaggedLen + 28 // its mask
+	offAtomicCompare     = UntaggedLen + 36 // compare data
+	offAtomicCompareMask = UntaggedLen + 44 // its mask
+	atomicOpMask         = 0xf
+)
+
 // Op is the atomic operation (AtomicFetchAdd, AtomicCmpSwap, ...).
-func (a AtomicRequest) Op() uint8 { return a[23] & 0xf }
+func (a AtomicRequest) Op() uint8 { return a[offAtomicOp+3] & atomicOpMask }
 
 // ID is the request identifier the response echoes.
-func (a AtomicRequest) ID() uint32 { return binary.BigEndian.Uint32(a[24:]) }
+func (a AtomicRequest) ID() uint32 { return binary.BigEndian.Uint32(a[offAtomicID:]) }
 
 // STag is the STag of the target.
-func (a AtomicRequest) STag() uint32 { return binary.BigEndian.Uint32(a[28:]) }
+func (a AtomicRequest) STag() uint32 { return binary.BigEndian.Uint32(a[offAtomicSTag:]) }
 
 // TO is the Tagged Offset of the target.
-func (a AtomicRequest) TO() uint64 { return binary.BigEndian.Uint64(a[32:]) }
+func (a AtomicRequest) TO() uint64 { return binary.BigEndian.Uint64(a[offAtomicTO:]) }
 
 // AddSwap is the value added (FetchAdd) or swapped in (CmpSwap).
-func (a AtomicRequest) AddSwap() uint64 { return binary.BigEndian.Uint64(a[40:]) }
+func (a AtomicRequest) AddSwap() uint64 { return binary.BigEndian.Uint64(a[offAtomicAddSwap:]) }
 
 // AddSwapMask is the mask of AddSwap: for FetchAdd the field boundaries
 // of a masked add (zero for a plain add), for CmpSwap the bits swapped.
-func (a AtomicRequest) AddSwapMask() uint64 { return binary.BigEndian.Uint64(a[48:]) }
+func (a AtomicRequest) AddSwapMask() uint64 { return binary.BigEndian.Uint64(a[offAtomicAddSwapMask:]) }
 
 // Compare is the value CmpSwap compares.
-func (a AtomicRequest) Compare() uint64 { return binary.BigEndian.Uint64(a[56:]) }
+func (a AtomicRequest) Compare() uint64 { return binary.BigEndian.Uint64(a[offAtomicCompare:]) }
 
 // CompareMask is the bits CmpSwap compares.
-func (a AtomicRequest) CompareMask() uint64 { return binary.BigEndian.Uint64(a[64:]) }
+func (a AtomicRequest) CompareMask() uint64 { return binary.BigEndian.Uint64(a[offAtomicCompareMask:]) }
 
 // Set fills the request.
 func (a AtomicRequest) Set(msn uint32, op uint8, id, stag uint32, to, addSwap, addSwapMask, compare, compareMask uint64) {
 	Hdr(a).SetUntagged(OpAtomicRequest, true, 0, QNAtomic, msn, 0, 0)
-	binary.BigEndian.PutUint32(a[20:], uint32(op&0xf))
-	binary.BigEndian.PutUint32(a[24:], id)
-	binary.BigEndian.PutUint32(a[28:], stag)
-	binary.BigEndian.PutUint64(a[32:], to)
-	binary.BigEndian.PutUint64(a[40:], addSwap)
-	binary.BigEndian.PutUint64(a[48:], addSwapMask)
-	binary.BigEndian.PutUint64(a[56:], compare)
-	binary.BigEndian.PutUint64(a[64:], compareMask)
+	binary.BigEndian.PutUint32(a[offAtomicOp:], uint32(op&atomicOpMask))
+	binary.BigEndian.PutUint32(a[offAtomicID:], id)
+	binary.BigEndian.PutUint32(a[offAtomicSTag:], stag)
+	binary.BigEndian.PutUint64(a[offAtomicTO:], to)
+	binary.BigEndian.PutUint64(a[offAtomicAddSwap:], addSwap)
+	binary.BigEndian.PutUint64(a[offAtomicAddSwapMask:], addSwapMask)
+	binary.BigEndian.PutUint64(a[offAtomicCompare:], compare)
+	binary.BigEndian.PutUint64(a[offAtomicCompareMask:], compareMask)
 }
 
 // AtomicResponse is a view of an RFC 7306 Atomic Response FPDU
@@ -281,17 +337,23 @@ func (a AtomicRequest) Set(msn uint32, op uint8, id, stag uint32, to, addSwap, a
 // of the request answered and the target's value before the operation.
 type AtomicResponse []byte
 
+// Offsets of the Atomic Response's fields, after its untagged header.
+const (
+	offAtomicRespID    = UntaggedLen     // identifier of the request answered
+	offAtomicRespValue = UntaggedLen + 4 // original value
+)
+
 // ID is the identifier of the request answered.
-func (a AtomicResponse) ID() uint32 { return binary.BigEndian.Uint32(a[20:]) }
+func (a AtomicResponse) ID() uint32 { return binary.BigEndian.Uint32(a[offAtomicRespID:]) }
 
 // Value is the original value of the target.
-func (a AtomicResponse) Value() uint64 { return binary.BigEndian.Uint64(a[24:]) }
+func (a AtomicResponse) Value() uint64 { return binary.BigEndian.Uint64(a[offAtomicRespValue:]) }
 
 // Set fills the response.
 func (a AtomicResponse) Set(msn, id uint32, value uint64) {
 	Hdr(a).SetUntagged(OpAtomicResponse, true, 0, QNAtomic, msn, 0, 0)
-	binary.BigEndian.PutUint32(a[20:], id)
-	binary.BigEndian.PutUint64(a[24:], value)
+	binary.BigEndian.PutUint32(a[offAtomicRespID:], id)
+	binary.BigEndian.PutUint64(a[offAtomicRespValue:], value)
 }
 
 // ImmData is a view of an RFC 7306 Immediate Data FPDU (ImmDataLen
@@ -303,15 +365,21 @@ func (a AtomicResponse) Set(msn, id uint32, value uint64) {
 // and completes it (an RDMA Write with immediate).
 type ImmData []byte
 
+// Offsets of the Immediate Data's two words, after its untagged header.
+const (
+	offImm      = UntaggedLen     // the verbs immediate
+	offImmFlags = UntaggedLen + 4 // goverbs' flags (ImmWithSend)
+)
+
 // ImmWithSend is the flag of an Immediate Data message that belongs to
 // the next Send.
 const ImmWithSend = 1
 
 // Imm is the 32-bit verbs immediate.
-func (d ImmData) Imm() uint32 { return binary.BigEndian.Uint32(d[20:]) }
+func (d ImmData) Imm() uint32 { return binary.BigEndian.Uint32(d[offImm:]) }
 
 // Flags is the second word of the immediate data.
-func (d ImmData) Flags() uint32 { return binary.BigEndian.Uint32(d[24:]) }
+func (d ImmData) Flags() uint32 { return binary.BigEndian.Uint32(d[offImmFlags:]) }
 
 // Set fills the message.
 func (d ImmData) Set(solicited bool, msn, imm, flags uint32) {
@@ -320,6 +388,6 @@ func (d ImmData) Set(solicited bool, msn, imm, flags uint32) {
 		op = OpImmDataSE
 	}
 	Hdr(d).SetUntagged(op, true, 0, QNSend, msn, 0, 0)
-	binary.BigEndian.PutUint32(d[20:], imm)
-	binary.BigEndian.PutUint32(d[24:], flags)
+	binary.BigEndian.PutUint32(d[offImm:], imm)
+	binary.BigEndian.PutUint32(d[offImmFlags:], flags)
 }

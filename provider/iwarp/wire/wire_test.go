@@ -3,7 +3,9 @@ package wire
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
+	"strings"
 	"testing"
 )
 
@@ -216,5 +218,94 @@ func TestCRC(t *testing.T) {
 	PutCRC(b[:], 0xe3069283)
 	if b != [4]byte{0x83, 0x92, 0x06, 0xe3} || CRC(b[:]) != 0xe3069283 {
 		t.Fatalf("CRC bytes %x", b)
+	}
+}
+
+// TestOpcodeTable checks the opcode table against RFC 5040 (section 4.3
+// and 5.1) and RFC 7306 (section 5): header lengths (from the length
+// field), buffer model, queue, and what each message is.
+func TestOpcodeTable(t *testing.T) {
+	const req, resp, term = KindRequest, KindResponse, KindTerminate
+	for _, tc := range []struct {
+		op                          Opcode
+		name                        string
+		hlen                        int
+		tagged                      bool
+		qn                          uint32
+		kind                        Kind
+		msg                         Message
+		ext, bare, solicited, inval bool
+	}{
+		{OpWrite, "Write", 16, true, 0, req, MsgWrite, false, false, false, false},
+		{OpReadRequest, "ReadRequest", 48, false, 1, req, MsgReadRequest, false, true, false, false},
+		{OpReadResponse, "ReadResponse", 16, true, 0, resp, MsgReadResponse, false, false, false, false},
+		{OpSend, "Send", 20, false, 0, req, MsgSend, false, false, false, false},
+		{OpSendInv, "SendInv", 20, false, 0, req, MsgSend, false, false, false, true},
+		{OpSendSE, "SendSE", 20, false, 0, req, MsgSend, false, false, true, false},
+		{OpSendSEInv, "SendSEInv", 20, false, 0, req, MsgSend, false, false, true, true},
+		{OpTerminate, "Terminate", 24, false, 2, term, MsgTerminate, false, false, false, false},
+		{OpImmData, "ImmData", 28, false, 0, req, MsgImmData, true, true, false, false},
+		{OpImmDataSE, "ImmDataSE", 28, false, 0, req, MsgImmData, true, true, true, false},
+		{OpAtomicRequest, "AtomicRequest", 72, false, 3, req, MsgAtomicRequest, true, true, false, false},
+		{OpAtomicResponse, "AtomicResponse", 32, false, 3, resp, MsgAtomicResponse, true, true, false, false},
+	} {
+		op := tc.op
+		if op.String() != tc.name || HeaderLen(op) != tc.hlen || op.Tagged() != tc.tagged || op.Kind() != tc.kind ||
+			op.Msg() != tc.msg || op.Extension() != tc.ext || op.Bare() != tc.bare || op.Solicited() != tc.solicited ||
+			op.Invalidates() != tc.inval || !op.Defined() || op.IsSend() != (tc.msg == MsgSend) {
+			t.Errorf("opcode %d: table says %+v", uint8(op), op.Info())
+		}
+		if !tc.tagged && op.QN() != tc.qn {
+			t.Errorf("%v on DDP queue %d, want %d", op, op.QN(), tc.qn)
+		}
+		if HeaderLen(op) < MinHeaderLen || HeaderLen(op) > MaxHeaderLen {
+			t.Errorf("%v: header length %d outside [MinHeaderLen, MaxHeaderLen]", op, HeaderLen(op))
+		}
+	}
+	for _, op := range []Opcode{0xc, 0xd, 0xe, 0xf, 0x10, 0xff} {
+		if op.Defined() || HeaderLen(op) != 0 || op.Msg() != 0 || op.String() != fmt.Sprintf("Opcode(%d)", uint8(op)) {
+			t.Errorf("undefined opcode %d: table says %+v, named %q", uint8(op), op.Info(), op.String())
+		}
+	}
+}
+
+// TestTerminateFromSiw reads a Terminate whose control word Linux siw
+// laid out (Layer and Error Type swapped, M, D and R in the low bits of
+// the flags' first byte) as RFC 5040 lays it out, and leaves an RFC one
+// alone.
+func TestTerminateFromSiw(t *testing.T) {
+	var seg [ReadRequestLen]byte
+	ReadRequest(seg[:]).Set(6, 1, 2, 3, 4, 5)
+	var rfc [TerminateMaxLen]byte
+	n := SetTerminate(rfc[:], 1, LayerRDMAP, RDMAPRemoteProtect, RDMAPInvalidSTag, Hdr(seg[:]))
+	siw := rfc
+	siw[20] = byte(RDMAPRemoteProtect)<<4 | byte(LayerRDMAP) // siw: Layer low, Error Type high
+	siw[22] = 0x07                                           // siw: M, D, R in the three low bits
+	if !Terminate(siw[:n]).FromSiw() || siw != rfc {
+		t.Fatalf("siw's Terminate %x read as %x, want %x", siw[:n], siw[:n], rfc[:n])
+	}
+	if Terminate(rfc[:n]).FromSiw() {
+		t.Fatalf("an RFC 5040 Terminate %x was taken for siw's", rfc[:n])
+	}
+}
+
+// TestTerminateDescribes names a Terminate's error in words.
+func TestTerminateDescribes(t *testing.T) {
+	var b [TerminateMaxLen]byte
+	for _, tc := range []struct {
+		layer        Layer
+		etype, ecode uint8
+		want         string
+	}{
+		{LayerRDMAP, RDMAPRemoteProtect, RDMAPAccessRights, "RDMAP remote protection error: access rights violation"},
+		{LayerRDMAP, RDMAPRemoteOperation, RDMAPCannotInvalidate, "RDMAP remote operation error: STag cannot be invalidated"},
+		{LayerRDMAP, RDMAPRemoteOperation, RDMAPUnspecified, "RDMAP remote operation error: unspecified"},
+		{LayerDDP, DDPUntaggedError, DDPNoBuffer, "DDP untagged buffer error: no receive posted"},
+		{LayerLLP, LLPMPAError, LLPCRCError, "MPA error: CRC error"},
+	} {
+		n := SetTerminate(b[:], 1, tc.layer, tc.etype, tc.ecode, nil)
+		if got := Terminate(b[:n]).String(); !strings.HasPrefix(got, tc.want+" (") {
+			t.Errorf("Terminate of layer %d type %d code %#x reads %q, want %q", tc.layer, tc.etype, tc.ecode, got, tc.want)
+		}
 	}
 }
