@@ -20,8 +20,11 @@
 // The rules, after the InfiniBand specification and Linux rxe:
 //
 //   - A bind needs a region of the window's PD registered with
-//     AccessMWBind, a range inside the region, and rights that are a
-//     subset of the region's remote rights; a type 2 window binds only
+//     AccessMWBind (and AccessLocalWrite if the window grants remote
+//     write or atomics) and a range inside the region; the window's
+//     rights need not be the region's: the region may grant no remote
+//     access of its own, and a peer then reaches it only through its
+//     windows, with their rights. A type 2 window binds only
 //     while unbound, to the QP the bind is posted on, which must be of
 //     the window's PD, and never with a zero length; a type 1 window
 //     rebinds while bound, and a zero length unbinds it.
@@ -245,23 +248,37 @@ func bindErr(format string, a ...any) error { return &BindError{Reason: fmt.Spri
 // the window's lock, once the bind's checks have passed.
 type View[R Region] func(region R, b *driver.MWBind) R
 
-// Bind binds w per b (b.RKey must be w's current key) to the region mr,
-// posted on QP qp of protection domain qpPD, and returns the window's
-// new key, and what the previous binding resolved to, if the window was
-// bound. The previous binding's key fails once Bind returns.
-func (w *Window[R]) Bind(tab *keytab.Table[Entry[R]], mr R, b *driver.MWBind, qp, qpPD any, view View[R]) (key uint32, prev R, wasBound bool, err error) {
+// Handle is implemented by a provider's driver.MW: the window it is. A
+// bind request whose MWBind.MW is set names its window so (as
+// ibv_mw_bind's mw does), whatever the window's key is by the time the
+// bind executes; one without names it by MWBind.RKey, its current key.
+type Handle[R Region] interface {
+	GrantWindow() *Window[R]
+}
+
+// Replaced is what a bind replaced: the key it revoked, and what the
+// window's previous binding resolved to, if it was bound.
+type Replaced[R Region] struct {
+	Key      uint32
+	MR       R
+	WasBound bool
+}
+
+// Bind binds w per b to the region mr, posted on QP qp of protection
+// domain qpPD, and returns the window's new key and what the bind
+// replaced. A request naming the window by key (b.MW nil) must carry its
+// current key. The previous binding's key fails once Bind returns.
+func (w *Window[R]) Bind(tab *keytab.Table[Entry[R]], mr R, b *driver.MWBind, qp, qpPD any, view View[R]) (key uint32, old Replaced[R], err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	cur := w.cur.Load()
-	if cur != nil {
-		prev, wasBound = cur.mr, true
+	fail := func(format string, a ...any) (uint32, Replaced[R], error) {
+		return 0, Replaced[R]{}, bindErr(format, a...)
 	}
-	var zero R
-	fail := func(format string, a ...any) (uint32, R, bool, error) { return 0, zero, false, bindErr(format, a...) }
 	switch {
 	case w.dead:
 		return fail("the window was deallocated")
-	case b.RKey != w.key.Load():
+	case b.MW == nil && b.RKey != w.key.Load():
 		return fail("key %#x is not the window's current key", b.RKey)
 	case w.pd != qpPD:
 		return fail("the window belongs to another protection domain than the QP")
@@ -281,17 +298,22 @@ func (w *Window[R]) Bind(tab *keytab.Table[Entry[R]], mr R, b *driver.MWBind, qp
 			return fail("the region belongs to another protection domain than the window")
 		case x.Access&driver.AccessMWBind == 0:
 			return fail("the region was registered without AccessMWBind")
-		case b.Access&^x.Access != 0:
-			return fail("the window's rights %v are not a subset of the region's %v", b.Access, x.Access&driver.RemoteAccess)
+		case b.Access&(driver.AccessRemoteWrite|driver.AccessRemoteAtomic) != 0 && x.Access&driver.AccessLocalWrite == 0:
+			return fail("a window granting %v needs a region registered with AccessLocalWrite", b.Access&(driver.AccessRemoteWrite|driver.AccessRemoteAtomic))
 		case !inside(b.Addr, b.Length, x.Addr, x.Len):
 			return fail("[%#x, +%d) is not inside the region [%#x, +%d)", b.Addr, b.Length, x.Addr, x.Len)
 		}
 	}
 	// The old key dies first; then the binding is published with the
 	// new key inside it, and only then is the new key told.
-	nk, ok := tab.Rekey(w.key.Load(), func(e Entry[R], _ uint32) Entry[R] { return e })
-	if !ok {
+	ok := w.key.Load()
+	nk, found := tab.Rekey(ok, func(e Entry[R], _ uint32) Entry[R] { return e })
+	if !found {
 		return fail("the window's key vanished from the key table")
+	}
+	old = Replaced[R]{Key: ok}
+	if cur != nil {
+		old.MR, old.WasBound = cur.mr, true
 	}
 	if b.Length == 0 {
 		w.cur.Store(nil)
@@ -306,7 +328,7 @@ func (w *Window[R]) Bind(tab *keytab.Table[Entry[R]], mr R, b *driver.MWBind, qp
 		w.cur.Store(nb)
 	}
 	w.key.Store(nk)
-	return nk, prev, wasBound, nil
+	return nk, old, nil
 }
 
 // Invalidate unbinds w, a type 2 window bound under key, at the request
@@ -357,28 +379,39 @@ func Lookup[R Region](tab *keytab.Table[Entry[R]], key uint32) *Window[R] {
 
 // ExecuteBind executes an OpBindMW work request wr posted on QP qp of
 // protection domain pd, making the binding with view: the status it
-// completes with, and what the window's previous binding resolved to
-// (so that the provider stops what it has under way through the old
-// key), if it was bound.
-func ExecuteBind[R Region](tab *keytab.Table[Entry[R]], wr *driver.SendWR, qp, pd any, view View[R]) (driver.WCStatus, R, bool) {
-	var zero R
-	w := Lookup(tab, wr.Bind.RKey)
+// completes with, the window (nil if the request names none), and what
+// the bind replaced (so that the provider stops what it has under way
+// through the old key).
+func ExecuteBind[R Region](tab *keytab.Table[Entry[R]], wr *driver.SendWR, qp, pd any, view View[R]) (driver.WCStatus, *Window[R], Replaced[R]) {
+	w := windowOf(tab, &wr.Bind)
 	if w == nil {
-		return driver.WCMWBindErr, zero, false
+		return driver.WCMWBindErr, nil, Replaced[R]{}
 	}
 	var mr R
 	if wr.Bind.Length != 0 {
 		e, ok := tab.Lookup(wr.Bind.LKey)
 		if !ok || e.W != nil {
-			return driver.WCMWBindErr, zero, false
+			return driver.WCMWBindErr, w, Replaced[R]{}
 		}
 		mr = e.MR
 	}
-	_, old, wasBound, err := w.Bind(tab, mr, &wr.Bind, qp, pd, view)
+	_, old, err := w.Bind(tab, mr, &wr.Bind, qp, pd, view)
 	if err != nil {
-		return driver.WCMWBindErr, zero, false
+		return driver.WCMWBindErr, w, Replaced[R]{}
 	}
-	return driver.WCSuccess, old, wasBound
+	return driver.WCSuccess, w, old
+}
+
+// windowOf is the window a bind request names: b.MW's, or that of the key
+// b.RKey.
+func windowOf[R Region](tab *keytab.Table[Entry[R]], b *driver.MWBind) *Window[R] {
+	if b.MW == nil {
+		return Lookup(tab, b.RKey)
+	}
+	if h, ok := b.MW.(Handle[R]); ok {
+		return h.GrantWindow()
+	}
+	return nil
 }
 
 // LocalInvalidate executes an OpLocalInv work request for key, posted

@@ -44,8 +44,11 @@ func (p *pd) AllocMW(typ driver.MWType) (driver.MW, error) {
 	return &mw{ctx: c, w: w}, nil
 }
 
-func (w *mw) RKey() uint32        { return w.w.RKey() }
-func (w *mw) Type() driver.MWType { return w.w.Type() }
+func (w *mw) RKey() uint32 { return w.w.RKey() }
+
+// GrantWindow implements grant.Handle.
+func (w *mw) GrantWindow() *grant.Window[*mr] { return w.w }
+func (w *mw) Type() driver.MWType             { return w.w.Type() }
 
 // Dealloc implements driver.MW: once it returns, nothing more is placed
 // or sent through the window.
@@ -125,7 +128,9 @@ func (q *qp) windowOp(s *swq.Slot) (driver.WCStatus, uint32) {
 		revoke bool
 	)
 	if wr.Opcode == driver.OpBindMW {
-		st, old, revoke = grant.ExecuteBind(&q.ctx.mrs, wr, q, q.pd, q.ctx.view)
+		var rep grant.Replaced[*mr]
+		st, _, rep = grant.ExecuteBind(&q.ctx.mrs, wr, q, q.pd, q.ctx.view)
+		old, revoke = rep.MR, rep.WasBound
 	} else {
 		st, old = grant.LocalInvalidate(&q.ctx.mrs, wr.InvalidateRKey, q, q.pd)
 		revoke = st == driver.WCSuccess

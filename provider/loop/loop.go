@@ -338,8 +338,11 @@ func (p *pd) AllocMW(typ driver.MWType) (driver.MW, error) {
 	return &mw{w: w}, nil
 }
 
-func (w *mw) RKey() uint32        { return w.w.RKey() }
-func (w *mw) Type() driver.MWType { return w.w.Type() }
+func (w *mw) RKey() uint32 { return w.w.RKey() }
+
+// GrantWindow implements grant.Handle.
+func (w *mw) GrantWindow() *grant.Window[*mr] { return w.w }
+func (w *mw) Type() driver.MWType             { return w.w.Type() }
 func (w *mw) Dealloc() error {
 	fab.mu.Lock()
 	defer fab.mu.Unlock()

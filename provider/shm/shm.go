@@ -439,12 +439,16 @@ type mr struct {
 	// recvPosted: a receive was posted into the region, which a peer's
 	// Send may then write (Dereg has such a region's peers confirm).
 	recvPosted atomic.Bool
-	// counted: m is in its segment's pds (it has remote rights, or a
-	// receive was posted into it); guarded by devCtx.segMu.
+	// counted: m is in its segment's pds (it has remote rights, a
+	// receive was posted into it, or a window was bound to it); guarded
+	// by devCtx.segMu.
 	counted bool
 	// dead: deregistered (Grant reports it invalid to the windows bound
 	// to it).
 	dead atomic.Bool
+	// windowed: a window was bound to the region, which peers may then
+	// reach through it (Dereg has its peers confirm).
+	windowed atomic.Bool
 }
 
 // Grant implements grant.Region.
@@ -640,9 +644,10 @@ func (m *mr) Dereg() error {
 	// copying now, up to a whole message), so that nothing touches the
 	// memory once Dereg returns.
 	// Only peers of the region's PD can reach it, and only a region with
-	// remote rights, or one a receive was posted into.
+	// remote rights, one a receive was posted into, or one a window was
+	// bound to.
 	var conns []*conn
-	if m.access&driver.RemoteAccess != 0 || m.recvPosted.Load() {
+	if m.access&driver.RemoteAccess != 0 || m.recvPosted.Load() || m.windowed.Load() {
 		c.connMu.Lock()
 		for cn := range c.conns {
 			if cn.q.pd == m.pd {
