@@ -39,14 +39,16 @@ func (*provider) MaxPrivateData() int { return deviceAttr.MaxPrivateData }
 //	40 min RNR timer u8, 3 reserved     44 private data length u16, 2 reserved
 //	48 private data
 //
-// Its memfds travel with it: QP block, receive CQ, key table, then SRQ.
+// Its memfds travel with it: QP block (header, receive ring, receive
+// completion ring), receive CQ (its header: arming and futex word), key
+// table, then SRQ.
 // The pid field is informational: the receiver takes the sender's PID from
 // the kernel (SO_PEERCRED), which also holds across PID namespaces.
 type hello []byte
 
 const (
 	helloMagic   = 0x48535647 // "GVSH"
-	helloVersion = 1
+	helloVersion = 2          // 2: receive completions in the QP's block
 	helloHeader  = 48
 	helloMax     = helloHeader + 256
 )
@@ -172,7 +174,15 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 		closeFDs(fds)
 		return fail(errors.New("receive queue size out of range"))
 	}
-	if c.peerBlock, err = mapPeerSegment(fds[0], ringSize(rqN, recvEntrySize(rqSGE)), true); err != nil {
+	cqN, srqN := int(h.cqEntries()), 0
+	if h.srq() {
+		srqN = int(h.srqEntries())
+	}
+	if cqN <= 0 || cqN > deviceAttr.MaxCQE*2 || srqN < 0 || srqN > deviceAttr.MaxSRQWR*2 {
+		closeFDs(fds)
+		return fail(errors.New("CQ or SRQ size out of range"))
+	}
+	if c.peerBlock, err = mapPeerSegment(fds[0], blockSize(rqN, rqSGE, cqN), true); err != nil {
 		closeFDs(fds[1:])
 		return fail(err)
 	}
@@ -185,19 +195,15 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 	}
 	c.peerHdr, c.peerRecv = rq.h, rq
 	c.peerGen = rq.h.gen.Load()
-	cqN := int(h.cqEntries())
-	if cqN <= 0 || cqN > deviceAttr.MaxCQE*2 {
+	if c.peerCQ = viewCQRing(c.peerBlock.mem[recvCQOffset(rqN, rqSGE):], cqN); c.peerCQ == nil {
 		closeFDs(fds[1:])
-		return fail(errors.New("CQ size out of range"))
+		return fail(errors.New("CQ or SRQ size is not a power of two"))
 	}
-	if c.cqSeg, err = mapPeerSegment(fds[1], ringSize(cqN, cqSlotSize), true); err != nil {
+	if c.cqSeg, err = mapPeerSegment(fds[1], headerSize, true); err != nil {
 		closeFDs(fds[2:])
 		return fail(err)
 	}
-	if c.peerCQ = viewCQRing(c.cqSeg.mem, cqN); c.peerCQ == nil {
-		closeFDs(fds[2:])
-		return fail(errors.New("CQ size is not a power of two"))
-	}
+	c.peerNotify = notifyRing(c.cqSeg.mem)
 	if c.keySeg, err = mapPeerSegment(fds[2], maxKeys*keySlotSize, false); err != nil {
 		closeFDs(fds[3:])
 		return fail(err)

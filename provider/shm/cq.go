@@ -10,18 +10,26 @@ import (
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
-// cq is a completion queue whose ring lives in shared memory, so that the
-// peers of this process's QPs can write receive completions into it.
+// cq is a completion queue: its receive completions are in the rings of
+// its QPs, which their peers write (takeRecv), its send completions in a
+// private ring; its shared segment is the arming and futex word peers
+// notify it with.
 type cq struct {
 	ctx     *devCtx
 	userCtx any
 	seg     *segment
-	ring    *cqRing    // receive completions, written by peers too
+	ring    *cqRing    // the shared header: arming, futex word (notifyRing)
 	local   *localRing // send completions of this process's QPs
 	n       int
 
 	mu      spin.Lock // serialises consumers
 	overrun atomic.Bool
+	// recvQPs: the QPs that complete receives here, and what tells
+	// whether each has one waiting (recvWatch); recvNext, where takeRecv
+	// looks first. Guarded by mu.
+	recvQPs   []*qp
+	recvWatch []recvWatch
+	recvNext  int
 
 	// The QPs that complete sends here produce into local. While one
 	// QP has ever done so, its lock serialises every produce and local
@@ -54,11 +62,11 @@ type cq struct {
 
 func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 	n = pow2(n)
-	seg, err := newSegment("cq", ringSize(n, cqSlotSize))
+	seg, err := newSegment("cq", headerSize)
 	if err != nil {
 		return nil, err
 	}
-	q := &cq{ctx: c, userCtx: userCtx, seg: seg, ring: initCQRing(seg.mem, n), local: newLocalRing(n), n: n,
+	q := &cq{ctx: c, userCtx: userCtx, seg: seg, ring: notifyRing(seg.mem), local: newLocalRing(n), n: n,
 		notify: make(chan struct{}, 1), nudge: make(chan struct{}, 1)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -75,18 +83,6 @@ func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 	}
 	c.cqs[q] = true
 	return q, nil
-}
-
-// push adds a receive completion produced in this process (a flushed
-// receive): it goes to the shared ring, behind the receive completions
-// peers wrote, so that a receive queue completes in order. A full ring
-// loses the completion: the overrun is recorded and raised, and push
-// reports false so that the QP moves to the error state.
-func (c *cq) push(wc *driver.WorkCompletion) bool {
-	if c.destroyed.Load() {
-		return false
-	}
-	return c.notifyOrOverrun(wc, c.ring.produce(wc))
 }
 
 // pushSend adds the completion of q's send slot seq — of the WR wrid,
@@ -152,12 +148,7 @@ func (c *cq) Poll(wc []driver.WorkCompletion) int {
 					q = c.firstSender
 				}
 				q.sq.Retire(seq)
-			} else if c.ring.ready() {
-				c.ring.take(&wc[n])
-				if wc[n].Flags&driver.WCWithInv != 0 {
-					c.checkInvalidated(&wc[n])
-				}
-			} else {
+			} else if !c.takeRecv(&wc[n]) {
 				break
 			}
 			n++
@@ -203,7 +194,7 @@ func (c *cq) awaited() bool {
 		return false
 	}
 	so := c.solicited.Load()
-	return c.local.pending(so) || c.ring.pending(so)
+	return c.local.pending(so) || c.recvPending(so)
 }
 
 // Arm implements driver.Sleeper. It starts the notification goroutine
@@ -252,7 +243,7 @@ func (c *cq) arm(solicitedOnly bool) (uint32, error) {
 	// store was visible is reserved already (see cqRing.pending): notify
 	// for it now. (At worst the notification comes for a completion that
 	// was there before the arming, which the caller's next poll takes.)
-	if c.local.pending(solicitedOnly) || c.ring.pending(solicitedOnly) {
+	if c.local.pending(solicitedOnly) || c.recvPending(solicitedOnly) {
 		c.ring.fire(a)
 	}
 	return ticket, nil

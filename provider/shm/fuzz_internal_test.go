@@ -151,20 +151,8 @@ func validHello(rqN, sges, cqN uint32, srq bool, private []byte) []byte {
 // victimQP is a QP for the handshake to attach to.
 func victimQP(t testing.TB) *qp {
 	t.Helper()
-	ctx, err := verbs.Open(DeviceName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctx.Close() })
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := ctx.CreateCQ(16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	_, pd, cq := openShm(t)
+	q, err := smallQP(pd, cq)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +230,7 @@ func FuzzHandshake(f *testing.F) {
 		if err == nil {
 			h := hello(msg)
 			rqN, cqN := int(h.rqEntries()), int(h.cqEntries())
-			if len(c.peerBlock.mem) < ringSize(rqN, recvEntrySize(int(h.rqSGEs()))) || len(c.cqSeg.mem) < ringSize(cqN, cqSlotSize) ||
+			if len(c.peerBlock.mem) < blockSize(rqN, int(h.rqSGEs()), cqN) || len(c.cqSeg.mem) < headerSize ||
 				len(c.keySeg.mem) < maxKeys*keySlotSize || c.peerRecv == nil || c.peerCQ == nil || c.pid != os.Getpid() {
 				t.Fatalf("a handshake was taken with segments smaller than it declares, or no rings")
 			}

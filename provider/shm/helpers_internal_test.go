@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/verbstest"
 )
@@ -153,4 +155,54 @@ func procState(pid int) (byte, error) {
 		return 0, fmt.Errorf("odd /proc/%d/stat: %q", pid, s)
 	}
 	return s[i+2], nil
+}
+
+// openShm opens shm0 with a PD and a CQ, closed when the test ends.
+func openShm(t testing.TB) (*verbs.Context, *verbs.PD, *verbs.CQ) {
+	t.Helper()
+	ctx, err := verbs.Open(DeviceName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Close() })
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := ctx.CreateCQ(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, pd, cq
+}
+
+// smallQP creates a QP of pd, completing into cq, with room for four WRs
+// of one SGE each way.
+func smallQP(pd *verbs.PD, cq *verbs.CQ) (*verbs.QP, error) {
+	return pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+}
+
+// acceptAll accepts every request that comes to l with a fresh smallQP of
+// pd and cq, until l is closed; the channel it returns is closed once it
+// has stopped.
+func acceptAll(l *cm.Listener, pd *verbs.PD, cq *verbs.CQ) <-chan struct{} {
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		for {
+			req, err := l.Accept(context.Background())
+			if err != nil {
+				return
+			}
+			qp, err := smallQP(pd, cq)
+			if err != nil {
+				req.Reject(nil)
+				continue
+			}
+			if _, err := req.Accept(qp, nil); err != nil {
+				qp.Destroy()
+			}
+		}
+	}()
+	return served
 }

@@ -453,19 +453,7 @@ func scribbleRound(t *testing.T, seed uint64, mode int, opts verbstest.PairOptio
 	t.Logf("seed %d, mode %d, SRQ %v: %d hostile writes; in %d lives the victim posted %d WRs, polled %d completions (%d successful)",
 		seed, mode, opts.SRQ, writes.Load(), lives, posted, completions, ok)
 	// Teardown must not hang either.
-	done := make(chan struct{})
-	go func() {
-		p.A.Close()
-		p.B.Close()
-		close(done)
-	}()
-	timer := time.NewTimer(waitLimit)
-	defer timer.Stop()
-	select {
-	case <-done:
-	case <-timer.C:
-		t.Fatal("closing the endpoints after the attack hangs")
-	}
+	closeBounded(t, p)
 }
 
 // TestHostileRecvIndicesFlushBounded: a peer that keeps moving the tail

@@ -62,7 +62,10 @@ func pow2(n int) int {
 
 // cqSlot is one completion. seq implements a bounded multi-producer queue
 // (D. Vyukov's): a producer owns slot pos when seq == pos, publishes it by
-// storing pos+1; the consumer frees it by storing pos+entries.
+// storing pos+1; the consumer frees it by storing pos+entries. In a QP's
+// receive completion ring, wrid carries the position of the receive
+// completed in its queue, not a WRID: the owner takes the WRID from its
+// own record of what it posted there (recvLog).
 type cqSlot struct {
 	seq     atomic.Uint64
 	wrid    uint64
@@ -80,10 +83,12 @@ type cqSlot struct {
 
 const cqSlotSize = int(unsafe.Sizeof(cqSlot{}))
 
-// cqRing is a view of a CQ segment. Any number of producers, in this
-// process and in peers, add receive completions; the owner alone
-// consumes. (Send completions, which only the owner produces, go to the
-// CQ's private localRing.)
+// cqRing is a view of a QP's receive completion ring, in the QP's block:
+// its peer and its owner (flushing) add receive completions; the owner
+// alone consumes, in Poll of the QP's receive CQ. (Send completions,
+// which only the owner produces, go to the CQ's private localRing.) A
+// CQ's own segment is a header alone (notifyRing): its arming and futex
+// word.
 type cqRing struct {
 	h     *ringHeader
 	slots []cqSlot
@@ -102,7 +107,17 @@ func initCQRing(mem []byte, n int) *cqRing {
 	return r
 }
 
-// viewCQRing views a CQ of n entries, n known from the owner's handshake.
+// notifyRing views a CQ's segment, a header with no slots: what peers
+// use of it is its arming and futex word (notify).
+func notifyRing(mem []byte) *cqRing {
+	if len(mem) < headerSize {
+		return nil
+	}
+	return &cqRing{h: header(mem)}
+}
+
+// viewCQRing views a ring of n completions, n known from the owner's
+// handshake.
 func viewCQRing(mem []byte, n int) *cqRing {
 	if n <= 0 || n&(n-1) != 0 || len(mem) < ringSize(n, cqSlotSize) {
 		return nil
@@ -218,13 +233,14 @@ func (r *cqRing) take(wc *driver.WorkCompletion) {
 // the immediate, solicited and invalidation flags;
 // and, for a success, no more bytes than a message may have. A
 // completion that breaks the last two is returned as a failure with no
-// byte count. (That a successful Send's byte count fits the buffers the
-// receive posted is not checked: see docs/limitations.md.)
+// byte count. (That a Send's byte count fits the buffers the receive
+// posted, and that the receive was posted at all, the owner checks
+// against its own record: qp.acceptRecv.)
 func sanitizeRecv(wc *driver.WorkCompletion) {
 	if wc.Status > driver.WCGeneralErr {
 		wc.Status = driver.WCGeneralErr
 	}
-	wc.Flags &= driver.WCWithImm | driver.WCSolicited | driver.WCWithInv // WCWithInv: see cq.checkInvalidated
+	wc.Flags &= driver.WCWithImm | driver.WCSolicited | driver.WCWithInv // WCWithInv: see qp.checkInvalidated
 	if wc.Flags&driver.WCWithInv == 0 {
 		wc.InvalidatedRKey = 0
 	}
@@ -387,11 +403,13 @@ const (
 
 func recvEntrySize(maxSGE int) int { return recvEntryHeader + sgeSize*max(maxSGE, 1) }
 
-// recvEntry is a receive read out of a ring.
+// recvEntry is a receive read out of a ring: its position, and its SGEs.
+// (The entry's first word, where a WRID would be, is left zero: the WRID
+// stays in the owner's recvLog.)
 type recvEntry struct {
-	wrid uint64
-	n    int
-	sge  [maxSGE]driver.SGE
+	pos uint64
+	n   int
+	sge [maxSGE]driver.SGE
 }
 
 // recvRing is a view of a receive queue: the owner produces; consumers —
@@ -407,12 +425,70 @@ type recvRing struct {
 	// under the producer's lock: reading the shared head for every post
 	// would pull its cache line away from the consumer that moves it.
 	seenHead uint64
+	// The owner's view only: its own record of the receives posted, and
+	// its own tail (the shared one is for the peers' accounting).
+	log  *recvLog
+	tail uint64
 }
 
-func initRecvRing(mem []byte, n, sges int) *recvRing {
+// initRecvRing lays out a fresh receive queue of n entries of sges SGEs
+// in mem, for its owner, whose record of it holds logN positions.
+func initRecvRing(mem []byte, n, sges, logN int) *recvRing {
 	h := header(mem)
 	h.magic, h.entries, h.entrySize = ringMagic, uint32(n), uint32(recvEntrySize(sges))
-	return viewRecvRing(mem, n, sges)
+	r := viewRecvRing(mem, n, sges)
+	r.log = newRecvLog(logN)
+	return r
+}
+
+// recvLog is the owner's private record of the receives posted to a
+// queue, by position: what a receive completion names is checked
+// against it, and its WRID and length come from it, never from memory a
+// peer can write. A record is live from its PostRecv until Poll takes
+// its completion (which may be long after a Send consumed the receive
+// and freed its place in the ring); state holds the position plus one
+// while live, 0 when free. A receive is posted only where the record of
+// the position as many places back as the log holds is free. Several Polls may take completions of one SRQ at once (QPs on
+// it may use different CQs): a record is taken with a CAS of its state,
+// and its fields are atomics.
+type recvLog struct {
+	recs []recvRec
+	mask uint64
+}
+
+type recvRec struct {
+	state  atomic.Uint64
+	wrid   atomic.Uint64
+	length atomic.Uint64
+}
+
+func newRecvLog(n int) *recvLog {
+	return &recvLog{recs: make([]recvRec, n), mask: uint64(n - 1)}
+}
+
+// take frees the live record of position pos and returns its WRID and
+// length; false if no receive is posted at pos that is not yet taken.
+// Its caller is the queue's only taker: the Poll of a QP's own receive
+// queue.
+func (l *recvLog) take(pos uint64) (wrid, length uint64, ok bool) {
+	r := &l.recs[pos&l.mask]
+	if r.state.Load() != pos+1 {
+		return 0, 0, false
+	}
+	wrid, length = r.wrid.Load(), r.length.Load()
+	atomicrel.StoreUint64(&r.state, 0)
+	return wrid, length, true
+}
+
+// takeShared is take for an SRQ, whose QPs may complete into different
+// CQs, polled at once.
+func (l *recvLog) takeShared(pos uint64) (wrid, length uint64, ok bool) {
+	r := &l.recs[pos&l.mask]
+	if r.state.Load() != pos+1 {
+		return 0, 0, false
+	}
+	wrid, length = r.wrid.Load(), r.length.Load()
+	return wrid, length, r.state.CompareAndSwap(pos+1, 0)
 }
 
 // viewRecvRing views a receive ring of n entries of sges SGEs each, or
@@ -433,16 +509,6 @@ func (r *recvRing) entry(pos uint64) []byte {
 // seq is the sequence word of entry e.
 func seq(e []byte) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&e[12])) }
 
-// reset empties the ring (the owner, with no producer or consumer at
-// work): indices and entries' sequences start again from zero.
-func (r *recvRing) reset() {
-	for i := range r.mask + 1 {
-		seq(r.entry(i)).Store(0)
-	}
-	r.h.head.Store(0)
-	r.h.tail.Store(0)
-}
-
 // count is the number of posted receives not yet consumed, as far as the
 // shared indices can be believed.
 func (r *recvRing) count() uint64 {
@@ -454,10 +520,15 @@ func (r *recvRing) count() uint64 {
 }
 
 // produce posts a receive if fewer than limit (at most the ring's size)
-// are posted and not consumed; the caller (the owner) serialises
-// producers.
+// are posted and not consumed, and the record of its position is free
+// (its last receive's completion taken), and records it in the log; the
+// caller (the owner) serialises producers.
 func (r *recvRing) produce(wr *driver.RecvWR, limit uint64) bool {
-	t := r.h.tail.Load()
+	t := r.tail
+	rec := &r.log.recs[t&r.log.mask]
+	if rec.state.Load() != 0 {
+		return false
+	}
 	// The head only moves forward, so an old reading says there are at
 	// least as many outstanding as there are: read it again only when
 	// that looks like too many (or like nonsense: after a reset, or if
@@ -469,14 +540,20 @@ func (r *recvRing) produce(wr *driver.RecvWR, limit uint64) bool {
 		}
 	}
 	e := r.entry(t)
-	binary.LittleEndian.PutUint64(e[0:], wr.WRID)
+	binary.LittleEndian.PutUint64(e[0:], 0)
 	binary.LittleEndian.PutUint32(e[8:], uint32(len(wr.SGList)))
+	var length uint64
 	for i, g := range wr.SGList {
 		s := e[recvEntryHeader+i*sgeSize:]
 		binary.LittleEndian.PutUint64(s[0:], g.Addr)
 		binary.LittleEndian.PutUint32(s[8:], g.Length)
 		binary.LittleEndian.PutUint32(s[12:], g.LKey)
+		length += uint64(g.Length)
 	}
+	atomicrel.StoreUint64(&rec.wrid, wr.WRID)
+	atomicrel.StoreUint64(&rec.length, length)
+	atomicrel.StoreUint64(&rec.state, t+1)
+	r.tail = t + 1
 	// Release stores: the entry is published by its sequence word, and
 	// nothing waits for either store to be seen.
 	atomicrel.StoreUint32(seq(e), uint32(t+1))
@@ -494,7 +571,7 @@ func (r *recvRing) consume(out *recvEntry) (bool, error) {
 		if seq(e).Load() != uint32(h+1) {
 			return false, nil
 		}
-		out.wrid = binary.LittleEndian.Uint64(e[0:])
+		out.pos = h
 		n := binary.LittleEndian.Uint32(e[8:])
 		if n > uint32(r.maxSGE) {
 			return false, errGarbage

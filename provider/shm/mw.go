@@ -114,7 +114,10 @@ func (q *qp) grantWindowLocked(w *grant.Window[*mr]) {
 		return
 	}
 	if k, ok := q.ctx.windowInfo(b); ok {
-		q.grants.publish(keytab.Index(b.Key), k)
+		// Bounded by the QP's access flags, as a region's grant is.
+		if k.access = q.peerRights(k.access); k.access != 0 {
+			q.grants.publish(keytab.Index(b.Key), k)
+		}
 	}
 }
 
@@ -256,6 +259,13 @@ func (iv *invalidated) add(key uint32) {
 	iv.keys[iv.next.Add(1)%uint32(len(iv.keys))].Store(key)
 }
 
+// clear forgets every record (a reset QP's next connection starts anew).
+func (iv *invalidated) clear() {
+	for i := range iv.keys {
+		iv.keys[i].Store(0)
+	}
+}
+
 // take reports whether key was recorded, and forgets it.
 func (iv *invalidated) take(key uint32) bool {
 	for i := range iv.keys {
@@ -317,20 +327,10 @@ func (c *conn) askInvalidate(key uint32) bool {
 	}
 }
 
-// checkInvalidated keeps WCWithInv on a receive completion a peer wrote
-// only if this process invalidated that key for the QP.
-func (c *cq) checkInvalidated(wc *driver.WorkCompletion) {
-	ctx := c.ctx
-	ctx.mu.RLock()
-	var q *qp
-	for x := range ctx.qps {
-		if x.num == wc.QPNum {
-			q = x
-			break
-		}
-	}
-	ctx.mu.RUnlock()
-	if q == nil || !q.invalidated.take(wc.InvalidatedRKey) {
+// checkInvalidated keeps WCWithInv on a receive completion of q that
+// its peer wrote only if this process invalidated that key for q.
+func (q *qp) checkInvalidated(wc *driver.WorkCompletion) {
+	if wc.Flags&driver.WCWithInv != 0 && !q.invalidated.take(wc.InvalidatedRKey) {
 		wc.Flags &^= driver.WCWithInv
 		wc.InvalidatedRKey = 0
 	}

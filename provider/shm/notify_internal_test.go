@@ -26,8 +26,8 @@ func notifyCQ(t *testing.T) (*cq, *qp, *verbstest.Pair) {
 	return q.recvCQ, q, p
 }
 
-// reserve takes the shared ring's next slot as a producer does, without
-// publishing it.
+// reserve takes the next slot of a QP's receive completion ring as a
+// producer does, without publishing it.
 func reserve(t *testing.T, r *cqRing) uint64 {
 	t.Helper()
 	pos := r.h.tail.Load()
@@ -65,29 +65,36 @@ func drain(c *cq) int {
 
 // TestReqNotifySeesReservedCompletions: a completion published by a
 // producer that did not see the arming is notified for by ReqNotify — in
-// the shared ring and in the private one, armed for any completion or
-// for solicited ones only (then only if it is solicited or failed).
+// a QP's receive completion ring and in the private one of sends, armed
+// for any completion or for solicited ones only (then only if it is
+// solicited or failed).
 func TestReqNotifySeesReservedCompletions(t *testing.T) {
-	c, q, _ := notifyCQ(t)
+	c, q, p := notifyCQ(t)
 	drain(c)
 	expectNotified(t, c, false, false, "an empty CQ")
 	drain(c)
 
-	r := c.ring
+	// The receives the completions below complete, at positions 0, 1, 2
+	// (their WRID fields).
+	buf := newRegion(t, p.A, 64, verbs.AccessLocalWrite)
+	for i := range 3 {
+		postRecv(t, p.A, 0, recv(uint64(i), buf.SGE(16*i, 16)))
+	}
+	r := q.sh.cring
 	pos := reserve(t, r)
-	r.slots[pos&r.mask].publish(recvWC(1, 0), pos)
+	r.slots[pos&r.mask].publish(recvWC(0, 0), pos)
 	expectNotified(t, c, false, true, "a receive completion published unseen, armed for any")
 	if n := drain(c); n != 1 {
 		t.Fatalf("polled %d completions, want 1", n)
 	}
 
 	pos = reserve(t, r)
-	r.slots[pos&r.mask].publish(recvWC(2, 0), pos)
+	r.slots[pos&r.mask].publish(recvWC(1, 0), pos)
 	expectNotified(t, c, true, false, "an unsolicited receive completion, armed for solicited ones")
 	drain(c)
 	c.ring.h.armed.Store(unarmed)
 	pos = reserve(t, r)
-	r.slots[pos&r.mask].publish(recvWC(3, driver.WCSolicited), pos)
+	r.slots[pos&r.mask].publish(recvWC(2, driver.WCSolicited), pos)
 	expectNotified(t, c, true, true, "a solicited receive completion, armed for solicited ones")
 	drain(c)
 
@@ -115,13 +122,13 @@ func TestReqNotifySeesReservedCompletions(t *testing.T) {
 }
 
 // TestWaitSleepsDespiteReservedSlot: a peer that reserves a slot of this
-// process's CQ ring and never publishes it (a hostile one, or one killed
+// process's receive completion ring and never publishes it (a hostile one, or one killed
 // in between) neither makes ReqNotify notify for it nor keeps CQ.Wait
 // from sleeping.
 func TestWaitSleepsDespiteReservedSlot(t *testing.T) {
-	c, _, p := notifyCQ(t)
+	c, q, p := notifyCQ(t)
 	drain(c)
-	reserve(t, c.ring)
+	reserve(t, q.sh.cring)
 	expectNotified(t, c, false, false, "a slot reserved and never published")
 	c.ring.h.armed.Store(unarmed)
 

@@ -4,8 +4,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/goverbs/goverbs/internal/grant"
 	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/internal/spin"
@@ -18,9 +16,10 @@ var nextQPN atomic.Uint32
 func init() { nextQPN.Store(0x100) }
 
 // qp is a shm queue pair. Its send queue is private memory: this process
-// executes its own WRs. Its block — state, responder attributes and, when
-// it has no SRQ, the receive ring — is shared with the peer, whose Sends
-// consume the receives.
+// executes its own WRs. Its block — state, responder attributes, the
+// receive ring when it has no SRQ, and the ring of receive completions —
+// is shared with the peer, whose Sends consume the receives and complete
+// them there (qpshared.go).
 type qp struct {
 	ctx     *devCtx
 	pd      *pd
@@ -53,6 +52,16 @@ type qp struct {
 	recvExposed recvSet
 	rq          *recvRing // nil with an SRQ
 	rqN         int
+
+	// sh: the shared memory of the QP's connection, which block,
+	// grantSeg, grantsRO, grants, hdr and rq are views of; spare: the
+	// fresh one its next Reset hands it (prepareReset). sh is replaced
+	// under mu, rqMu, grantMu and the receive CQ's mu; spare is guarded
+	// by mu.
+	sh, spare *qpShared
+	// peerAccess: the QP's remote access flags as publish last saw them,
+	// which bound what its peer is granted (peerRights).
+	peerAccess atomic.Uint32
 
 	// mu guards what follows. It is a spin lock, since PostSend takes
 	// it on every call: hold it only briefly. (A holder that blocks —
@@ -102,31 +111,12 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	if s == nil {
 		q.rqN = pow2(int(c.MaxRecvWR))
 	}
-	seg, err := newSegment("qp", ringSize(q.rqN, recvEntrySize(int(c.MaxRecvSGE))))
+	sh, err := q.newQPShared()
 	if err != nil {
 		return nil, err
 	}
-	q.block = seg
-	if q.grantSeg, err = newSegment("grants", maxKeys*keySlotSize); err != nil {
-		seg.close()
-		return nil, err
-	}
-	if q.grantsRO, err = q.grantSeg.readOnlyFD(); err != nil {
-		seg.close()
-		q.grantSeg.close()
-		return nil, err
-	}
-	q.grants = viewKeyTable(q.grantSeg.mem, maxKeys)
-	closeSegs := func() {
-		seg.close()
-		q.grantSeg.close()
-		unix.Close(q.grantsRO)
-	}
-	rq := initRecvRing(seg.mem, q.rqN, int(c.MaxRecvSGE))
-	q.hdr = rq.h
-	if s == nil {
-		q.rq = rq
-	}
+	q.adopt(sh)
+	closeSegs := sh.close
 	q.attr.Cap = c
 	q.publish()
 	scq.addSender(q)
@@ -144,6 +134,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 		p.ctx.qps = map[*qp]bool{}
 	}
 	p.ctx.qps[q] = true
+	rcq.addRecvQP(q)
 	return q, nil
 }
 
@@ -158,6 +149,7 @@ func (q *qp) publish() {
 	q.hdr.attrs.Store(uint32(q.attr.MinRNRTimer) | uint32(q.attr.MaxDestRdAtomic)<<8)
 	q.hdr.pd.Store(q.pd.id)
 	q.hdr.state.Store(uint32(q.attr.State))
+	q.noteAccess()
 }
 
 func (q *qp) Num() uint32 { return q.num }
@@ -173,6 +165,11 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	defer q.mu.Unlock()
 	if q.destroyed {
 		return driver.ErrClosed
+	}
+	if mask&driver.QPAttrState != 0 && attr.State == driver.QPSReset {
+		if err := q.prepareReset(); err != nil {
+			return err
+		}
 	}
 	prev, err := driver.Transition(&q.attr, attr, mask, nil)
 	if err != nil {
@@ -209,14 +206,10 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 func (q *qp) reset() {
 	q.rnr.Reset()
 	q.mwWait = windowWait{}
+	q.invalidated.clear()
 	q.sendCQ.mu.Lock() // serialises the reset with Retire (swq.Queue.Reset)
 	q.sq.Reset()
 	q.sendCQ.mu.Unlock()
-	if q.rq != nil {
-		q.rqMu.Lock()
-		q.rq.reset()
-		q.rqMu.Unlock()
-	}
 	q.attr = driver.QPAttr{Cap: q.cap}
 	q.resets++
 	q.hdr.gen.Add(1)
@@ -230,6 +223,7 @@ func (q *qp) reset() {
 		q.conn = nil
 		go c.close()
 	}
+	q.renewShared()
 }
 
 // toErr moves the QP to the error state and flushes every outstanding
@@ -276,7 +270,7 @@ func (q *qp) flushRecv() {
 		if !ok || err != nil {
 			return
 		}
-		q.completeRecv(driver.WorkCompletion{WRID: e.wrid, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
+		q.pushRecv(&driver.WorkCompletion{WRID: e.pos, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
 	}
 }
 
@@ -391,15 +385,6 @@ func (q *qp) postRecvLocked(wrs []driver.RecvWR, st uint32) (int, error) {
 	return len(wrs), nil
 }
 
-// completeRecv reports a receive completion produced in this process; a
-// lost one (CQ overrun) moves the QP to the error state.
-func (q *qp) completeRecv(wc driver.WorkCompletion) {
-	wc.QPNum = q.num
-	if !q.recvCQ.push(&wc) {
-		q.fail(driver.EventQPFatal)
-	}
-}
-
 // Complete implements swq.Engine: it reports the completion of send slot seq.
 func (q *qp) Complete(seq uint64, wc driver.WorkCompletion) {
 	q.sendCQ.pushSend(q, seq, wc.WRID, wc.Status, wc.Opcode, wc.ByteLen)
@@ -431,9 +416,11 @@ func (q *qp) Destroy() error {
 	q.rqMu.Unlock()
 	q.grantTo(nil)
 	q.ctx.forgetRecvs(&q.recvExposed)
-	q.block.close()
-	q.grantSeg.close()
-	unix.Close(q.grantsRO)
+	q.recvCQ.removeRecvQP(q)
+	q.sh.close()
+	if q.spare != nil {
+		q.spare.close()
+	}
 	return nil
 }
 

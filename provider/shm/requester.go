@@ -386,19 +386,11 @@ func (c *conn) resolve(key uint32, write bool) (*keyEntry, bool) {
 // receive's completion into the peer's CQ.
 func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	r := &c.rent
-	ok, err := c.peerRecv.consume(r)
-	if err != nil {
-		c.peerBroke()
-		return driver.WCRemOpErr
-	}
-	if !ok {
-		return swq.RNRWait
-	}
-	if c.peerSRQ {
-		c.checkSRQLimit()
+	if st := c.claimRecv(); st != driver.WCSuccess {
+		return st
 	}
 	var wc driver.WorkCompletion
-	c.recvCompletion(&wc, wr, r.wrid, driver.WCRecv)
+	c.recvCompletion(&wc, wr, r.pos, driver.WCRecv)
 	dst := &c.dst
 	var room uint64
 	for i := range r.n {
@@ -443,6 +435,24 @@ func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	return driver.WCSuccess
 }
 
+// claimRecv takes the peer's next posted receive into c.rent: WCSuccess,
+// swq.RNRWait if none is posted, or WCRemOpErr if the peer's ring makes
+// no sense (the connection is then ended).
+func (c *conn) claimRecv() driver.WCStatus {
+	ok, err := c.peerRecv.consume(&c.rent)
+	if err != nil {
+		c.peerBroke()
+		return driver.WCRemOpErr
+	}
+	if !ok {
+		return swq.RNRWait
+	}
+	if c.peerSRQ {
+		c.checkSRQLimit()
+	}
+	return driver.WCSuccess
+}
+
 // write places an RDMA Write; Write with immediate then consumes a
 // receive. A zero-length Write checks no rkey.
 func (c *conn) write(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
@@ -454,16 +464,8 @@ func (c *conn) write(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	}
 	r := &c.rent
 	if wr.Opcode == driver.OpRDMAWriteWithImm {
-		ok, err := c.peerRecv.consume(r)
-		if err != nil {
-			c.peerBroke()
-			return driver.WCRemOpErr
-		}
-		if !ok {
-			return swq.RNRWait
-		}
-		if c.peerSRQ {
-			c.checkSRQLimit()
+		if st := c.claimRecv(); st != driver.WCSuccess {
+			return st
 		}
 	}
 	if n > 0 {
@@ -472,8 +474,8 @@ func (c *conn) write(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 				// The receive taken is out of the ring, where the
 				// peer's flush would not find it: it completes here,
 				// flushed, as the peer's QP moves to the error state.
-				c.peerComplete(&driver.WorkCompletion{WRID: r.wrid, Status: driver.WCWRFlushErr,
-					Opcode: driver.WCRecv, QPNum: c.remote.QPNum})
+				c.peerComplete(&driver.WorkCompletion{WRID: r.pos, Status: driver.WCWRFlushErr,
+					Opcode: driver.WCRecv})
 			}
 			c.peerError(driver.EventQPAccessErr)
 			return driver.WCRemAccessErr
@@ -481,7 +483,7 @@ func (c *conn) write(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	}
 	if wr.Opcode == driver.OpRDMAWriteWithImm {
 		var wc driver.WorkCompletion
-		c.recvCompletion(&wc, wr, r.wrid, driver.WCRecvRDMAWithImm)
+		c.recvCompletion(&wc, wr, r.pos, driver.WCRecvRDMAWithImm)
 		wc.ByteLen = uint32(n)
 		c.peerComplete(&wc)
 	}
@@ -550,11 +552,13 @@ func applyAtomic(word *uint64, wr *driver.SendWR) uint64 {
 	}
 }
 
-// recvCompletion starts the peer's completion of a message in wc (filled
-// in place: a returned struct read back with wider loads than it was
-// stored with stalls the CPU).
-func (c *conn) recvCompletion(wc *driver.WorkCompletion, wr *driver.SendWR, wrid uint64, op driver.WCOpcode) {
-	*wc = driver.WorkCompletion{WRID: wrid, Opcode: op, SrcQP: c.q.num, QPNum: c.remote.QPNum}
+// recvCompletion starts the peer's completion of a message, into the
+// receive at position pos of its queue, in wc (filled in place: a
+// returned struct read back with wider loads than it was stored with
+// stalls the CPU). The completion names the receive by pos, in its WRID
+// field: the peer takes the WRID from its own record.
+func (c *conn) recvCompletion(wc *driver.WorkCompletion, wr *driver.SendWR, pos uint64, op driver.WCOpcode) {
+	*wc = driver.WorkCompletion{WRID: pos, Opcode: op, SrcQP: c.q.num}
 	if wr.Opcode.HasImm() {
 		wc.Flags |= driver.WCWithImm
 		wc.Imm = wr.Imm
@@ -564,15 +568,15 @@ func (c *conn) recvCompletion(wc *driver.WorkCompletion, wr *driver.SendWR, wrid
 	}
 }
 
-// peerComplete writes a receive completion into the peer's CQ and wakes
-// the peer if it waits for one. A full CQ is the peer's overrun: it is
-// told, and its QP fails.
+// peerComplete writes a receive completion into the peer QP's completion
+// ring and wakes the peer if its CQ waits for one. A full ring is the
+// peer's CQ overrun: it is told, and its QP fails.
 func (c *conn) peerComplete(wc *driver.WorkCompletion) {
 	if !c.peerCQ.produce(wc) {
 		c.sendCtrl(msgOverrun, 0, 0)
 		return
 	}
-	c.peerCQ.notify(wc.Flags&driver.WCSolicited != 0, wc.Status != driver.WCSuccess)
+	c.peerNotify.notify(wc.Flags&driver.WCSolicited != 0, wc.Status != driver.WCSuccess)
 }
 
 // copyOut copies src into the peer memory dst, in order.

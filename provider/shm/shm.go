@@ -23,8 +23,10 @@
 // itself: an RDMA Read is one copy from the mapped remote region into the
 // local buffer, a Write the reverse, an atomic a CPU atomic instruction on
 // the shared word, a Send one copy into the buffer the receiver posted,
-// whose completion the sender writes into the receiver's CQ ring. The
-// remote CPU does nothing for one-sided operations.
+// whose completion the sender writes into the receiving QP's completion
+// ring, naming the receive by its position (the receiver takes its WRID
+// from its own record). The remote CPU does nothing for one-sided
+// operations.
 //
 // The control plane is a Unix socket per connection (cm addresses
 // shm:///path/to.sock and shm://@abstract-name): it carries the
@@ -332,16 +334,17 @@ func (si *segInfo) uncount(m *mr) bool {
 }
 
 // shareable says whether the peer of q may map the segment, and whether
-// writable: only segments with remote rights or receive buffers of q's
-// receive queue are ever handed out, and writable only for remote write,
-// atomics or those receives. devCtx.segMu is held.
+// writable: only segments with remote rights that q grants too
+// (peerRights) or receive buffers of q's receive queue are ever handed
+// out, and writable only for remote write, atomics or those receives.
+// devCtx.segMu is held.
 func (si *segInfo) shareable(q *qp, write bool) (ok, writable bool) {
 	recv := si.recvFor(q)
 	if write {
-		w := recv || si.access&(driver.AccessRemoteWrite|driver.AccessRemoteAtomic) != 0
+		w := recv || q.peerRights(si.access)&(driver.AccessRemoteWrite|driver.AccessRemoteAtomic) != 0
 		return w, w
 	}
-	return recv || si.access&driver.RemoteAccess != 0, false
+	return recv || q.peerRights(si.access) != 0, false
 }
 
 func (c *devCtx) QueryDevice() driver.DeviceAttr { return deviceAttr }
@@ -535,10 +538,10 @@ func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID u
 }
 
 // reaches reports whether q's peer may reach m: it is a region of q's PD
-// with remote rights, or one a receive of q's receive queue was posted
-// in.
+// with remote rights that q grants too (peerRights), or one a receive of
+// q's receive queue was posted in.
 func (q *qp) reaches(m *mr) bool {
-	return m.pd == q.pd && (m.access&driver.RemoteAccess != 0 || q.recvSet().has(m.key))
+	return m.pd == q.pd && (q.peerRights(m.access) != 0 || q.recvSet().has(m.key))
 }
 
 // recvSet is the set of q's receive queue: its SRQ's, or its own.
@@ -559,11 +562,11 @@ func (c *devCtx) forgetRecvs(rs *recvSet) {
 }
 
 // grantAll writes m's key, a region with remote rights, into the grant
-// table of every QP of its PD, so that the peers' first access needs
+// table of every QP of its PD whose access flags grant one of them, so that the peers' first access needs
 // nothing from this process. devCtx.mu is held (for reading, at least).
 func (c *devCtx) grantAll(m *mr) {
 	for q := range c.qps {
-		if q.pd == m.pd {
+		if q.reaches(m) {
 			q.grantMu.Lock()
 			q.grantLocked(m.key)
 			q.grantMu.Unlock()
@@ -572,10 +575,12 @@ func (c *devCtx) grantAll(m *mr) {
 }
 
 // grantLocked copies key's slot of the context's table into the QP's
-// grant table; false if the key is not registered. q.grantMu is held.
+// grant table, with only the remote rights the QP grants too; false if
+// the key is not registered. q.grantMu is held.
 func (q *qp) grantLocked(key uint32) bool {
 	k, ok := q.ctx.keys.lookup(key)
 	if ok {
+		k.access = k.access&^driver.RemoteAccess | q.peerRights(k.access)
 		q.grants.publish(keytab.Index(key), k)
 	}
 	return ok

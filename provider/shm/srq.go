@@ -38,7 +38,7 @@ func (p *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &srq{ctx: p.ctx, userCtx: a.UserCtx, seg: seg, ring: initRecvRing(seg.mem, n, int(a.MaxSGE)), n: n, maxWR: a.MaxWR, maxSGE: a.MaxSGE}
+	s := &srq{ctx: p.ctx, userCtx: a.UserCtx, seg: seg, ring: initRecvRing(seg.mem, n, int(a.MaxSGE), srqLogSize(n)), n: n, maxWR: a.MaxWR, maxSGE: a.MaxSGE}
 	s.ring.h.state.Store(a.Limit)
 	s.armed = a.Limit > 0
 	p.ctx.mu.Lock()

@@ -118,9 +118,10 @@ func TestListenerTrustsOwnUserOnly(t *testing.T) {
 	}
 }
 
-// grantPair connects two in-process endpoints (B listening with cfg)
-// and returns them with the requester's connection to B.
-func grantPair(t *testing.T, cfg cm.ListenConfig) (*verbstest.Local, *verbstest.Local, *conn) {
+// connectedPair connects two in-process endpoints, A dialling B, which
+// listens with cfg; with access not 0, B's QP is moved to Init with
+// those access flags first. It returns them with A's connection to B.
+func connectedPair(t *testing.T, cfg cm.ListenConfig, access verbs.AccessFlags) (*verbstest.Local, *verbstest.Local, *conn) {
 	t.Helper()
 	opts := verbstest.PairOptions{}.Defaults()
 	a, err := verbstest.NewLocal(DeviceName, opts, false)
@@ -133,7 +134,13 @@ func grantPair(t *testing.T, cfg cm.ListenConfig) (*verbstest.Local, *verbstest.
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	addr := uniqueAddr("grants")
+	if access != 0 {
+		if err := b.QPs[0].Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: access},
+			verbs.QPAttrState|verbs.QPAttrPort|verbs.QPAttrAccessFlags); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := uniqueAddr("pair")
 	l, err := cm.ListenWith(addr, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -149,11 +156,7 @@ func grantPair(t *testing.T, cfg cm.ListenConfig) (*verbstest.Local, *verbstest.
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	aq := driverQP(a.QPs[0])
-	aq.mu.Lock()
-	c := aq.conn
-	aq.mu.Unlock()
-	return a, b, c
+	return a, b, connOf(driverQP(a.QPs[0]))
 }
 
 // keysIn returns every key a slot of the mapped table mem names, read as
@@ -175,7 +178,7 @@ func keysIn(mem []byte) map[uint32]bool {
 // region's key, not the key of a region of another PD. Asking for those
 // fails and does not add them, and a Dereg takes a key out.
 func TestGrantTableHoldsOnlyReachableKeys(t *testing.T) {
-	a, b, c := grantPair(t, cm.ListenConfig{})
+	a, b, c := connectedPair(t, cm.ListenConfig{}, 0)
 	given, _ := b.NewRegion(64, verbs.AccessLocalWrite|verbs.RemoteAccess)
 	private, _ := b.NewRegion(64, verbs.AccessLocalWrite)
 	otherPD, err := b.Ctx.AllocPD()
@@ -224,35 +227,9 @@ func TestGrantTableHoldsOnlyReachableKeys(t *testing.T) {
 // next Dial is rejected for the back-off period.
 func TestRefusedKeysCutThePeerOff(t *testing.T) {
 	cfg := cm.ListenConfig{Strikes: 2, Backoff: time.Hour}
-	addr := uniqueAddr("guard")
-	l, err := cm.ListenWith(addr, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, bpd, bcq := openShm(t)
-	go func() {
-		for {
-			req, err := l.Accept(context.Background())
-			if err != nil {
-				return
-			}
-			qp, err := bpd.CreateQP(verbs.QPInitAttr{SendCQ: bcq, RecvCQ: bcq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-			if err != nil {
-				req.Reject(nil)
-				continue
-			}
-			req.Accept(qp, nil)
-		}
-	}()
-	target, err := bpd.AllocMR(64, verbs.AccessLocalWrite|verbs.RemoteAccess)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, apd, acq := openShm(t)
-	local, _ := apd.AllocMR(64, verbs.AccessLocalWrite)
+	addr, target, apd, acq, local := guessTarget(t, cfg, 64)
 	for i := range 2 {
-		qp, err := apd.CreateQP(verbs.QPInitAttr{SendCQ: acq, RecvCQ: acq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		qp, err := smallQP(apd, acq)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -272,7 +249,7 @@ func TestRefusedKeysCutThePeerOff(t *testing.T) {
 		qp.Destroy()
 		cancel()
 	}
-	qp, err := apd.CreateQP(verbs.QPInitAttr{SendCQ: acq, RecvCQ: acq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	qp, err := smallQP(apd, acq)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,30 +262,38 @@ func TestRefusedKeysCutThePeerOff(t *testing.T) {
 	}
 }
 
-// openShm opens shm0 with a PD and a CQ, closed when the test ends.
-func openShm(t *testing.T) (*verbs.Context, *verbs.PD, *verbs.CQ) {
+// guessTarget listens at a fresh address with cfg, accepting every Dial
+// with a fresh QP until the test ends, and registers there a target
+// region of size bytes with every remote right; it returns the address
+// and the target with the guesser's PD, CQ and a local buffer of 64
+// bytes.
+func guessTarget(t *testing.T, cfg cm.ListenConfig, size int) (string, *verbs.MR, *verbs.PD, *verbs.CQ, *verbs.MR) {
 	t.Helper()
-	ctx, err := verbs.Open(DeviceName)
+	addr := uniqueAddr("guess")
+	l, err := cm.ListenWith(addr, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ctx.Close() })
-	pd, err := ctx.AllocPD()
+	_, bpd, bcq := openShm(t)
+	served := acceptAll(l, bpd, bcq)
+	t.Cleanup(func() { l.Close(); <-served })
+	target, err := bpd.AllocMR(size, verbs.AccessLocalWrite|verbs.RemoteAccess)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cq, err := ctx.CreateCQ(64)
+	_, apd, acq := openShm(t)
+	local, err := apd.AllocMR(64, verbs.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ctx, pd, cq
+	return addr, target, apd, acq, local
 }
 
 // guessOnce connects a fresh QP of apd to addr and writes with rkey;
 // false if the dial was refused. The Write must fail.
 func guessOnce(t *testing.T, apd *verbs.PD, acq *verbs.CQ, local *verbs.MR, addr string, rkey uint32, raddr uint64) bool {
 	t.Helper()
-	qp, err := apd.CreateQP(verbs.QPInitAttr{SendCQ: acq, RecvCQ: acq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	qp, err := smallQP(apd, acq)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,37 +328,7 @@ func TestGuessRate(t *testing.T) {
 			name, cfg = "Default", cm.ListenConfig{}
 		}
 		t.Run(name, func(t *testing.T) {
-			addr := uniqueAddr("guess")
-			l, err := cm.ListenWith(addr, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, bpd, bcq := openShm(t)
-			served := make(chan struct{})
-			go func() {
-				defer close(served)
-				for {
-					req, err := l.Accept(context.Background())
-					if err != nil {
-						return
-					}
-					qp, err := bpd.CreateQP(verbs.QPInitAttr{SendCQ: bcq, RecvCQ: bcq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-					if err != nil {
-						req.Reject(nil)
-						continue
-					}
-					if _, err := req.Accept(qp, nil); err != nil {
-						qp.Destroy()
-					}
-				}
-			}()
-			defer func() { l.Close(); <-served }()
-			target, err := bpd.AllocMR(4096, verbs.AccessLocalWrite|verbs.RemoteAccess)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, apd, acq := openShm(t)
-			local, _ := apd.AllocMR(64, verbs.AccessLocalWrite)
+			addr, target, apd, acq, local := guessTarget(t, cfg, 4096)
 			const n = 60
 			start, made := time.Now(), 0
 			for i := range uint32(n) {
