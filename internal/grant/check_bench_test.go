@@ -11,16 +11,8 @@ import (
 func BenchmarkCheckRegion(b *testing.B) {
 	pd := &testPD{1}
 	var tab keytab.Table[Entry[*region]]
-	m := &region{}
-	k, _ := tab.Insert(func(k uint32) Entry[*region] {
-		m.key = k
-		m.pd = pd
-		m.access = driver.RemoteAccess
-		m.addr = 4096
-		m.len = 1 << 20
-		m.valid = true
-		return Entry[*region]{MR: m}
-	})
+	m := newRegion(4096, 1<<20, driver.RemoteAccess, pd)
+	k, _ := tab.Insert(func(k uint32) Entry[*region] { m.key = k; return RegionEntry(m) })
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, f := Check(&tab, k, any(pd), nil, 8192, 64, driver.AccessRemoteWrite); f != OK {
@@ -34,16 +26,8 @@ func BenchmarkCheckRegion(b *testing.B) {
 func BenchmarkCheckRegionDirect(b *testing.B) {
 	pd := &testPD{1}
 	var tab keytab.Table[*region]
-	m := &region{}
-	k, _ := tab.Insert(func(k uint32) *region {
-		m.key = k
-		m.pd = pd
-		m.access = driver.RemoteAccess
-		m.addr = 4096
-		m.len = 1 << 20
-		m.valid = true
-		return m
-	})
+	m := newRegion(4096, 1<<20, driver.RemoteAccess, pd)
+	k, _ := tab.Insert(func(k uint32) *region { m.key = k; return m })
 	b.ReportAllocs()
 	for b.Loop() {
 		r, _ := tab.Lookup(k)

@@ -5,9 +5,9 @@
 // loop0, shm0 and tcp0.
 //
 // A provider keeps its keys in a keytab.Table[Entry[R]], R being its
-// region type: an entry holds either a region (MR) or a window (W), so
-// that regions and windows share one key space and a key names one of
-// them at most. Check resolves a key for an access (loop0 and tcp0 call
+// region type: an entry holds either a region (MR, with its Extent, made
+// by RegionEntry) or a window (W), so that regions and windows share one
+// key space and a key names one of them at most. Check resolves a key for an access (loop0 and tcp0 call
 // it for every remote access, CheckLocal for every lkey; shm0's peers
 // check grants in their own process, and shm0 publishes a window's
 // Current binding into the grant tables they read, beside its regions').
@@ -24,13 +24,17 @@
 //     write or atomics) and a range inside the region; the window's
 //     rights need not be the region's: the region may grant no remote
 //     access of its own, and a peer then reaches it only through its
-//     windows, with their rights. A type 2 window binds only
-//     while unbound, to the QP the bind is posted on, which must be of
-//     the window's PD, and never with a zero length; a type 1 window
+//     windows, with their rights. A type 2 window binds only while
+//     unbound, to the QP the bind is posted on, which must be of the
+//     window's PD, and never with a zero length; a type 1 window
 //     rebinds while bound, and a zero length unbinds it.
 //   - Every bind draws the window a new key from the table, as a
 //     registration does (crypto/rand; never a live or recently revoked
-//     key): the key of the previous binding fails from then on.
+//     key, so never the key it replaces): the key of the previous
+//     binding fails from then on. A bind request names its window
+//     itself (MWBind.MW, as ibv_bind_mw's does), so that binds posted
+//     back to back execute in order, each on the key the one before
+//     gave; one naming it by key must carry its current key.
 //   - Only a bound type 2 window is invalidated: locally (OpLocalInv)
 //     on a QP of its PD, remotely (Send with Invalidate) only on the QP
 //     it is bound to. An invalidated window keeps its key, which names
@@ -49,34 +53,47 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/goverbs/goverbs/internal/keytab"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
-// Region is a provider's registered memory region as the check sees it.
-// Its Grant must be safe to call without the provider's locks.
+// Region is a provider's registered memory region as the check sees it:
+// its Extent, the same one for the region's life.
 type Region interface {
 	comparable
-	Grant() Extent
+	Extent() *Extent
 }
 
-// Extent describes a region: its key, virtual range, rights, protection
-// domain (compared by identity) and whether it is still registered.
+// Extent describes a region to the check: its virtual range, rights and
+// protection domain (compared by identity), fixed when the region is
+// registered, and whether it was revoked since (deregistered, or
+// invalidated). A provider keeps one in each region, built in place.
 type Extent struct {
-	Key    uint32
-	Addr   uint64
-	Len    uint64
-	Access driver.AccessFlags
-	PD     any
-	Valid  bool
+	Addr    uint64
+	Len     uint64
+	Access  driver.AccessFlags
+	PD      any
+	revoked atomic.Bool
 }
 
-// Entry is the value a key table holds for a key: a region or a window.
+// Revoke marks the region revoked: the check refuses it from then on.
+func (x *Extent) Revoke() { x.revoked.Store(true) }
+
+// Revoked reports whether the region was revoked.
+func (x *Extent) Revoked() bool { return x.revoked.Load() }
+
+// Entry is the value a key table holds for a key: a region (MR, with its
+// Extent in X, so that the check reads it without a call) or a window.
 type Entry[R Region] struct {
 	MR R
+	X  *Extent
 	W  *Window[R]
 }
+
+// RegionEntry is the entry of region m.
+func RegionEntry[R Region](m R) Entry[R] { return Entry[R]{MR: m, X: m.Extent()} }
 
 // Fault says why a key check failed, in terms a provider maps to its
 // wire's error codes (a Terminate's, or a completion status).
@@ -122,6 +139,7 @@ type Window[R Region] struct {
 type binding[R Region] struct {
 	key    uint32
 	mr     R
+	x      *Extent // mr's, checked for its revocation
 	addr   uint64
 	length uint64
 	access driver.AccessFlags
@@ -180,36 +198,14 @@ func AllocMW[R Region](tab *keytab.Table[Entry[R]], typ driver.MWType, pd any) (
 func Check[R Region](tab *keytab.Table[Entry[R]], key uint32, pd, qp any, addr, n uint64, need driver.AccessFlags) (R, Fault) {
 	var zero R
 	e, ok := tab.Lookup(key)
-	if !ok {
-		return zero, BadKey
-	}
-	if w := e.W; w != nil {
-		b := w.cur.Load()
-		switch {
-		case b == nil || b.key != key:
-			return zero, BadKey
-		case w.pd != pd || b.qp != nil && b.qp != qp:
-			return zero, NotAssoc
-		case b.access&need != need:
-			return zero, Rights
-		case !inside(addr, n, b.addr, b.length):
-			return zero, Bounds
-		}
-		if x := b.mr.Grant(); !x.Valid {
-			return zero, BadKey
-		}
-		return b.mr, OK
-	}
-	x := e.MR.Grant()
 	switch {
-	case !x.Valid || x.Key != key:
+	case !ok:
 		return zero, BadKey
-	case x.PD != pd:
-		return zero, NotAssoc
-	case x.Access&need != need:
-		return zero, Rights
-	case !inside(addr, n, x.Addr, x.Len):
-		return zero, Bounds
+	case e.W != nil:
+		return checkWindow(e.W, key, pd, qp, addr, n, need)
+	}
+	if f := e.X.check(pd, addr, n, need); f != OK {
+		return zero, f
 	}
 	return e.MR, OK
 }
@@ -217,11 +213,59 @@ func Check[R Region](tab *keytab.Table[Entry[R]], key uint32, pd, qp any, addr, 
 // CheckLocal resolves key as an lkey: as Check, but a window's key names
 // nothing (a window grants remote access only).
 func CheckLocal[R Region](tab *keytab.Table[Entry[R]], key uint32, pd any, addr, n uint64, need driver.AccessFlags) (R, Fault) {
-	if e, _ := tab.Lookup(key); e.W != nil {
-		var zero R
+	var zero R
+	e, ok := tab.Lookup(key)
+	if !ok || e.W != nil {
 		return zero, BadKey
 	}
-	return Check(tab, key, pd, nil, addr, n, need)
+	if f := e.X.check(pd, addr, n, need); f != OK {
+		return zero, f
+	}
+	return e.MR, OK
+}
+
+// check is Check of the region of x: its fields compared in place.
+func (x *Extent) check(pd any, addr, n uint64, need driver.AccessFlags) Fault {
+	switch {
+	case x.revoked.Load():
+		return BadKey
+	case !same(x.PD, pd):
+		return NotAssoc
+	case x.Access&need != need:
+		return Rights
+	case !inside(addr, n, x.Addr, x.Len):
+		return Bounds
+	}
+	return OK
+}
+
+// checkWindow is Check of window w.
+func checkWindow[R Region](w *Window[R], key uint32, pd, qp any, addr, n uint64, need driver.AccessFlags) (R, Fault) {
+	var zero R
+	b := w.cur.Load()
+	switch {
+	case b == nil || b.key != key:
+		return zero, BadKey
+	case !same(w.pd, pd) || b.qp != nil && !same(b.qp, qp):
+		return zero, NotAssoc
+	case b.access&need != need:
+		return zero, Rights
+	case !inside(addr, n, b.addr, b.length):
+		return zero, Bounds
+	case b.x.revoked.Load():
+		return zero, BadKey
+	}
+	return b.mr, OK
+}
+
+// same reports whether a and b hold the same object: protection domains
+// and QPs are compared by identity. It compares the interfaces' words
+// (type and data) rather than calling the runtime's interface equality:
+// for a pointer the data word is the pointer, and for any other dynamic
+// type equal words mean the same boxed value, so it never reports two
+// different objects as the same.
+func same(a, b any) bool {
+	return *(*[2]uintptr)(unsafe.Pointer(&a)) == *(*[2]uintptr)(unsafe.Pointer(&b))
 }
 
 // inside reports whether [addr, addr+n) lies inside [base, base+length).
@@ -290,9 +334,9 @@ func (w *Window[R]) Bind(tab *keytab.Table[Entry[R]], mr R, b *driver.MWBind, qp
 		return fail("a window grants remote rights only, not %v", b.Access&^driver.RemoteAccess)
 	}
 	if b.Length != 0 {
-		x := mr.Grant()
+		x := mr.Extent()
 		switch {
-		case !x.Valid || x.Key != b.LKey:
+		case x.Revoked():
 			return fail("lkey %#x names no registered region", b.LKey)
 		case x.PD != w.pd:
 			return fail("the region belongs to another protection domain than the window")
@@ -321,7 +365,7 @@ func (w *Window[R]) Bind(tab *keytab.Table[Entry[R]], mr R, b *driver.MWBind, qp
 		if view != nil {
 			mr = view(mr, b)
 		}
-		nb := &binding[R]{key: nk, mr: mr, addr: b.Addr, length: b.Length, access: b.Access}
+		nb := &binding[R]{key: nk, mr: mr, x: mr.Extent(), addr: b.Addr, length: b.Length, access: b.Access}
 		if w.typ == driver.MWType2 {
 			nb.qp = qp
 		}

@@ -68,10 +68,11 @@ func (w *mw) Dealloc() error {
 // it.
 func (c *devCtx) view(m *mr, b *driver.MWBind) *mr {
 	off := b.Addr - m.addr
-	v := &mr{ctx: c, pd: m.pd, buf: m.buf[off : off+b.Length], addr: b.Addr, access: b.Access, parent: m}
+	v := &mr{ctx: c, pd: m.pd, buf: m.buf[off : off+b.Length], addr: b.Addr, access: b.Access, parent: m,
+		ext: grant.Extent{Addr: b.Addr, Len: b.Length, Access: b.Access, PD: m.pd}}
 	c.mu.Lock()
-	if m.revoked.Load() {
-		v.revoked.Store(true)
+	if m.ext.Revoked() {
+		v.ext.Revoke()
 	} else {
 		m.views = append(m.views, v)
 	}
@@ -85,7 +86,7 @@ func (c *devCtx) view(m *mr, b *driver.MWBind) *mr {
 // itself).
 func (c *devCtx) revokeView(v *mr, wait bool) {
 	c.mu.Lock()
-	v.revoked.Store(true)
+	v.ext.Revoke()
 	if p := v.parent; p != nil {
 		if i := slices.Index(p.views, v); i >= 0 {
 			p.views = slices.Delete(p.views, i, i+1)
