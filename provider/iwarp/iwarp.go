@@ -199,7 +199,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/goverbs/goverbs/internal/grant"
@@ -318,10 +317,10 @@ type mr struct {
 	buf    []byte
 	addr   uint64
 	access driver.AccessFlags
-	// revoked: deregistered or invalidated. Set under ctx.mu; receivers
-	// also check it without ctx.mu before each placement into the region
-	// (see Dereg).
-	revoked atomic.Bool
+	// ext is the region to the key check; it is revoked (deregistered
+	// or invalidated) under ctx.mu, and receivers also check it without
+	// ctx.mu before each placement into the region (see Dereg).
+	ext grant.Extent
 	// A memory window's binding resolves to a view of its region: an mr
 	// of its own (parent the region, stag the window's key, buf and
 	// access the binding's), so that what is under way through the
@@ -331,16 +330,14 @@ type mr struct {
 	views  []*mr
 }
 
-// Grant implements grant.Region.
-func (m *mr) Grant() grant.Extent {
-	return grant.Extent{Key: m.stag, Addr: m.addr, Len: uint64(len(m.buf)), Access: m.access, PD: m.pd, Valid: !m.revoked.Load()}
-}
+// Extent implements grant.Region.
+func (m *mr) Extent() *grant.Extent { return &m.ext }
 
 // revokeLocked revokes m and its views. ctx.mu is held.
 func (m *mr) revokeLocked() {
-	m.revoked.Store(true)
+	m.ext.Revoke()
 	for _, v := range m.views {
-		v.revoked.Store(true)
+		v.ext.Revoke()
 	}
 	m.views = nil
 }
@@ -364,8 +361,10 @@ func (p *pd) register(buf []byte, access driver.AccessFlags) (driver.MR, error) 
 	}
 	var m *mr
 	_, err := c.mrs.Insert(func(stag uint32) grant.Entry[*mr] {
-		m = &mr{ctx: c, pd: p, stag: stag, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access}
-		return grant.Entry[*mr]{MR: m}
+		addr := uint64(uintptr(unsafe.Pointer(&buf[0])))
+		m = &mr{ctx: c, pd: p, stag: stag, buf: buf, addr: addr, access: access,
+			ext: grant.Extent{Addr: addr, Len: uint64(len(buf)), Access: access, PD: p}}
+		return grant.RegionEntry(m)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", driver.ErrNoResources, err)
@@ -493,7 +492,7 @@ func (c *devCtx) spanLocked(stag uint32, p *pd, q *qp, addr, n uint64, need driv
 // span is spanLocked of m, the region found for stag (nil if none).
 func (m *mr) span(stag uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, *mr, accessError) {
 	switch {
-	case m == nil || m.stag != stag || m.revoked.Load():
+	case m == nil || m.stag != stag || m.ext.Revoked():
 		return nil, nil, accessBadSTag
 	case m.pd != p:
 		return nil, nil, accessNotAssoc
@@ -542,7 +541,7 @@ func (c *devCtx) invalidate(stag uint32, q *qp) bool {
 		c.mu.Unlock()
 		return false
 	}
-	if m.revoked.Load() {
+	if m.ext.Revoked() {
 		// Invalid already: the verbs let an STag be invalidated
 		// again, as siw does.
 		c.mu.Unlock()

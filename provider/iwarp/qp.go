@@ -72,7 +72,7 @@ type qp struct {
 // receive SG lists), through q.mrCache. q.mu is held.
 func (q *qp) localSpan(g *driver.SGE, need driver.AccessFlags) ([]byte, *mr, accessError) {
 	slot := &q.mrCache[g.LKey%uint32(len(q.mrCache))]
-	if m := *slot; m != nil && m.stag == g.LKey && !m.revoked.Load() {
+	if m := *slot; m != nil && m.stag == g.LKey && !m.ext.Revoked() {
 		return m.span(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
 	}
 	b, m, e := q.ctx.span(g.LKey, q.pd, nil, g.Addr, uint64(g.Length), need)

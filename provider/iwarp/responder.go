@@ -473,7 +473,7 @@ func (c *conn) addResponses(b *txBatch) {
 				if !c.crc {
 					c.pin(e.mr)
 				}
-				if e.mr.revoked.Load() {
+				if e.mr.ext.Revoked() {
 					// Dereg ends the stream (revokeRead): nothing
 					// more of the region goes out.
 					return

@@ -389,18 +389,6 @@ func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	}
 	var wc driver.WorkCompletion
 	c.recvCompletion(&wc, wr, r.pos, driver.WCRecv)
-	if wr.Opcode == driver.OpSendWithInv {
-		// The peer invalidates its window before the message is placed
-		// (mw.go): one it may not invalidate takes no message.
-		if !c.askInvalidate(wr.InvalidateRKey) {
-			wc.Status = driver.WCRemInvReqErr
-			c.peerComplete(&wc)
-			c.peerError(driver.EventQPReqErr)
-			return driver.WCRemInvReqErr
-		}
-		wc.Flags |= driver.WCWithInv
-		wc.InvalidatedRKey = wr.InvalidateRKey
-	}
 	dst := &c.dst
 	var room uint64
 	for i := range r.n {
@@ -418,6 +406,20 @@ func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 		c.peerComplete(&wc)
 		c.peerError(driver.EventQPReqErr)
 		return driver.WCRemInvReqErr
+	}
+	if wr.Opcode == driver.OpSendWithInv {
+		// The peer invalidates its window once the receive is known to
+		// take the message, and before it is placed (mw.go): a Send
+		// that fails at the receive leaves the window bound, and one
+		// the peer may not invalidate places nothing.
+		if !c.askInvalidate(wr.InvalidateRKey) {
+			wc.Status = driver.WCRemInvReqErr
+			c.peerComplete(&wc)
+			c.peerError(driver.EventQPReqErr)
+			return driver.WCRemInvReqErr
+		}
+		wc.Flags |= driver.WCWithInv
+		wc.InvalidatedRKey = wr.InvalidateRKey
 	}
 	n, ok := c.copyOut(dst[:r.n], src)
 	if !ok {

@@ -401,18 +401,19 @@ type mr struct {
 	// recvPosted: a receive was posted into the region, which a peer's
 	// Send may then write (Dereg has such a region's peers confirm).
 	recvPosted atomic.Bool
-	// counted: m is in its segment's pds (it has remote rights, or a
-	// receive was posted into it); guarded by devCtx.segMu.
+	// counted: m is in its segment's pds (it has remote rights, a
+	// receive was posted into it, or a window was bound to it); guarded
+	// by devCtx.segMu.
 	counted bool
-	// dead: deregistered (Grant reports it invalid to the windows bound
-	// to it).
-	dead atomic.Bool
+	// ext is the region to the key check, revoked at Dereg.
+	ext grant.Extent
+	// windowed: a window was bound to the region, which peers may then
+	// reach through it (Dereg has its peers confirm).
+	windowed atomic.Bool
 }
 
-// Grant implements grant.Region.
-func (m *mr) Grant() grant.Extent {
-	return grant.Extent{Key: m.key, Addr: m.addr, Len: uint64(len(m.buf)), Access: m.access, PD: m.pd, Valid: !m.dead.Load()}
-}
+// Extent implements grant.Region.
+func (m *mr) Extent() *grant.Extent { return &m.ext }
 
 func (p *pd) AllocMR(size int, access driver.AccessFlags) (driver.MR, error) {
 	seg, err := newSegment("mr", size)
@@ -467,8 +468,10 @@ func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID u
 	c := p.ctx
 	var m *mr
 	_, err := c.mrs.Insert(func(key uint32) grant.Entry[*mr] {
-		m = &mr{ctx: c, pd: p, key: key, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access}
-		return grant.Entry[*mr]{MR: m}
+		addr := uint64(uintptr(unsafe.Pointer(&buf[0])))
+		m = &mr{ctx: c, pd: p, key: key, buf: buf, addr: addr, access: access,
+			ext: grant.Extent{Addr: addr, Len: uint64(len(buf)), Access: access, PD: p}}
+		return grant.RegionEntry(m)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", driver.ErrNoResources, err)
@@ -570,7 +573,7 @@ func (m *mr) Dereg() error {
 		c.mu.Unlock()
 		return driver.ErrClosed
 	}
-	m.dead.Store(true)
+	m.ext.Revoke()
 	c.keys.revoke(keytab.Index(m.key))
 	c.mrs.Remove(m.key)
 	for q := range c.qps {
@@ -601,9 +604,10 @@ func (m *mr) Dereg() error {
 	// copying now, up to a whole message), so that nothing touches the
 	// memory once Dereg returns.
 	// Only peers of the region's PD can reach it, and only a region with
-	// remote rights, or one a receive was posted into.
+	// remote rights, one a receive was posted into, or one a window was
+	// bound to.
 	var conns []*conn
-	if m.access&driver.RemoteAccess != 0 || m.recvPosted.Load() {
+	if m.access&driver.RemoteAccess != 0 || m.recvPosted.Load() || m.windowed.Load() {
 		c.connMu.Lock()
 		for cn := range c.conns {
 			if cn.q.pd == m.pd {

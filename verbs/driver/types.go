@@ -143,7 +143,10 @@ type SendWR struct {
 	SGList []SGE
 	Opcode Opcode
 	Flags  SendFlags
-	// Imm is the immediate data of OpSendWithImm and OpRDMAWriteWithImm.
+	// Imm is the immediate data of OpSendWithImm and OpRDMAWriteWithImm,
+	// a number: it crosses the wire in network byte order, and the
+	// receiver's WorkCompletion.Imm is the same number (a C peer reads it
+	// as ntohl(wc.imm_data), and its htonl(x) arrives here as x).
 	Imm uint32
 	// InvalidateRKey is the rkey invalidated by OpSendWithInv (at the
 	// peer) and OpLocalInv (locally): a type 2 memory window's.
@@ -188,12 +191,19 @@ func (t MWType) String() string {
 
 // MWBind is the binding an OpBindMW work request makes (struct
 // ibv_mw_bind_info, with the window): Length bytes at Addr of the region
-// whose lkey is LKey, granting Access (a subset of the region's remote
-// rights) through the window whose current rkey is RKey. The region must
-// have been registered with AccessMWBind. A zero Length unbinds a type 1
+// whose lkey is LKey, granting Access through the window MW (or, if MW
+// is nil, the window whose current rkey is RKey). The region must have
+// been registered with AccessMWBind, and with AccessLocalWrite for a
+// window granting AccessRemoteWrite or AccessRemoteAtomic; the window's
+// rights need not be the region's own (a region without remote rights is
+// reached through its windows alone). A zero Length unbinds a type 1
 // window; a type 2 window refuses it. The bind gives the window a new
-// rkey, read with MW.RKey once the bind has completed.
+// rkey, read with MW.RKey once the bind has completed; binds of one
+// window posted back to back execute in order, each on the key the one
+// before gave.
 type MWBind struct {
+	// MW is the window to bind; nil names it by RKey.
+	MW     MW
 	RKey   uint32
 	LKey   uint32
 	Addr   uint64
@@ -359,7 +369,7 @@ type WorkCompletion struct {
 	Flags           WCFlags
 	VendorErr       uint32
 	ByteLen         uint32 // bytes received (receives) or read (RDMA Read)
-	Imm             uint32 // immediate data when Flags has WCWithImm
+	Imm             uint32 // immediate data when Flags has WCWithImm: the sender's SendWR.Imm, whatever either host's byte order
 	InvalidatedRKey uint32 // when Flags has WCWithInv
 	QPNum           uint32 // the local QP the work request was posted to
 	SrcQP           uint32 // the remote QP (receives)
