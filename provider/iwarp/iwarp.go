@@ -195,7 +195,9 @@ package iwarp
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -214,39 +216,16 @@ const maxSGE = 16
 
 // maxRdAtomic is the most Reads and atomics a QP has outstanding as a
 // requester (ORD) or serves at once as a responder (IRD).
-const maxRdAtomic = 16
+const maxRdAtomic = soft.MaxRdAtomic
 
 // maxPrivateData is the private data cm carries: what Linux takes in an
 // MPA frame (256 bytes) less the RFC 6581 block and goverbs' extension
 // block.
 const maxPrivateData = 244
 
-var deviceAttr = driver.DeviceAttr{
-	Name:            DeviceName,
-	Transport:       "iwarp",
-	FWVersion:       "goverbs-iwarp 1",
-	MaxMRSize:       1 << 36,
-	MaxQP:           1 << 14,
-	MaxQPWR:         1 << 14,
-	MaxSGE:          maxSGE,
-	MaxCQ:           1 << 14,
-	MaxCQE:          1 << 20,
-	MaxMR:           keytab.MaxLen,
-	MaxPD:           1 << 14,
-	MaxQPRdAtom:     maxRdAtomic,
-	MaxQPInitRdAtom: maxRdAtomic,
-	MaxSRQ:          1 << 12,
-	MaxSRQWR:        1 << 14,
-	MaxSRQSGE:       maxSGE,
-	MaxInlineData:   1024,
-	MaxMsgSize:      1 << 31,
-	MaxPrivateData:  maxPrivateData,
-	AtomicCap:       driver.AtomicGlob,
-	Caps: driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess |
-		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList |
-		driver.CapQPErrorEvents | driver.CapTransportRetry | driver.CapMemoryWindows,
-	PhysPortCnt: 1,
-}
+var deviceAttr = soft.DeviceAttr(DeviceName, "iwarp", soft.Limits{MaxMRSize: 1 << 36, MaxSGE: maxSGE,
+	MaxQP: 1 << 14, MaxCQ: 1 << 14, MaxMR: keytab.MaxLen, MaxPD: 1 << 14, MaxSRQ: 1 << 12, MaxPrivateData: maxPrivateData,
+	Caps: driver.CapCrossProcess | driver.CapTransportRetry})
 
 func init() {
 	verbs.Register("iwarp", &provider{})
@@ -299,10 +278,7 @@ func (c *devCtx) Close() error {
 		return nil
 	}
 	c.closed = true
-	qps := make([]*qp, 0, len(c.qps))
-	for q := range c.qps {
-		qps = append(qps, q)
-	}
+	qps := slices.Collect(maps.Keys(c.qps))
 	c.mu.Unlock()
 	for _, q := range qps {
 		q.Destroy()

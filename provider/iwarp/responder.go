@@ -327,8 +327,8 @@ func (c *conn) rxImmData(h wire.Hdr) error {
 	if !q.accepts() || q.c != c {
 		return io.EOF
 	}
-	var r rwqe
-	if !q.takeRecv(&r) {
+	r := &rx.immRecv
+	if !q.takeRecv(r) {
 		return protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPNoBuffer, driver.EventQPReqErr,
 			"an RDMA Write with immediate arrived and no receive is posted")
 	}

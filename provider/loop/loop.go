@@ -60,32 +60,9 @@ type fabric struct {
 
 var fab = &fabric{qps: map[uint32]*qp{}, nextQPN: 0x11, listeners: map[string]*listener{}}
 
-var deviceAttr = driver.DeviceAttr{
-	Name:            DeviceName,
-	Transport:       "loop",
-	FWVersion:       "goverbs-loop 1",
-	MaxMRSize:       1 << 34,
-	MaxQP:           1 << 14,
-	MaxQPWR:         1 << 14,
-	MaxSGE:          maxSGE,
-	MaxCQ:           1 << 14,
-	MaxCQE:          1 << 20,
-	MaxMR:           keytab.MaxLen,
-	MaxPD:           1 << 14,
-	MaxQPRdAtom:     16,
-	MaxQPInitRdAtom: 16,
-	MaxSRQ:          1 << 14,
-	MaxSRQWR:        1 << 14,
-	MaxSRQSGE:       maxSGE,
-	MaxInlineData:   1024,
-	MaxMsgSize:      1 << 31,
-	MaxPrivateData:  196,
-	AtomicCap:       driver.AtomicGlob,
-	Caps: driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics |
-		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList |
-		driver.CapQPErrorEvents | driver.CapMemoryWindows,
-	PhysPortCnt: 1,
-}
+var deviceAttr = soft.DeviceAttr(DeviceName, "loop", soft.Limits{MaxMRSize: 1 << 34, MaxSGE: maxSGE,
+	MaxQP: 1 << 14, MaxCQ: 1 << 14, MaxMR: keytab.MaxLen, MaxPD: 1 << 14, MaxSRQ: 1 << 14, MaxPrivateData: 196,
+	Caps: driver.CapRNRRetry})
 
 type provider struct{}
 

@@ -114,7 +114,9 @@ package shm
 
 import (
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -139,32 +141,9 @@ func init() {
 	verbs.Register("shm", &provider{})
 }
 
-var deviceAttr = driver.DeviceAttr{
-	Name:            DeviceName,
-	Transport:       "shm",
-	FWVersion:       "goverbs-shm 1",
-	MaxMRSize:       1 << 36,
-	MaxQP:           1 << 12,
-	MaxQPWR:         1 << 14,
-	MaxSGE:          maxSGE,
-	MaxCQ:           1 << 12,
-	MaxCQE:          1 << 20,
-	MaxMR:           maxKeys,
-	MaxPD:           1 << 12,
-	MaxQPRdAtom:     16,
-	MaxQPInitRdAtom: 16,
-	MaxSRQ:          1 << 10,
-	MaxSRQWR:        1 << 14,
-	MaxSRQSGE:       maxSGE,
-	MaxInlineData:   1024,
-	MaxMsgSize:      1 << 31,
-	MaxPrivateData:  256,
-	AtomicCap:       driver.AtomicGlob,
-	Caps: driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess |
-		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList |
-		driver.CapQPErrorEvents | driver.CapMemoryWindows,
-	PhysPortCnt: 1,
-}
+var deviceAttr = soft.DeviceAttr(DeviceName, "shm", soft.Limits{MaxMRSize: 1 << 36, MaxSGE: maxSGE,
+	MaxQP: 1 << 12, MaxCQ: 1 << 12, MaxMR: maxKeys, MaxPD: 1 << 12, MaxSRQ: 1 << 10, MaxPrivateData: 256,
+	Caps: driver.CapRNRRetry | driver.CapCrossProcess})
 
 type provider struct{}
 
@@ -372,18 +351,9 @@ func (c *devCtx) Close() error {
 		return nil
 	}
 	c.closed = true
-	qps := make([]*qp, 0, len(c.qps))
-	for q := range c.qps {
-		qps = append(qps, q)
-	}
-	cqs := make([]*cq, 0, len(c.cqs))
-	for q := range c.cqs {
-		cqs = append(cqs, q)
-	}
-	srqs := make([]*srq, 0, len(c.srqs))
-	for s := range c.srqs {
-		srqs = append(srqs, s)
-	}
+	qps := slices.Collect(maps.Keys(c.qps))
+	cqs := slices.Collect(maps.Keys(c.cqs))
+	srqs := slices.Collect(maps.Keys(c.srqs))
 	c.mu.Unlock()
 	for _, q := range qps {
 		q.Destroy()
@@ -626,10 +596,7 @@ func (m *mr) Dereg() error {
 		}
 		c.segMu.Unlock()
 	}
-	qps := make([]*qp, 0, len(c.qps))
-	for q := range c.qps {
-		qps = append(qps, q)
-	}
+	qps := slices.Collect(maps.Keys(c.qps))
 	c.mu.Unlock()
 	// The peers' requesters write and read the region directly, and check
 	// its key once per WR: each peer confirms that no WR of its still
