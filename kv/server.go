@@ -481,6 +481,7 @@ func (s *Server) accept(req *cm.Request, peer string) error {
 	hmacauth.NewNonce(nonce[:])
 	sc.info = s.info().encode(qp.Num(), nonce[:])
 	fail := func(err error) error {
+		s.revoke(sc)
 		qp.Destroy()
 		s.release(sc)
 		return err
@@ -557,18 +558,27 @@ func (s *Server) drop(sc *serverConn) {
 	}
 	delete(s.conns, sc.qp.Num())
 	s.mu.Unlock()
+	s.revoke(sc)
 	sc.qp.Destroy()
 	s.release(sc)
 	s.leave(sc.peer)
 }
 
-// release gives back what a client held: its windows (access through
-// their keys fails from then on), its reply buffers and its receive
-// region. Its QP is destroyed.
-func (s *Server) release(sc *serverConn) {
+// revoke deallocates a client's windows: access through their keys fails
+// from then on. It comes before the client's QP is destroyed, since a
+// type 2 window bound to a QP holds it (rxe waits for the window when the
+// QP goes first).
+func (s *Server) revoke(sc *serverConn) {
 	for _, mw := range sc.windows {
 		mw.Dealloc()
 	}
+	sc.windows = nil
+}
+
+// release gives back what a client held: its windows (revoke), its reply
+// buffers and its receive region. Its QP is destroyed.
+func (s *Server) release(sc *serverConn) {
+	s.revoke(sc)
 	for _, b := range sc.reply {
 		s.msgs.Put(b)
 	}

@@ -52,10 +52,10 @@
 // ibv_inc_rkey does); a type 2 window is bound by an IBV_WR_BIND_MW work
 // request with a new key whose low byte the provider draws from
 // crypto/rand, differing from the old one. MW.RKey changes when the bind
-// has completed successfully. A bind must name a live region of the QP's
-// PD registered with AccessMWBind, and with AccessLocalWrite when the
-// window grants remote write or atomics; other binds are refused at post
-// time with ErrInvalidArg. The device enforces the rest,
+// has completed successfully. A bind must name a live window and region
+// of the QP's PD; the device enforces the rest (AccessMWBind on the
+// region, and AccessLocalWrite on it for a window that grants remote
+// write or atomics),
 // and rxe does so partly: it checks an access through a window against
 // the bounds of the whole region rather than the window's, completes a
 // Send with Invalidate that the responder refuses successfully at the

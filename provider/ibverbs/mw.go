@@ -155,11 +155,9 @@ func windowBoundErr(err error) error {
 }
 
 // bindTarget finds the window and the region an OpBindMW work request
-// names, in q's PD, and checks the rights it asks for against the
-// region's as the verbs rules have them: the region allows windows
-// (AccessMWBind), and one granting remote write or atomics allows local
-// write. The window's rights need not be the region's own remote rights.
-// Devices check the range themselves and complete the bind in error.
+// names, in q's PD. The device checks the rest (the range, AccessMWBind
+// on the region, and AccessLocalWrite on it for a window granting remote
+// write or atomics) and completes a bind that breaks them in error.
 func (q *qp) bindTarget(wr *driver.SendWR) (*mw, *mr, error) {
 	d := q.pd
 	d.mu.RLock()
@@ -174,10 +172,6 @@ func (q *qp) bindTarget(wr *driver.SendWR) (*mw, *mr, error) {
 	}
 	if a := wr.Bind.Access; a&^driver.RemoteAccess != 0 {
 		return nil, nil, fmt.Errorf("%w: a window grants remote rights only, not %v", driver.ErrInvalidArg, a)
-	} else if m.access&driver.AccessMWBind == 0 {
-		return nil, nil, fmt.Errorf("%w: the region (%v) was registered without AccessMWBind: register it with AccessMWBind to bind windows to it", driver.ErrInvalidArg, m.access)
-	} else if a&(driver.AccessRemoteWrite|driver.AccessRemoteAtomic) != 0 && m.access&driver.AccessLocalWrite == 0 {
-		return nil, nil, fmt.Errorf("%w: a window granting %v needs a region registered with AccessLocalWrite (it has %v)", driver.ErrInvalidArg, a, m.access)
 	}
 	return w, m, nil
 }

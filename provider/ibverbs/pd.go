@@ -210,13 +210,16 @@ func (d *pd) destroyAll() {
 	d.mu.Lock()
 	qps := slices.Collect(maps.Keys(d.qps))
 	srqs := slices.Collect(maps.Keys(d.srqs))
+	// Windows first: a type 2 window bound to a QP holds it, and a
+	// device (rxe) then waits for the window in vain when the QP is
+	// destroyed.
+	for w := range d.mws {
+		w.dealloc()
+	}
 	d.mu.Unlock()
 	destroyEach(qps)
 	destroyEach(srqs)
 	d.mu.Lock()
-	for w := range d.mws {
-		w.dealloc()
-	}
 	for m := range d.mrs {
 		m.dereg()
 	}
