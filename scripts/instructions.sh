@@ -32,7 +32,11 @@ benches=(
 	"BenchmarkPostSendPoll/Write8$|8 B RDMA Write + Poll"
 	"BenchmarkPostSendPoll/Read8$|8 B RDMA Read + Poll"
 	"BenchmarkPostSendPoll/FetchAdd$|FetchAndAdd + Poll"
-	"BenchmarkSendRecv$|64 B Send + receive Poll + PostRecv"
+	"BenchmarkSendRecv/8$|8 B Send + receive Poll + PostRecv"
+	"BenchmarkSendRecv/32$|32 B Send + receive Poll + PostRecv"
+	"BenchmarkSendRecv/64$|64 B Send + receive Poll + PostRecv"
+	"BenchmarkSendRecv/128$|128 B Send + receive Poll + PostRecv"
+	"BenchmarkSendRecv/256$|256 B Send + receive Poll + PostRecv"
 	"BenchmarkWriteRate/List1$|8 B Write stream, 1 WR per PostSend, per Write|1"
 	"BenchmarkWriteRate/List16$|8 B Write stream, 16 WRs per PostSend, per Write|16"
 )

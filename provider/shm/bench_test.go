@@ -105,13 +105,19 @@ func benchWriteRate(b *testing.B, list int) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(i), "ns/WR")
 }
 
-// BenchmarkSendRecv is the data path of a Send: post a 64-byte inline
-// Send, poll its receive completion on the peer, and post the receive
-// again (unsignaled Sends: one in 64 is signaled and polled).
+// BenchmarkSendRecv is the data path of a Send: post an inline Send of
+// 8 to 256 bytes, poll its receive completion on the peer, and post the
+// receive again (unsignaled Sends: one in 64 is signaled and polled).
 func BenchmarkSendRecv(b *testing.B) {
-	const size, cqMod = 64, 64
+	for _, size := range []int{8, 32, 64, 128, 256} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) { benchSendRecv(b, size) })
+	}
+}
+
+func benchSendRecv(b *testing.B, size int) {
+	const cqMod = 64
 	h := verbstest.Harness{Device: "shm0", Addr: addr}
-	p := h.NewPair(b, verbstest.PairOptions{Cap: verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 16}})
+	p := h.NewPair(b, verbstest.PairOptions{Cap: verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 16, MaxInlineData: 256}})
 	rb := p.B.(*verbstest.Local)
 	src, err := p.A.NewRegion(size, verbs.AccessLocalWrite)
 	if err != nil {
@@ -129,6 +135,7 @@ func BenchmarkSendRecv(b *testing.B) {
 	}
 	send := []verbs.SendWR{{Opcode: verbs.OpSend, SGList: []verbs.SGE{src.SGE(0, size)}}}
 	wc := make([]verbs.WorkCompletion, 4)
+	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -142,8 +149,8 @@ func BenchmarkSendRecv(b *testing.B) {
 		}
 		for rb.RecvCQ.Poll(wc[:1]) == 0 {
 		}
-		if wc[0].Status != verbs.WCSuccess {
-			b.Fatal(wc[0].Status)
+		if wc[0].Status != verbs.WCSuccess || wc[0].ByteLen != uint32(size) {
+			b.Fatal(wc[0].Status, wc[0].ByteLen)
 		}
 		if _, err := rb.QPs[0].PostRecv(recv); err != nil {
 			b.Fatal(err)
