@@ -13,7 +13,8 @@
 # out; asyncpreemptoff keeps preemption signals out.
 #
 # An iteration of PostSendPoll is one PostSend of a signaled WR and the
-# Poll that takes its completion; of SendRecv, one Send, the Poll of its
+# Poll that takes its completion; of SendRecv (64 B; SendRecvN, N bytes),
+# one Send, the Poll of its
 # receive completion and the PostRecv of the next receive (one Send in 64
 # is signaled and its completion polled); of WriteRate, one PostSend of a
 # list of 1 or 16 8-byte Writes, one in 16 signaled, and the Polls that
@@ -32,11 +33,12 @@ benches=(
 	"BenchmarkPostSendPoll/Write8$|8 B RDMA Write + Poll"
 	"BenchmarkPostSendPoll/Read8$|8 B RDMA Read + Poll"
 	"BenchmarkPostSendPoll/FetchAdd$|FetchAndAdd + Poll"
-	"BenchmarkSendRecv/8$|8 B Send + receive Poll + PostRecv"
-	"BenchmarkSendRecv/32$|32 B Send + receive Poll + PostRecv"
-	"BenchmarkSendRecv/64$|64 B Send + receive Poll + PostRecv"
-	"BenchmarkSendRecv/128$|128 B Send + receive Poll + PostRecv"
-	"BenchmarkSendRecv/256$|256 B Send + receive Poll + PostRecv"
+	"BenchmarkSendRecv8$|8 B Send + receive Poll + PostRecv"
+	"BenchmarkSendRecv32$|32 B Send + receive Poll + PostRecv"
+	"BenchmarkSendRecv$|64 B Send + receive Poll + PostRecv"
+	"BenchmarkSendRecv88$|88 B Send + receive Poll + PostRecv"
+	"BenchmarkSendRecv128$|128 B Send + receive Poll + PostRecv"
+	"BenchmarkSendRecv256$|256 B Send + receive Poll + PostRecv"
 	"BenchmarkWriteRate/List1$|8 B Write stream, 1 WR per PostSend, per Write|1"
 	"BenchmarkWriteRate/List16$|8 B Write stream, 16 WRs per PostSend, per Write|16"
 )

@@ -25,7 +25,7 @@ import (
 // A's QP i, as B's requester does, bypassing it.
 func forge(t *testing.T, p *verbstest.Pair, i int, wc driver.WorkCompletion) {
 	t.Helper()
-	if !connOf(driverQP(p.B.(*verbstest.Local).QPs[i])).peerCQ.produce(&wc) {
+	if !connOf(driverQP(p.B.(*verbstest.Local).QPs[i])).peerCQ.produce(&wc, nil) {
 		t.Fatal("the ring is full")
 	}
 }
@@ -160,7 +160,7 @@ func TestForgedSRQCompletion(t *testing.T) {
 	}
 	forger := connOf(driverQP(p.A.QPs[0])).peerCQ
 	for _, pos := range []uint64{1, 0} {
-		if !forger.produce(&driver.WorkCompletion{WRID: pos, Opcode: driver.WCRecv, ByteLen: 8, QPNum: p.B.QPNum(1)}) {
+		if !forger.produce(&driver.WorkCompletion{WRID: pos, Opcode: driver.WCRecv, ByteLen: 8, QPNum: p.B.QPNum(1)}, nil) {
 			t.Fatal("the ring is full")
 		}
 	}
@@ -250,7 +250,7 @@ func FuzzForgedReceiveCompletions(f *testing.F) {
 		for len(in) >= 16 {
 			wc := driver.WorkCompletion{WRID: binary.LittleEndian.Uint64(in), Status: driver.WCStatus(in[8]),
 				Opcode: driver.WCOpcode(in[9]), Flags: driver.WCFlags(in[10]), ByteLen: binary.LittleEndian.Uint32(in[12:])}
-			if !ring.produce(&wc) {
+			if !ring.produce(&wc, nil) {
 				break
 			}
 			in = in[16:]

@@ -625,6 +625,12 @@ func (m *mr) Dereg() error {
 	for q := range c.qps {
 		qps = append(qps, q)
 	}
+	var cqs []*cq
+	if m.recvPosted.Load() {
+		for cq := range c.cqs {
+			cqs = append(cqs, cq)
+		}
+	}
 	c.mu.Unlock()
 	// The peers' requesters write and read the region directly, and check
 	// its key once per WR: each peer confirms that no WR of its still
@@ -645,6 +651,14 @@ func (m *mr) Dereg() error {
 	}
 	for _, cn := range conns {
 		cn.revokePeer()
+	}
+	// A Send carried in its completion is placed into a receive's
+	// buffer by this process's Poll, under its CQ's lock, which looked
+	// the key up before the revocation perhaps: taking and releasing
+	// every CQ's lock once lets such a copy end before Dereg returns.
+	for _, cq := range cqs {
+		cq.mu.Lock()
+		cq.mu.Unlock()
 	}
 	if dead != nil {
 		for _, q := range qps {
