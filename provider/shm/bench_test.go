@@ -115,7 +115,8 @@ func benchWriteRate(b *testing.B, list int) {
 func BenchmarkSendRecv(b *testing.B)    { benchSendRecv(b, 64) }
 func BenchmarkSendRecv8(b *testing.B)   { benchSendRecv(b, 8) }
 func BenchmarkSendRecv32(b *testing.B)  { benchSendRecv(b, 32) }
-func BenchmarkSendRecv88(b *testing.B)  { benchSendRecv(b, 88) }
+func BenchmarkSendRecv96(b *testing.B)  { benchSendRecv(b, 96) }
+func BenchmarkSendRecv97(b *testing.B)  { benchSendRecv(b, 97) }
 func BenchmarkSendRecv128(b *testing.B) { benchSendRecv(b, 128) }
 func BenchmarkSendRecv256(b *testing.B) { benchSendRecv(b, 256) }
 
@@ -298,7 +299,7 @@ func BenchmarkPollEmpty(b *testing.B) {
 // once, so this shows what instruction counts do not: the cache lines
 // each message moves between them.
 func BenchmarkSendPingPong(b *testing.B) {
-	for _, size := range []int{8, 64, 88, 128, 256} {
+	for _, size := range []int{8, 64, 96, 97, 256} {
 		b.Run(fmt.Sprint(size), func(b *testing.B) { benchSendPingPong(b, size) })
 	}
 }

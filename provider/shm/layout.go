@@ -66,9 +66,12 @@ func pow2(n int) int {
 // storing pos+1; the consumer frees it by storing pos+entries. In a QP's
 // receive completion ring, wrid carries the position of the receive
 // completed in its queue, not a WRID: the owner takes the WRID from its
-// own record of what it posted there (recvLog). A Send of at most
-// inlineMax bytes travels in the slot itself (placed): the receiver's
-// Poll copies it into the receive's buffers (qp.placeInline).
+// own record of what it posted there (recvLog), and the QP is the ring's
+// (a receive completion has no invalidated key): neither is in the slot.
+// A Send of at most inlineMax bytes travels in the slot itself (placed):
+// the receiver's Poll copies it into the receive's buffers
+// (qp.placeInline). The header takes 32 bytes of the slot's first cache
+// line: a Send of at most 32 bytes fits in that line.
 type cqSlot struct {
 	seq     atomic.Uint64
 	wrid    uint64
@@ -78,8 +81,6 @@ type cqSlot struct {
 	placed  uint8 // 1: the message is in inline, byteLen bytes of it
 	byteLen uint32
 	imm     uint32
-	invRKey uint32
-	qpNum   uint32
 	srcQP   uint32
 	inline  [inlineMax]byte
 }
@@ -88,7 +89,7 @@ type cqSlot struct {
 // rather than being copied into the receive's buffers by the sender: what
 // fills a completion slot to two cache lines (see the package doc for
 // why the receiver places small messages, and how far that pays).
-const inlineMax = 88
+const inlineMax = 96
 
 const cqSlotSize = int(unsafe.Sizeof(cqSlot{}))
 
@@ -233,7 +234,7 @@ func (s *cqSlot) publish(wc *driver.WorkCompletion, payload *sglist.List, pos ui
 		}
 	}
 	s.wrid, s.status, s.opcode, s.flags = wc.WRID, uint8(wc.Status), uint8(wc.Opcode), uint8(wc.Flags)
-	s.byteLen, s.imm, s.invRKey, s.qpNum, s.srcQP = wc.ByteLen, wc.Imm, wc.InvalidatedRKey, wc.QPNum, wc.SrcQP
+	s.byteLen, s.imm, s.srcQP = wc.ByteLen, wc.Imm, wc.SrcQP
 	atomicrel.StoreUint64(&s.seq, pos+1)
 }
 
@@ -253,7 +254,7 @@ func (r *cqRing) take(wc *driver.WorkCompletion) {
 func (r *cqRing) peek(wc *driver.WorkCompletion) *cqSlot {
 	s := &r.slots[r.head&r.mask]
 	*wc = driver.WorkCompletion{WRID: s.wrid, Status: driver.WCStatus(s.status), Opcode: driver.WCOpcode(s.opcode),
-		Flags: driver.WCFlags(s.flags), ByteLen: s.byteLen, Imm: s.imm, InvalidatedRKey: s.invRKey, QPNum: s.qpNum, SrcQP: s.srcQP}
+		Flags: driver.WCFlags(s.flags), ByteLen: s.byteLen, Imm: s.imm, SrcQP: s.srcQP}
 	sanitizeRecv(wc)
 	return s
 }
@@ -267,7 +268,8 @@ func (r *cqRing) release() {
 // sanitizeRecv makes a receive completion read from the shared ring,
 // which peers write, say only what a receive completion of shm0 can say:
 // a known status; the opcode of a Send or a Write with immediate; only
-// the immediate and solicited flags (shm0 has no Send with Invalidate);
+// the immediate and solicited flags (shm0 has no Send with Invalidate,
+// and the slot no invalidated key);
 // and, for a success, no more bytes than a message may have. A
 // completion that breaks the last two is returned as a failure with no
 // byte count. (That a Send's byte count fits the buffers the receive
@@ -278,7 +280,6 @@ func sanitizeRecv(wc *driver.WorkCompletion) {
 		wc.Status = driver.WCGeneralErr
 	}
 	wc.Flags &= driver.WCWithImm | driver.WCSolicited
-	wc.InvalidatedRKey = 0
 	if wc.Opcode != driver.WCRecv && wc.Opcode != driver.WCRecvRDMAWithImm {
 		wc.Opcode, wc.ByteLen = driver.WCRecv, 0
 		if wc.Status == driver.WCSuccess {
@@ -598,11 +599,11 @@ func (r *recvRing) produce(wr *driver.RecvWR, limit uint64) bool {
 		binary.LittleEndian.PutUint32(s[8:], g.Length)
 		binary.LittleEndian.PutUint32(s[12:], g.LKey)
 		length += uint64(g.Length)
+		if i < recSGEs {
+			rec.sge[i] = g
+		}
 	}
-	rec.nsge = uint32(copy(rec.sge[:], wr.SGList))
-	if len(wr.SGList) > recSGEs {
-		rec.nsge = recSGEs + 1
-	}
+	rec.nsge = uint32(min(len(wr.SGList), recSGEs+1))
 	atomicrel.StoreUint64(&rec.wrid, wr.WRID)
 	atomicrel.StoreUint64(&rec.length, length)
 	atomicrel.StoreUint64(&rec.state, t+1)

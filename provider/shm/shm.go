@@ -28,6 +28,42 @@
 // from its own record). The remote CPU does nothing for one-sided
 // operations.
 //
+// # Small Sends
+//
+// A Send of at most 96 bytes, into a receive of at most two buffers,
+// travels inside its completion instead, and the receiver's Poll copies
+// it into the buffers of its own record of the receive: the receiver
+// places it, as RDMA NICs carry small sends inline and scatter small
+// messages into the completion entry. The receiver places it because
+// that moves fewer cache lines between the two processors. The sender
+// writes the completion, a line the receiver then reads, whatever the
+// message: the message rides along. The receive buffer, which the
+// receiving application reads and reposts message after message, stays
+// in the receiver's cache; a sender placing the message takes the
+// buffer's line to its own processor, and the receiver's next read
+// takes it back. A completion slot is two cache lines: a 32-byte header
+// and the first 32 bytes of the message in one, the rest of the message
+// in the other. A Send of up to 32 bytes therefore moves one line fewer
+// than when the sender places it; one of 33 to 96 bytes moves the
+// slot's second line instead of the buffer's (or instead of two, when
+// the buffer straddles lines). The bound is the slot: a larger one would
+// make every completion ring larger, and the copy longer. Larger Sends,
+// and Sends into receives of more buffers, are placed by the sender
+// (zero copy).
+//
+// Placement by the receiver costs instructions where no line moves:
+// the receiver looks its buffer's key up and makes a second copy, about
+// 300 more for a 64-byte Send, its Poll and the PostRecv after it
+// (scripts/instructions.sh, which counts them with both endpoints in one
+// process). The sender still claims the receive and checks its buffers
+// (keys, rights, room), so that a Send fails as it would if it placed
+// the message. The receiver believes no length it reads from the slot
+// beyond the slot and its own record: a longer claim completes the
+// receive as a length error and cuts the peer off, with nothing
+// written; a buffer deregistered since the receive was posted completes
+// it as a protection error, and the QP moves to the error state (Dereg
+// waits for the Polls under way).
+//
 // The control plane is a Unix socket per connection (cm addresses
 // shm:///path/to.sock and shm://@abstract-name): it carries the
 // connection handshake and the memfds (SCM_RIGHTS), the rare requests a
