@@ -52,30 +52,41 @@ func BenchmarkPingPong64(b *testing.B) {
 	}
 }
 
-// BenchmarkStream1MiB writes 1 MiB per op to a reader that drains it.
+// BenchmarkStream1MiB writes 1 MiB per op to a reader that drains it,
+// without a copy (the default) and copied.
 func BenchmarkStream1MiB(b *testing.B) {
 	for _, scheme := range providers {
-		b.Run(scheme, func(b *testing.B) {
-			d, a := pair(b, scheme, &Config{})
-			defer d.Close()
-			defer a.Close()
-			done := make(chan int64, 1)
-			go func() {
-				n, _ := io.Copy(io.Discard, a)
-				done <- n
-			}()
-			buf := make([]byte, 1<<20)
-			b.ReportAllocs()
-			b.SetBytes(int64(len(buf)))
-			for b.Loop() {
-				if _, err := d.Write(buf); err != nil {
-					b.Fatal(err)
-				}
-			}
-			d.CloseWrite()
-			<-done
-		})
+		for _, mode := range []struct {
+			name string
+			cfg  Config
+		}{{"zerocopy", Config{}}, {"copy", Config{ZeroCopyMin: -1}}} {
+			b.Run(scheme+"/"+mode.name, func(b *testing.B) {
+				benchStream(b, scheme, &mode.cfg)
+			})
+		}
 	}
+}
+
+// benchStream writes 1 MiB per op over a connection made with cfg.
+func benchStream(b *testing.B, scheme string, cfg *Config) {
+	d, a := pair(b, scheme, cfg)
+	defer d.Close()
+	defer a.Close()
+	done := make(chan int64, 1)
+	go func() {
+		n, _ := io.Copy(io.Discard, a)
+		done <- n
+	}()
+	buf := make([]byte, 1<<20)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(buf)))
+	for b.Loop() {
+		if _, err := d.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	d.CloseWrite()
+	<-done
 }
 
 // BenchmarkGRPCUnary64 is a gRPC unary call of 64 bytes each way over

@@ -39,22 +39,30 @@ const recvTag = 1 << 63
 // Conn is a byte stream over an RDMA connection. It implements net.Conn;
 // its methods are safe for concurrent use.
 type Conn struct {
-	dev     *device
-	pd      *verbs.PD // this connection's alone
-	cmc     *cm.Conn
-	qp      *verbs.QP
-	cq      *verbs.CQ
-	ring    *verbs.MR // this side's receive ring; the peer RDMA-Writes into it
-	stageMR *verbs.MR // staging for the peer's ring
-	ctl     *verbs.MR // control buffers: one per receive, then the Send's
-	laddr   Addr
-	raddr   Addr
-	spin    time.Duration
-	onClose func()
+	dev        *device
+	pd         *verbs.PD // this connection's alone
+	cmc        *cm.Conn
+	qp         *verbs.QP
+	cq         *verbs.CQ
+	ring       *verbs.MR // this side's receive ring; the peer RDMA-Writes into it
+	stageMR    *verbs.MR // staging for the peer's ring
+	ctl        *verbs.MR // control buffers: one per receive, then the Send's
+	laddr      Addr
+	raddr      Addr
+	spin       time.Duration
+	spinGrowth int // a wait spins at most spinGrowth×spin (waitCtx.spinFor)
+	onClose    func()
 
 	stage   []byte // staging for the peer's ring: byte n of the stream is at stage[n%len]
 	sendBuf []byte // the control buffer of a Send
 	ringBuf []byte
+
+	// The caller's buffer of the last zero-copy Write, registered for
+	// the device to read it (writeMu guards them); zcMin is the least
+	// Write that goes so, 0 for none.
+	zcMR  *verbs.MR
+	zcBuf []byte
+	zcMin int
 
 	useImm    bool   // the peer takes control messages as immediate data
 	acceptImm bool   // this side told the peer to send them so
@@ -77,10 +85,11 @@ type Conn struct {
 	rxFin                      bool
 	// Send side: Write sent txSent bytes and the peer has freed txFreed.
 	txSent, txFreed uint64
-	credits         int // control messages the peer can take now
-	owed            int // receives reposted and not yet acknowledged to the peer
-	sendsOut        int // send queue slots in use
-	unsignaled      int // send queue slots posted since the last signaled work request
+	credits         int    // control messages the peer can take now
+	owed            int    // receives reposted and not yet acknowledged to the peer
+	sendsOut        int    // send queue slots in use
+	posted, retired uint64 // send queue slots posted, and retired by completions, in all
+	unsignaled      int    // send queue slots posted since the last signaled work request
 	finSent         bool
 	err             error       // the connection is broken
 	failed          atomic.Bool // err is set
@@ -195,45 +204,74 @@ func (c *Conn) Read(b []byte) (int, error) {
 // Write writes b to the stream. It blocks, parking its goroutine, while
 // the peer's ring is full, until the write deadline passes, the
 // connection breaks or is closed; it then returns how many bytes it sent.
+//
+// A Write of at least Config.ZeroCopyMin bytes is not copied: the device
+// reads b itself, and Write returns once it has.
 func (c *Conn) Write(b []byte) (int, error) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	c.progress()
-	sent := 0
+	src := c.zeroCopySource(b)
+	sent, last, err := c.write(b, src)
+	if last != 0 {
+		if werr := c.awaitRetired(last); err == nil {
+			err = werr
+		}
+	}
+	return sent, err
+}
+
+// write sends b, from src (b registered) or, when src is nil, through
+// the staging buffer. last is the count of slots posted once the last
+// work request that reads src was, 0 if none was. writeMu is held.
+func (c *Conn) write(b []byte, src *verbs.MR) (sent int, last uint64, err error) {
 	for {
 		if c.wdl.passed() {
 			if c.isClosed() {
-				return sent, c.opError("write", net.ErrClosed)
+				return sent, last, c.opError("write", net.ErrClosed)
 			}
-			return sent, c.opError("write", os.ErrDeadlineExceeded)
+			return sent, last, c.opError("write", os.ErrDeadlineExceeded)
 		}
 		c.mu.Lock()
 		switch {
 		case c.closed:
 			c.mu.Unlock()
-			return sent, c.opError("write", net.ErrClosed)
+			return sent, last, c.opError("write", net.ErrClosed)
 		case c.finSent:
 			c.mu.Unlock()
-			return sent, c.opError("write", ErrWriteClosed)
+			return sent, last, c.opError("write", ErrWriteClosed)
 		case c.err != nil:
 			err := c.err
 			c.mu.Unlock()
-			return sent, c.opError("write", err)
+			return sent, last, c.opError("write", err)
 		case sent == len(b):
 			c.mu.Unlock()
-			return sent, nil
+			return sent, last, nil
 		}
 		window := c.peerSize - (c.txSent - c.txFreed)
 		if window > 0 && c.credits >= 2 && c.sendsOut+2 <= c.sqDepth {
 			off := c.txSent % c.peerSize
 			n := min(window, uint64(len(b)-sent), c.peerSize-off, maxChunk(c.peerSize))
+			if src != nil {
+				// The last work request reading src is signaled, so that
+				// its completion says when the device is done with b.
+				end := sent+int(n) == len(b)
+				c.postData(src.SGE(sent, int(n)), off, n, end)
+				if end {
+					last = c.posted
+				}
+				sent += int(n)
+				c.mu.Unlock()
+				c.afterPost()
+				continue
+			}
 			c.mu.Unlock()
 			// The staging bytes are free: the peer has consumed what was
 			// there, so the RDMA Write that carried them is complete.
 			copy(c.stage[off:off+n], b[sent:])
 			c.mu.Lock()
 			if c.err == nil && !c.closed {
-				c.postData(off, n)
+				c.postData(c.stageMR.SGE(int(off), int(n)), off, n, false)
 				sent += int(n)
 			}
 			c.mu.Unlock()
@@ -241,6 +279,78 @@ func (c *Conn) Write(b []byte) (int, error) {
 			continue
 		}
 		c.mu.Unlock()
+		c.wait(&c.wctx, c.wwake, c.rwake)
+	}
+}
+
+// zeroCopySource returns b registered for the device to read, when the
+// Write of b goes without a copy: at least zcMin bytes, and the device
+// registers it. The last registration is kept for the next Write of the
+// same buffer (a stream's writes usually reuse theirs), and released by
+// the next Write of another and by Close. writeMu is held.
+func (c *Conn) zeroCopySource(b []byte) *verbs.MR {
+	if c.zcMin <= 0 || len(b) < c.zcMin {
+		return nil
+	}
+	if c.zcMR != nil && &c.zcBuf[0] == &b[0] && len(b) <= len(c.zcBuf) {
+		return c.zcMR
+	}
+	c.dropZeroCopy()
+	mr, err := c.pd.RegMR(b, 0)
+	if err != nil {
+		return nil // out of regions, say: copy instead
+	}
+	c.zcMR, c.zcBuf = mr, b
+	return mr
+}
+
+// dropZeroCopy releases the registration of a zero-copy Write's buffer;
+// no work request reads it any more. writeMu is held.
+func (c *Conn) dropZeroCopy() {
+	if c.zcMR != nil {
+		c.zcMR.Dereg()
+		c.zcMR, c.zcBuf = nil, nil
+	}
+}
+
+// awaitRetired waits until the send queue slots up to last have been
+// retired: the device no longer reads the caller's buffer, which Write
+// hands back. If the write deadline passes or the connection is closed
+// first, the connection ends and the buffer's registration is released
+// (the device reads no region after its Dereg), and the error says
+// why. writeMu is held.
+func (c *Conn) awaitRetired(last uint64) error {
+	for {
+		if c.pollMu.TryLock() {
+			c.poll()
+			c.pollMu.Unlock()
+			nudge(c.rwake)
+		}
+		c.mu.Lock()
+		done := c.retired >= last
+		var err error
+		switch {
+		case done:
+		case c.closed:
+			err = net.ErrClosed
+		case c.wdl.passed():
+			err = os.ErrDeadlineExceeded
+		case c.err != nil:
+			err = c.err
+		}
+		if err != nil {
+			c.fail(fmt.Errorf("%w: a zero-copy Write ended before the device had read its buffer", ErrReset))
+		}
+		c.mu.Unlock()
+		if done {
+			return nil
+		}
+		if err != nil {
+			c.afterPost()
+			c.disconnect.Do(func() { c.cmc.Close() })
+			c.dropZeroCopy()
+			return c.opError("write", err)
+		}
 		c.wait(&c.wctx, c.wwake, c.rwake)
 	}
 }
@@ -376,18 +486,14 @@ func (c *Conn) wait(ctx *waitCtx, mine, other chan struct{}) {
 		nudge(other)
 	}()
 	if c.poll() > 0 {
+		ctx.learn(0)
 		return
 	}
 	// Spin a little before parking: a reply that comes within the spin
 	// costs no wake-up.
-	if c.spin > 0 {
-		end := time.Now().Add(c.spin)
-		for i := 1; i&7 != 0 || time.Now().Before(end); i++ {
-			runtime.Gosched()
-			if c.poll() > 0 || dl.passed() || c.failed.Load() {
-				return
-			}
-		}
+	start, done := c.spinWait(ctx, dl, ctx.spinFor(c.spin, c.spinGrowth))
+	if done {
+		return
 	}
 	// Park on the completion channel. (Not CQ.Wait: on shm0 it first
 	// sleeps in the thread, which keeps the goroutine's P from the
@@ -405,11 +511,46 @@ func (c *Conn) wait(ctx *waitCtx, mine, other chan struct{}) {
 	}
 	select {
 	case <-c.cq.Notify():
-		c.poll()
+		if c.poll() > 0 && !start.IsZero() {
+			ctx.learn(time.Since(start))
+		}
 	case <-mine:
 	case <-dl.wait():
 	case <-c.closing:
 	}
+}
+
+// spinners counts the waits of the process that spin now: more of them
+// than there are processors to run them (GOMAXPROCS) would only take
+// processor time from the goroutines that answer them.
+var spinners atomic.Int32
+
+// spinWait polls for up to d, yielding the processor between polls,
+// unless as many waits as there are processors spin already: done when
+// it found something to act on, or the deadline passed or the connection
+// failed; start is when it began (zero if it did not). pollMu is held.
+func (c *Conn) spinWait(ctx *waitCtx, dl *deadline, d time.Duration) (start time.Time, done bool) {
+	if d <= 0 {
+		return start, false
+	}
+	if spinners.Add(1) > int32(runtime.GOMAXPROCS(0)) {
+		spinners.Add(-1)
+		return start, false
+	}
+	defer spinners.Add(-1)
+	start = time.Now()
+	end := start.Add(d)
+	for i := 1; i&7 != 0 || time.Now().Before(end); i++ {
+		runtime.Gosched()
+		if c.poll() > 0 {
+			ctx.learn(time.Since(start))
+			return start, true
+		}
+		if dl.passed() || c.failed.Load() {
+			return start, true
+		}
+	}
+	return start, false
 }
 
 // progress notices a connection that has ended, so that a Write that
@@ -479,7 +620,9 @@ func (c *Conn) completeOne(wc *verbs.WorkCompletion) {
 			c.fail(fmt.Errorf("%w (completion status %v)", ErrProtocol, wc.Status))
 		}
 		if wc.WRID&recvTag == 0 {
-			c.sendsOut -= min(int(wc.WRID), c.sendsOut)
+			slots := min(int(wc.WRID), c.sendsOut)
+			c.sendsOut -= slots
+			c.retired += uint64(slots)
 		}
 		return
 	}
@@ -490,6 +633,7 @@ func (c *Conn) completeOne(wc *verbs.WorkCompletion) {
 			return
 		}
 		c.sendsOut -= slots
+		c.retired += uint64(slots)
 		return
 	}
 	idx := wc.WRID &^ recvTag
@@ -594,20 +738,21 @@ func (c *Conn) sendCredits(force bool) {
 	}
 }
 
-// postData sends the n staged bytes at off into the peer's ring with
-// their data message. mu is held; the caller checked the credits.
-func (c *Conn) postData(off, n uint64) {
+// postData sends the n bytes of src to offset off of the peer's ring
+// with their data message, signaled if signal. mu is held; the caller
+// checked the credits.
+func (c *Conn) postData(src verbs.SGE, off, n uint64, signal bool) {
 	acks := c.takeAcks()
 	w := makeCtrl(opData, acks, uint32(n))
-	c.sge[0] = c.stageMR.SGE(int(off), int(n))
+	c.sge[0] = src
 	if c.useImm {
 		c.swr[0] = verbs.SendWR{Opcode: verbs.OpRDMAWriteWithImm, SGList: c.sge[:1],
 			Imm: w, RemoteAddr: c.peerAddr + off, RKey: c.peerKey}
-		c.post(1, false)
+		c.post(1, signal)
 	} else {
 		c.swr[0] = verbs.SendWR{Opcode: verbs.OpRDMAWrite, SGList: c.sge[:1], RemoteAddr: c.peerAddr + off, RKey: c.peerKey}
 		c.swr[1] = c.sendWR(w)
-		c.post(2, false)
+		c.post(2, signal)
 	}
 	c.txSent += n
 }
@@ -657,6 +802,7 @@ func (c *Conn) post(n int, signal bool) {
 		c.unsignaled = 0
 	}
 	c.sendsOut += n
+	c.posted += uint64(n)
 	if _, err := c.qp.PostSend(c.swr[:n]); err != nil {
 		c.fail(fmt.Errorf("%w: %w", ErrReset, err))
 	}

@@ -102,9 +102,44 @@ func closed(c <-chan struct{}) bool {
 }
 
 // waitCtx is the context.Context of a completion queue wait (verbs.CQ.Wait)
-// bounded by a deadline. It lives in the connection, so a wait allocates
-// no context.
-type waitCtx struct{ dl *deadline }
+// bounded by a deadline, and what the waits of one direction (Read, or
+// Write) have learnt of how long the peer takes. It lives in the
+// connection, so a wait allocates no context; the call that holds the
+// direction's lock (readMu, writeMu) uses it.
+type waitCtx struct {
+	dl *deadline
+	// gap is the moving average of how long the last waits took until
+	// a completion came, in nanoseconds.
+	gap time.Duration
+}
+
+// spinGrowth bounds how far a wait's spin grows past Config.Spin, on a
+// device whose poll costs no system call; iwarpSpinGrowth on iWARP, where
+// it costs one.
+const (
+	spinGrowth      = 10
+	iwarpSpinGrowth = 4
+)
+
+// spinFor is how long a wait polls before it parks: twice the recent
+// waits' average, when that exceeds base and the average stays within
+// growth×base, at most that; base otherwise. A peer that answers
+// within a few times base, as a request/response protocol over a busy
+// connection does, is then caught without a wake-up; an idle connection
+// spins base and parks.
+func (w *waitCtx) spinFor(base time.Duration, growth int) time.Duration {
+	if base <= 0 {
+		return 0
+	}
+	limit := time.Duration(growth) * base
+	if w.gap > limit {
+		return base
+	}
+	return min(max(2*w.gap, base), limit)
+}
+
+// learn takes in a wait that ended with a completion after d.
+func (w *waitCtx) learn(d time.Duration) { w.gap = (3*w.gap + d) / 4 }
 
 func (w *waitCtx) Deadline() (time.Time, bool) {
 	if t := w.dl.at.Load(); t != 0 {

@@ -8,8 +8,9 @@ import (
 )
 
 // regionsPerConn is the number of memory regions a connection registers:
-// its ring, its control messages and its staging buffer.
-const regionsPerConn = 3
+// its ring, its control messages, its staging buffer and the buffer of
+// its last zero-copy Write.
+const regionsPerConn = 4
 
 // device is a device context shared by connections of the process on
 // that device, opened with the first and closed with the last. A context

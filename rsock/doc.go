@@ -17,7 +17,10 @@
 // # Behaviour
 //
 // Read and Write park their goroutine while they wait, after polling
-// for Config.Spin, on the completion queue's notification channel
+// for Config.Spin (longer on a connection whose peer has recently
+// answered a little later than that; not at all while as many waits of
+// the process spin as GOMAXPROCS), on the completion queue's
+// notification channel
 // (verbs.CQ.ReqNotify and Notify): an idle connection costs no CPU. One
 // waiting call at a time polls the connection's completion queue; the
 // other waits for it to hand over. Deadlines apply to blocked calls and
@@ -66,8 +69,11 @@
 // A control message travels as the immediate data of the RDMA Write with
 // immediate that carries the data (a zero-length one when there is none),
 // when the receiver's hello asks for that and the sender's device has
-// immediate data (verbs.CapImmData); otherwise as a 4-byte inline Send
-// after a plain RDMA Write, as rsocket does on iWARP devices without it.
+// immediate data (verbs.CapImmData) and is not iWARP; otherwise as a
+// 4-byte inline Send after a plain RDMA Write, as rsocket does on iWARP.
+// (On iWARP a Write with immediate is two frames, like a Write and a
+// Send, and a control message alone is two frames where a Send is one.)
+// A receiver takes both forms whatever its hello asked for.
 //
 // Each message consumes one of the receiver's posted receives, which it
 // posts again at once and acknowledges in the acks of its next message;
@@ -83,15 +89,27 @@
 // write alone: a peer that writes anywhere else, with this connection's
 // key or another's, fails at its own side.
 //
+// Large writes: a Write of at least Config.ZeroCopyMin bytes (64 KiB by
+// default) is not copied. Its buffer is registered for local access
+// alone, and the RDMA Writes into the peer's ring read it there; the last
+// of them is signaled, and Write returns once it has completed, so the
+// caller may reuse the buffer at once. The registration is kept for the
+// next Write of the same buffer, as a stream's writes usually reuse one,
+// until a Write of another buffer or Close. A large Write whose deadline
+// passes, or whose connection is closed, before the device has read its
+// buffer ends the connection (the device must not read the buffer after
+// Write returned). The wire is the same either way: the peer sees the
+// same RDMA Writes into its ring, with the same control messages. rsock
+// does not place bytes into the reader's own buffer (rsocket and SMC-R
+// do not either: the receiver's ring is the only memory a peer writes).
+//
 // Memory: each end registers its ring (Config.RingSize), a staging copy
-// of the peer's ring (the bytes are copied there from Write's buffer and
-// written from there), and 132 bytes of control buffers;
-// Conn.RegisteredBytes reports the sum. A device context is shared by
-// the process's connections on a device, as many as its regions allow
-// (three a connection, within the device's MaxMR: 85 on shm0); more
-// connections open further contexts. Large writes are copied into staging
-// like small ones: rsock does not register the caller's buffer for
-// zero-copy writes.
+// of the peer's ring (Writes below Config.ZeroCopyMin are copied there and
+// written from there), 132 bytes of control buffers, and the buffer of
+// its last zero-copy Write; Conn.RegisteredBytes reports the first three.
+// A device context is shared by the process's connections on a device, as
+// many as its regions allow (four a connection, within the device's
+// MaxMR: 64 on shm0); more connections open further contexts.
 //
 // Scale: on shm0 an end holds about five file descriptors (its socket,
 // queues and shared segments), so a process that keeps many connections

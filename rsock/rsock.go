@@ -24,6 +24,9 @@ const (
 	// DefaultSpin is how long a zero Config's blocked Read or Write polls
 	// before it parks.
 	DefaultSpin = 20 * time.Microsecond
+	// DefaultZeroCopyMin is the least Write a zero Config sends without
+	// copying it.
+	DefaultZeroCopyMin = 64 << 10
 )
 
 // ctrlRecvs is how many receives each side posts for control messages:
@@ -45,8 +48,21 @@ type Config struct {
 	// Spin is how long a Read or Write that must wait polls for the peer
 	// before it parks its goroutine (0: DefaultSpin; negative: never).
 	// Spinning saves a wake-up on request/response traffic at the cost
-	// of CPU while it lasts.
+	// of CPU while it lasts. A connection whose recent waits (of Reads,
+	// or of Writes) lasted on average more than Spin and less than 10×Spin
+	// polls up to twice that average instead: a peer that takes a little
+	// longer than Spin to answer, as an RPC server does, is still caught
+	// without a wake-up, and an idle connection spins Spin and parks.
+	// (On iWARP devices, tcp0, where each poll is a system call, 4×Spin
+	// at most.)
 	Spin time.Duration
+	// ZeroCopyMin is the least Write, in bytes, that is not copied: the
+	// device reads the caller's buffer, registered while that Write
+	// lasts and kept registered, for the next Write of the same buffer,
+	// until a Write of another or Close (0: DefaultZeroCopyMin; negative:
+	// every Write is copied). Smaller Writes are copied into a staging
+	// buffer, from which the device reads them after Write returned.
+	ZeroCopyMin int
 
 	noImm bool // tests: notify by Send even where the device has immediate data
 }
@@ -70,6 +86,16 @@ func (cfg *Config) spin() time.Duration {
 		return 0
 	}
 	return cfg.Spin
+}
+
+func (cfg *Config) zeroCopyMin() int {
+	switch {
+	case cfg.ZeroCopyMin == 0:
+		return DefaultZeroCopyMin
+	case cfg.ZeroCopyMin < 0:
+		return 0
+	}
+	return cfg.ZeroCopyMin
 }
 
 // Listen listens on addr (loop://name, shm:///path.sock, shm://@name,
@@ -233,9 +259,18 @@ func newConn(dev string, cfg *Config, peer hello) (_ *Conn, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{dev: d, spin: cfg.spin(), recvs: ctrlRecvs, sqDepth: 2*ctrlRecvs + 8,
+	c := &Conn{dev: d, spin: cfg.spin(), zcMin: cfg.zeroCopyMin(), recvs: ctrlRecvs, sqDepth: 2*ctrlRecvs + 8,
 		closing: make(chan struct{}), rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1)}
-	c.acceptImm = d.attr.Has(verbs.CapImmData) && !cfg.noImm
+	c.acceptImm = notifiesByImm(&d.attr) && !cfg.noImm
+	c.spinGrowth = spinGrowth
+	if d.attr.Transport == "iwarp" {
+		// A poll reads the socket: a long spin is a stream of system
+		// calls, which takes the processor from the application's own
+		// goroutines (gRPC's calls over tcp0 slow by a third at 10×).
+		// Some growth still catches a peer that was itself parked, so
+		// that a ping-pong does not settle into both sides parking.
+		c.spinGrowth = iwarpSpinGrowth
+	}
 	c.rdl.init()
 	c.wdl.init()
 	c.rctx.dl, c.wctx.dl = &c.rdl, &c.wdl
@@ -291,12 +326,21 @@ func (c *Conn) setPeer(h hello) (err error) {
 	c.peerAddr, c.peerKey, c.peerSize = h.ringAddr(), h.ringKey(), uint64(h.ringSize())
 	c.peerRecvs = int(h.recvs())
 	c.credits = c.peerRecvs
-	c.useImm = h.flags()&flagAcceptsImm != 0 && c.dev.attr.Has(verbs.CapImmData)
+	c.useImm = h.flags()&flagAcceptsImm != 0 && notifiesByImm(&c.dev.attr)
 	if c.stageMR, err = c.pd.RegMR(make([]byte, c.peerSize), verbs.AccessLocalWrite); err != nil {
 		return err
 	}
 	c.stage = c.stageMR.Bytes()
 	return nil
+}
+
+// notifiesByImm reports whether a device's connections carry control
+// messages as immediate data. Not on iWARP (tcp0): there an RDMA Write
+// with immediate is two frames, the Write and the immediate data, like a
+// Write and a Send, and a control message without data is two frames
+// where a Send is one; rsocket uses Sends there too.
+func notifiesByImm(attr *verbs.DeviceAttr) bool {
+	return attr.Has(verbs.CapImmData) && attr.Transport != "iwarp"
 }
 
 func (c *Conn) hello(b []byte) hello {
@@ -340,6 +384,7 @@ func (c *Conn) destroy() {
 	if c.cq != nil {
 		c.cq.Destroy()
 	}
+	c.dropZeroCopy()
 	for _, m := range []*verbs.MR{c.ring, c.ctl, c.stageMR} {
 		if m != nil {
 			m.Dereg()

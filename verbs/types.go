@@ -19,7 +19,7 @@ const (
 	AccessRemoteWrite  = driver.AccessRemoteWrite  // peers may RDMA Write into the region
 	AccessRemoteRead   = driver.AccessRemoteRead   // peers may RDMA Read from the region
 	AccessRemoteAtomic = driver.AccessRemoteAtomic // peers may run atomics on the region
-	AccessMWBind       = driver.AccessMWBind       // memory windows may be bound to the region (reserved)
+	AccessMWBind       = driver.AccessMWBind       // memory windows may be bound to the region
 	RemoteAccess       = driver.RemoteAccess
 )
 
@@ -79,9 +79,11 @@ type SGE = driver.SGE
 //		Flags  SendFlags
 //		// Imm is the immediate data of OpSendWithImm and OpRDMAWriteWithImm.
 //		Imm uint32
-//		// InvalidateRKey is the rkey invalidated by OpSendWithInv and
-//		// OpLocalInv (memory windows; reserved).
+//		// InvalidateRKey is the rkey invalidated by OpSendWithInv (at the
+//		// peer) and OpLocalInv (locally): a type 2 memory window's.
 //		InvalidateRKey uint32
+//		// Bind is the binding OpBindMW makes.
+//		Bind MWBind
 //		// RemoteAddr and RKey name the remote memory of RDMA and atomic
 //		// operations.
 //		RemoteAddr uint64
@@ -324,7 +326,9 @@ const (
 	CapImmData = driver.CapImmData
 	// CapAtomics: RDMA atomics (see DeviceAttr.AtomicCap).
 	CapAtomics = driver.CapAtomics
-	// CapMemoryWindows: memory windows, bind and invalidate.
+	// CapMemoryWindows: memory windows of type 1 and type 2 (PD.AllocMW,
+	// OpBindMW, OpLocalInv, OpSendWithInv). loop0, shm0 and tcp0 declare
+	// it; the ibverbs provider does not yet drive the devices' windows.
 	CapMemoryWindows = driver.CapMemoryWindows
 	// CapCrossProcess: the two ends of a connection may live in different
 	// processes.

@@ -55,6 +55,7 @@ type sockConfig struct {
 	timeout     time.Duration
 	ring        int
 	spin        time.Duration
+	zeroCopyMin int
 }
 
 // sockRun is one benchmark of sock bench.
@@ -82,6 +83,7 @@ func runSock(ctx context.Context, e *env, args []string) error {
 	fs.Value(&cfg.streamSize, "stream-size", "", "stream write size in `bytes` (default 1M)")
 	fs.Int(&cfg.ring, "ring", "", 0, "rsock's receive ring in `bytes` (default rsock.DefaultRingSize)")
 	fs.Duration(&cfg.spin, "spin", "", 0, "how long rsock's waiting Read or Write polls before it parks (default rsock.DefaultSpin;\nnegative: never)")
+	fs.Int(&cfg.zeroCopyMin, "zero-copy-min", "", 0, "rsock's least Write sent without a copy, in `bytes` (default rsock.DefaultZeroCopyMin;\nnegative: every Write is copied)")
 	fs.Bool(&cfg.compare, "compare", "", "also run each benchmark over Go TCP loopback and print the ratios")
 	fs.Int(&cfg.repeat, "repeat", "", 1, "with --compare, run each benchmark `n` times, rsock and TCP in turn, and give the\nmedian and range of each ratio")
 	fs.Bool(&cfg.json, "json", "", "print the results as JSON")
@@ -104,7 +106,7 @@ func runSock(ctx context.Context, e *env, args []string) error {
 	case cfg.repeat > 1 && !cfg.compare:
 		return usageError("--repeat repeats --compare's rounds: give --compare too")
 	}
-	rcfg := &rsock.Config{RingSize: cfg.ring, Spin: cfg.spin}
+	rcfg := &rsock.Config{RingSize: cfg.ring, Spin: cfg.spin, ZeroCopyMin: cfg.zeroCopyMin}
 	start := time.Now()
 	rep := &perftest.Report{Date: start.Format(time.RFC3339), Host: hostInfo()}
 	var devs []verbs.DeviceInfo

@@ -200,6 +200,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/goverbs/goverbs/internal/grant"
 	"github.com/goverbs/goverbs/internal/keytab"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -243,7 +244,7 @@ var deviceAttr = driver.DeviceAttr{
 	AtomicCap:       driver.AtomicGlob,
 	Caps: driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess |
 		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList |
-		driver.CapQPErrorEvents | driver.CapTransportRetry,
+		driver.CapQPErrorEvents | driver.CapTransportRetry | driver.CapMemoryWindows,
 	PhysPortCnt: 1,
 }
 
@@ -269,8 +270,8 @@ func (*provider) Open(name string) (driver.Context, error) {
 type devCtx struct {
 	driver.EventQueue // Events, and Event to deliver one
 
-	mu     sync.RWMutex      // guards what follows; readers: STag lookups on the data path
-	mrs    keytab.Table[*mr] // written under mu
+	mu     sync.RWMutex                   // guards what follows; readers: STag lookups on the data path
+	mrs    keytab.Table[grant.Entry[*mr]] // regions and windows; written under mu
 	pds    int
 	qps    map[*qp]bool
 	cqs    map[*cq]bool
@@ -318,8 +319,10 @@ func (c *devCtx) Close() error {
 	for q := range c.cqs {
 		q.destroyLocked()
 	}
-	c.mrs.Range(func(stag uint32, m *mr) bool {
-		m.revoked.Store(true)
+	c.mrs.Range(func(stag uint32, e grant.Entry[*mr]) bool {
+		if e.MR != nil {
+			e.MR.revokeLocked()
+		}
 		c.mrs.Remove(stag)
 		return true
 	})
@@ -357,6 +360,27 @@ type mr struct {
 	// also check it without ctx.mu before each placement into the region
 	// (see Dereg).
 	revoked atomic.Bool
+	// A memory window's binding resolves to a view of its region: an mr
+	// of its own (parent the region, stag the window's key, buf and
+	// access the binding's), so that what is under way through the
+	// window is tracked and revoked apart from the region. views are
+	// the region's live views, revoked with it; guarded by ctx.mu.
+	parent *mr
+	views  []*mr
+}
+
+// Grant implements grant.Region.
+func (m *mr) Grant() grant.Extent {
+	return grant.Extent{Key: m.stag, Addr: m.addr, Len: uint64(len(m.buf)), Access: m.access, PD: m.pd, Valid: !m.revoked.Load()}
+}
+
+// revokeLocked revokes m and its views. ctx.mu is held.
+func (m *mr) revokeLocked() {
+	m.revoked.Store(true)
+	for _, v := range m.views {
+		v.revoked.Store(true)
+	}
+	m.views = nil
 }
 
 func (p *pd) AllocMR(size int, access driver.AccessFlags) (driver.MR, error) {
@@ -377,9 +401,9 @@ func (p *pd) register(buf []byte, access driver.AccessFlags) (driver.MR, error) 
 		return nil, driver.ErrClosed
 	}
 	var m *mr
-	_, err := c.mrs.Insert(func(stag uint32) *mr {
+	_, err := c.mrs.Insert(func(stag uint32) grant.Entry[*mr] {
 		m = &mr{ctx: c, pd: p, stag: stag, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access}
-		return m
+		return grant.Entry[*mr]{MR: m}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", driver.ErrNoResources, err)
@@ -396,15 +420,19 @@ func (m *mr) Access() driver.AccessFlags { return m.access }
 func (m *mr) Dereg() error {
 	c := m.ctx
 	c.mu.Lock()
-	if cur, _ := c.mrs.Lookup(m.stag); cur != m {
+	if cur, _ := c.mrs.Lookup(m.stag); cur.MR != m {
 		c.mu.Unlock()
 		return driver.ErrClosed
 	}
-	m.revoked.Store(true)
+	views := m.views
+	m.revokeLocked()
 	c.mrs.Remove(m.stag)
 	var buf [16]*conn
 	conns := c.liveConns(buf[:0])
 	c.mu.Unlock()
+	for _, v := range views {
+		c.quiesce(v, conns) // the views' Reads are cut as well
+	}
 	// Nothing is placed into the region once Dereg returns: a receiver
 	// checks revoked after it has announced a read or copy (rxBusy), so
 	// one that announced later sees it, and one that announced earlier
@@ -474,12 +502,30 @@ const (
 	accessBounds               // the range is not inside the region
 )
 
-// span returns the bytes [addr, addr+n) of the valid region of stag, if
-// it belongs to p, grants need and contains the range. c.mu is held for
-// reading.
-func (c *devCtx) spanLocked(stag uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, *mr, accessError) {
-	m, _ := c.mrs.Lookup(stag)
-	return m.span(stag, p, addr, n, need)
+// spanLocked returns the bytes [addr, addr+n) that stag grants need on,
+// for an access arriving on QP q of p (nil: a local access, by lkey),
+// and the region (or a window's view of it) they lie in. c.mu is held
+// for reading.
+func (c *devCtx) spanLocked(stag uint32, p *pd, q *qp, addr, n uint64, need driver.AccessFlags) ([]byte, *mr, accessError) {
+	var m *mr
+	var f grant.Fault
+	if q == nil {
+		m, f = grant.CheckLocal(&c.mrs, stag, p, addr, n, need)
+	} else {
+		m, f = grant.Check(&c.mrs, stag, p, q, addr, n, need)
+	}
+	switch f {
+	case grant.OK:
+		off := addr - m.addr
+		return m.buf[off : off+n], m, accessOK
+	case grant.NotAssoc:
+		return nil, nil, accessNotAssoc
+	case grant.Rights:
+		return nil, nil, accessRights
+	case grant.Bounds:
+		return nil, nil, accessBounds
+	}
+	return nil, nil, accessBadSTag
 }
 
 // span is spanLocked of m, the region found for stag (nil if none).
@@ -502,9 +548,9 @@ func (m *mr) span(stag uint32, p *pd, addr, n uint64, need driver.AccessFlags) (
 }
 
 // span is spanLocked for callers that do not hold c.mu.
-func (c *devCtx) span(stag uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, *mr, accessError) {
+func (c *devCtx) span(stag uint32, p *pd, q *qp, addr, n uint64, need driver.AccessFlags) ([]byte, *mr, accessError) {
 	c.mu.RLock()
-	b, m, e := c.spanLocked(stag, p, addr, n, need)
+	b, m, e := c.spanLocked(stag, p, q, addr, n, need)
 	c.mu.RUnlock()
 	return b, m, e
 }
@@ -516,9 +562,22 @@ func (c *devCtx) span(stag uint32, p *pd, addr, n uint64, need driver.AccessFlag
 // invalidation. It reports false when no such region exists, or when the
 // region grants no remote access: its STag is a local key only, which a
 // peer may not revoke.
-func (c *devCtx) invalidate(stag uint32, p *pd) bool {
+//
+// A window's key invalidates the window if it may (grant.RemoteInvalidate:
+// a type 2 window bound to q), and its view of the region is revoked as a
+// region's would be.
+func (c *devCtx) invalidate(stag uint32, q *qp) bool {
+	p := q.pd
+	if v, isWindow, err := grant.RemoteInvalidate(&c.mrs, stag, q, p); isWindow {
+		if err != nil {
+			return false
+		}
+		c.revokeView(v, false)
+		return true
+	}
 	c.mu.Lock()
-	m, _ := c.mrs.Lookup(stag)
+	e, _ := c.mrs.Lookup(stag)
+	m := e.MR
 	if m == nil || m.stag != stag || m.pd != p || m.access&driver.RemoteAccess == 0 {
 		c.mu.Unlock()
 		return false
@@ -529,11 +588,15 @@ func (c *devCtx) invalidate(stag uint32, p *pd) bool {
 		c.mu.Unlock()
 		return true
 	}
-	m.revoked.Store(true)
+	views := m.views
+	m.revokeLocked()
 	var buf [16]*conn
 	conns := c.liveConns(buf[:0])
 	c.mu.Unlock()
 	cutReads(conns, m, nil) // not waited for: the caller is a receiving round
+	for _, v := range views {
+		cutReads(conns, v, nil)
+	}
 	return true
 }
 

@@ -73,7 +73,7 @@ func (q *qp) localSpan(g *driver.SGE, need driver.AccessFlags) ([]byte, *mr, acc
 	if m := *slot; m != nil && m.stag == g.LKey && !m.revoked.Load() {
 		return m.span(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
 	}
-	b, m, e := q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
+	b, m, e := q.ctx.span(g.LKey, q.pd, nil, g.Addr, uint64(g.Length), need)
 	if e == accessOK && q.c != nil && q.live.Load() == q.c && q.accepts() {
 		// Only while Dereg can find the QP (its connection is live)
 		// and toErr is still to come, which empties the cache.
@@ -99,9 +99,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	c := a.Cap
 	q := &qp{ctx: p.ctx, pd: p, userCtx: a.UserCtx, sendCQ: scq, recvCQ: rcq, srq: s, cap: c,
 		num: nextQPN.Add(1) & 0xffffff, sq: swq.New(c, a.SigAll)}
-	// Send with Invalidate is an RDMAP message; the other memory window
-	// opcodes are refused in postSend.
-	q.sq.MW = true
+	q.sq.MW = true // memory windows: mw.go
 	q.req.init(int(c.MaxSendWR))
 	if s == nil {
 		q.rq = recvq.New(int(c.MaxRecvWR), c.MaxRecvSGE)
@@ -317,8 +315,6 @@ func (q *qp) postSend(wr *driver.SendWR) error {
 		return err
 	}
 	switch wr.Opcode {
-	case driver.OpLocalInv, driver.OpBindMW:
-		return fmt.Errorf("%w: %v needs memory windows, which iwarp lacks", driver.ErrUnsupported, wr.Opcode)
 	case driver.OpSendWithImm, driver.OpRDMAWriteWithImm, driver.OpAtomicCmpAndSwp, driver.OpAtomicFetchAndAdd:
 		if c := q.c; c != nil && !c.ext {
 			return fmt.Errorf("%w: %v needs the RFC 7306 extensions, which the peer did not negotiate (a peer such as Linux siw lacks them)", driver.ErrUnsupported, wr.Opcode)

@@ -216,6 +216,9 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 			return swq.RNRWait, 0
 		}
 	}
+	if wr.Opcode == driver.OpBindMW || wr.Opcode == driver.OpLocalInv {
+		return q.windowOp(s)
+	}
 	if !q.resolveLocal(s) {
 		return q.failWR(s, driver.WCLocProtErr)
 	}

@@ -50,7 +50,7 @@ func (c *conn) rxWriteBegin(h wire.Hdr) error {
 	q.mu.Lock()
 	ok := q.accepts() && q.attr.AccessFlags&driver.AccessRemoteWrite != 0
 	q.mu.Unlock()
-	b, m, ae := c.q.ctx.span(h.STag(), q.pd, h.TO(), uint64(n), driver.AccessRemoteWrite)
+	b, m, ae := c.q.ctx.span(h.STag(), q.pd, q, h.TO(), uint64(n), driver.AccessRemoteWrite)
 	if !ok && ae == accessOK {
 		ae = accessRights
 	}
@@ -182,7 +182,7 @@ func (c *conn) rxSendEnd(h wire.Hdr) error {
 	wc := c.sendDone(h)
 	if h.Opcode().Invalidates() {
 		stag := h.InvalidateSTag()
-		if !q.ctx.invalidate(stag, q.pd) {
+		if !q.ctx.invalidate(stag, q) {
 			c.completeSend(driver.WCRemInvReqErr)
 			return protoErr(wire.LayerRDMAP, wire.RDMAPRemoteOperation, wire.RDMAPCannotInvalidate, driver.EventQPReqErr,
 				"Send with Invalidate of STag %#x, which names no region of the QP's PD that grants remote access", stag)
@@ -355,7 +355,7 @@ func (c *conn) rxReadRequest(h wire.Hdr) error {
 	var m *mr
 	if size := r.Size(); size > 0 {
 		var ae accessError
-		src, m, ae = q.ctx.span(r.SrcSTag(), q.pd, r.SrcTO(), uint64(size), driver.AccessRemoteRead)
+		src, m, ae = q.ctx.span(r.SrcSTag(), q.pd, q, r.SrcTO(), uint64(size), driver.AccessRemoteRead)
 		if ae == accessOK && q.attr.AccessFlags&driver.AccessRemoteRead == 0 {
 			ae = accessRights
 		}
@@ -414,7 +414,7 @@ func (c *conn) rxAtomicRequest(h wire.Hdr) error {
 		return protoErr(wire.LayerRDMAP, wire.RDMAPRemoteOperation, wire.RDMAPUnspecified, driver.EventQPReqErr,
 			"unknown atomic operation %d", a.Op())
 	}
-	b, _, ae := q.ctx.span(a.STag(), q.pd, a.TO(), 8, driver.AccessRemoteAtomic)
+	b, _, ae := q.ctx.span(a.STag(), q.pd, q, a.TO(), 8, driver.AccessRemoteAtomic)
 	if ae == accessOK && q.attr.AccessFlags&driver.AccessRemoteAtomic == 0 {
 		ae = accessRights
 	}

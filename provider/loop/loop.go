@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/goverbs/goverbs/internal/grant"
 	"github.com/goverbs/goverbs/internal/keytab"
 	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/verbs"
@@ -81,7 +82,7 @@ var deviceAttr = driver.DeviceAttr{
 	AtomicCap:       driver.AtomicGlob,
 	Caps: driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics |
 		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList |
-		driver.CapQPErrorEvents,
+		driver.CapQPErrorEvents | driver.CapMemoryWindows,
 	PhysPortCnt: 1,
 }
 
@@ -100,9 +101,9 @@ func (*provider) Open(name string) (driver.Context, error) {
 
 // devCtx is an open loop device. Its fields are guarded by fab.mu.
 type devCtx struct {
-	driver.EventQueue                   // Events, and Event to deliver one
-	mrs               keytab.Table[*mr] // by key
-	mappings          []*mapping        // AllocMR memory with regions in it, by address
+	driver.EventQueue                                // Events, and Event to deliver one
+	mrs               keytab.Table[grant.Entry[*mr]] // regions and windows, by key
+	mappings          []*mapping                     // AllocMR memory with regions in it, by address
 	pds               int
 	cqs               []*cq
 	qps               []*qp
@@ -137,9 +138,11 @@ func (c *devCtx) Close() error {
 	for _, q := range slices.Clone(c.qps) {
 		q.destroy()
 	}
-	c.mrs.Range(func(key uint32, m *mr) bool {
-		m.valid = false
-		m.release()
+	c.mrs.Range(func(key uint32, e grant.Entry[*mr]) bool {
+		if m := e.MR; m != nil {
+			m.valid = false
+			m.release()
+		}
 		c.mrs.Remove(key)
 		return true
 	})
@@ -255,9 +258,9 @@ func (p *pd) register(buf []byte, access driver.AccessFlags, mp *mapping) (drive
 		return nil, driver.ErrClosed
 	}
 	var m *mr
-	_, err := c.mrs.Insert(func(key uint32) *mr {
+	_, err := c.mrs.Insert(func(key uint32) grant.Entry[*mr] {
 		m = &mr{ctx: c, pd: p, key: key, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access, valid: true}
-		return m
+		return grant.Entry[*mr]{MR: m}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", driver.ErrNoResources, err)
@@ -294,25 +297,52 @@ func (m *mr) Dereg() error {
 	return nil
 }
 
-// lookup finds the valid region of key on c, or nil.
-func (c *devCtx) lookup(key uint32) *mr {
-	m, _ := c.mrs.Lookup(key)
-	if m == nil || !m.valid {
-		return nil
-	}
-	return m
+// Grant implements grant.Region; fab.mu is held.
+func (m *mr) Grant() grant.Extent {
+	return grant.Extent{Key: m.key, Addr: m.addr, Len: uint64(len(m.buf)), Access: m.access, PD: m.pd, Valid: m.valid}
 }
 
-// span returns the bytes [addr, addr+n) of the region of key, if that
-// region exists on c, belongs to pd, grants need and contains the range.
-func (c *devCtx) span(key uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, bool) {
-	m := c.lookup(key)
-	if m == nil || m.pd != p || m.access&need != need || addr < m.addr {
+// span returns the bytes [addr, addr+n) that key grants need on, for an
+// access arriving on QP q of p (nil: a local access, by lkey).
+func (c *devCtx) span(key uint32, p *pd, q *qp, addr, n uint64, need driver.AccessFlags) ([]byte, bool) {
+	var m *mr
+	var f grant.Fault
+	if q == nil {
+		m, f = grant.CheckLocal(&c.mrs, key, p, addr, n, need)
+	} else {
+		m, f = grant.Check(&c.mrs, key, p, q, addr, n, need)
+	}
+	if f != grant.OK {
 		return nil, false
 	}
 	off := addr - m.addr
-	if off > uint64(len(m.buf)) || n > uint64(len(m.buf))-off {
-		return nil, false
-	}
 	return m.buf[off : off+n], true
+}
+
+// mw is a memory window; internal/grant keeps its state.
+type mw struct {
+	w *grant.Window[*mr]
+}
+
+// AllocMW implements driver.MWAllocator.
+func (p *pd) AllocMW(typ driver.MWType) (driver.MW, error) {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	if p.ctx.closed || p.released {
+		return nil, driver.ErrClosed
+	}
+	w, err := grant.AllocMW(&p.ctx.mrs, typ, p)
+	if err != nil {
+		return nil, err
+	}
+	return &mw{w: w}, nil
+}
+
+func (w *mw) RKey() uint32        { return w.w.RKey() }
+func (w *mw) Type() driver.MWType { return w.w.Type() }
+func (w *mw) Dealloc() error {
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	_, _, err := w.w.Dealloc(&w.w.PD().(*pd).ctx.mrs)
+	return err
 }

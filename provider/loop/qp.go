@@ -48,6 +48,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	q := &qp{ctx: p.ctx, pd: p, userCtx: a.UserCtx, sendCQ: scq, recvCQ: rcq, srq: s, sigAll: a.SigAll, cap: c}
 	q.rnr.Init(q.rnrExpired)
 	q.sq = swq.New(c, a.SigAll)
+	q.sq.MW = true
 	if s == nil {
 		q.rq = recvq.New(int(c.MaxRecvWR), c.MaxRecvSGE)
 	}

@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"github.com/goverbs/goverbs/internal/grant"
 	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -38,6 +39,15 @@ func (q *qp) Fail() { q.toErr() }
 
 // Execute implements swq.Engine: it performs one WR against the peer.
 func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
+	// The memory window operations are local: they need no peer.
+	switch s.WR.Opcode {
+	case driver.OpBindMW:
+		st, _, _ := grant.ExecuteBind(&q.ctx.mrs, &s.WR, q, q.pd, nil)
+		return st, 0
+	case driver.OpLocalInv:
+		st, _ := grant.LocalInvalidate(&q.ctx.mrs, s.WR.InvalidateRKey, q, q.pd)
+		return st, 0
+	}
 	p := q.peer
 	if p == nil || p.destroyed || p.ctx.closed || !p.accepts() || p.peer != q {
 		// Nobody answers — no QP, or one that is now connected to
@@ -56,8 +66,9 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 		return driver.WCLocLenErr, 0
 	}
 	switch wr.Opcode {
-	case driver.OpSend, driver.OpSendWithImm:
+	case driver.OpSend, driver.OpSendWithImm, driver.OpSendWithInv:
 		return q.rnrCheck(p.receive(q, wr, &local)), 0
+
 	case driver.OpRDMAWrite, driver.OpRDMAWriteWithImm:
 		return q.rnrCheck(p.write(q, wr, &local)), 0
 	case driver.OpRDMARead:
@@ -75,7 +86,7 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 // LocalSpan implements swq.Memory: the SGE's bytes in a region of q's PD
 // that grants need.
 func (q *qp) LocalSpan(g *driver.SGE, need driver.AccessFlags) ([]byte, bool) {
-	return q.ctx.span(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
+	return q.ctx.span(g.LKey, q.pd, nil, g.Addr, uint64(g.Length), need)
 }
 
 // rnrCheck turns the responder's answer into the requester's: a receiver

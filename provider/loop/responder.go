@@ -2,6 +2,8 @@ package loop
 
 import (
 	"sync/atomic"
+
+	"github.com/goverbs/goverbs/internal/grant"
 	"unsafe"
 
 	"github.com/goverbs/goverbs/internal/sglist"
@@ -52,7 +54,7 @@ func (p *qp) remote(rkey uint32, addr, n uint64, need driver.AccessFlags) ([]byt
 	if p.attr.AccessFlags&need != need {
 		return nil, false
 	}
-	return p.ctx.span(rkey, p.pd, addr, n, need)
+	return p.ctx.span(rkey, p.pd, p, addr, n, need)
 }
 
 // recvCompletion starts the completion of a message from requester q.
@@ -75,6 +77,19 @@ func (p *qp) receive(q *qp, wr *driver.SendWR, src *sglist.List) driver.WCStatus
 		return swq.RNRWait
 	}
 	wc := recvCompletion(q, wr, r.WRID, driver.WCRecv)
+	if wr.Opcode == driver.OpSendWithInv {
+		// The window is invalidated before the message is placed: a
+		// Send that may not invalidate it places nothing.
+		if _, isWindow, err := grant.RemoteInvalidate(&p.ctx.mrs, wr.InvalidateRKey, p, p.pd); !isWindow || err != nil {
+			p.consumeRecv()
+			wc.Status = driver.WCRemInvReqErr
+			p.completeRecv(wc)
+			p.responderErr(driver.EventQPReqErr)
+			return driver.WCRemInvReqErr
+		}
+		wc.Flags |= driver.WCWithInv
+		wc.InvalidatedRKey = wr.InvalidateRKey
+	}
 	var dst sglist.List
 	ok := swq.ResolveSGL(&dst, r.SGE, driver.AccessLocalWrite, p)
 	p.consumeRecv()

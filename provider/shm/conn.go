@@ -36,6 +36,10 @@ const (
 	msgRevoked  = 13 // a: the sequence number of the msgRevoke answered
 	msgGetKey   = 14 // a: a key the requester wants granted
 	msgKey      = 15 // a: the key asked for; b: 1 if granted (now in the grant table)
+	// a: the key of a window a Send with Invalidate invalidates
+	msgInvalidate = 16
+	// a: the key asked for; b: 1 if invalidated
+	msgInvalidated = 17
 )
 
 // ctrl is a runtime control message: type, a, b.
@@ -74,6 +78,8 @@ type conn struct {
 	// keyAck hands the requester (askKey) the peer's answers to its
 	// msgGetKey: key, granted.
 	keyAck chan [2]uint32
+	// invAck hands askInvalidate the answers to its msgInvalidate.
+	invAck chan [2]uint32
 	// refused is the last key the peer refused, not asked for again
 	// (a WR that postNow gave up on asks again in Execute). Guarded by
 	// q.mu.
@@ -234,6 +240,15 @@ func (c *conn) reader() {
 		case msgGetKey:
 			closeFDs(fds)
 			c.serveKey(m.a())
+		case msgInvalidate:
+			closeFDs(fds)
+			c.serveInvalidate(m.a())
+		case msgInvalidated:
+			closeFDs(fds)
+			select {
+			case c.invAck <- [2]uint32{m.a(), m.b()}:
+			default: // nobody waits for it (any more)
+			}
 		case msgKey:
 			closeFDs(fds)
 			select {

@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/internal/grant"
 	"github.com/goverbs/goverbs/internal/keytab"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/verbstest"
@@ -379,7 +380,7 @@ func scribbleRound(t *testing.T, seed uint64, mode int, opts verbstest.PairOptio
 		base.keyMem = bq.grantSeg.mem                     // the table the victim reads
 		base.segments = append(append(append([][]byte{}, base.recvs...), base.cqs...), base.keyMem)
 		bctx.mu.RLock()
-		bctx.mrs.Range(func(key uint32, _ *mr) bool {
+		bctx.mrs.Range(func(key uint32, _ grant.Entry[*mr]) bool {
 			base.keys = append(base.keys, key)
 			return true
 		})

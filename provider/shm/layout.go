@@ -64,23 +64,23 @@ func pow2(n int) int {
 // cqSlot is one completion. seq implements a bounded multi-producer queue
 // (D. Vyukov's): a producer owns slot pos when seq == pos, publishes it by
 // storing pos+1; the consumer frees it by storing pos+entries. In a QP's
-// receive completion ring, wrid carries the position of the receive
-// completed in its queue, not a WRID: the owner takes the WRID from its
-// own record of what it posted there (recvLog), and the QP is the ring's
-// (a receive completion has no invalidated key): neither is in the slot.
-// A Send of at most inlineMax bytes travels in the slot itself (placed):
-// the receiver's Poll copies it into the receive's buffers
-// (qp.placeInline). The header takes 32 bytes of the slot's first cache
-// line: a Send of at most 32 bytes fits in that line.
+// receive completion ring, a completion names the receive it completes by
+// its position in its queue (mod 2^32), not by a WRID: the owner takes
+// the WRID from its own record of what it posted there (recvLog), and the
+// QP is the ring's. A Send of at most inlineMax bytes travels in the
+// slot itself (placed): the receiver's Poll copies it into the receive's
+// buffers (qp.placeInline). The header takes 32 bytes of the slot's first
+// cache line: a Send of at most 32 bytes fits in that line.
 type cqSlot struct {
 	seq     atomic.Uint64
-	wrid    uint64
+	pos     uint32
 	status  uint8
 	opcode  uint8
 	flags   uint8
 	placed  uint8 // 1: the message is in inline, byteLen bytes of it
 	byteLen uint32
 	imm     uint32
+	invRKey uint32
 	srcQP   uint32
 	inline  [inlineMax]byte
 }
@@ -233,8 +233,8 @@ func (s *cqSlot) publish(wc *driver.WorkCompletion, payload *sglist.List, pos ui
 			b = b[copy(b, payload.Seg(i)):]
 		}
 	}
-	s.wrid, s.status, s.opcode, s.flags = wc.WRID, uint8(wc.Status), uint8(wc.Opcode), uint8(wc.Flags)
-	s.byteLen, s.imm, s.srcQP = wc.ByteLen, wc.Imm, wc.SrcQP
+	s.pos, s.status, s.opcode, s.flags = uint32(wc.WRID), uint8(wc.Status), uint8(wc.Opcode), uint8(wc.Flags)
+	s.byteLen, s.imm, s.invRKey, s.srcQP = wc.ByteLen, wc.Imm, wc.InvalidatedRKey, wc.SrcQP
 	atomicrel.StoreUint64(&s.seq, pos+1)
 }
 
@@ -253,8 +253,8 @@ func (r *cqRing) take(wc *driver.WorkCompletion) {
 // until release.
 func (r *cqRing) peek(wc *driver.WorkCompletion) *cqSlot {
 	s := &r.slots[r.head&r.mask]
-	*wc = driver.WorkCompletion{WRID: s.wrid, Status: driver.WCStatus(s.status), Opcode: driver.WCOpcode(s.opcode),
-		Flags: driver.WCFlags(s.flags), ByteLen: s.byteLen, Imm: s.imm, SrcQP: s.srcQP}
+	*wc = driver.WorkCompletion{WRID: uint64(s.pos), Status: driver.WCStatus(s.status), Opcode: driver.WCOpcode(s.opcode),
+		Flags: driver.WCFlags(s.flags), ByteLen: s.byteLen, Imm: s.imm, InvalidatedRKey: s.invRKey, SrcQP: s.srcQP}
 	sanitizeRecv(wc)
 	return s
 }
@@ -268,8 +268,7 @@ func (r *cqRing) release() {
 // sanitizeRecv makes a receive completion read from the shared ring,
 // which peers write, say only what a receive completion of shm0 can say:
 // a known status; the opcode of a Send or a Write with immediate; only
-// the immediate and solicited flags (shm0 has no Send with Invalidate,
-// and the slot no invalidated key);
+// the immediate, solicited and invalidation flags;
 // and, for a success, no more bytes than a message may have. A
 // completion that breaks the last two is returned as a failure with no
 // byte count. (That a Send's byte count fits the buffers the receive
@@ -279,7 +278,10 @@ func sanitizeRecv(wc *driver.WorkCompletion) {
 	if wc.Status > driver.WCGeneralErr {
 		wc.Status = driver.WCGeneralErr
 	}
-	wc.Flags &= driver.WCWithImm | driver.WCSolicited
+	wc.Flags &= driver.WCWithImm | driver.WCSolicited | driver.WCWithInv // WCWithInv: see qp.checkInvalidated
+	if wc.Flags&driver.WCWithInv == 0 {
+		wc.InvalidatedRKey = 0
+	}
 	if wc.Opcode != driver.WCRecv && wc.Opcode != driver.WCRecvRDMAWithImm {
 		wc.Opcode, wc.ByteLen = driver.WCRecv, 0
 		if wc.Status == driver.WCSuccess {
@@ -520,18 +522,21 @@ func newRecvLog(n int) *recvLog {
 	return &recvLog{recs: make([]recvRec, n), mask: uint64(n - 1)}
 }
 
-// claim returns the live record of position pos, for its caller to read
-// and then free (release); nil if no receive is posted at pos that is not
-// yet taken. Unless shared, its caller is the queue's only taker: the
-// Poll of a QP's own receive queue. An SRQ's QPs may complete into
-// different CQs, polled at once: shared claims the record with a CAS.
+// claim returns the live record of the position pos mod 2^32 (what a
+// completion slot holds), for its caller to read and then free
+// (release); nil if no receive is posted there that is not yet taken.
+// (The record of a position is the one of every position 2^32 apart, the
+// log being smaller: the record alone says which receive it is.) Unless
+// shared, its caller is the queue's only taker: the Poll of a QP's own
+// receive queue. An SRQ's QPs may complete into different CQs, polled at
+// once: shared claims the record with a CAS.
 func (l *recvLog) claim(pos uint64, shared bool) *recvRec {
 	r := &l.recs[pos&l.mask]
-	if shared {
-		if pos+1 == recTaking || !r.state.CompareAndSwap(pos+1, recTaking) {
-			return nil
-		}
-	} else if r.state.Load() != pos+1 {
+	st := r.state.Load()
+	if st == 0 || st == recTaking || uint32(st-1) != uint32(pos) {
+		return nil
+	}
+	if shared && !r.state.CompareAndSwap(st, recTaking) {
 		return nil
 	}
 	return r

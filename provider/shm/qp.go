@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/goverbs/goverbs/internal/grant"
 	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/internal/spin"
 	"github.com/goverbs/goverbs/internal/swq"
@@ -36,11 +37,16 @@ type qp struct {
 	// to the peer read-only (grantsRO). grantMu serialises its writers
 	// and guards grantConn, the connection whose requests it answers;
 	// it is taken after devCtx.mu and q.mu, and nothing blocks under it.
-	grantSeg  *segment
-	grants    *keyTable
-	grantsRO  int
-	grantMu   sync.Mutex
-	grantConn *conn
+	grantSeg *segment
+	grants   *keyTable
+	// mwWait is the memory window operation the send queue waits for
+	// (guarded by mu); invalidated the keys the peer had invalidated
+	// (mw.go).
+	mwWait      windowWait
+	invalidated invalidated
+	grantsRO    int
+	grantMu     sync.Mutex
+	grantConn   *conn
 	// recvExposed: the regions receives of this QP's own queue were
 	// posted in (exposeForRecv).
 	recvExposed recvSet
@@ -100,6 +106,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	q := &qp{ctx: p.ctx, pd: p, userCtx: a.UserCtx, sendCQ: scq, recvCQ: rcq, srq: s, cap: c,
 		num: nextQPN.Add(1) & 0xffffff, sq: swq.New(c, a.SigAll)}
 	q.rnr.Init(q.rnrExpired)
+	q.sq.MW = true // memory windows: mw.go
 	q.rqN = 1
 	if s == nil {
 		q.rqN = pow2(int(c.MaxRecvWR))
@@ -198,6 +205,8 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 // reset empties both queues without completions.
 func (q *qp) reset() {
 	q.rnr.Reset()
+	q.mwWait = windowWait{}
+	q.invalidated.clear()
 	q.sendCQ.mu.Lock() // serialises the reset with Retire (swq.Queue.Reset)
 	q.sq.Reset()
 	q.sendCQ.mu.Unlock()
@@ -226,6 +235,7 @@ func (q *qp) toErr() {
 	q.attr.State = driver.QPSErr
 	q.publish()
 	q.rnr.Stop()
+	q.mwWait = windowWait{} // a window operation waiting is flushed too
 	q.flushRecv()
 	q.sq.Progress(q)
 	if q.srq != nil {
@@ -432,9 +442,11 @@ func (q *qp) grantTo(c *conn) {
 	if c == nil {
 		return
 	}
-	q.ctx.mrs.Range(func(key uint32, m *mr) bool {
-		if q.reaches(m) {
+	q.ctx.mrs.Range(func(key uint32, e grant.Entry[*mr]) bool {
+		if m := e.MR; m != nil && q.reaches(m) {
 			q.grantLocked(key)
+		} else if e.W != nil {
+			q.grantWindowLocked(e.W)
 		}
 		return true
 	})

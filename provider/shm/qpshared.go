@@ -326,6 +326,7 @@ func (q *qp) acceptRecv(wc *driver.WorkCompletion, s *cqSlot) bool {
 		return false
 	}
 	wc.WRID, wc.QPNum = rec.wrid.Load(), q.num
+	q.checkInvalidated(wc)
 	switch {
 	case s.placed != 0 && wc.Status == driver.WCSuccess:
 		q.placeInline(wc, rec, s)

@@ -28,7 +28,7 @@ func (q *qp) sqDrained() {
 }
 
 // Stalled implements swq.Engine: an RNR retry is pending.
-func (q *qp) Stalled() bool { return q.rnr.Waiting() }
+func (q *qp) Stalled() bool { return q.rnr.Waiting() || q.mwWait.waiting }
 
 // Fail implements swq.Engine.
 func (q *qp) Fail() { q.toErr() }
@@ -187,6 +187,9 @@ func (c *conn) afterWR() {
 // execute performs the WR of slot s.
 func (q *qp) execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	wr := &s.WR
+	if wr.Opcode == driver.OpBindMW || wr.Opcode == driver.OpLocalInv {
+		return q.windowOp(s) // local: no peer takes part
+	}
 	c := q.conn
 	if c == nil {
 		// A QP moved to RTR by hand: shm QPs are connected with cm, so
@@ -217,7 +220,7 @@ func (q *qp) execute(s *swq.Slot) (driver.WCStatus, uint32) {
 		return driver.WCLocLenErr, 0
 	}
 	switch wr.Opcode {
-	case driver.OpSend, driver.OpSendWithImm:
+	case driver.OpSend, driver.OpSendWithImm, driver.OpSendWithInv:
 		return q.rnrCheck(c.send(wr, local)), 0
 	case driver.OpRDMAWrite, driver.OpRDMAWriteWithImm:
 		return q.rnrCheck(c.write(wr, local)), 0
@@ -392,6 +395,18 @@ func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	}
 	var wc driver.WorkCompletion
 	c.recvCompletion(&wc, wr, r.pos, driver.WCRecv)
+	if wr.Opcode == driver.OpSendWithInv {
+		// The peer invalidates its window before the message is placed
+		// (mw.go): one it may not invalidate takes no message.
+		if !c.askInvalidate(wr.InvalidateRKey) {
+			wc.Status = driver.WCRemInvReqErr
+			c.peerComplete(&wc, nil)
+			c.peerError(driver.EventQPReqErr)
+			return driver.WCRemInvReqErr
+		}
+		wc.Flags |= driver.WCWithInv
+		wc.InvalidatedRKey = wr.InvalidateRKey
+	}
 	dst := &c.dst
 	var room uint64
 	for i := range r.n {

@@ -122,8 +122,10 @@
 // registration or the receive is posted, and revoked by Dereg. The peer
 // never maps a table naming a local-only region (other than its own
 // QP's receive buffers), a region of another PD, or a key of another
-// connection. A key the peer's table lacks is asked
-// for over the control socket; a refused one counts against the peer's
+// connection. A bound memory window is a grant too: its key, range and
+// rights, written into the tables of its PD's QPs (type 1) or of its QP
+// (type 2) and taken out when it is unbound (mw.go). A key the peer's
+// table lacks is asked for over the control socket; a refused one counts against the peer's
 // user in the listener's guard (peerguard, ListenConfig.Strikes and
 // Backoff), which ends the connection and rejects that user's Dials for
 // a back-off period that doubles.
@@ -153,6 +155,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/goverbs/goverbs/internal/grant"
 	"github.com/goverbs/goverbs/internal/keytab"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -194,7 +197,7 @@ var deviceAttr = driver.DeviceAttr{
 	AtomicCap:       driver.AtomicGlob,
 	Caps: driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess |
 		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList |
-		driver.CapQPErrorEvents,
+		driver.CapQPErrorEvents | driver.CapMemoryWindows,
 	PhysPortCnt: 1,
 }
 
@@ -216,7 +219,7 @@ func (*provider) Open(name string) (driver.Context, error) {
 		EventQueue: driver.NewEventQueue(),
 		keySeg:     keys,
 		keys:       viewKeyTable(keys.mem, maxKeys),
-		mrs:        keytab.Table[*mr]{Indexed: true},
+		mrs:        keytab.Table[grant.Entry[*mr]]{Indexed: true},
 		segs:       map[uint32]*segInfo{},
 		pid:        os.Getpid(),
 	}
@@ -230,8 +233,8 @@ type devCtx struct {
 
 	mu     sync.RWMutex // guards what follows; readers: key lookups on the data path
 	keySeg *segment
-	keys   *keyTable         // every region, as serveKey grants it to peers; this process's alone
-	mrs    keytab.Table[*mr] // written under mu, read without it
+	keys   *keyTable                      // every region, as serveKey grants it to peers; this process's alone
+	mrs    keytab.Table[grant.Entry[*mr]] // regions and windows; written under mu, read without it
 	pds    int
 	nextPD uint32
 	cqs    map[*cq]bool
@@ -429,7 +432,7 @@ func (c *devCtx) Close() error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.mrs.Range(func(key uint32, _ *mr) bool {
+	c.mrs.Range(func(key uint32, _ grant.Entry[*mr]) bool {
 		c.keys.revoke(keytab.Index(key))
 		c.mrs.Remove(key)
 		return true
@@ -478,6 +481,14 @@ type mr struct {
 	// counted: m is in its segment's pds (it has remote rights, or a
 	// receive was posted into it); guarded by devCtx.segMu.
 	counted bool
+	// dead: deregistered (Grant reports it invalid to the windows bound
+	// to it).
+	dead atomic.Bool
+}
+
+// Grant implements grant.Region.
+func (m *mr) Grant() grant.Extent {
+	return grant.Extent{Key: m.key, Addr: m.addr, Len: uint64(len(m.buf)), Access: m.access, PD: m.pd, Valid: !m.dead.Load()}
 }
 
 func (p *pd) AllocMR(size int, access driver.AccessFlags) (driver.MR, error) {
@@ -532,9 +543,9 @@ func (p *pd) RegMR(buf []byte, access driver.AccessFlags) (driver.MR, error) {
 func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID uint32, segOff uint64) (*mr, error) {
 	c := p.ctx
 	var m *mr
-	_, err := c.mrs.Insert(func(key uint32) *mr {
+	_, err := c.mrs.Insert(func(key uint32) grant.Entry[*mr] {
 		m = &mr{ctx: c, pd: p, key: key, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access}
-		return m
+		return grant.Entry[*mr]{MR: m}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", driver.ErrNoResources, err)
@@ -632,15 +643,17 @@ func (m *mr) Access() driver.AccessFlags { return m.access }
 func (m *mr) Dereg() error {
 	c := m.ctx
 	c.mu.Lock()
-	if cur, _ := c.mrs.Lookup(m.key); cur != m {
+	if c.lookupMR(m.key) != m {
 		c.mu.Unlock()
 		return driver.ErrClosed
 	}
+	m.dead.Store(true)
 	c.keys.revoke(keytab.Index(m.key))
 	c.mrs.Remove(m.key)
 	for q := range c.qps {
 		q.revokeGrant(m.key)
 	}
+	c.ungrantWindowsOf(m)
 	var dead *segment
 	if si := m.si; si != nil {
 		// The segment lives while any region lies in it: AllocMR memory
@@ -714,7 +727,7 @@ func (c *devCtx) exposeForRecv(sg []driver.SGE, rs *recvSet) {
 		if rs.has(sg[i].LKey) {
 			continue // the region's first receive on this queue has been seen to
 		}
-		m, _ := c.mrs.Lookup(sg[i].LKey)
+		m := c.lookupMR(sg[i].LKey)
 		if m == nil {
 			continue
 		}
@@ -761,7 +774,8 @@ func (c *devCtx) exposeForRecv(sg []driver.SGE, rs *recvSet) {
 // belongs to p, grants need and contains the range. It takes no lock:
 // callers hold their QP's lock, which Dereg waits for before it unmaps.
 func (c *devCtx) span(key uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, bool) {
-	m, _ := c.mrs.Lookup(key)
+	e, _ := c.mrs.Lookup(key)
+	m := e.MR // a window's key names no local memory
 	if m == nil || m.pd != p || m.access&need != need {
 		return nil, false
 	}
@@ -776,8 +790,8 @@ func (c *devCtx) span(key uint32, p *pd, addr, n uint64, need driver.AccessFlags
 
 // lookupMR returns the region of key, or nil. It takes no lock.
 func (c *devCtx) lookupMR(key uint32) *mr {
-	m, _ := c.mrs.Lookup(key)
-	return m
+	e, _ := c.mrs.Lookup(key)
+	return e.MR
 }
 
 // revokeGrant takes key out of the QP's grant table, if its peer was

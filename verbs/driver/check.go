@@ -13,6 +13,8 @@ func CheckSendWR(wr *SendWR, cap *QPCap, mw bool) error {
 		return fmt.Errorf("%w: unknown opcode %d", ErrInvalidArg, wr.Opcode)
 	case !mw && (wr.Opcode == OpLocalInv || wr.Opcode == OpBindMW || wr.Opcode == OpSendWithInv):
 		return fmt.Errorf("%w: %v needs memory windows", ErrUnsupported, wr.Opcode)
+	case (wr.Opcode == OpBindMW || wr.Opcode == OpLocalInv) && len(wr.SGList) != 0:
+		return fmt.Errorf("%w: %v takes no SGEs", ErrInvalidArg, wr.Opcode)
 	case len(wr.SGList) > int(cap.MaxSendSGE):
 		return fmt.Errorf("%w: %d SGEs, the QP takes %d", ErrInvalidArg, len(wr.SGList), cap.MaxSendSGE)
 	case wr.Opcode.IsAtomic() && SGListLen(wr.SGList) != 8:

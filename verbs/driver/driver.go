@@ -79,6 +79,24 @@ type PD interface {
 	Dealloc() error
 }
 
+// MWAllocator is a PD that allocates memory windows; a device that
+// declares CapMemoryWindows implements it.
+type MWAllocator interface {
+	// AllocMW allocates an unbound window of type typ (ibv_alloc_mw).
+	AllocMW(typ MWType) (MW, error)
+}
+
+// MW is a memory window (struct ibv_mw).
+type MW interface {
+	// RKey is the window's current key: the one its latest completed
+	// bind gave it.
+	RKey() uint32
+	Type() MWType
+	// Dealloc frees the window; access through it fails from the
+	// moment Dealloc returns.
+	Dealloc() error
+}
+
 // MR is a registered memory region (struct ibv_mr).
 type MR interface {
 	LKey() uint32

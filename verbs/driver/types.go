@@ -16,7 +16,7 @@ const (
 	AccessRemoteWrite  AccessFlags = 1 << 1 // peers may RDMA Write into the region
 	AccessRemoteRead   AccessFlags = 1 << 2 // peers may RDMA Read from the region
 	AccessRemoteAtomic AccessFlags = 1 << 3 // peers may run atomics on the region
-	AccessMWBind       AccessFlags = 1 << 4 // memory windows may be bound to the region (reserved)
+	AccessMWBind       AccessFlags = 1 << 4 // memory windows may be bound to the region
 )
 
 // RemoteAccess is the union of the remote access rights.
@@ -54,8 +54,8 @@ func bitNames(v uint32, names []string, zero string) string {
 type Opcode uint8
 
 // Send work request opcodes. OpLocalInv, OpBindMW and OpSendWithInv are
-// reserved for memory windows; a provider that lacks them refuses them at
-// post time.
+// the memory window operations; a device without CapMemoryWindows
+// refuses them at post time.
 const (
 	OpRDMAWrite Opcode = iota
 	OpRDMAWriteWithImm
@@ -145,9 +145,11 @@ type SendWR struct {
 	Flags  SendFlags
 	// Imm is the immediate data of OpSendWithImm and OpRDMAWriteWithImm.
 	Imm uint32
-	// InvalidateRKey is the rkey invalidated by OpSendWithInv and
-	// OpLocalInv (memory windows; reserved).
+	// InvalidateRKey is the rkey invalidated by OpSendWithInv (at the
+	// peer) and OpLocalInv (locally): a type 2 memory window's.
 	InvalidateRKey uint32
+	// Bind is the binding OpBindMW makes.
+	Bind MWBind
 	// RemoteAddr and RKey name the remote memory of RDMA and atomic
 	// operations.
 	RemoteAddr uint64
@@ -156,6 +158,47 @@ type SendWR struct {
 	// OpAtomicFetchAndAdd; Swap is the value swapped in on a match.
 	CompareAdd uint64
 	Swap       uint64
+}
+
+// MWType is the type of a memory window (enum ibv_mw_type).
+type MWType uint8
+
+// Memory window types.
+const (
+	// MWType1 windows are bound with QP.BindMW (or an OpBindMW work
+	// request) on any QP of their PD, and may be rebound while bound; an
+	// access through them is taken on any QP of the PD.
+	MWType1 MWType = 1
+	// MWType2 windows are bound by an OpBindMW work request to the QP it
+	// is posted on, only while unbound, and are unbound by OpLocalInv or
+	// a peer's OpSendWithInv; an access through them is taken only on
+	// that QP.
+	MWType2 MWType = 2
+)
+
+func (t MWType) String() string {
+	switch t {
+	case MWType1:
+		return "type 1"
+	case MWType2:
+		return "type 2"
+	}
+	return fmt.Sprintf("MWType(%d)", uint8(t))
+}
+
+// MWBind is the binding an OpBindMW work request makes (struct
+// ibv_mw_bind_info, with the window): Length bytes at Addr of the region
+// whose lkey is LKey, granting Access (a subset of the region's remote
+// rights) through the window whose current rkey is RKey. The region must
+// have been registered with AccessMWBind. A zero Length unbinds a type 1
+// window; a type 2 window refuses it. The bind gives the window a new
+// rkey, read with MW.RKey once the bind has completed.
+type MWBind struct {
+	RKey   uint32
+	LKey   uint32
+	Addr   uint64
+	Length uint64
+	Access AccessFlags
 }
 
 // RecvWR is a receive work request (struct ibv_recv_wr).
@@ -490,7 +533,9 @@ const (
 	CapImmData
 	// CapAtomics: RDMA atomics (see DeviceAttr.AtomicCap).
 	CapAtomics
-	// CapMemoryWindows: memory windows, bind and invalidate.
+	// CapMemoryWindows: memory windows of type 1 and type 2 (PD.AllocMW,
+	// OpBindMW, OpLocalInv, OpSendWithInv). loop0, shm0 and tcp0 declare
+	// it; the ibverbs provider does not yet drive the devices' windows.
 	CapMemoryWindows
 	// CapCrossProcess: the two ends of a connection may live in different
 	// processes.

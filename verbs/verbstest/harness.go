@@ -14,7 +14,9 @@
 // refused at post time or failed at the responder, queues larger than
 // asked for) it accepts each, and where devices differ it asks the
 // capability flags (CapAckedCompletion, CapModifyConnect, CapRecvNoSGE,
-// CapSQD, CapAtomicResultSGList, CapQPErrorEvents, CapTransportRetry).
+// CapSQD, CapAtomicResultSGList, CapQPErrorEvents, CapTransportRetry);
+// the MemoryWindow cases run on devices with CapMemoryWindows and skip on
+// the others.
 // Run logs, per provider, the cases run, passed, failed and skipped, with
 // the capability behind each skip.
 //
@@ -163,6 +165,12 @@ type Endpoint interface {
 	// DeregContainer deregisters the provider allocation the region was
 	// registered inside, leaving the region itself registered.
 	DeregContainer(id int) error
+	// AllocMW allocates a memory window of type typ on the endpoint's
+	// PD and returns its id; MWRKey returns its current key and
+	// DeallocMW frees it.
+	AllocMW(typ verbs.MWType) (id int, err error)
+	MWRKey(id int) (uint32, error)
+	DeallocMW(id int) error
 	// PostSend and PostRecv post to QP i; PostSRQRecv to the SRQ.
 	PostSend(i int, wrs []verbs.SendWR) (int, error)
 	PostRecv(i int, wrs []verbs.RecvWR) (int, error)
@@ -286,6 +294,7 @@ type Local struct {
 	mu        sync.Mutex
 	otherPD   *verbs.PD
 	regions   map[int]*region
+	windows   map[int]*verbs.MW
 	nextID    int
 	srqEvents chan struct{}
 	asyncEvs  chan verbs.AsyncEvent
@@ -309,7 +318,7 @@ func NewLocal(device string, opts PairOptions, withSRQ bool) (*Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Local{Ctx: ctx, without: opts.Without, opts: opts, regions: map[int]*region{}, srqEvents: make(chan struct{}, 64),
+	e := &Local{Ctx: ctx, without: opts.Without, opts: opts, regions: map[int]*region{}, windows: map[int]*verbs.MW{}, srqEvents: make(chan struct{}, 64),
 		asyncEvs: make(chan verbs.AsyncEvent, 64), done: make(chan struct{})}
 	fail := func(err error) (*Local, error) {
 		ctx.Close()
@@ -539,6 +548,44 @@ func (e *Local) DeregContainer(id int) error {
 		return err
 	}
 	return r.outer.Dereg()
+}
+
+// AllocMW implements Endpoint.
+func (e *Local) AllocMW(typ verbs.MWType) (int, error) {
+	w, err := e.PD.AllocMW(typ)
+	if err != nil {
+		return 0, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.nextID++
+	e.windows[e.nextID] = w
+	return e.nextID, nil
+}
+
+// Window returns a memory window, for cases that use it directly.
+func (e *Local) Window(id int) *verbs.MW {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.windows[id]
+}
+
+// MWRKey implements Endpoint.
+func (e *Local) MWRKey(id int) (uint32, error) {
+	w := e.Window(id)
+	if w == nil {
+		return 0, fmt.Errorf("no memory window %d", id)
+	}
+	return w.RKey(), nil
+}
+
+// DeallocMW implements Endpoint.
+func (e *Local) DeallocMW(id int) error {
+	w := e.Window(id)
+	if w == nil {
+		return fmt.Errorf("no memory window %d", id)
+	}
+	return w.Dealloc()
 }
 
 // PostSend implements Endpoint.

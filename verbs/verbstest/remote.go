@@ -46,6 +46,7 @@ type request struct {
 	Event   verbs.EventType
 	State   verbs.QPState
 	Addr    string
+	MWType  verbs.MWType
 }
 
 // response is an Endpoint call's result.
@@ -186,6 +187,14 @@ func call(ep *Local, q *request, r *response) {
 		err = ep.DeregRegion(q.ID)
 	case "deregContainer":
 		err = ep.DeregContainer(q.ID)
+	case "allocMW":
+		r.N, err = ep.AllocMW(q.MWType)
+	case "mwRKey":
+		var k uint32
+		k, err = ep.MWRKey(q.ID)
+		r.N = int(k)
+	case "deallocMW":
+		err = ep.DeallocMW(q.ID)
 	case "postSend":
 		r.N, err = ep.PostSend(q.I, q.Send)
 	case "postRecv":
@@ -376,6 +385,27 @@ func (r *remote) DeregRegion(id int) error {
 
 func (r *remote) DeregContainer(id int) error {
 	_, err := r.do(&request{Method: "deregContainer", ID: id})
+	return err
+}
+
+func (r *remote) AllocMW(typ verbs.MWType) (int, error) {
+	resp, err := r.do(&request{Method: "allocMW", MWType: typ})
+	if err != nil {
+		return 0, err
+	}
+	return resp.N, nil
+}
+
+func (r *remote) MWRKey(id int) (uint32, error) {
+	resp, err := r.do(&request{Method: "mwRKey", ID: id})
+	if err != nil {
+		return 0, err
+	}
+	return uint32(resp.N), nil
+}
+
+func (r *remote) DeallocMW(id int) error {
+	_, err := r.do(&request{Method: "deallocMW", ID: id})
 	return err
 }
 
