@@ -228,9 +228,13 @@ func (s *cqSlot) publish(wc *driver.WorkCompletion, payload *sglist.List, pos ui
 	s.placed = 0
 	if payload != nil {
 		s.placed = 1
-		b := s.inline[:]
-		for i := range payload.N() {
-			b = b[copy(b, payload.Seg(i)):]
+		if payload.N() == 1 {
+			copy(s.inline[:], payload.Seg(0))
+		} else {
+			b := s.inline[:]
+			for i := range payload.N() {
+				b = b[copy(b, payload.Seg(i)):]
+			}
 		}
 	}
 	s.pos, s.status, s.opcode, s.flags = uint32(wc.WRID), uint8(wc.Status), uint8(wc.Opcode), uint8(wc.Flags)

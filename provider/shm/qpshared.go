@@ -368,6 +368,12 @@ func (q *qp) placeInline(wc *driver.WorkCompletion, rec *recvRec, s *cqSlot) {
 // order, resolving each in the QP's protection domain: false if one does
 // not resolve. The buffers hold all of b (placeInline checked).
 func (q *qp) scatterInline(rec *recvRec, b []byte) bool {
+	if rec.nsge == 1 { // the common case, without the loop
+		g := &rec.sge[0]
+		dst, ok := q.ctx.span(g.LKey, q.pd, g.Addr, uint64(len(b)), driver.AccessLocalWrite)
+		copy(dst, b)
+		return ok
+	}
 	for i := range rec.nsge {
 		if len(b) == 0 {
 			break
