@@ -51,11 +51,12 @@
 // and Sends into receives of more buffers, are placed by the sender
 // (zero copy).
 //
-// Placement by the receiver costs instructions where no line moves:
-// the receiver looks its buffer's key up and makes a second copy, about
-// 300 more for a 64-byte Send, its Poll and the PostRecv after it
-// (scripts/instructions.sh, which counts them with both endpoints in one
-// process). The sender still claims the receive and checks its buffers
+// Placement by the receiver costs instructions, which show where no line
+// moves: the receiver looks its buffer's key up and makes a second copy,
+// about 180 more for a Send of 8 to 96 bytes, its Poll and the PostRecv
+// after it (1,875 against 1,693 for 64 bytes; scripts/instructions.sh
+// counts them with both endpoints in one process), and PostRecv records
+// the receive's buffers, about 25 more for every Send. The sender still claims the receive and checks its buffers
 // (keys, rights, room), so that a Send fails as it would if it placed
 // the message. The receiver believes no length it reads from the slot
 // beyond the slot and its own record: a longer claim completes the
