@@ -81,6 +81,13 @@ type Client struct {
 	// direct-mapped), so that a GET reads it with one Read.
 	locs []recordLoc
 
+	// indexKey and heapKeys are the keys the server granted this
+	// connection (heapKeys by heap region number): windows of its own,
+	// on a server with memory windows; windowed says they are.
+	indexKey uint32
+	heapKeys []uint32
+	windowed bool
+
 	// TornReads counts one-sided reads that failed their checks and were
 	// retried; FallbackGets the GETs that ended as RPCs; CachedGets the
 	// GETs served by one Read of the record where it was last found;
@@ -196,12 +203,33 @@ func (c *Client) setup(ctx context.Context) error {
 	if c.recvB, err = c.pd.AllocMR(c.info.maxMsg, local); err != nil {
 		return err
 	}
+	if err := c.takeGrant(); err != nil {
+		return err
+	}
 	return c.prove()
 }
 
-// prove proves the client's credential to the server, if it has one, as
-// the connection's first request, and checks the server's proof in the
-// reply.
+// takeGrant asks the server for the keys this connection reads with.
+func (c *Client) takeGrant() error {
+	r, err := c.rpc(opGrant, nil, nil)
+	if err != nil {
+		return err
+	}
+	g := grant(r.val())
+	if !g.valid() {
+		c.conn.Close()
+		return errGrant
+	}
+	c.windowed, c.indexKey = g.windows(), g.indexKey()
+	c.heapKeys = c.heapKeys[:0]
+	for i := range g.heapRegions() {
+		c.heapKeys = append(c.heapKeys, g.heapKey(i))
+	}
+	return nil
+}
+
+// prove proves the client's credential to the server, if it has one,
+// right after the grant, and checks the server's proof in the reply.
 func (c *Client) prove() error {
 	if c.cfg.Credential == nil {
 		return nil
@@ -365,7 +393,7 @@ func (c *Client) get(key []byte) ([]byte, error) {
 	bsize := c.info.slotsPerBucket * SlotSize
 	baddr := c.info.addr + (h%uint64(c.info.buckets))*uint64(bsize)
 	for range maxTornReads {
-		if err := c.read(c.bucket, bsize, baddr, c.info.rkey); err != nil {
+		if err := c.read(c.bucket, bsize, baddr, c.indexKey); err != nil {
 			return nil, err
 		}
 		v, torn, err := c.scan(key, h)
@@ -401,10 +429,11 @@ func (c *Client) scan(key []byte, h uint64) (val []byte, torn bool, err error) {
 			continue
 		}
 		n := s.recLen()
-		if n < recordHeader || n > len(c.rec.Bytes()) {
+		if n < recordHeader || n > len(c.rec.Bytes()) || s.region() >= len(c.heapKeys) {
 			return nil, true, nil
 		}
-		if err := c.read(c.rec, n, s.addr(), s.rkey()); err != nil {
+		rkey := c.heapKeys[s.region()]
+		if err := c.read(c.rec, n, s.addr(), rkey); err != nil {
 			return nil, false, err
 		}
 		r := record(c.rec.Bytes()[:n])
@@ -412,7 +441,7 @@ func (c *Client) scan(key []byte, h uint64) (val []byte, torn bool, err error) {
 			return nil, true, nil
 		}
 		if bytes.Equal(r.key(), key) {
-			c.locs[h%uint64(len(c.locs))] = recordLoc{hash: h, version: s.version(), addr: s.addr(), rkey: s.rkey(), length: uint32(n)}
+			c.locs[h%uint64(len(c.locs))] = recordLoc{hash: h, version: s.version(), addr: s.addr(), rkey: rkey, length: uint32(n)}
 			return r.val(), false, nil
 		}
 	}
@@ -458,13 +487,13 @@ func (c *Client) Put(key, value []byte) error {
 func (c *Client) remember(key []byte, s slot) {
 	h := hashKey(key)
 	loc := &c.locs[h%uint64(len(c.locs))]
-	if len(s) != SlotSize || !s.valid() || s.kind() != kindHeap || s.hash() != h {
+	if len(s) != SlotSize || !s.valid() || s.kind() != kindHeap || s.hash() != h || s.region() >= len(c.heapKeys) {
 		if loc.hash == h {
 			loc.length = 0
 		}
 		return
 	}
-	*loc = recordLoc{hash: h, version: s.version(), addr: s.addr(), rkey: s.rkey(), length: uint32(s.recLen())}
+	*loc = recordLoc{hash: h, version: s.version(), addr: s.addr(), rkey: c.heapKeys[s.region()], length: uint32(s.recLen())}
 }
 
 // Delete removes key; ErrNotFound if it was absent.
@@ -533,6 +562,9 @@ func (c *Client) rpc(op uint8, key, val []byte) (reply, error) {
 		return nil, ErrDenied
 	case statusReplayed:
 		return nil, ErrReplayed
+	case statusNoGrant:
+		c.conn.Close()
+		return nil, fmt.Errorf("%w: it could not grant this connection its keys (bind its memory windows)", ErrServerGone)
 	}
 	return nil, ErrBadRequest
 }

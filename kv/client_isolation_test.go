@@ -23,15 +23,31 @@ type rawClient struct {
 	conn *cm.Conn
 	info indexInfo
 	mr   *verbs.MR
+	// g is the grant of keys the server answered rawDial's first
+	// request with.
+	g grant
 }
 
+// rawDial dials as a kv client does, and asks for its grant of keys
+// (request id 1).
 func rawDial(t *testing.T, a string) *rawClient {
 	t.Helper()
-	return rawDialWith(t, a, func(qpn uint32) []byte { return encodeHello(qpn, nil) })
+	r := rawDialWith(t, a, func(qpn uint32) []byte { return encodeHello(qpn, nil) })
+	// Sent as WR 98, whose completion post and attack pass over.
+	n := copy(r.mr.Bytes(), rawRequest(opGrant, 1, nil, nil))
+	if _, err := r.qp.PostSend([]verbs.SendWR{{WRID: 98, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{r.mr.SGE(0, n)}}}); err != nil {
+		t.Fatalf("post the grant request: %v", err)
+	}
+	rep := r.awaitReply(t)
+	if rep.status() != statusOK || !grant(rep.val()).valid() {
+		t.Fatalf("the grant: status %d, %x", rep.status(), rep.val())
+	}
+	r.g = append(grant(nil), rep.val()...)
+	return r
 }
 
-// rawDialWith dials as rawDial does, with the connection request that
-// hello lays out for the raw client's QP qpn.
+// rawDialWith connects as rawDial does, with the connection request that
+// hello lays out for the raw client's QP qpn, and asks for no grant.
 func rawDialWith(t *testing.T, a string, hello func(qpn uint32) []byte) *rawClient {
 	t.Helper()
 	dev, err := cm.Device(a)
@@ -107,7 +123,7 @@ func (r *rawClient) attack(t *testing.T, wr verbs.SendWR, baddr uint64) verbs.WC
 	t.Helper()
 	wr.WRID, wr.Flags = 1, wr.Flags|verbs.SendSignaled
 	read := verbs.SendWR{WRID: 2, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
-		SGList: []verbs.SGE{r.mr.SGE(1<<18, 8)}, RemoteAddr: baddr, RKey: r.info.rkey}
+		SGList: []verbs.SGE{r.mr.SGE(1<<18, 8)}, RemoteAddr: baddr, RKey: r.g.indexKey()}
 	if _, err := r.qp.PostSend([]verbs.SendWR{wr, read}); err != nil {
 		t.Fatalf("post %v: %v", wr.Opcode, err)
 	}
@@ -195,7 +211,7 @@ func TestClientReachesOnlyWhatItIsGiven(t *testing.T) {
 			r := rawDial(t, a)
 			bsize := r.info.slotsPerBucket * SlotSize
 			baddr := r.info.addr + (hashKey([]byte("big"))%uint64(r.info.buckets))*uint64(bsize)
-			if wc := r.post(t, verbs.SendWR{Opcode: verbs.OpRDMARead, SGList: []verbs.SGE{r.mr.SGE(0, bsize)}, RemoteAddr: baddr, RKey: r.info.rkey}); wc.Status != verbs.WCSuccess {
+			if wc := r.post(t, verbs.SendWR{Opcode: verbs.OpRDMARead, SGList: []verbs.SGE{r.mr.SGE(0, bsize)}, RemoteAddr: baddr, RKey: r.g.indexKey()}); wc.Status != verbs.WCSuccess {
 				t.Fatalf("a Read of the index: %v", wc.Status)
 			}
 			var rec slot
@@ -212,13 +228,13 @@ func TestClientReachesOnlyWhatItIsGiven(t *testing.T) {
 				wr   func(r *rawClient) verbs.SendWR
 			}{
 				{"Write to the index", func(r *rawClient) verbs.SendWR {
-					return verbs.SendWR{Opcode: verbs.OpRDMAWrite, SGList: []verbs.SGE{junk(r, bsize)}, RemoteAddr: baddr, RKey: r.info.rkey}
+					return verbs.SendWR{Opcode: verbs.OpRDMAWrite, SGList: []verbs.SGE{junk(r, bsize)}, RemoteAddr: baddr, RKey: r.g.indexKey()}
 				}},
 				{"FetchAndAdd on the index", func(r *rawClient) verbs.SendWR {
-					return verbs.SendWR{Opcode: verbs.OpAtomicFetchAndAdd, SGList: []verbs.SGE{r.mr.SGE(0, 8)}, RemoteAddr: baddr, RKey: r.info.rkey, CompareAdd: 1}
+					return verbs.SendWR{Opcode: verbs.OpAtomicFetchAndAdd, SGList: []verbs.SGE{r.mr.SGE(0, 8)}, RemoteAddr: baddr, RKey: r.g.indexKey(), CompareAdd: 1}
 				}},
 				{"Write to a value record", func(r *rawClient) verbs.SendWR {
-					return verbs.SendWR{Opcode: verbs.OpRDMAWrite, SGList: []verbs.SGE{junk(r, rec.recLen())}, RemoteAddr: rec.addr(), RKey: rec.rkey()}
+					return verbs.SendWR{Opcode: verbs.OpRDMAWrite, SGList: []verbs.SGE{junk(r, rec.recLen())}, RemoteAddr: rec.addr(), RKey: r.g.heapKey(rec.region())}
 				}},
 				{"Write to another client's receive buffers", func(r *rawClient) verbs.SendWR {
 					return verbs.SendWR{Opcode: verbs.OpRDMAWrite, SGList: []verbs.SGE{junk(r, 256)}, RemoteAddr: victim.Addr(), RKey: victim.RKey()}

@@ -245,7 +245,7 @@ func TestMaxValueLimit(t *testing.T) {
 		t.Fatalf("Listen with MaxValue over the limit: %v", err)
 	}
 	for _, maxMsg := range []int{requestHeader + MaxKey + MaxValueLimit + 1, 1<<32 - 1} {
-		b := indexInfo{slotsPerBucket: 4, buckets: 16, maxMsg: maxMsg, addr: 4096, rkey: 1}.encode(1, nil)
+		b := indexInfo{slotsPerBucket: 4, buckets: 16, maxMsg: maxMsg, addr: 4096}.encode(1, nil)
 		if _, _, err := decodeInfo(b); !errors.Is(err, errInfo) || !strings.Contains(err.Error(), "MaxValueLimit") {
 			t.Fatalf("decodeInfo of a %d-byte largest message: %v, want errInfo naming MaxValueLimit", maxMsg, err)
 		}
@@ -573,13 +573,13 @@ func TestPutRemembersLocation(t *testing.T) {
 // key's remembered location only if it is a sealed heap slot of the key's
 // hash; anything else forgets what was remembered for the key.
 func TestRememberTakesOnlyValidHeapSlots(t *testing.T) {
-	c := &Client{locs: make([]recordLoc, locEntries)}
+	c := &Client{locs: make([]recordLoc, locEntries), heapKeys: []uint32{0x41, 0x42}}
 	key := []byte("remembered")
 	h := hashKey(key)
 	loc := &c.locs[h%uint64(len(c.locs))]
 	heap := func(hash uint64) slot {
 		s := make(slot, SlotSize)
-		s.setHeap(7, hash, len(key), 300, 0x1000, recordLen(len(key), 300), 0x42)
+		s.setHeap(7, hash, len(key), 300, 0x1000, recordLen(len(key), 300), 1)
 		return s
 	}
 	c.remember(key, heap(h))

@@ -10,8 +10,8 @@
 // each, in one registered region. A key hashes (FNV-1a, 64 bits) to one
 // bucket. A slot holds the key's hash, a version, and either the key and
 // value themselves (inline, when they fit in 80 bytes) or the address,
-// length and rkey of a record in the value heap, a pool of registered
-// buffers. Each slot carries a CRC32-C over its contents, and each record
+// length and region number of a record in the value heap, a pool of
+// registered buffers (one region per size class). Each slot carries a CRC32-C over its contents, and each record
 // its version, the key and a CRC32-C over them; so a GET that races a PUT
 // sees a slot or record that fails its check (a torn read), and reads
 // again. After a bounded number of torn reads it asks the server by RPC.
@@ -40,17 +40,33 @@
 //
 // # What a client can reach
 //
-// Every client, from its connection until it ends, can read the whole
-// index and value heap: every key and every value, whether or not it
-// ever asked for them, with the one rkey of the index and the rkeys in
-// its slots. Store in a server only what all its clients may read, or
-// serve different readers from different servers. (A window per client,
-// granted on connection and revoked when it goes, would narrow that; the
-// index and heap are one region each and are not windowed.)
+// A client reads through keys granted to its connection alone. On a
+// device with memory windows (verbs.CapMemoryWindows: loop0, shm0, tcp0,
+// and ibverbs devices that have them, such as rxe)
+// the server binds, for each client, read-only type 2 windows over the
+// index and over each heap region, to that client's QP, and hands their
+// keys in the second half of the handshake (the client's first request:
+// a type 2 window is bound by a work request, on a QP that is connected).
+// The regions' own keys never leave the server; a slot names its
+// record's region by number, and each client reads it with its own key
+// for that region. A window's key used from any other connection ends in
+// a remote access error; when the client goes — it hangs up, its
+// connection breaks, or its QP fails on an access it was refused — the
+// server deallocates its windows, and their keys reach nothing from then
+// on. On a device without memory windows (siw, for one) the server
+// hands every client the regions' own keys instead, and they stay good
+// until the server closes.
 //
-// A client can write nothing of the server's by RDMA: the index and the
-// heap are registered for remote Read only, and a Write or atomic to them
-// ends in a remote access error. Its requests land in receive buffers
+// What a window does not limit is which keys a client reads: each
+// client's windows cover the whole index and the whole heap, so every
+// client, while it is connected, can read every key and every value,
+// whether or not it ever asked for them. Store in a server only what all
+// its clients may read, or serve different readers from different
+// servers.
+//
+// A client can write nothing of the server's by RDMA: its windows (and,
+// without windows, the regions) grant remote Read only, and a Write or
+// atomic through them ends in a remote access error. Its requests land in receive buffers
 // that are a region of its own, with no remote rights, holding no other
 // client's requests; a Send larger than a receive buffer is an error.
 // How far a peer can reach past the verbs (on shm0, the memory mapped
@@ -122,7 +138,9 @@ func hashKey(key []byte) uint64 {
 // slot is a view of one index slot:
 //
 //	0  version u64     8 key hash u64     16 kind u8, reserved u8
-//	18 key length u16  20 value length u32  24 record rkey u32
+//	18 key length u16  20 value length u32  24 record region u32: the
+//	   heap region holding the record, by number (each client reads it
+//	   with its own key for that region, see grant)
 //	28 CRC32-C u32 over the slot with this field zero, up to the end of
 //	   the inline bytes in use
 //	32 record address u64   40 record length u32   44 reserved u32
@@ -134,7 +152,7 @@ func (s slot) hash() uint64    { return binary.LittleEndian.Uint64(s[8:]) }
 func (s slot) kind() uint8     { return s[16] }
 func (s slot) keyLen() int     { return int(binary.LittleEndian.Uint16(s[18:])) }
 func (s slot) valLen() int     { return int(binary.LittleEndian.Uint32(s[20:])) }
-func (s slot) rkey() uint32    { return binary.LittleEndian.Uint32(s[24:]) }
+func (s slot) region() int     { return int(binary.LittleEndian.Uint32(s[24:])) }
 func (s slot) crc() uint32     { return binary.LittleEndian.Uint32(s[28:]) }
 func (s slot) addr() uint64    { return binary.LittleEndian.Uint64(s[32:]) }
 func (s slot) recLen() int     { return int(binary.LittleEndian.Uint32(s[40:])) }
@@ -184,9 +202,9 @@ func (s slot) setInline(ver, hash uint64, key, val []byte) {
 }
 
 // setHeap points the slot at a heap record (server side).
-func (s slot) setHeap(ver, hash uint64, keyLen, valLen int, addr uint64, recLen int, rkey uint32) {
+func (s slot) setHeap(ver, hash uint64, keyLen, valLen int, addr uint64, recLen int, region int) {
 	s.setHeader(ver, hash, kindHeap, keyLen, valLen)
-	binary.LittleEndian.PutUint32(s[24:], rkey)
+	binary.LittleEndian.PutUint32(s[24:], uint32(region))
 	binary.LittleEndian.PutUint64(s[32:], addr)
 	binary.LittleEndian.PutUint32(s[40:], uint32(recLen))
 	s.seal()

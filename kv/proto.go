@@ -19,8 +19,12 @@ const (
 	opGet = 3 // the fallback GET, after too many torn reads
 	// opAuth proves the client's identity: the value is the client's
 	// proof; the reply's value the server's (see Keyring). A connection
-	// makes one attempt, as its first request.
+	// makes one attempt.
 	opAuth = 4
+	// opGrant asks for the keys the connection's GETs read with: the
+	// reply's value is a grant. It is the second half of the handshake,
+	// a connection's first request, and made once.
+	opGrant = 5
 )
 
 // Reply statuses.
@@ -32,6 +36,7 @@ const (
 	statusBad      = 4 // malformed request
 	statusDenied   = 5 // the Authorizer refused it, or the proof was wrong
 	statusReplayed = 6 // the request's id is not above the connection's last one
+	statusNoGrant  = 7 // opGrant refused: not the first request, or the windows could not be bound
 )
 
 // request: op u8, reserved u8, key length u16, value length u32, id u64,
@@ -84,17 +89,18 @@ func putReply(b []byte, status uint8, id uint64, val []byte) int {
 
 // info is the server's description of its index, sent as the private
 // data of its acceptance, with the server's half of the connection's
-// proof (see Keyring):
+// proof (see Keyring). It carries no key: the keys GETs read with come
+// in the grant, once the connection stands (see opGrant).
 //
 //	0 magic u32   4 version u16   6 slots per bucket u16   8 buckets u32
-//	12 max message u32   16 index address u64   24 index rkey u32
+//	12 max message u32   16 index address u64   24 reserved u32
 //	28 server QP number u32   32 server nonce [16]
 type info []byte
 
 const (
 	infoLen     = 48
 	infoMagic   = 0x6b76676f // "ogvk"
-	infoVersion = 2
+	infoVersion = 3
 )
 
 type indexInfo struct {
@@ -102,7 +108,6 @@ type indexInfo struct {
 	buckets        int
 	maxMsg         int
 	addr           uint64
-	rkey           uint32
 }
 
 // encode lays out the acceptance of the connection to the server's QP
@@ -115,7 +120,6 @@ func (i indexInfo) encode(qpn uint32, nonce []byte) info {
 	binary.LittleEndian.PutUint32(b[8:], uint32(i.buckets))
 	binary.LittleEndian.PutUint32(b[12:], uint32(i.maxMsg))
 	binary.LittleEndian.PutUint64(b[16:], i.addr)
-	binary.LittleEndian.PutUint32(b[24:], i.rkey)
 	binary.LittleEndian.PutUint32(b[28:], qpn)
 	copy(b[32:infoLen], nonce)
 	return b
@@ -141,7 +145,6 @@ func decodeInfo(b []byte) (indexInfo, info, error) {
 		buckets:        int(binary.LittleEndian.Uint32(b[8:])),
 		maxMsg:         int(binary.LittleEndian.Uint32(b[12:])),
 		addr:           binary.LittleEndian.Uint64(b[16:]),
-		rkey:           binary.LittleEndian.Uint32(b[24:]),
 	}
 	if i.slotsPerBucket < 1 || i.slotsPerBucket > 64 || i.buckets < 1 || i.maxMsg < requestHeader+MaxKey {
 		return indexInfo{}, nil, errInfo
@@ -163,7 +166,7 @@ const (
 	helloHeader  = 28
 	maxHelloLen  = 56         // the private data every provider carries
 	helloMagic   = 0x636b766f // "ovkc"
-	helloVersion = 2
+	helloVersion = 3
 )
 
 // encodeHello lays out the connection request of a client whose QP is
@@ -197,3 +200,50 @@ func (h hello) canonical() hello {
 
 // identity returns the identity a canonical request names.
 func (h hello) identity() []byte { return h[helloHeader:] }
+
+// grant is the value of the reply to opGrant: the keys a client's GETs
+// read the index and the value heap with.
+//
+//	0 flags u32 (grantWindows)   4 index key u32
+//	8 one key u32 per heap region, in region order (a slot names the
+//	  region of its record by number)
+type grant []byte
+
+const (
+	grantHeader = 8
+	// grantWindows says the keys are windows bound to the connection's
+	// QP, revoked when it ends; clear, they are the regions' own keys
+	// (a device without memory windows).
+	grantWindows = 1
+	// maxHeapRegions bounds the heap regions a grant names: the size
+	// classes from 64 bytes to the largest record of MaxValueLimit.
+	maxHeapRegions = 16
+)
+
+// putGrant lays out a grant in b and returns its length.
+func putGrant(b []byte, windows bool, index uint32, heap []uint32) int {
+	var flags uint32
+	if windows {
+		flags = grantWindows
+	}
+	binary.LittleEndian.PutUint32(b[0:], flags)
+	binary.LittleEndian.PutUint32(b[4:], index)
+	for i, k := range heap {
+		binary.LittleEndian.PutUint32(b[grantHeader+4*i:], k)
+	}
+	return grantHeader + 4*len(heap)
+}
+
+var errGrant = errors.New("kv: the server's grant of keys is malformed: it is not a goverbs kv server of this release")
+
+// valid checks a grant received.
+func (g grant) valid() bool {
+	n := len(g) - grantHeader
+	return n >= 4 && n%4 == 0 && n/4 <= maxHeapRegions
+}
+func (g grant) windows() bool    { return binary.LittleEndian.Uint32(g[0:])&grantWindows != 0 }
+func (g grant) indexKey() uint32 { return binary.LittleEndian.Uint32(g[4:]) }
+func (g grant) heapRegions() int { return (len(g) - grantHeader) / 4 }
+func (g grant) heapKey(i int) uint32 {
+	return binary.LittleEndian.Uint32(g[grantHeader+4*i:])
+}

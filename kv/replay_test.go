@@ -56,10 +56,10 @@ func TestReplayedCompletionRefused(t *testing.T) {
 	a := addrs()["loop"]()
 	s := startServer(t, a, small())
 	r := rawDial(t, a)
-	if st := r.rpc(t, rawRequest(opPut, 1, []byte("k"), []byte("a"))).status(); st != statusOK {
+	if st := r.rpc(t, rawRequest(opPut, 2, []byte("k"), []byte("a"))).status(); st != statusOK {
 		t.Fatalf("PUT: status %d", st)
 	}
-	del := rawRequest(opDel, 2, []byte("k"), nil)
+	del := rawRequest(opDel, 3, []byte("k"), nil)
 	if st := r.rpc(t, del).status(); st != statusOK {
 		t.Fatalf("DELETE: status %d", st)
 	}
@@ -81,7 +81,7 @@ func TestReplayedCompletionRefused(t *testing.T) {
 	if sc != nil {
 		depth = len(sc.recvs)
 		for i, b := range sc.recvs {
-			if q := request(b[:len(del)]); q.valid() && q.id() == 2 && q.op() == opDel {
+			if q := request(b[:len(del)]); q.valid() && q.id() == 3 && q.op() == opDel {
 				wrid = i
 			}
 		}

@@ -69,6 +69,9 @@ type Config struct {
 	// a time, yielding in between, so that tests can race GETs with
 	// PUTs.
 	slowWrites bool
+	// noWindows makes the server hand out its regions' own keys, as it
+	// does on a device without memory windows.
+	noWindows bool
 }
 
 func (c *Config) defaults() {
@@ -138,6 +141,13 @@ type Server struct {
 	recvCQ *verbs.CQ
 	l      *cm.Listener
 
+	// heapMRs are the heap's regions, one per size class, by the
+	// number a slot names its record's region with.
+	heapMRs []*verbs.MR
+	// windows says each client reads through windows of its own (the
+	// device has memory windows); otherwise through the regions' keys.
+	windows bool
+
 	mu      sync.Mutex // guards what follows (the table is written under it)
 	conns   map[uint32]*serverConn
 	clients int                 // clients admitted: connected or in their handshake
@@ -146,6 +156,12 @@ type Server struct {
 	records map[int]mempool.Buf // heap record of each slot, by slot number
 	limbo   []retired
 	closed  bool
+
+	// grantBuf, heapKeys and drain serve grant and the polls of the
+	// send CQ, under mu.
+	grantBuf [grantHeader + 4*maxHeapRegions]byte
+	heapKeys [maxHeapRegions]uint32
+	drain    []verbs.WorkCompletion
 
 	scratch  [SlotSize]byte
 	wg       sync.WaitGroup // the serving loop and the connection watchers
@@ -192,6 +208,16 @@ type serverConn struct {
 	// region a Send of this client lands in reaches no other client's
 	// requests.
 	recvMR *verbs.MR
+	// windows are this client's read-only type 2 windows, over the
+	// index and then over each heap region, bound to its QP by its
+	// grant request and deallocated when it goes (nil on a device
+	// without memory windows). served counts its requests: a grant is
+	// its first.
+	windows []*verbs.MW
+	served  uint64
+	// failed says a receive of the connection was flushed: its QP has
+	// failed, and the connection is closed.
+	failed bool
 	// ready says Accept has returned, the QP is in RTS and may reply;
 	// requests that arrive before (the QP may receive in RTR) wait in
 	// pending.
@@ -216,7 +242,8 @@ func Listen(addr string, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, ctx: ctx, conns: map[uint32]*serverConn{}, peers: map[string]*peerUse{}, records: map[int]mempool.Buf{}}
+	s := &Server{cfg: cfg, ctx: ctx, conns: map[uint32]*serverConn{}, peers: map[string]*peerUse{}, records: map[int]mempool.Buf{},
+		drain: make([]verbs.WorkCompletion, 64)}
 	if err := s.setup(addr); err != nil {
 		ctx.Close()
 		return nil, err
@@ -230,20 +257,46 @@ func Listen(addr string, cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// regionAccess is the access of the index and heap regions. With
+// windows, no client is given a region's own key: each reads through
+// windows bound to its connection alone. A region still carries remote
+// read because a window's rights must be a subset of its region's; where
+// a bind needs only AccessMWBind, the windowed case drops
+// AccessRemoteRead here and the regions' keys reach nothing at all.
+func regionAccess(windows bool) verbs.AccessFlags {
+	if windows {
+		return verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessMWBind
+	}
+	return verbs.AccessLocalWrite | verbs.AccessRemoteRead
+}
+
 func (s *Server) setup(addr string) error {
 	var err error
 	if s.pd, err = s.ctx.AllocPD(); err != nil {
 		return err
 	}
+	s.windows = s.ctx.QueryDevice().Has(verbs.CapMemoryWindows) && !s.cfg.noWindows
+	access := regionAccess(s.windows)
 	size := s.cfg.Buckets * s.cfg.SlotsPerBucket * SlotSize
-	if s.index, err = s.pd.AllocMR(size, verbs.AccessLocalWrite|verbs.AccessRemoteRead); err != nil {
+	if s.index, err = s.pd.AllocMR(size, access); err != nil {
 		return fmt.Errorf("kv: register the index (%d bytes): %w", size, err)
 	}
 	for i := 0; i < len(s.index.Bytes()); i += SlotSize {
 		slot(s.index.Bytes()[i : i+SlotSize]).setEmpty(0)
 	}
-	if s.heap, err = mempool.New(s.pd, mempool.Config{Classes: heapClasses(s.cfg), Access: verbs.AccessLocalWrite | verbs.AccessRemoteRead}); err != nil {
+	classes := heapClasses(s.cfg)
+	if s.heap, err = mempool.New(s.pd, mempool.Config{Classes: classes, Access: access}); err != nil {
 		return fmt.Errorf("kv: register the value heap: %w", err)
+	}
+	// The pool takes the smallest class with a free buffer: while all
+	// are free, a Get of each class's size finds that class's region.
+	for _, c := range classes {
+		b, err := s.heap.Get(c.Size)
+		if err != nil {
+			return fmt.Errorf("kv: find the value heap's regions: %w", err)
+		}
+		s.heapMRs = append(s.heapMRs, b.MR())
+		s.heap.Put(b)
 	}
 	msgCount := s.cfg.RecvDepth * maxClients
 	if s.msgs, err = mempool.New(s.pd, mempool.Config{Classes: []mempool.Class{{Size: s.cfg.maxMsg(), Count: msgCount}}, Access: verbs.AccessLocalWrite}); err != nil {
@@ -270,7 +323,7 @@ func heapClasses(cfg Config) []mempool.Class {
 		}
 	}
 	per := cfg.HeapBytes / len(sizes)
-	var cs []mempool.Class
+	var cs []mempool.Class // at most maxHeapRegions, for MaxValueLimit
 	for _, sz := range sizes {
 		cs = append(cs, mempool.Class{Size: sz, Count: max(per/sz, 4)})
 	}
@@ -280,9 +333,15 @@ func heapClasses(cfg Config) []mempool.Class {
 // Addr is the address clients dial.
 func (s *Server) Addr() string { return s.l.Addr() }
 
+// Windows reports whether each client reads through memory windows of
+// its own connection, revoked when it goes; if not (a device without
+// memory windows), every client reads with the regions' own keys, good
+// until the server closes.
+func (s *Server) Windows() bool { return s.windows }
+
 func (s *Server) info() indexInfo {
 	return indexInfo{slotsPerBucket: s.cfg.SlotsPerBucket, buckets: s.cfg.Buckets, maxMsg: s.cfg.maxMsg(),
-		addr: s.index.Addr(), rkey: s.index.RKey()}
+		addr: s.index.Addr()}
 }
 
 // acceptLoop accepts clients: each gets a QP on the shared CQs, its
@@ -408,8 +467,11 @@ func (s *Server) leave(peer string) {
 // is connected, and counted until drop, if it returns nil.
 func (s *Server) accept(req *cm.Request, peer string) error {
 	// The receives are posted before Accept connects the QP.
+	// The send queue holds a reply per receive, or the grant's binds
+	// (which complete before the grant's reply is posted).
+	sendDepth := max(s.cfg.RecvDepth, 1+len(s.heapMRs))
 	ep, err := cm.NewEndpointAccess(s.pd, verbs.QPInitAttr{SendCQ: s.sendCQ, RecvCQ: s.recvCQ,
-		Cap: verbs.QPCap{MaxSendWR: uint32(s.cfg.RecvDepth), MaxRecvWR: uint32(s.cfg.RecvDepth), MaxSendSGE: 1, MaxRecvSGE: 1}}, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+		Cap: verbs.QPCap{MaxSendWR: uint32(sendDepth), MaxRecvWR: uint32(s.cfg.RecvDepth), MaxSendSGE: 1, MaxRecvSGE: 1}}, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
 	if err != nil {
 		return err
 	}
@@ -428,6 +490,15 @@ func (s *Server) accept(req *cm.Request, peer string) error {
 	msg := s.cfg.maxMsg()
 	if sc.recvMR, err = s.pd.AllocMR(s.cfg.RecvDepth*msg, verbs.AccessLocalWrite); err != nil {
 		return fail(fmt.Errorf("kv: register a client's receive buffers: %w", err))
+	}
+	if s.windows {
+		for range 1 + len(s.heapMRs) {
+			mw, err := s.pd.AllocMW(verbs.MWType2)
+			if err != nil {
+				return fail(fmt.Errorf("kv: allocate a client's memory windows: %w", err))
+			}
+			sc.windows = append(sc.windows, mw)
+		}
 	}
 	for i := range s.cfg.RecvDepth {
 		pb, err := s.msgs.Get(msg)
@@ -463,7 +534,11 @@ func (s *Server) accept(req *cm.Request, peer string) error {
 		s.serveLocked(sc, wc)
 	}
 	sc.pending = nil
+	failed := sc.failed
 	s.mu.Unlock()
+	if failed {
+		conn.Close() // the watcher below drops the client
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -487,16 +562,20 @@ func (s *Server) drop(sc *serverConn) {
 	s.leave(sc.peer)
 }
 
-// release gives back what a client held: its reply buffers and its
-// receive region. Its QP is destroyed.
+// release gives back what a client held: its windows (access through
+// their keys fails from then on), its reply buffers and its receive
+// region. Its QP is destroyed.
 func (s *Server) release(sc *serverConn) {
+	for _, mw := range sc.windows {
+		mw.Dealloc()
+	}
 	for _, b := range sc.reply {
 		s.msgs.Put(b)
 	}
 	if sc.recvMR != nil {
 		sc.recvMR.Dereg()
 	}
-	sc.recvMR, sc.recvs, sc.reply = nil, nil, nil
+	sc.windows, sc.recvMR, sc.recvs, sc.reply = nil, nil, nil, nil
 }
 
 // serveLoop waits for requests and serves them one at a time, so that the
@@ -504,7 +583,6 @@ func (s *Server) release(sc *serverConn) {
 func (s *Server) serveLoop(ctx context.Context) {
 	defer s.wg.Done()
 	wcs := make([]verbs.WorkCompletion, 32)
-	drain := make([]verbs.WorkCompletion, 64)
 	for {
 		n, err := s.nextRequests(ctx, wcs)
 		if err != nil {
@@ -513,8 +591,12 @@ func (s *Server) serveLoop(ctx context.Context) {
 		for _, wc := range wcs[:n] {
 			s.serve(wc)
 		}
-		for s.sendCQ.Poll(drain) > 0 {
+		// Under mu, so that a grant waiting for its binds' completions
+		// (from the accept goroutine too) is the only one polling.
+		s.mu.Lock()
+		for s.sendCQ.Poll(s.drain) > 0 {
 		}
+		s.mu.Unlock()
 	}
 }
 
@@ -537,20 +619,41 @@ func (s *Server) nextRequests(ctx context.Context, wcs []verbs.WorkCompletion) (
 
 // serve handles one received request and replies.
 func (s *Server) serve(wc verbs.WorkCompletion) {
+	if broken := s.serveOrBreak(wc); broken != nil {
+		broken.Close() // its watcher drops the client
+	}
+}
+
+// serveOrBreak serves a received request, or returns the connection of a
+// client whose QP has failed.
+func (s *Server) serveOrBreak(wc verbs.WorkCompletion) *cm.Conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// The client is the one whose QP the receive completed on, never
 	// one that the request's bytes name.
 	sc := s.conns[wc.QPNum]
-	if sc == nil || wc.Status != verbs.WCSuccess || wc.WRID >= uint64(len(sc.recvs)) || sc.posted&(1<<wc.WRID) == 0 {
-		return // a flushed receive of a client that left, or a completion of no receive posted
+	if sc == nil || wc.WRID >= uint64(len(sc.recvs)) || sc.posted&(1<<wc.WRID) == 0 {
+		return nil // a flushed receive of a client that left, or a completion of no receive posted
 	}
 	sc.posted &^= 1 << wc.WRID
+	if wc.Status != verbs.WCSuccess {
+		// A receive flushed: the QP failed (the client made an access
+		// it was refused, or broke the protocol), and a provider need
+		// not end the connection for it. The client goes, and its
+		// windows with it.
+		if !sc.failed && sc.ready {
+			sc.failed = true
+			return sc.conn
+		}
+		sc.failed = true
+		return nil
+	}
 	if !sc.ready {
 		sc.pending = append(sc.pending, wc)
-		return
+		return nil
 	}
 	s.serveLocked(sc, wc)
+	return nil
 }
 
 // serveLocked serves a request of a ready connection; s.mu is held.
@@ -581,6 +684,7 @@ func (s *Server) apply(sc *serverConn, req request, out []byte) int {
 		return putReply(out, statusReplayed, req.id(), nil)
 	}
 	sc.lastID = req.id()
+	sc.served++
 	if op := req.op(); op == opPut || op == opDel {
 		if s.authorize(sc, Op(op), key) != nil {
 			return putReply(out, statusDenied, req.id(), nil)
@@ -589,6 +693,8 @@ func (s *Server) apply(sc *serverConn, req request, out []byte) int {
 	switch req.op() {
 	case opAuth:
 		return s.prove(sc, req, out)
+	case opGrant:
+		return s.grant(sc, req, out)
 	case opPut:
 		s.Puts.Add(1)
 		if len(val) > s.cfg.MaxValue {
@@ -645,6 +751,86 @@ func (s *Server) prove(sc *serverConn, req request, out []byte) int {
 	}
 	sc.proven = true
 	return putReply(out, statusOK, req.id(), proof(secret, labelServer, sc.hello, sc.info))
+}
+
+// bindTimeout bounds the wait for a grant's binds, local operations at
+// the head of an otherwise empty send queue.
+const bindTimeout = time.Second
+
+// bindWRID marks the work request ids of binds.
+const bindWRID = 1 << 62
+
+// grant answers a client's grant request, its first: with the keys of
+// its windows, bound now to its QP over the index and each heap region,
+// read-only; on a device without memory windows, with the regions' own
+// keys. A second request, or one that is not the first, is refused, as
+// is a grant whose binds fail (the client's QP fails with them).
+func (s *Server) grant(sc *serverConn, req request, out []byte) int {
+	if sc.served != 1 {
+		return putReply(out, statusNoGrant, req.id(), nil)
+	}
+	heap := s.heapKeys[:len(s.heapMRs)]
+	if !s.windows {
+		for i, mr := range s.heapMRs {
+			heap[i] = mr.RKey()
+		}
+		n := putGrant(s.grantBuf[:], false, s.index.RKey(), heap)
+		return putReply(out, statusOK, req.id(), s.grantBuf[:n])
+	}
+	if err := s.bindWindows(sc); err != nil {
+		return putReply(out, statusNoGrant, req.id(), nil)
+	}
+	for i := range heap {
+		heap[i] = sc.windows[1+i].RKey()
+	}
+	n := putGrant(s.grantBuf[:], true, sc.windows[0].RKey(), heap)
+	return putReply(out, statusOK, req.id(), s.grantBuf[:n])
+}
+
+// bindWindows binds sc's windows, read-only, over the whole index and
+// each whole heap region, on sc's QP, and waits for the binds to
+// complete (polling the send CQ, whose other completions, replies', are
+// dropped as serveLoop drops them); s.mu is held.
+func (s *Server) bindWindows(sc *serverConn) error {
+	wrs := make([]verbs.SendWR, 0, len(sc.windows))
+	for i, mw := range sc.windows {
+		mr := s.index
+		if i > 0 {
+			mr = s.heapMRs[i-1]
+		}
+		wrs = append(wrs, mw.Bind(bindWRID|uint64(i), mr, mr.Addr(), uint64(len(mr.Bytes())), verbs.AccessRemoteRead, verbs.SendSignaled))
+	}
+	if _, err := sc.qp.PostSend(wrs); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bindTimeout)
+	defer cancel()
+	for done := 0; done < len(wrs); {
+		n, err := s.sendCQ.Wait(ctx, s.drain)
+		if err != nil {
+			return fmt.Errorf("kv: a client's window binds did not complete: %w", err)
+		}
+		for _, wc := range s.drain[:n] {
+			if wc.QPNum != sc.qp.Num() || wc.WRID&bindWRID == 0 {
+				continue
+			}
+			if wc.Status != verbs.WCSuccess {
+				return fmt.Errorf("kv: bind a client's window: %s", wc.Status)
+			}
+			done++
+		}
+	}
+	return nil
+}
+
+// heapRegion returns the number of the heap region b lies in.
+func (s *Server) heapRegion(b mempool.Buf) int {
+	for i, mr := range s.heapMRs {
+		if b.MR() == mr {
+			return i
+		}
+	}
+	panic("kv: a heap buffer outside the heap's regions")
 }
 
 // slotAt returns slot number n of the index.
@@ -715,7 +901,7 @@ func (s *Server) put(key, val []byte) (uint8, int) {
 			return statusFull, 0
 		}
 		s.write(rec.Bytes()[:recordLen(len(key), len(val))], func(b []byte) { record(b).set(s.version, key, val) })
-		next.setHeap(s.version, h, len(key), len(val), rec.Addr(), recordLen(len(key), len(val)), rec.RKey())
+		next.setHeap(s.version, h, len(key), len(val), rec.Addr(), recordLen(len(key), len(val)), s.heapRegion(rec))
 	}
 	if found {
 		s.retire(n)

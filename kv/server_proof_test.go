@@ -63,7 +63,7 @@ func TestServerWithoutTheSecretIsCaught(t *testing.T) {
 			done <- err
 			return
 		}
-		acc := indexInfo{slotsPerBucket: 4, buckets: 1, maxMsg: maxMsg, addr: index.Addr(), rkey: index.RKey()}.encode(qp.Num(), make([]byte, 16))
+		acc := indexInfo{slotsPerBucket: 4, buckets: 1, maxMsg: maxMsg, addr: index.Addr()}.encode(qp.Num(), make([]byte, 16))
 		conn, err := req.Accept(qp, &cm.Param{PrivateData: acc})
 		if err != nil {
 			done <- err
@@ -83,8 +83,23 @@ func TestServerWithoutTheSecretIsCaught(t *testing.T) {
 				}
 				b, _ := verbs.Received(&wc, mr.Bytes()[:maxMsg])
 				q := request(b)
+				if q.valid() && q.op() == opGrant {
+					// The squatter grants the region's own key.
+					var g [grantHeader + 4]byte
+					gn := putGrant(g[:], false, index.RKey(), []uint32{index.RKey()})
+					n := putReply(mr.Bytes()[maxMsg:], statusOK, q.id(), g[:gn])
+					if _, err := qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: []verbs.SGE{mr.SGE(0, maxMsg)}}}); err != nil {
+						done <- err
+						return
+					}
+					if _, err := qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{mr.SGE(maxMsg, n)}}}); err != nil {
+						done <- err
+						return
+					}
+					continue
+				}
 				if !q.valid() || q.op() != opAuth {
-					done <- errors.New("the client's first request is not its proof")
+					done <- errors.New("the client's request after its grant is not its proof")
 					return
 				}
 				// The squatter cannot check the proof, so it says yes,

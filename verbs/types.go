@@ -328,7 +328,8 @@ const (
 	CapAtomics = driver.CapAtomics
 	// CapMemoryWindows: memory windows of type 1 and type 2 (PD.AllocMW,
 	// OpBindMW, OpLocalInv, OpSendWithInv). loop0, shm0 and tcp0 declare
-	// it; the ibverbs provider does not yet drive the devices' windows.
+	// it, and so does the ibverbs provider on devices that have both types
+	// (rxe does, siw does not).
 	CapMemoryWindows = driver.CapMemoryWindows
 	// CapCrossProcess: the two ends of a connection may live in different
 	// processes.

@@ -38,7 +38,9 @@ Addresses: shm://@name or shm:///path.sock (same host), tcp://host:port
 
 A server started with --token-file F applies only the PUTs and DELETEs of
 clients given the same file (put, del, bench: --token-file F); every
-client can read every key and value. A client proves it holds the token
+connected client can read every key and value, through read-only memory
+windows of its own connection that the server revokes when it goes (the
+regions' own keys on a device without memory windows). A client proves it holds the token
 by a challenge and response when it connects (HMAC-SHA256 over both ends'
 nonces): the token does not cross the network, and a recorded handshake
 admits no one. A client given a file the server does not share is refused
@@ -127,6 +129,9 @@ func runKVServe(ctx context.Context, e *env, args []string) error {
 	}
 	defer s.Close()
 	fmt.Fprintf(e.stdout, "serving %s\n", s.Addr())
+	if !s.Windows() {
+		fmt.Fprintf(e.stderr, "kv: the device has no memory windows: clients read with the index's and heap's own keys, which stay good after a client goes, until the server stops\n")
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if os.Getenv(envKVChild) != "" {

@@ -90,6 +90,7 @@ func (q *cq) Poll(wc []driver.WorkCompletion) int {
 	for i := range got {
 		w := &wc[i]
 		fromIBV(w, &q.wcs[i])
+		q.ctx.invalidated(w, &q.wcs[i])
 		q.ctx.qpsMu.RLock()
 		p := q.ctx.qpByNum[w.QPNum]
 		q.ctx.qpsMu.RUnlock()

@@ -30,7 +30,7 @@ type ibvSendWR struct {
 	_          uint32
 	qpType     uint32
 	_          uint32
-	bindMW     [48]byte
+	bindMW     ibvBindMW
 }
 
 // ibvRecvWR is struct ibv_recv_wr.

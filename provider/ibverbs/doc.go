@@ -45,7 +45,23 @@
 // refused with ErrUnsupported). On iWARP the wire carries no QP numbers, so
 // receive completions report SrcQP 0.
 //
-// Not supported: memory windows, UD and other QP types, more than one port
+// Memory windows are offered on devices whose device_cap_flags have
+// IBV_DEVICE_MEM_WINDOW and type 2A or 2B windows (rxe has them, siw does
+// not). A type 1 window is bound with ibv_bind_mw, and its new key is the
+// one the device library chooses (rxe and mlx5 step the low byte, as
+// ibv_inc_rkey does); a type 2 window is bound by an IBV_WR_BIND_MW work
+// request with a new key whose low byte the provider draws from
+// crypto/rand, differing from the old one. MW.RKey changes when the bind
+// has completed successfully. A bind must name a live region of the QP's
+// PD, and one granting rights the region lacks is refused at post time
+// with ErrInvalidArg (rxe would grant them). The device enforces the rest,
+// and rxe does so partly: it checks an access through a window against
+// the bounds of the whole region rather than the window's, completes a
+// Send with Invalidate that the responder refuses successfully at the
+// requester, invalidates a type 2 window bound to another QP of the PD,
+// and refuses to deregister a region with a window bound to it (EINVAL).
+//
+// Not supported: UD and other QP types, more than one port
 // per device (port 1 is used), and completions do not report the solicited
 // flag (struct ibv_wc does not carry it). On InfiniBand and RoCE the private
 // data of a connection arrives padded with zeros to the CM message's size

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -138,10 +139,13 @@ type devContext struct {
 	name  string
 	attr  driver.DeviceAttr
 	iwarp bool
-	port  ibvPortAttr
+	// kernelInvFlag: the device writes the kernel's IB_WC_WITH_INVALIDATE
+	// into receive completions (mw.go).
+	kernelInvFlag bool
+	port          ibvPortAttr
 	// maxSGERd is how many SGEs an RDMA Read scatters into (siw: 1).
 	maxSGERd int
-	events   driver.EventQueue
+	events   soft.EventQueue
 
 	// The ops table's data-path entry points.
 	pollCQ, reqNotifyCQ, postSend, postRecv, postSRQRecv uintptr
@@ -181,7 +185,7 @@ func (*provider) Open(name string) (driver.Context, error) {
 	if ctxp == 0 {
 		return nil, fmt.Errorf("ibverbs: %w: %q", driver.ErrNoDevice, name)
 	}
-	c := &devContext{p: ctxp, name: name, events: driver.NewEventQueue(),
+	c := &devContext{p: ctxp, name: name, events: soft.NewEventQueue(),
 		owners: map[uintptr]any{}, pds: map[*pd]struct{}{}, qpByNum: map[uint32]*qp{}}
 	c.pollCQ = *(*uintptr)(cptr(ctxp + offContextPollCQ))
 	c.reqNotifyCQ = *(*uintptr)(cptr(ctxp + offContextReqNotifyCQ))
@@ -272,6 +276,10 @@ func (c *devContext) query() error {
 	if c.attr.AtomicCap != driver.AtomicNone {
 		c.attr.Caps |= driver.CapAtomics
 	}
+	if mwCaps(a.deviceCapFlags, c.p) {
+		c.attr.Caps |= driver.CapMemoryWindows
+	}
+	c.kernelInvFlag = !c.iwarp && a.vendorID == rxeVendorID
 	c.attr.MaxInlineData = c.probeInline()
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -25,6 +26,10 @@ type pd struct {
 	byLKey map[uint32]*mr
 	qps    map[*qp]struct{}
 	srqs   map[*srq]struct{}
+	// mws are the PD's memory windows, byRKey the same by current key
+	// (mw.go); nil until the first AllocMW.
+	mws    map[*mw]struct{}
+	byRKey map[uint32]*mw
 }
 
 // alloc is memory AllocMR mapped. It is unmapped once its own region is
@@ -79,8 +84,8 @@ func (d *pd) register(buf []byte, access driver.AccessFlags, a *alloc) (*mr, err
 	if access&(driver.AccessRemoteWrite|driver.AccessRemoteAtomic) != 0 && access&driver.AccessLocalWrite == 0 {
 		return nil, fmt.Errorf("%w: remote write and atomic access need AccessLocalWrite", driver.ErrInvalidArg)
 	}
-	if access&driver.AccessMWBind != 0 {
-		return nil, fmt.Errorf("%w: memory windows", driver.ErrUnsupported)
+	if access&driver.AccessMWBind != 0 && d.ctx.attr.Caps&driver.CapMemoryWindows == 0 {
+		return nil, fmt.Errorf("%w: %s has no memory windows", driver.ErrUnsupported, d.ctx.name)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -161,6 +166,9 @@ func (m *mr) dereg() error {
 		return driver.ErrClosed
 	}
 	if err := callInt(lib.deregMR, m.p); err != nil {
+		if err == syscall.EINVAL && len(m.pd.mws) > 0 {
+			return windowBoundErr(err)
+		}
 		return errnoErr("ibv_dereg_mr", err)
 	}
 	m.dead = true
@@ -181,8 +189,8 @@ func (d *pd) Dealloc() error {
 	if d.dead {
 		return driver.ErrClosed
 	}
-	if len(d.mrs)+len(d.qps)+len(d.srqs) > 0 {
-		return fmt.Errorf("%w: the PD still has %d MRs, %d QPs and %d SRQs", driver.ErrBusy, len(d.mrs), len(d.qps), len(d.srqs))
+	if len(d.mrs)+len(d.qps)+len(d.srqs)+len(d.mws) > 0 {
+		return fmt.Errorf("%w: the PD still has %d MRs, %d MWs, %d QPs and %d SRQs", driver.ErrBusy, len(d.mrs), len(d.mws), len(d.qps), len(d.srqs))
 	}
 	if err := callInt(lib.deallocPD, d.p); err != nil {
 		return errnoErr("ibv_dealloc_pd", err)
@@ -214,6 +222,9 @@ func (d *pd) destroyAll() {
 		s.Destroy()
 	}
 	d.mu.Lock()
+	for w := range d.mws {
+		w.dealloc()
+	}
 	for m := range d.mrs {
 		m.dereg()
 	}

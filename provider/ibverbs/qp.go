@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -60,6 +61,8 @@ type qp struct {
 	// the QP instead of the ones rdma_init_qp_attr proposes.
 	granted  driver.AccessFlags
 	grantSet bool
+
+	mwq mwQueue // binds of memory windows (mw.go)
 }
 
 // errored records that the QP moved to the error state on its own (a
@@ -81,7 +84,7 @@ func (q *qp) errored() {
 
 func (d *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	c := d.ctx
-	send, recv, s, err := driver.CheckQPInit[*cq, *srq](a, "ibverbs", c.attr.MaxSGE, c.attr.MaxInlineData)
+	send, recv, s, err := soft.CheckQPInit[*cq, *srq](a, "ibverbs", c.attr.MaxSGE, c.attr.MaxInlineData)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +152,7 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 				refused = fmt.Errorf("%w: %d send WRs outstanding", driver.ErrQueueFull, q.cap.MaxSendWR)
 				break
 			}
-			if err := driver.CheckSendWR(wr, &q.cap, false); err != nil {
+			if err := driver.CheckSendWR(wr, &q.cap, caps&driver.CapMemoryWindows != 0); err != nil {
 				refused = err
 				break
 			}
@@ -169,7 +172,30 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 				refused = fmt.Errorf("%w: %s has no immediate data (%v)", driver.ErrUnsupported, q.ctx.name, wr.Opcode)
 				break
 			}
+			var bw *mw
+			var bm *mr
+			if wr.Opcode == driver.OpBindMW {
+				var err error
+				if bw, bm, err = q.bindTarget(wr); err != nil {
+					refused = err
+					break
+				}
+				if bw.typ == driver.MWType1 {
+					// Bound by bind_mw, alone: the batch so far is
+					// posted first.
+					if n == 0 {
+						if err := q.bindType1(batch[:1], bw, bm); err != nil {
+							return posted, err
+						}
+						posted++
+					}
+					break
+				}
+			}
 			toIBVSend(&q.swr[i], wr)
+			if bw != nil {
+				q.stageBind(i, &q.swr[i], wr, bw, bm)
+			}
 			q.swr[i].next = 0
 			if i > 0 {
 				q.swr[i-1].next = uintptr(unsafe.Pointer(&q.swr[i]))
@@ -179,7 +205,9 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 		if n > 0 {
 			// Counted before the call: their completions may be polled
 			// before it returns.
+			first := q.sqPosted.Load()
 			q.sentWRs(batch[:n])
+			q.bindPosted(batch[:n], first)
 			q.sendBad = 0
 			r := int32(call3(q.ctx.postSend, q.p, uintptr(unsafe.Pointer(&q.swr[0])), uintptr(unsafe.Pointer(&q.sendBad))))
 			runtime.KeepAlive(batch)
@@ -502,7 +530,7 @@ func (q *qp) Query() (driver.QPAttr, error) {
 	if _, err := q.queryState(); err != nil {
 		return driver.QPAttr{}, err
 	}
-	return driver.QueryQP(q.attr, false)
+	return soft.QueryQP(q.attr, false)
 }
 
 func (q *qp) Destroy() error {
@@ -560,6 +588,7 @@ func (q *qp) unsent(wrs []driver.SendWR) {
 			q.sqLen--
 		}
 	}
+	q.bindUnsent()
 	q.sqMu.Unlock()
 }
 
@@ -581,6 +610,7 @@ func (q *qp) sendDone(ok bool) {
 			q.sqLen--
 		}
 	}
+	q.bindsRetired(ok)
 	q.sqMu.Unlock()
 }
 
@@ -591,6 +621,7 @@ func (q *qp) resetQueues() {
 	q.sqPosted.Store(0)
 	q.sqRetired.Store(0)
 	q.sqHead, q.sqLen = 0, 0
+	q.mwq.head, q.mwq.size = 0, 0
 	q.sqMu.Unlock()
 	q.rqPosted.Store(q.rqDone.Load())
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -64,7 +65,7 @@ func (s *srq) PostRecv(wrs []driver.RecvWR) (int, error) {
 }
 
 func (s *srq) Modify(a driver.SRQAttr, mask driver.SRQAttrMask) error {
-	limit, set, err := driver.SRQLimit(a, mask, s.entries, "ibverbs")
+	limit, set, err := soft.SRQLimit(a, mask, s.entries, "ibverbs")
 	if err != nil || !set {
 		return err
 	}

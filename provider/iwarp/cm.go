@@ -15,6 +15,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/acceptq"
 	"github.com/goverbs/goverbs/internal/peerguard"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/provider/iwarp/wire"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -250,12 +251,12 @@ func (r *request) Reject(privateData []byte) error {
 }
 
 func (r *request) Accept(dq driver.QP, p driver.ConnParam) (driver.Conn, error) {
-	q, ok := dq.(*qp)
-	if !ok {
-		return nil, fmt.Errorf("%w: QP of another provider", driver.ErrInvalidArg)
+	q, err := soft.Own[*qp](dq)
+	if err != nil {
+		return nil, err
 	}
 	var out driver.Conn
-	err := fmt.Errorf("%w: the request was already answered", driver.ErrClosed)
+	err = fmt.Errorf("%w: the request was already answered", driver.ErrClosed)
 	r.answered.Do(func() { out, err = r.accept(q, p) })
 	return out, err
 }
@@ -316,7 +317,7 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 		c.discard()
 		return nil, err
 	}
-	if err := driver.ConnectRTR(q, p, remote); err != nil {
+	if err := soft.ConnectRTR(q, p, remote); err != nil {
 		return fail(err)
 	}
 	rep := make(wire.Frame, wire.FrameHeaderLen+len(pd))
@@ -357,7 +358,7 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 		t.Stop()
 		remote.QPNum = c.remoteQPN.Load()
 	}
-	if err := driver.ConnectRTS(q, p, remote); err != nil {
+	if err := soft.ConnectRTS(q, p, remote); err != nil {
 		return fail(err)
 	}
 	c.logSetup("accepted", r.req.Revision(), s.p2p)
@@ -365,9 +366,9 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 }
 
 func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.ConnParam) (driver.Conn, error) {
-	q, ok := dq.(*qp)
-	if !ok {
-		return nil, fmt.Errorf("%w: QP of another provider", driver.ErrInvalidArg)
+	q, err := soft.Own[*qp](dq)
+	if err != nil {
+		return nil, err
 	}
 	if a, err := q.Query(); err != nil {
 		return nil, err
@@ -456,7 +457,7 @@ func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.C
 		c.discard()
 		return nil, err
 	}
-	if err := driver.ConnectRC(q, p, remote); err != nil {
+	if err := soft.ConnectRC(q, p, remote); err != nil {
 		q.detach(c)
 		c.discard()
 		return nil, err

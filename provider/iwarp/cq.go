@@ -6,24 +6,16 @@ import (
 	"sync/atomic"
 
 	"github.com/goverbs/goverbs/internal/atomicrel"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
-// cqe is a completion with what polling it must retire: send queue slots
-// up to and including retire of QP q (nil for receive completions).
-type cqe struct {
-	wc     driver.WorkCompletion
-	q      *qp
-	retire uint64
-}
-
-// cq is a completion queue: a ring of cqes behind a mutex. Completions
-// are pushed by the connection goroutines and by posting goroutines that
+// cq is a completion queue: soft's ring behind a mutex. Completions are
+// pushed by the connection goroutines and by posting goroutines that
 // flush, and polled by the application.
 type cq struct {
+	soft.CQ // Notify, Err; guarded by mu
 	ctx     *devCtx
-	userCtx any
-	notify  chan struct{}
 	// qps are the QPs that complete here, whose connections a poller
 	// that finds the CQ empty receives on (copy on write, under qpsMu).
 	qps   atomic.Pointer[[]*qp]
@@ -33,66 +25,36 @@ type cq struct {
 	// instruction is about 12 ns, a tenth of an empty poll's own work):
 	// two pollers at once may count one poll, which only moves a yield.
 	empty atomic.Uint32
-	// held is count, stored under mu with a release store and loaded
-	// without it: a poll that finds the ring empty takes no lock (a
-	// completion pushed meanwhile is found by the next poll, as one
-	// pushed just after a locked look would be).
+	// held is the ring's length, stored under mu with a release store
+	// and loaded without it: a poll that finds the ring empty takes no
+	// lock (a completion pushed meanwhile is found by the next poll, as
+	// one pushed just after a locked look would be).
 	held atomic.Uint32
 
-	mu        sync.Mutex // guards what follows
-	ring      []cqe
-	head      int
-	count     int
-	overrun   bool
-	armed     driver.Arm
-	destroyed bool
+	mu sync.Mutex // guards the ring
 }
 
 func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
-	q := &cq{ctx: c, userCtx: userCtx, ring: make([]cqe, n), notify: make(chan struct{}, 1)}
+	q := &cq{ctx: c}
+	q.Init(n, userCtx, &q.mu, &c.EventQueue)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return nil, driver.ErrClosed
-	}
-	if len(c.cqs) >= deviceAttr.MaxCQ {
-		return nil, driver.ErrNoResources
+	if err := soft.Admit(c.closed, len(c.cqs), deviceAttr.MaxCQ); err != nil {
+		return nil, err
 	}
 	c.cqs[q] = true
 	return q, nil
 }
 
 // push adds a completion and reports whether it fired the notification
-// of an armed CQ (woke). If the ring is full the completion is lost: the
-// CQ records the overrun, raises EventCQErr, and push reports !ok so
+// of an armed CQ (woke); !ok when it was lost (soft.CQ.PushLocked), so
 // that the caller moves the QP to the error state.
-func (c *cq) push(e cqe) (ok, woke bool) {
+func (c *cq) push(e soft.Entry) (ok, woke bool) {
 	c.mu.Lock()
-	if c.destroyed {
-		c.mu.Unlock()
-		return false, false
-	}
-	if c.count == len(c.ring) {
-		first := !c.overrun
-		c.overrun = true
-		c.mu.Unlock()
-		if first {
-			c.ctx.Event(driver.EventCQErr, c.userCtx)
-		}
-		return false, false
-	}
-	c.ring[(c.head+c.count)%len(c.ring)] = e
-	c.count++
-	atomicrel.StoreUint32(&c.held, uint32(c.count))
-	wake := c.armed.Fire(&e.wc, e.wc.Flags&driver.WCSolicited != 0)
+	ok, woke = c.PushLocked(&e)
+	atomicrel.StoreUint32(&c.held, uint32(c.LenLocked()))
 	c.mu.Unlock()
-	if wake {
-		select {
-		case c.notify <- struct{}{}:
-		default:
-		}
-	}
-	return true, wake
+	return ok, woke
 }
 
 // attach adds q to the QPs that complete in c.
@@ -167,19 +129,8 @@ func (c *cq) poll(wc []driver.WorkCompletion) int {
 		return 0
 	}
 	c.mu.Lock()
-	n := 0
-	for n < len(wc) && c.count > 0 && !c.destroyed {
-		e := &c.ring[c.head]
-		wc[n] = e.wc
-		if e.q != nil {
-			e.q.sq.Retire(e.retire)
-			e.q = nil
-		}
-		c.head = (c.head + 1) % len(c.ring)
-		c.count--
-		n++
-	}
-	atomicrel.StoreUint32(&c.held, uint32(c.count))
+	n := c.PollLocked(wc)
+	atomicrel.StoreUint32(&c.held, uint32(c.LenLocked()))
 	c.mu.Unlock()
 	return n
 }
@@ -196,24 +147,7 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 			}
 		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.destroyed {
-		return driver.ErrClosed
-	}
-	c.armed.Request(solicitedOnly)
-	return nil
-}
-
-func (c *cq) Notify() <-chan struct{} { return c.notify }
-
-func (c *cq) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.overrun {
-		return driver.ErrCQOverrun
-	}
-	return nil
+	return c.CQ.ReqNotify(solicitedOnly)
 }
 
 func (c *cq) Destroy() error {
@@ -229,7 +163,7 @@ func (c *cq) Destroy() error {
 // destroyLocked marks the CQ destroyed; c.ctx.mu is held.
 func (c *cq) destroyLocked() {
 	c.mu.Lock()
-	c.destroyed = true
+	c.DestroyLocked()
 	c.mu.Unlock()
 	delete(c.ctx.cqs, c)
 }

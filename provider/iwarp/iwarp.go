@@ -202,6 +202,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/grant"
 	"github.com/goverbs/goverbs/internal/keytab"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -259,16 +260,15 @@ func (*provider) Devices() []driver.DeviceInfo {
 }
 
 func (*provider) Open(name string) (driver.Context, error) {
-	if name != DeviceName {
-		return nil, driver.ErrNoDevice
-	}
-	return &devCtx{EventQueue: driver.NewEventQueue(),
-		qps: map[*qp]bool{}, cqs: map[*cq]bool{}, srqs: map[*srq]bool{}}, nil
+	return soft.Open(name, DeviceName, func() (driver.Context, error) {
+		return &devCtx{EventQueue: soft.NewEventQueue(),
+			qps: map[*qp]bool{}, cqs: map[*cq]bool{}, srqs: map[*srq]bool{}}, nil
+	})
 }
 
 // devCtx is an open iWARP device.
 type devCtx struct {
-	driver.EventQueue // Events, and Event to deliver one
+	soft.EventQueue // Events, and Event to deliver one
 
 	mu     sync.RWMutex                   // guards what follows; readers: STag lookups on the data path
 	mrs    keytab.Table[grant.Entry[*mr]] // regions and windows; written under mu
@@ -284,14 +284,11 @@ func (c *devCtx) QueryDevice() driver.DeviceAttr { return deviceAttr }
 func (c *devCtx) AllocPD() (driver.PD, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return nil, driver.ErrClosed
+	life, err := soft.NewPD(c.closed, &c.pds, deviceAttr.MaxPD, &c.mu)
+	if err != nil {
+		return nil, err
 	}
-	if c.pds >= deviceAttr.MaxPD {
-		return nil, driver.ErrNoResources
-	}
-	c.pds++
-	return &pd{ctx: c}, nil
+	return &pd{PD: life, ctx: c}, nil
 }
 
 // Close destroys every QP (breaking its connection), SRQ and CQ and
@@ -330,19 +327,8 @@ func (c *devCtx) Close() error {
 }
 
 type pd struct {
-	ctx      *devCtx
-	released bool // guarded by ctx.mu
-}
-
-func (p *pd) Dealloc() error {
-	p.ctx.mu.Lock()
-	defer p.ctx.mu.Unlock()
-	if p.released {
-		return driver.ErrClosed
-	}
-	p.released = true
-	p.ctx.pds--
-	return nil
+	soft.PD // Dealloc; guarded by the context's lock
+	ctx     *devCtx
 }
 
 // mr is a registered region. Its STag serves as lkey and rkey; the
@@ -397,7 +383,7 @@ func (p *pd) register(buf []byte, access driver.AccessFlags) (driver.MR, error) 
 	c := p.ctx
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed || p.released {
+	if c.closed || p.Released() {
 		return nil, driver.ErrClosed
 	}
 	var m *mr
@@ -537,14 +523,12 @@ func (m *mr) span(stag uint32, p *pd, addr, n uint64, need driver.AccessFlags) (
 		return nil, nil, accessNotAssoc
 	case m.access&need != need:
 		return nil, nil, accessRights
-	case addr < m.addr:
+	}
+	b, ok := soft.Within(m.buf, m.addr, addr, n)
+	if !ok {
 		return nil, nil, accessBounds
 	}
-	off := addr - m.addr
-	if off > uint64(len(m.buf)) || n > uint64(len(m.buf))-off {
-		return nil, nil, accessBounds
-	}
-	return m.buf[off : off+n], m, accessOK
+	return b, m, accessOK
 }
 
 // span is spanLocked for callers that do not hold c.mu.

@@ -7,13 +7,13 @@ import (
 	"sync/atomic"
 
 	"github.com/goverbs/goverbs/internal/recvq"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
-var nextQPN atomic.Uint32
-
-func init() { nextQPN.Store(0x400) }
+// qpNums numbers the QPs of the process.
+var qpNums = soft.QPNumbers{Base: 0x400}
 
 // qp is an iWARP queue pair. Its send queue is executed by whoever
 // transmits on its connection (requester.go, conn.go): the posting
@@ -22,6 +22,7 @@ func init() { nextQPN.Store(0x400) }
 // the receive goroutine. All take q.mu for their bookkeeping and never
 // hold it across socket I/O.
 type qp struct {
+	soft.QP // Num, Query, Modify, PostRecv
 	ctx     *devCtx
 	pd      *pd
 	num     uint32
@@ -92,26 +93,24 @@ func (q *qp) forgetMR(m *mr) {
 }
 
 func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
-	scq, rcq, s, err := driver.CheckQPInit[*cq, *srq](a, "iwarp", maxSGE, deviceAttr.MaxInlineData)
+	scq, rcq, s, err := soft.CheckQPInit[*cq, *srq](a, "iwarp", maxSGE, deviceAttr.MaxInlineData)
 	if err != nil {
 		return nil, err
 	}
 	c := a.Cap
 	q := &qp{ctx: p.ctx, pd: p, userCtx: a.UserCtx, sendCQ: scq, recvCQ: rcq, srq: s, cap: c,
-		num: nextQPN.Add(1) & 0xffffff, sq: swq.New(c, a.SigAll)}
+		num: qpNums.Next(), sq: swq.New(c, a.SigAll)}
 	q.sq.MW = true // memory windows: mw.go
 	q.req.init(int(c.MaxSendWR))
 	if s == nil {
 		q.rq = recvq.New(int(c.MaxRecvWR), c.MaxRecvSGE)
 	}
 	q.attr.Cap = c
+	q.QP.Init(q.num, &q.mu, q, q, &q.attr, &q.destroyed, &q.sqdPending, &q.rq)
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
-	if p.ctx.closed || p.released {
-		return nil, driver.ErrClosed
-	}
-	if len(p.ctx.qps) >= deviceAttr.MaxQP {
-		return nil, driver.ErrNoResources
+	if err := soft.Admit(p.ctx.closed || p.Released(), len(p.ctx.qps), deviceAttr.MaxQP); err != nil {
+		return nil, err
 	}
 	p.ctx.qps[q] = true
 	scq.attach(q)
@@ -121,54 +120,43 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	return q, nil
 }
 
-func (q *qp) Num() uint32 { return q.num }
+// VetoModify implements soft.QPHooks.
+func (q *qp) VetoModify(driver.QPState, *driver.QPAttr) error { return nil }
 
-func (q *qp) Query() (driver.QPAttr, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return driver.QueryQP(q.attr, q.destroyed)
-}
-
-func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.destroyed {
-		return driver.ErrClosed
-	}
-	prev, err := driver.Transition(&q.attr, attr, mask, nil)
-	if err != nil {
-		return err
-	}
+// Modified implements soft.QPHooks: the QP's Timeout and RetryCnt bound
+// how long its connection waits for the peer.
+func (q *qp) Modified(mask driver.QPAttrMask) {
 	if mask&(driver.QPAttrTimeout|driver.QPAttrRetryCnt) != 0 && q.c != nil {
 		q.c.setUserTimeout(userTimeout(q.attr.Timeout, q.attr.RetryCnt))
 	}
-	if q.attr.State != driver.QPSSQD {
-		q.sqdPending = false
-	}
-	switch q.attr.State {
-	case driver.QPSReset:
-		q.reset()
-	case driver.QPSRTS:
+}
+
+// EnterReset implements soft.QPHooks.
+func (q *qp) EnterReset() { q.reset() }
+
+// EnterRTR implements soft.QPHooks: the connection cm attached places
+// the peer's messages already.
+func (q *qp) EnterRTR() {}
+
+// EnterRTS implements soft.QPHooks.
+func (q *qp) EnterRTS() { q.kick() }
+
+// DrainSQ implements soft.QPHooks: drained once the message under way,
+// if any, is out and what was executed has completed; the transmitter
+// asks the peer to confirm it at once (needConfirm).
+func (q *qp) DrainSQ() {
+	q.sqDrained()
+	if q.sqdPending {
 		q.kick()
-	case driver.QPSSQD:
-		if prev == driver.QPSRTS {
-			// Drained once the message under way, if any, is out and
-			// what was executed has completed: the transmitter asks the
-			// peer to confirm it at once (needConfirm).
-			q.sqdPending = true
-			q.sqDrained()
-			if q.sqdPending {
-				q.kick()
-			}
-		}
-	case driver.QPSErr:
-		q.attr.State = prev
-		if q.c != nil {
-			q.c.abort() // placing stops before toErr flushes (see fail)
-		}
-		q.toErr()
 	}
-	return nil
+}
+
+// EnterErr implements soft.QPHooks.
+func (q *qp) EnterErr() {
+	if q.c != nil {
+		q.c.abort() // placing stops before toErr flushes (see fail)
+	}
+	q.toErr()
 }
 
 // reset empties both queues without completions and drops the
@@ -192,13 +180,7 @@ func (q *qp) reset() {
 }
 
 // accepts reports whether the QP's responder takes requests. q.mu is held.
-func (q *qp) accepts() bool {
-	switch q.attr.State {
-	case driver.QPSRTR, driver.QPSRTS, driver.QPSSQD, driver.QPSSQE:
-		return true
-	}
-	return false
-}
+func (q *qp) accepts() bool { return soft.Accepts(q.attr.State) }
 
 // toErr moves the QP to the error state and flushes every outstanding
 // WR: the send queue's in flight and queued WRs in order, the receive
@@ -226,10 +208,7 @@ func (q *qp) toErr() {
 		q.rxActive = false
 		q.completeRecv(driver.WorkCompletion{WRID: q.rxWRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
 	}
-	for r := q.peekRecv(); r != nil; r = q.peekRecv() {
-		q.rq.Pop()
-		q.completeRecv(driver.WorkCompletion{WRID: r.WRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
-	}
+	soft.FlushRecvs(q, q.rq)
 	if q.srq != nil {
 		// The receive it was filling, if any, is flushed: it takes
 		// no more from its SRQ.
@@ -311,7 +290,7 @@ func (q *qp) postSend(wr *driver.SendWR) error {
 	if q.destroyed {
 		return driver.ErrClosed
 	}
-	if err := driver.PostSendStateErr(q.attr.State); err != nil {
+	if err := soft.PostSendStateErr(q.attr.State); err != nil {
 		return err
 	}
 	switch wr.Opcode {
@@ -343,52 +322,11 @@ func (q *qp) LocalSpan(g *driver.SGE, need driver.AccessFlags) ([]byte, bool) {
 	return b, e == accessOK
 }
 
-func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for i := range wrs {
-		if err := q.postRecv(&wrs[i]); err != nil {
-			return i, err
-		}
-	}
-	return len(wrs), nil
-}
-
-func (q *qp) postRecv(wr *driver.RecvWR) error {
-	switch {
-	case q.destroyed:
-		return driver.ErrClosed
-	case q.srq != nil:
-		return driver.ErrRecvOnSRQ
-	}
-	if err := driver.PostRecvStateErr(q.attr.State); err != nil {
-		return err
-	}
-	if err := q.rq.Check(wr); err != nil {
-		return err
-	}
-	if q.attr.State == driver.QPSErr {
-		q.completeRecv(driver.WorkCompletion{WRID: wr.WRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
-		return nil
-	}
-	q.rq.Push(wr)
-	return nil
-}
-
-// peekRecv is the oldest receive of the QP's own queue, nil when none
-// is posted or the QP takes its receives from an SRQ. q.mu is held.
-func (q *qp) peekRecv() *rwqe {
-	if q.rq == nil {
-		return nil
-	}
-	return q.rq.Peek()
-}
-
 // takeRecv removes the next posted receive (from the QP's queue or its
 // SRQ) into dst; false when none is posted. q.mu is held.
 func (q *qp) takeRecv(dst *rwqe) bool {
 	if q.srq != nil {
-		return q.srq.take(dst)
+		return q.srq.Take(dst)
 	}
 	ok, _ := q.rq.Take(dst) // a QP's own queue has no limit
 	return ok
@@ -398,8 +336,11 @@ func (q *qp) takeRecv(dst *rwqe) bool {
 // moves the QP to the error state. q.mu is held.
 func (q *qp) completeRecv(wc driver.WorkCompletion) {
 	wc.QPNum = q.num
-	q.pushed(q.recvCQ.push(cqe{wc: wc}))
+	q.pushed(q.recvCQ.push(soft.Entry{WC: wc}))
 }
+
+// CompleteRecv implements soft.RecvHooks. q.mu is held.
+func (q *qp) CompleteRecv(wc driver.WorkCompletion) { q.completeRecv(wc) }
 
 // pushed handles the outcome of a push of one of q's completions. q.mu
 // is held.
@@ -416,7 +357,7 @@ func (q *qp) pushed(ok, woke bool) {
 // slot seq. q.mu is held.
 func (q *qp) Complete(seq uint64, wc driver.WorkCompletion) {
 	wc.QPNum = q.num
-	q.pushed(q.sendCQ.push(cqe{wc: wc, q: q, retire: seq}))
+	q.pushed(q.sendCQ.push(soft.Entry{WC: wc, SQ: q.sq, Retire: seq}))
 }
 
 func (q *qp) Destroy() error {

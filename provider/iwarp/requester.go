@@ -2,6 +2,7 @@ package iwarp
 
 import (
 	"github.com/goverbs/goverbs/internal/sglist"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/provider/iwarp/wire"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -155,10 +156,7 @@ func (q *qp) drainingSQ() bool {
 // it). q.mu is held.
 func (q *qp) sqDrained() {
 	r := &q.req
-	if q.sqdPending && q.attr.State == driver.QPSSQD && !r.cur.active && r.doneSeq == r.execSeq {
-		q.sqdPending = false
-		q.ctx.Event(driver.EventSQDrained, q.userCtx)
-	}
+	soft.SQDrained(&q.sqdPending, q.attr.State, r.cur.active || r.doneSeq != r.execSeq, q.ctx.EventQueue, q.userCtx)
 }
 
 // Stalled implements swq.Engine: execution waits after a local failure,

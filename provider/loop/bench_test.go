@@ -4,68 +4,32 @@ import (
 	"context"
 	"testing"
 
-	"github.com/goverbs/goverbs/cm"
 	_ "github.com/goverbs/goverbs/provider/loop"
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/verbstest"
 )
 
 // pair is two connected loop QPs for benchmarks.
 type pair struct {
-	ctxA, ctxB *verbs.Context
-	qpA, qpB   *verbs.QP
-	cqA, cqB   *verbs.CQ
-	mrA, mrB   *verbs.MR
+	qpA, qpB *verbs.QP
+	cqA, cqB *verbs.CQ
+	mrA, mrB *verbs.MR
 }
 
 func newPair(tb testing.TB, name string) *pair {
 	tb.Helper()
 	p := &pair{}
-	mk := func() (*verbs.Context, *verbs.QP, *verbs.CQ, *verbs.MR) {
-		ctx, err := verbs.Open("loop0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(func() { ctx.Close() })
-		pd, err := ctx.AllocPD()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		cq, err := ctx.CreateCQ(1024)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
-			Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}})
-		if err != nil {
-			tb.Fatal(err)
-		}
+	mk := func() (*verbs.QP, *verbs.CQ, *verbs.MR) {
+		pd, cq, qp := verbstest.QPOn(tb, "loop0", 32)
 		mr, err := pd.AllocMR(1<<20, verbs.AccessLocalWrite|verbs.RemoteAccess)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		return ctx, qp, cq, mr
+		return qp, cq, mr
 	}
-	p.ctxA, p.qpA, p.cqA, p.mrA = mk()
-	p.ctxB, p.qpB, p.cqB, p.mrB = mk()
-	l, err := cm.Listen("loop://" + name)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	errc := make(chan error, 1)
-	go func() {
-		req, err := l.Accept(context.Background())
-		if err == nil {
-			_, err = req.Accept(p.qpB, nil)
-		}
-		errc <- err
-	}()
-	if _, err := cm.Dial(context.Background(), "loop://"+name, p.qpA, nil); err != nil {
-		tb.Fatal(err)
-	}
-	if err := <-errc; err != nil {
-		tb.Fatal(err)
-	}
+	p.qpA, p.cqA, p.mrA = mk()
+	p.qpB, p.cqB, p.mrB = mk()
+	verbstest.Connect(tb, "loop://"+name, p.qpB, p.qpA)
 	return p
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -111,18 +112,18 @@ func (r *request) Reject(privateData []byte) error {
 }
 
 func (r *request) Accept(dq driver.QP, p driver.ConnParam) (driver.Conn, error) {
-	q, ok := dq.(*qp)
-	if !ok {
-		return nil, fmt.Errorf("%w: QP of another provider", driver.ErrInvalidArg)
+	q, err := soft.Own[*qp](dq)
+	if err != nil {
+		return nil, err
 	}
 	if !r.answer() {
 		return nil, fmt.Errorf("%w: the requester gave up", driver.ErrClosed)
 	}
 	p.PrivateData = clone(p.PrivateData)
 	p.QPNum = q.num
-	err := driver.ConnectRC(q, p, r.param)
+	err = soft.ConnectRC(q, p, r.param)
 	if err == nil {
-		err = driver.ConnectRC(r.dialer, r.param, p)
+		err = soft.ConnectRC(r.dialer, r.param, p)
 	}
 	if err != nil {
 		r.reply <- reply{err: err}
@@ -141,9 +142,9 @@ func (r *request) Accept(dq driver.QP, p driver.ConnParam) (driver.Conn, error) 
 }
 
 func (*provider) Dial(ctx context.Context, name string, dq driver.QP, p driver.ConnParam) (driver.Conn, error) {
-	q, ok := dq.(*qp)
-	if !ok {
-		return nil, fmt.Errorf("%w: QP of another provider", driver.ErrInvalidArg)
+	q, err := soft.Own[*qp](dq)
+	if err != nil {
+		return nil, err
 	}
 	fab.mu.Lock()
 	l := fab.listeners[name]

@@ -33,6 +33,7 @@ import (
 	"github.com/goverbs/goverbs/internal/grant"
 	"github.com/goverbs/goverbs/internal/keytab"
 	"github.com/goverbs/goverbs/internal/sglist"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -93,22 +94,21 @@ func (*provider) Devices() []driver.DeviceInfo {
 }
 
 func (*provider) Open(name string) (driver.Context, error) {
-	if name != DeviceName {
-		return nil, driver.ErrNoDevice
-	}
-	return &devCtx{EventQueue: driver.NewEventQueue()}, nil
+	return soft.Open(name, DeviceName, func() (driver.Context, error) {
+		return &devCtx{EventQueue: soft.NewEventQueue()}, nil
+	})
 }
 
 // devCtx is an open loop device. Its fields are guarded by fab.mu.
 type devCtx struct {
-	driver.EventQueue                                // Events, and Event to deliver one
-	mrs               keytab.Table[grant.Entry[*mr]] // regions and windows, by key
-	mappings          []*mapping                     // AllocMR memory with regions in it, by address
-	pds               int
-	cqs               []*cq
-	qps               []*qp
-	srqs              int
-	closed            bool
+	soft.EventQueue                                // Events, and Event to deliver one
+	mrs             keytab.Table[grant.Entry[*mr]] // regions and windows, by key
+	mappings        []*mapping                     // AllocMR memory with regions in it, by address
+	pds             int
+	cqs             []*cq
+	qps             []*qp
+	srqs            int
+	closed          bool
 }
 
 func (c *devCtx) QueryDevice() driver.DeviceAttr { return deviceAttr }
@@ -116,14 +116,11 @@ func (c *devCtx) QueryDevice() driver.DeviceAttr { return deviceAttr }
 func (c *devCtx) AllocPD() (driver.PD, error) {
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
-	if c.closed {
-		return nil, driver.ErrClosed
+	life, err := soft.NewPD(c.closed, &c.pds, deviceAttr.MaxPD, &fab.mu)
+	if err != nil {
+		return nil, err
 	}
-	if c.pds >= deviceAttr.MaxPD {
-		return nil, driver.ErrNoResources
-	}
-	c.pds++
-	return &pd{ctx: c}, nil
+	return &pd{PD: life, ctx: c}, nil
 }
 
 // Close destroys every QP (breaking their connections), invalidates every
@@ -147,25 +144,14 @@ func (c *devCtx) Close() error {
 		return true
 	})
 	for _, cq := range c.cqs {
-		cq.destroyed = true
+		cq.DestroyLocked()
 	}
 	return nil
 }
 
 type pd struct {
-	ctx      *devCtx
-	released bool
-}
-
-func (p *pd) Dealloc() error {
-	fab.mu.Lock()
-	defer fab.mu.Unlock()
-	if p.released {
-		return driver.ErrClosed
-	}
-	p.released = true
-	p.ctx.pds--
-	return nil
+	soft.PD // Dealloc; guarded by the context's lock
+	ctx     *devCtx
 }
 
 // mr is a registered region. Its key serves as both lkey and rkey; the
@@ -254,7 +240,7 @@ func (p *pd) register(buf []byte, access driver.AccessFlags, mp *mapping) (drive
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
 	c := p.ctx
-	if c.closed || p.released {
+	if c.closed || p.Released() {
 		return nil, driver.ErrClosed
 	}
 	var m *mr
@@ -328,7 +314,7 @@ type mw struct {
 func (p *pd) AllocMW(typ driver.MWType) (driver.MW, error) {
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
-	if p.ctx.closed || p.released {
+	if p.ctx.closed || p.Released() {
 		return nil, driver.ErrClosed
 	}
 	w, err := grant.AllocMW(&p.ctx.mrs, typ, p)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/goverbs/goverbs/internal/recvq"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -13,6 +14,7 @@ type rwqe = recvq.WR
 
 // qp is a loop queue pair. Its fields are guarded by fab.mu.
 type qp struct {
+	soft.QP // Num, Query, Modify, PostRecv
 	ctx     *devCtx
 	pd      *pd
 	num     uint32
@@ -28,8 +30,9 @@ type qp struct {
 
 	rq *recvq.Queue // nil with an SRQ
 
-	peer *qp   // the connected QP, set on the move to RTR
-	link *link // the cm connection, if any
+	peer    *qp   // the connected QP, set on the move to RTR
+	rtrPeer *qp   // the peer a Modify to RTR found (VetoModify)
+	link    *link // the cm connection, if any
 
 	rnr       swq.RNR
 	result    [8]byte // an atomic's result on its way to the local buffer
@@ -40,7 +43,7 @@ type qp struct {
 }
 
 func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
-	scq, rcq, s, err := driver.CheckQPInit[*cq, *srq](a, "loop", maxSGE, deviceAttr.MaxInlineData)
+	scq, rcq, s, err := soft.CheckQPInit[*cq, *srq](a, "loop", maxSGE, deviceAttr.MaxInlineData)
 	if err != nil {
 		return nil, err
 	}
@@ -55,73 +58,55 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	q.attr.Cap = c
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
-	if p.ctx.closed || p.released {
-		return nil, driver.ErrClosed
-	}
-	if len(fab.qps) >= deviceAttr.MaxQP {
-		return nil, driver.ErrNoResources
+	if err := soft.Admit(p.ctx.closed || p.Released(), len(fab.qps), deviceAttr.MaxQP); err != nil {
+		return nil, err
 	}
 	for fab.qps[fab.nextQPN] != nil || fab.nextQPN < 0x11 {
 		fab.nextQPN = (fab.nextQPN + 1) & 0xffffff
 	}
 	q.num = fab.nextQPN
 	fab.nextQPN = (fab.nextQPN + 1) & 0xffffff
+	q.QP.Init(q.num, &fab.mu, q, q, &q.attr, &q.destroyed, &q.sqdPending, &q.rq)
 	fab.qps[q.num] = q
 	p.ctx.qps = append(p.ctx.qps, q)
 	return q, nil
 }
 
-func (q *qp) Num() uint32 { return q.num }
-
-func (q *qp) Query() (driver.QPAttr, error) {
-	fab.mu.Lock()
-	defer fab.mu.Unlock()
-	return driver.QueryQP(q.attr, q.destroyed)
-}
-
-func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
-	fab.mu.Lock()
-	defer fab.mu.Unlock()
-	if q.destroyed {
-		return driver.ErrClosed
-	}
-	var peer *qp
-	prev, err := driver.Transition(&q.attr, attr, mask, func(next driver.QPState) error {
-		if next == driver.QPSRTR && q.attr.State == driver.QPSInit {
-			if peer = fab.qps[attr.DestQPNum]; peer == nil || peer == q {
-				return fmt.Errorf("%w: no loop QP %d to connect to", driver.ErrInvalidArg, attr.DestQPNum)
-			}
+// VetoModify implements soft.QPHooks: the move to RTR needs the peer QP
+// that attr names.
+func (q *qp) VetoModify(next driver.QPState, attr *driver.QPAttr) error {
+	if next == driver.QPSRTR && q.attr.State == driver.QPSInit {
+		if q.rtrPeer = fab.qps[attr.DestQPNum]; q.rtrPeer == nil || q.rtrPeer == q {
+			q.rtrPeer = nil
+			return fmt.Errorf("%w: no loop QP %d to connect to", driver.ErrInvalidArg, attr.DestQPNum)
 		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	if q.attr.State != driver.QPSSQD {
-		q.sqdPending = false
-	}
-	switch q.attr.State {
-	case driver.QPSReset:
-		q.reset()
-	case driver.QPSRTR:
-		if peer != nil {
-			q.peer = peer
-		}
-	case driver.QPSRTS:
-		q.progress()
-	case driver.QPSSQD:
-		if prev == driver.QPSRTS {
-			// Execution is synchronous: only a Send retrying
-			// receiver-not-ready can be under way (sqDrained).
-			q.sqdPending = true
-			q.sqDrained()
-		}
-	case driver.QPSErr:
-		q.attr.State = prev
-		q.toErr()
 	}
 	return nil
 }
+
+// Modified implements soft.QPHooks.
+func (q *qp) Modified(driver.QPAttrMask) {}
+
+// EnterReset implements soft.QPHooks.
+func (q *qp) EnterReset() { q.reset() }
+
+// EnterRTR implements soft.QPHooks: the QP is connected to the peer
+// VetoModify found.
+func (q *qp) EnterRTR() {
+	if q.rtrPeer != nil {
+		q.peer, q.rtrPeer = q.rtrPeer, nil
+	}
+}
+
+// EnterRTS implements soft.QPHooks.
+func (q *qp) EnterRTS() { q.progress() }
+
+// DrainSQ implements soft.QPHooks: execution is synchronous, so only a
+// Send retrying receiver-not-ready can be under way (sqDrained).
+func (q *qp) DrainSQ() { q.sqDrained() }
+
+// EnterErr implements soft.QPHooks.
+func (q *qp) EnterErr() { q.toErr() }
 
 // reset empties both queues without completions, as the move to Reset
 // does, and ends the QP's cm connection: the peer's QP fails, and the
@@ -154,11 +139,7 @@ func (q *qp) toErr() {
 	}
 	q.attr.State = driver.QPSErr
 	q.rnr.Stop()
-	for q.rq != nil && q.rq.Peek() != nil {
-		r := q.rq.Peek()
-		q.rq.Pop()
-		q.completeRecv(driver.WorkCompletion{WRID: r.WRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
-	}
+	soft.FlushRecvs(q, q.rq)
 	if q.srq != nil {
 		// It takes no more receives from its SRQ.
 		q.ctx.Event(driver.EventQPLastWQEReached, q.userCtx)
@@ -181,52 +162,14 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 
 // postSend queues one WR.
 func (q *qp) postSend(wr *driver.SendWR) error {
-	if q.destroyed {
-		return driver.ErrClosed
-	}
-	if err := driver.PostSendStateErr(q.attr.State); err != nil {
-		return err
-	}
-	return q.sq.Post(wr, q)
+	return soft.PostSend(q.sq, q, q.destroyed, q.attr.State, wr)
 }
 
-func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
-	fab.mu.Lock()
-	defer fab.mu.Unlock()
-	for i := range wrs {
-		if err := q.postRecv(&wrs[i]); err != nil {
-			return i, err
-		}
-	}
-	return len(wrs), nil
-}
-
-func (q *qp) postRecv(wr *driver.RecvWR) error {
-	switch {
-	case q.destroyed:
-		return driver.ErrClosed
-	case q.srq != nil:
-		return driver.ErrRecvOnSRQ
-	}
-	if err := driver.PostRecvStateErr(q.attr.State); err != nil {
-		return err
-	}
-	if err := q.rq.Check(wr); err != nil {
-		return err
-	}
-	if q.attr.State == driver.QPSErr {
-		q.completeRecv(driver.WorkCompletion{WRID: wr.WRID, Status: driver.WCWRFlushErr, Opcode: driver.WCRecv})
-		return nil
-	}
-	q.rq.Push(wr)
-	return nil
-}
-
-// completeRecv reports a receive completion; a lost one (CQ overrun)
-// moves the QP to the error state.
-func (q *qp) completeRecv(wc driver.WorkCompletion) {
+// CompleteRecv implements soft.RecvHooks: it reports a receive completion;
+// a lost one (CQ overrun) moves the QP to the error state.
+func (q *qp) CompleteRecv(wc driver.WorkCompletion) {
 	wc.QPNum = q.num
-	if !q.recvCQ.push(cqe{wc: wc, solicited: wc.Flags&driver.WCSolicited != 0}) {
+	if ok, _ := q.recvCQ.PushLocked(&soft.Entry{WC: wc}); !ok {
 		q.fatal()
 	}
 }
@@ -234,7 +177,7 @@ func (q *qp) completeRecv(wc driver.WorkCompletion) {
 // completeSend reports the completion of the send slot seq.
 func (q *qp) completeSend(seq uint64, wc driver.WorkCompletion) {
 	wc.QPNum = q.num
-	if !q.sendCQ.push(cqe{wc: wc, q: q, retire: seq}) {
+	if ok, _ := q.sendCQ.PushLocked(&soft.Entry{WC: wc, SQ: q.sq, Retire: seq}); !ok {
 		q.fatal()
 	}
 }

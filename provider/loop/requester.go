@@ -3,6 +3,7 @@ package loop
 import (
 	"github.com/goverbs/goverbs/internal/grant"
 	"github.com/goverbs/goverbs/internal/sglist"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -22,10 +23,7 @@ func (q *qp) State() driver.QPState { return q.rnr.ExecState(q.attr.State) }
 // sqDrained raises EventSQDrained once a QP moved to SQD has drained its
 // send queue: the WR retrying receiver-not-ready, if any, is done.
 func (q *qp) sqDrained() {
-	if q.sqdPending && q.attr.State == driver.QPSSQD && !q.rnr.Retrying() {
-		q.sqdPending = false
-		q.ctx.Event(driver.EventSQDrained, q.userCtx)
-	}
+	soft.SQDrained(&q.sqdPending, q.attr.State, q.rnr.Retrying(), q.ctx.EventQueue, q.userCtx)
 }
 
 // Stalled implements swq.Engine: an RNR retry is pending.

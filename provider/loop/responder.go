@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/goverbs/goverbs/internal/sglist"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -14,20 +15,13 @@ import (
 // The responder side of a QP: what happens when a peer's request arrives.
 // Each function returns the status the requester completes with.
 
-// accepts reports whether the QP's responder takes requests (RTR onwards,
-// short of the error state).
-func (p *qp) accepts() bool {
-	switch p.attr.State {
-	case driver.QPSRTR, driver.QPSRTS, driver.QPSSQD, driver.QPSSQE:
-		return true
-	}
-	return false
-}
+// accepts reports whether the QP's responder takes requests.
+func (p *qp) accepts() bool { return soft.Accepts(p.attr.State) }
 
 // nextRecv returns the receive the next incoming message consumes, or nil.
 func (p *qp) nextRecv() *rwqe {
 	if p.srq != nil {
-		return p.srq.peek()
+		return p.srq.PeekLocked()
 	}
 	return p.rq.Peek()
 }
@@ -35,7 +29,7 @@ func (p *qp) nextRecv() *rwqe {
 // consumeRecv removes the receive nextRecv returned.
 func (p *qp) consumeRecv() {
 	if p.srq != nil {
-		p.srq.consume()
+		p.srq.PopLocked()
 		return
 	}
 	p.rq.Pop()
@@ -55,6 +49,19 @@ func (p *qp) remote(rkey uint32, addr, n uint64, need driver.AccessFlags) ([]byt
 		return nil, false
 	}
 	return p.ctx.span(rkey, p.pd, p, addr, n, need)
+}
+
+// remoteList sets l to the n bytes at the remote address of wr, in the
+// region of its rkey, if the QP and the region grant need; otherwise the
+// responder fails with an access error, which it returns.
+func (p *qp) remoteList(l *sglist.List, wr *driver.SendWR, n uint64, need driver.AccessFlags) driver.WCStatus {
+	b, ok := p.remote(wr.RKey, wr.RemoteAddr, n, need)
+	if !ok {
+		p.responderErr(driver.EventQPAccessErr)
+		return driver.WCRemAccessErr
+	}
+	l.One(b)
+	return driver.WCSuccess
 }
 
 // recvCompletion starts the completion of a message from requester q.
@@ -83,7 +90,7 @@ func (p *qp) receive(q *qp, wr *driver.SendWR, src *sglist.List) driver.WCStatus
 		if _, isWindow, err := grant.RemoteInvalidate(&p.ctx.mrs, wr.InvalidateRKey, p, p.pd); !isWindow || err != nil {
 			p.consumeRecv()
 			wc.Status = driver.WCRemInvReqErr
-			p.completeRecv(wc)
+			p.CompleteRecv(wc)
 			p.responderErr(driver.EventQPReqErr)
 			return driver.WCRemInvReqErr
 		}
@@ -96,17 +103,17 @@ func (p *qp) receive(q *qp, wr *driver.SendWR, src *sglist.List) driver.WCStatus
 	switch {
 	case !ok:
 		wc.Status = driver.WCLocProtErr
-		p.completeRecv(wc)
+		p.CompleteRecv(wc)
 		p.responderErr(driver.EventQPAccessErr)
 		return driver.WCRemOpErr
 	case src.Len() > dst.Len():
 		wc.Status = driver.WCLocLenErr
-		p.completeRecv(wc)
+		p.CompleteRecv(wc)
 		p.responderErr(driver.EventQPReqErr)
 		return driver.WCRemInvReqErr
 	}
 	wc.ByteLen = uint32(sglist.Copy(&dst, src))
-	p.completeRecv(wc)
+	p.CompleteRecv(wc)
 	return driver.WCSuccess
 }
 
@@ -119,20 +126,17 @@ func (p *qp) write(q *qp, wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	}
 	n := src.Len()
 	if n > 0 {
-		b, ok := p.remote(wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteWrite)
-		if !ok {
-			p.responderErr(driver.EventQPAccessErr)
-			return driver.WCRemAccessErr
-		}
 		var dst sglist.List
-		dst.One(b)
+		if st := p.remoteList(&dst, wr, n, driver.AccessRemoteWrite); st != driver.WCSuccess {
+			return st
+		}
 		sglist.Copy(&dst, src)
 	}
 	if withImm {
 		wc := recvCompletion(q, wr, p.nextRecv().WRID, driver.WCRecvRDMAWithImm)
 		wc.ByteLen = uint32(n)
 		p.consumeRecv()
-		p.completeRecv(wc)
+		p.CompleteRecv(wc)
 	}
 	return driver.WCSuccess
 }
@@ -147,13 +151,10 @@ func (p *qp) read(wr *driver.SendWR, dst *sglist.List) driver.WCStatus {
 	if n == 0 {
 		return driver.WCSuccess
 	}
-	b, ok := p.remote(wr.RKey, wr.RemoteAddr, n, driver.AccessRemoteRead)
-	if !ok {
-		p.responderErr(driver.EventQPAccessErr)
-		return driver.WCRemAccessErr
-	}
 	var src sglist.List
-	src.One(b)
+	if st := p.remoteList(&src, wr, n, driver.AccessRemoteRead); st != driver.WCSuccess {
+		return st
+	}
 	sglist.Copy(dst, &src)
 	return driver.WCSuccess
 }

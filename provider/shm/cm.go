@@ -17,6 +17,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/acceptq"
 	"github.com/goverbs/goverbs/internal/peerguard"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -430,12 +431,12 @@ func rejectHello(privateData []byte) hello {
 }
 
 func (r *request) Accept(dq driver.QP, p driver.ConnParam) (driver.Conn, error) {
-	q, ok := dq.(*qp)
-	if !ok {
-		return nil, fmt.Errorf("%w: QP of another provider", driver.ErrInvalidArg)
+	q, err := soft.Own[*qp](dq)
+	if err != nil {
+		return nil, err
 	}
 	var out driver.Conn
-	err := driver.ErrClosed
+	err = driver.ErrClosed
 	r.answered.Do(func() { out, err = r.accept(q, p) })
 	return out, err
 }
@@ -466,7 +467,7 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 	if err := q.setPending(c); err != nil {
 		return fail(err)
 	}
-	if err := driver.ConnectRTR(q, p, remote); err != nil {
+	if err := soft.ConnectRTR(q, p, remote); err != nil {
 		return fail(err)
 	}
 	h, fds := makeHello(msgRep, q, p)
@@ -480,7 +481,7 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 	if err != nil || rtu.typ() != msgRTU {
 		return fail(fmt.Errorf("%w: the dialler did not confirm", driver.ErrDisconnected))
 	}
-	if err := driver.ConnectRTS(q, p, remote); err != nil {
+	if err := soft.ConnectRTS(q, p, remote); err != nil {
 		return fail(err)
 	}
 	c.start()
@@ -503,9 +504,9 @@ func (q *qp) setPending(c *conn) error {
 }
 
 func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.ConnParam) (driver.Conn, error) {
-	q, ok := dq.(*qp)
-	if !ok {
-		return nil, fmt.Errorf("%w: QP of another provider", driver.ErrInvalidArg)
+	q, err := soft.Own[*qp](dq)
+	if err != nil {
+		return nil, err
 	}
 	ua, err := sockAddr(addr)
 	if err != nil {
@@ -595,7 +596,7 @@ func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.C
 	if err := q.setPending(c); err != nil {
 		return fail(err)
 	}
-	if err := driver.ConnectRC(q, p, rep.param()); err != nil {
+	if err := soft.ConnectRC(q, p, rep.param()); err != nil {
 		return fail(err)
 	}
 	rtu := make(hello, helloHeader)

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/internal/spin"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -70,13 +71,9 @@ func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 		notify: make(chan struct{}, 1), nudge: make(chan struct{}, 1)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if err := soft.Admit(c.closed, len(c.cqs), deviceAttr.MaxCQ); err != nil {
 		seg.close()
-		return nil, driver.ErrClosed
-	}
-	if len(c.cqs) >= deviceAttr.MaxCQ {
-		seg.close()
-		return nil, driver.ErrNoResources
+		return nil, err
 	}
 	if c.cqs == nil {
 		c.cqs = map[*cq]bool{}

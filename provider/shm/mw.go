@@ -41,7 +41,7 @@ func (p *pd) AllocMW(typ driver.MWType) (driver.MW, error) {
 	c := p.ctx
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed || p.released {
+	if c.closed || p.Released() {
 		return nil, driver.ErrClosed
 	}
 	w, err := grant.AllocMW(&c.mrs, typ, p)

@@ -6,14 +6,14 @@ import (
 
 	"github.com/goverbs/goverbs/internal/grant"
 	"github.com/goverbs/goverbs/internal/sglist"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/internal/spin"
 	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
-var nextQPN atomic.Uint32
-
-func init() { nextQPN.Store(0x100) }
+// qpNums numbers the QPs of the process.
+var qpNums = soft.QPNumbers{Base: 0x100}
 
 // qp is a shm queue pair. Its send queue is private memory: this process
 // executes its own WRs. Its block — state, responder attributes, the
@@ -21,6 +21,7 @@ func init() { nextQPN.Store(0x100) }
 // is shared with the peer, whose Sends consume the receives and complete
 // them there (qpshared.go).
 type qp struct {
+	soft.QP // Num, Query, Modify
 	ctx     *devCtx
 	pd      *pd
 	num     uint32
@@ -98,13 +99,13 @@ type qp struct {
 const stateDestroyed = 0xff
 
 func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
-	scq, rcq, s, err := driver.CheckQPInit[*cq, *srq](a, "shm", maxSGE, deviceAttr.MaxInlineData)
+	scq, rcq, s, err := soft.CheckQPInit[*cq, *srq](a, "shm", maxSGE, deviceAttr.MaxInlineData)
 	if err != nil {
 		return nil, err
 	}
 	c := a.Cap
 	q := &qp{ctx: p.ctx, pd: p, userCtx: a.UserCtx, sendCQ: scq, recvCQ: rcq, srq: s, cap: c,
-		num: nextQPN.Add(1) & 0xffffff, sq: swq.New(c, a.SigAll)}
+		num: qpNums.Next(), sq: swq.New(c, a.SigAll)}
 	q.rnr.Init(q.rnrExpired)
 	q.sq.MW = true // memory windows: mw.go
 	q.rqN = 1
@@ -118,17 +119,14 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	q.adopt(sh)
 	closeSegs := sh.close
 	q.attr.Cap = c
+	q.QP.Init(q.num, &q.mu, q, nil, &q.attr, &q.destroyed, &q.sqdPending, nil)
 	q.publish()
 	scq.addSender(q)
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
-	if p.ctx.closed || p.released {
+	if err := soft.Admit(p.ctx.closed || p.Released(), len(p.ctx.qps), deviceAttr.MaxQP); err != nil {
 		closeSegs()
-		return nil, driver.ErrClosed
-	}
-	if len(p.ctx.qps) >= deviceAttr.MaxQP {
-		closeSegs()
-		return nil, driver.ErrNoResources
+		return nil, err
 	}
 	if p.ctx.qps == nil {
 		p.ctx.qps = map[*qp]bool{}
@@ -152,55 +150,39 @@ func (q *qp) publish() {
 	q.noteAccess()
 }
 
-func (q *qp) Num() uint32 { return q.num }
-
-func (q *qp) Query() (driver.QPAttr, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return driver.QueryQP(q.attr, q.destroyed)
-}
-
-func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.destroyed {
-		return driver.ErrClosed
+// VetoModify implements soft.QPHooks: a move to Reset needs the fresh
+// shared memory it hands the QP (prepareReset).
+func (q *qp) VetoModify(next driver.QPState, _ *driver.QPAttr) error {
+	if next == driver.QPSReset {
+		return q.prepareReset()
 	}
-	if mask&driver.QPAttrState != 0 && attr.State == driver.QPSReset {
-		if err := q.prepareReset(); err != nil {
-			return err
-		}
-	}
-	prev, err := driver.Transition(&q.attr, attr, mask, nil)
-	if err != nil {
-		return err
-	}
-	if q.attr.State != driver.QPSSQD {
-		q.sqdPending = false
-	}
-	switch q.attr.State {
-	case driver.QPSReset:
-		q.reset()
-	case driver.QPSRTR:
-		if q.pending != nil {
-			q.conn, q.pending = q.pending, nil
-		}
-	case driver.QPSRTS:
-		q.sq.Progress(q)
-	case driver.QPSSQD:
-		if prev == driver.QPSRTS {
-			// Execution is synchronous: only a Send retrying
-			// receiver-not-ready can be under way (sqDrained).
-			q.sqdPending = true
-			q.sqDrained()
-		}
-	case driver.QPSErr:
-		q.attr.State = prev
-		q.toErr()
-	}
-	q.publish()
 	return nil
 }
+
+// Modified implements soft.QPHooks: the QP's new state and attributes
+// are published to its peer.
+func (q *qp) Modified(driver.QPAttrMask) { q.publish() }
+
+// EnterReset implements soft.QPHooks.
+func (q *qp) EnterReset() { q.reset() }
+
+// EnterRTR implements soft.QPHooks: the connection cm set up serves the
+// peer's requests.
+func (q *qp) EnterRTR() {
+	if q.pending != nil {
+		q.conn, q.pending = q.pending, nil
+	}
+}
+
+// EnterRTS implements soft.QPHooks.
+func (q *qp) EnterRTS() { q.sq.Progress(q) }
+
+// DrainSQ implements soft.QPHooks: execution is synchronous, so only a
+// Send retrying receiver-not-ready can be under way (sqDrained).
+func (q *qp) DrainSQ() { q.sqDrained() }
+
+// EnterErr implements soft.QPHooks.
+func (q *qp) EnterErr() { q.toErr() }
 
 // reset empties both queues without completions.
 func (q *qp) reset() {
@@ -321,18 +303,12 @@ func (q *qp) postQueued(wrs []driver.SendWR) (int, error) {
 }
 
 func (q *qp) postSend(wr *driver.SendWR) error {
-	if q.destroyed {
-		return driver.ErrClosed
-	}
-	if err := driver.PostSendStateErr(q.attr.State); err != nil {
-		return err
-	}
-	return q.sq.Post(wr, q)
+	return soft.PostSend(q.sq, q, q.destroyed, q.attr.State, wr)
 }
 
 func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 	if q.srq != nil {
-		return 0, driver.ErrRecvOnSRQ
+		return 0, soft.ErrRecvOnSRQ
 	}
 	for i := range wrs {
 		// The receive's buffers become shareable before rqMu is taken,
@@ -370,7 +346,7 @@ func (q *qp) postRecvLocked(wrs []driver.RecvWR, st uint32) (int, error) {
 	if st == stateDestroyed {
 		return 0, driver.ErrClosed
 	}
-	if err := driver.PostRecvStateErr(driver.QPState(st)); err != nil {
+	if err := soft.PostRecvStateErr(driver.QPState(st)); err != nil {
 		return 0, err
 	}
 	for i := range wrs {

@@ -158,6 +158,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/grant"
 	"github.com/goverbs/goverbs/internal/keytab"
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -209,15 +210,17 @@ func (*provider) Devices() []driver.DeviceInfo {
 }
 
 func (*provider) Open(name string) (driver.Context, error) {
-	if name != DeviceName {
-		return nil, driver.ErrNoDevice
-	}
+	return soft.Open(name, DeviceName, openDevice)
+}
+
+// openDevice opens a shm device context.
+func openDevice() (driver.Context, error) {
 	keys, err := newSegment("keys", maxKeys*keySlotSize)
 	if err != nil {
 		return nil, err
 	}
 	c := &devCtx{
-		EventQueue: driver.NewEventQueue(),
+		EventQueue: soft.NewEventQueue(),
 		keySeg:     keys,
 		keys:       viewKeyTable(keys.mem, maxKeys),
 		mrs:        keytab.Table[grant.Entry[*mr]]{Indexed: true},
@@ -229,8 +232,8 @@ func (*provider) Open(name string) (driver.Context, error) {
 
 // devCtx is an open shm device.
 type devCtx struct {
-	pid               int
-	driver.EventQueue // Events, and Event to deliver one
+	pid             int
+	soft.EventQueue // Events, and Event to deliver one
 
 	mu     sync.RWMutex // guards what follows; readers: key lookups on the data path
 	keySeg *segment
@@ -389,15 +392,12 @@ func (c *devCtx) QueryDevice() driver.DeviceAttr { return deviceAttr }
 func (c *devCtx) AllocPD() (driver.PD, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return nil, driver.ErrClosed
+	life, err := soft.NewPD(c.closed, &c.pds, deviceAttr.MaxPD, &c.mu)
+	if err != nil {
+		return nil, err
 	}
-	if c.pds >= deviceAttr.MaxPD {
-		return nil, driver.ErrNoResources
-	}
-	c.pds++
 	c.nextPD++
-	return &pd{ctx: c, id: c.nextPD}, nil
+	return &pd{PD: life, ctx: c, id: c.nextPD}, nil
 }
 
 // Close destroys every QP, CQ and SRQ, deregisters every region and
@@ -449,20 +449,9 @@ func (c *devCtx) Close() error {
 }
 
 type pd struct {
-	ctx      *devCtx
-	id       uint32
-	released bool
-}
-
-func (p *pd) Dealloc() error {
-	p.ctx.mu.Lock()
-	defer p.ctx.mu.Unlock()
-	if p.released {
-		return driver.ErrClosed
-	}
-	p.released = true
-	p.ctx.pds--
-	return nil
+	soft.PD // Dealloc; guarded by the context's lock
+	ctx     *devCtx
+	id      uint32
 }
 
 // mr is a registered region; its key is both lkey and rkey, made by the
@@ -499,7 +488,7 @@ func (p *pd) AllocMR(size int, access driver.AccessFlags) (driver.MR, error) {
 	}
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
-	if p.ctx.closed || p.released {
+	if p.ctx.closed || p.Released() {
 		seg.close()
 		return nil, driver.ErrClosed
 	}
@@ -522,7 +511,7 @@ func (p *pd) AllocMR(size int, access driver.AccessFlags) (driver.MR, error) {
 func (p *pd) RegMR(buf []byte, access driver.AccessFlags) (driver.MR, error) {
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
-	if p.ctx.closed || p.released {
+	if p.ctx.closed || p.Released() {
 		return nil, driver.ErrClosed
 	}
 	start := uint64(uintptr(unsafe.Pointer(&buf[0])))
@@ -780,13 +769,7 @@ func (c *devCtx) span(key uint32, p *pd, addr, n uint64, need driver.AccessFlags
 	if m == nil || m.pd != p || m.access&need != need {
 		return nil, false
 	}
-	// An addr below the region's wraps off past its end. (Kept small
-	// enough for the compiler to inline: one call fewer per WR.)
-	off := addr - m.addr
-	if off > uint64(len(m.buf)) || n > uint64(len(m.buf))-off {
-		return nil, false
-	}
-	return m.buf[off : off+n], true
+	return soft.Within(m.buf, m.addr, addr, n)
 }
 
 // lookupMR returns the region of key, or nil. It takes no lock.

@@ -3,6 +3,7 @@ package shm
 import (
 	"sync"
 
+	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -43,13 +44,9 @@ func (p *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
 	s.armed = a.Limit > 0
 	p.ctx.mu.Lock()
 	defer p.ctx.mu.Unlock()
-	if p.ctx.closed || p.released {
+	if err := soft.Admit(p.ctx.closed || p.Released(), len(p.ctx.srqs), deviceAttr.MaxSRQ); err != nil {
 		seg.close()
-		return nil, driver.ErrClosed
-	}
-	if len(p.ctx.srqs) >= deviceAttr.MaxSRQ {
-		seg.close()
-		return nil, driver.ErrNoResources
+		return nil, err
 	}
 	if p.ctx.srqs == nil {
 		p.ctx.srqs = map[*srq]bool{}
@@ -98,7 +95,7 @@ func (s *srq) Modify(a driver.SRQAttr, mask driver.SRQAttrMask) error {
 	if s.destroyed {
 		return driver.ErrClosed
 	}
-	limit, set, err := driver.SRQLimit(a, mask, s.maxWR, "shm")
+	limit, set, err := soft.SRQLimit(a, mask, s.maxWR, "shm")
 	if set {
 		s.ring.h.state.Store(limit)
 		s.armed = limit > 0
