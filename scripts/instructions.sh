@@ -14,9 +14,11 @@
 #
 # An iteration of PostSendPoll is one PostSend of a signaled WR and the
 # Poll that takes its completion; of SendRecv (64 B; SendRecvN, N bytes),
-# one Send, the Poll of its
-# receive completion and the PostRecv of the next receive (one Send in 64
-# is signaled and its completion polled); of WriteRate, one PostSend of a
+# one Send, the Poll of its receive completion and the PostRecv of the
+# next receive (one Send in 64 is signaled and its completion polled):
+# up to 96 B the message travels in its completion (provider/shm's
+# package doc, "Small Sends"), from 97 B the sender places it; of
+# WriteRate, one PostSend of a
 # list of 1 or 16 8-byte Writes, one in 16 signaled, and the Polls that
 # keep the send queue from filling, shown per Write.
 #
