@@ -2,7 +2,9 @@ package soft
 
 import (
 	"sync"
+	"sync/atomic"
 
+	"github.com/goverbs/goverbs/internal/atomicrel"
 	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -26,9 +28,14 @@ type CQ struct {
 	// Events receives EventCQErr on the first overrun.
 	Events *EventQueue
 
-	ring      []Entry
-	head      int // oldest entry
-	count     int
+	ring  []Entry
+	head  int // oldest entry
+	count int
+	// held is count, stored under Mu with a release store and loaded
+	// without it (Held), so that a poll of an empty ring can skip the
+	// lock. It is stored before an armed CQ is signalled: a waiter woken
+	// by the notification finds the completion that fired it.
+	held      atomic.Uint32
 	overrun   bool
 	armed     Arm
 	notify    chan struct{}
@@ -58,6 +65,7 @@ func (c *CQ) PushLocked(e *Entry) (ok, woke bool) {
 	}
 	c.ring[(c.head+c.count)%len(c.ring)] = *e
 	c.count++
+	atomicrel.StoreUint32(&c.held, uint32(c.count))
 	if c.armed.Fire(&e.WC, e.WC.Flags&driver.WCSolicited != 0) {
 		select {
 		case c.notify <- struct{}{}:
@@ -67,6 +75,11 @@ func (c *CQ) PushLocked(e *Entry) (ok, woke bool) {
 	}
 	return true, false
 }
+
+// Held is how many completions wait in the ring, read without Mu: a
+// Held of 0 may miss a completion being pushed (the next look finds it),
+// never one whose notification has been signalled.
+func (c *CQ) Held() uint32 { return c.held.Load() }
 
 // LenLocked is how many completions wait in the ring.
 func (c *CQ) LenLocked() int { return c.count }
@@ -86,6 +99,7 @@ func (c *CQ) PollLocked(wc []driver.WorkCompletion) int {
 		c.count--
 		n++
 	}
+	atomicrel.StoreUint32(&c.held, uint32(c.count))
 	return n
 }
 

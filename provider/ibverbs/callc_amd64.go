@@ -9,7 +9,9 @@ import "unsafe"
 
 // cargs is what ctramp reads: the function, six arguments, the result.
 type cargs struct {
-	fn, a1, a2, a3, a4, a5, a6, r1 uintptr
+	fn uintptr
+	a  [6]uintptr
+	r1 uintptr
 }
 
 // ctrampPC is the address of ctramp (callc_amd64.s).
@@ -28,30 +30,11 @@ func runtime_cgocall(fn uintptr, arg unsafe.Pointer) int32
 //
 //go:uintptrescapes
 func call(fn uintptr, args ...uintptr) uintptr {
-	var a cargs
-	a.fn = fn
-	switch len(args) {
-	case 6:
-		a.a6 = args[5]
-		fallthrough
-	case 5:
-		a.a5 = args[4]
-		fallthrough
-	case 4:
-		a.a4 = args[3]
-		fallthrough
-	case 3:
-		a.a3 = args[2]
-		fallthrough
-	case 2:
-		a.a2 = args[1]
-		fallthrough
-	case 1:
-		a.a1 = args[0]
-	case 0:
-	default:
+	if len(args) > len(cargs{}.a) {
 		panic("ibverbs: more than six arguments to a C function")
 	}
+	a := cargs{fn: fn}
+	copy(a.a[:], args)
 	runtime_cgocall(ctrampPC, unsafe.Pointer(&a))
 	return a.r1
 }
@@ -61,7 +44,7 @@ func call(fn uintptr, args ...uintptr) uintptr {
 //
 //go:uintptrescapes
 func call3(fn, a1, a2, a3 uintptr) uintptr {
-	a := cargs{fn: fn, a1: a1, a2: a2, a3: a3}
+	a := cargs{fn: fn, a: [6]uintptr{a1, a2, a3}}
 	runtime_cgocall(ctrampPC, unsafe.Pointer(&a))
 	return a.r1
 }

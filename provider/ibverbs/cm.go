@@ -33,6 +33,15 @@ const maxPrivateData = 56
 // reject by the listening application (IB_CM_REJ_CONSUMER_DEFINED).
 const ibCMRejConsumerDefined = 28
 
+// ibCMRejStaleConn is the InfiniBand CM reject reason of a request from
+// a QP whose earlier connection the peer's CM still holds, until its
+// time-wait ends (IB_CM_REJ_STALE_CONN).
+const ibCMRejStaleConn = 10
+
+// staleRetry bounds the wait between two tries of a connection the
+// peer's CM rejects as stale.
+const staleRetry = time.Second
+
 // resolveTimeout bounds address and route resolution.
 const resolveTimeout = 5 * time.Second
 
@@ -353,6 +362,10 @@ func checkDevice(c *cmID, q *qp, addr string) error {
 	return nil
 }
 
+// Dial connects x to addr. A QP reset since its last connection ends
+// that connection first; the peer's CM rejects the new one as stale
+// until the old one's time-wait is over (on InfiniBand and RoCE), so
+// Dial tries again until then, or until ctx is done.
 func (*provider) Dial(ctx context.Context, addr string, x driver.QP, p driver.ConnParam) (driver.Conn, error) {
 	if err := loadCM(); err != nil {
 		return nil, err
@@ -361,13 +374,33 @@ func (*provider) Dial(ctx context.Context, addr string, x driver.QP, p driver.Co
 	if err != nil {
 		return nil, err
 	}
+	q.endStaleConn()
+	wait := 10 * time.Millisecond
+	for {
+		k, stale, err := dialOnce(ctx, addr, q, p)
+		if !stale {
+			return k, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (the peer's CM holds this QP's earlier connection: try again once its time-wait is over)", err)
+		case <-t.C:
+		}
+		wait = min(2*wait, staleRetry)
+	}
+}
+
+// dialOnce is one try of Dial; stale reports a reject as stale.
+func dialOnce(ctx context.Context, addr string, q *qp, p driver.ConnParam) (k driver.Conn, stale bool, err error) {
 	c, err := createCMID()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	fail := func(err error) (driver.Conn, error) {
+	fail := func(err error) (driver.Conn, bool, error) {
 		c.close()
-		return nil, err
+		return nil, false, err
 	}
 	if err := c.resolve(ctx, addr); err != nil {
 		return fail(err)
@@ -397,10 +430,10 @@ func (*provider) Dial(ctx context.Context, addr string, x driver.QP, p driver.Co
 			if err := callRC(lib.establish, c.id); err != nil {
 				return fail(errnoErr("rdma_establish", err))
 			}
-			return newConn(c, q, ev.param), nil
+			return newConn(c, q, ev.param), false, nil
 		case rdmaCMEventEstablished:
 			q.setState(driver.QPSRTS)
-			return newConn(c, q, ev.param), nil
+			return newConn(c, q, ev.param), false, nil
 		case rdmaCMEventRejected:
 			// The listener's Reject is, on InfiniBand and RoCE, a CM
 			// reject of reason 28 (consumer defined; every reject
@@ -410,7 +443,12 @@ func (*provider) Dial(ctx context.Context, addr string, x driver.QP, p driver.Co
 			if (!q.ctx.iwarp && ev.status == ibCMRejConsumerDefined) || (q.ctx.iwarp && len(ev.param.PrivateData) > 0) {
 				return fail(&driver.RejectError{PrivateData: ev.param.PrivateData})
 			}
-			return fail(fmt.Errorf("ibverbs: dial %s: %w (rdma_cm reject status %d)", addr, driver.ErrRefused, ev.status))
+			err := fmt.Errorf("ibverbs: dial %s: %w (rdma_cm reject status %d)", addr, driver.ErrRefused, ev.status)
+			if !q.ctx.iwarp && ev.status == ibCMRejStaleConn {
+				c.close()
+				return nil, true, err
+			}
+			return fail(err)
 		case rdmaCMEventUnreachable, rdmaCMEventConnectError:
 			return fail(fmt.Errorf("ibverbs: dial %s: %w (rdma_cm event %d, status %d)", addr, driver.ErrRefused, ev.typ, ev.status))
 		}
@@ -515,6 +553,7 @@ func (r *request) Accept(x driver.QP, p driver.ConnParam) (driver.Conn, error) {
 	if err := r.take(); err != nil {
 		return nil, err
 	}
+	q.endStaleConn()
 	c := r.c
 	fail := func(err error) (driver.Conn, error) {
 		call(lib.reject, c.id, 0, 0)
@@ -575,6 +614,7 @@ func (r *request) Reject(privateData []byte) error {
 type conn struct {
 	c      *cmID
 	q      *qp
+	resets uint64 // q.resets when connected: a later Reset ends the ownership
 	remote driver.ConnParam
 	done   chan struct{}
 	stop   chan struct{}
@@ -587,7 +627,8 @@ type conn struct {
 }
 
 func newConn(c *cmID, q *qp, remote driver.ConnParam) *conn {
-	k := &conn{c: c, q: q, remote: remote, done: make(chan struct{}), stop: make(chan struct{})}
+	k := &conn{c: c, q: q, resets: q.resets.Load(), remote: remote, done: make(chan struct{}), stop: make(chan struct{})}
+	q.cmConn.Store(k)
 	k.wg.Add(1)
 	go k.watch()
 	return k
@@ -612,12 +653,26 @@ func (k *conn) watch() {
 	}
 }
 
+// end moves the QP to the error state, unless it was reset since the
+// connection was made (it is no longer the connection's), and closes
+// done.
 func (k *conn) end() {
 	k.ended.Do(func() {
-		a := ibvQPAttr{qpState: uint32(driver.QPSErr)}
-		k.q.modifyRaw(&a, ibvQPState)
+		if k.q.resets.Load() == k.resets {
+			a := ibvQPAttr{qpState: uint32(driver.QPSErr)}
+			k.q.modifyRaw(&a, ibvQPState)
+		}
 		close(k.done)
 	})
+}
+
+// endStaleConn closes the QP's connection if the QP was reset since it
+// was made: the QP is about to be connected again, and the peer's CM
+// takes the new connection only once the old one is over.
+func (q *qp) endStaleConn() {
+	if k := q.cmConn.Load(); k != nil && k.resets != q.resets.Load() && q.cmConn.CompareAndSwap(k, nil) {
+		k.Close()
+	}
 }
 
 // release destroys the rdma_cm id once, after disconnecting it if

@@ -101,3 +101,23 @@ func TestErrnoMapping(t *testing.T) {
 		t.Errorf("a post's EINVAL: %v, want ErrInvalidArg", err)
 	}
 }
+
+// TestRawModifyRecorded checks that a transition made with the attributes
+// rdma_init_qp_attr gave is recorded field by field as the mask names
+// them, and that fields the mask leaves out keep their value.
+func TestRawModifyRecorded(t *testing.T) {
+	q := &qp{}
+	q.attr.Timeout, q.attr.RQPSN = 9, 77
+	a := &ibvQPAttr{qpState: uint32(driver.QPSRTR), qpAccessFlags: uint32(driver.AccessRemoteRead),
+		pathMTU: uint32(driver.MTU1024), destQPNum: 0x1234, rqPSN: 55, maxDestRdAtomic: 4,
+		minRNRTimer: 12, timeout: 14}
+	q.fromIBVAttr(a, ibvQPState|ibvQPAccessFlags|ibvQPPathMTU|ibvQPDestQPN|ibvQPMaxDestRdAtomic|ibvQPMinRNRTimer)
+	want := driver.QPAttr{State: driver.QPSRTR, AccessFlags: driver.AccessRemoteRead, PathMTU: driver.MTU1024,
+		DestQPNum: 0x1234, MaxDestRdAtomic: 4, MinRNRTimer: 12, Timeout: 9, RQPSN: 77}
+	if q.attr != want {
+		t.Errorf("recorded %+v, want %+v", q.attr, want)
+	}
+	if q.state.Load() != uint32(driver.QPSRTR) || q.destQPN.Load() != 0x1234 {
+		t.Errorf("state %d, dest QPN %#x: want %d, 0x1234", q.state.Load(), q.destQPN.Load(), driver.QPSRTR)
+	}
+}

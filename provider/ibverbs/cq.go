@@ -131,7 +131,7 @@ func fromIBV(w *driver.WorkCompletion, c *ibvWC) {
 	}
 	if c.wcFlags&ibvWCWithImm != 0 {
 		w.Flags |= driver.WCWithImm
-		w.Imm = beSwap32(c.immData)
+		w.Imm = netOrder(&c.immData)
 	}
 	if c.wcFlags&ibvWCWithInv != 0 {
 		w.Flags |= driver.WCWithInv

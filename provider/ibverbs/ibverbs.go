@@ -1,9 +1,12 @@
 package ibverbs
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -91,7 +94,15 @@ func beSwap64(v uint64) uint64 {
 		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
 }
 
-func beSwap32(v uint32) uint32 { return v>>24 | v>>8&0xff00 | v<<8&0xff0000 | v<<24 }
+// The verbs' immediate data is a number (driver.SendWR.Imm) that crosses
+// the wire in network byte order; ibverbs keeps it as those bytes (a
+// __be32). putNetOrder and netOrder convert between the two whatever the
+// host's byte order.
+func putNetOrder(p *uint32, v uint32) {
+	binary.BigEndian.PutUint32((*[4]byte)(unsafe.Pointer(p))[:], v)
+}
+
+func netOrder(p *uint32) uint32 { return binary.BigEndian.Uint32((*[4]byte)(unsafe.Pointer(p))[:]) }
 
 func (*provider) Devices() []driver.DeviceInfo {
 	devs, err := listDevices()
@@ -399,10 +410,7 @@ func (c *devContext) Close() error {
 		return nil
 	}
 	c.closed = true
-	pds := make([]*pd, 0, len(c.pds))
-	for p := range c.pds {
-		pds = append(pds, p)
-	}
+	pds := slices.Collect(maps.Keys(c.pds))
 	var cqs []*cq
 	for _, o := range c.owners {
 		if q, ok := o.(*cq); ok {
@@ -413,9 +421,7 @@ func (c *devContext) Close() error {
 	for _, p := range pds {
 		p.destroyAll()
 	}
-	for _, q := range cqs {
-		q.Destroy()
-	}
+	destroyEach(cqs)
 	c.watcher.stop()
 	if err := callInt(lib.closeDevice, c.p); err != nil {
 		return errnoErr("ibv_close_device", err)

@@ -2,7 +2,9 @@ package ibverbs
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -206,21 +208,11 @@ func (d *pd) Dealloc() error {
 // context is closing.
 func (d *pd) destroyAll() {
 	d.mu.Lock()
-	qps := make([]*qp, 0, len(d.qps))
-	for q := range d.qps {
-		qps = append(qps, q)
-	}
-	srqs := make([]*srq, 0, len(d.srqs))
-	for s := range d.srqs {
-		srqs = append(srqs, s)
-	}
+	qps := slices.Collect(maps.Keys(d.qps))
+	srqs := slices.Collect(maps.Keys(d.srqs))
 	d.mu.Unlock()
-	for _, q := range qps {
-		q.Destroy()
-	}
-	for _, s := range srqs {
-		s.Destroy()
-	}
+	destroyEach(qps)
+	destroyEach(srqs)
 	d.mu.Lock()
 	for w := range d.mws {
 		w.dealloc()
@@ -230,6 +222,14 @@ func (d *pd) destroyAll() {
 	}
 	d.mu.Unlock()
 	d.Dealloc()
+}
+
+// destroyEach destroys each of objs: a snapshot, taken under a lock that
+// Destroy takes itself.
+func destroyEach[T interface{ Destroy() error }](objs []T) {
+	for _, o := range objs {
+		o.Destroy()
+	}
 }
 
 // inlineOK reports whether every SGE of an inline payload lies inside a

@@ -30,6 +30,12 @@ type qp struct {
 	state   atomic.Uint32 // driver.QPState, as last set or queried
 	gone    atomic.Bool   // destroyed; set with sendMu and recvMu held
 	destQPN atomic.Uint32 // the connected QP's number, for receive completions
+	// resets counts the QP's moves to Reset: a connection made before
+	// the last one no longer owns the QP (conn.resets).
+	resets atomic.Uint64
+	// cmConn is the QP's latest rdma_cm connection, ended before a new
+	// one is made once the QP was reset.
+	cmConn atomic.Pointer[conn]
 
 	sigAll bool
 
@@ -238,7 +244,7 @@ func toIBVSend(c *ibvSendWR, w *driver.SendWR) {
 	c.immData = 0
 	switch {
 	case w.Opcode.HasImm():
-		c.immData = beSwap32(w.Imm)
+		putNetOrder(&c.immData, w.Imm)
 	case w.Opcode == driver.OpSendWithInv || w.Opcode == driver.OpLocalInv:
 		c.immData = w.InvalidateRKey
 	}
@@ -408,49 +414,39 @@ func (q *qp) modifyRaw(a *ibvQPAttr, mask int32) error {
 	return nil
 }
 
+// qpAttrMasks pairs each QPAttrMask bit with its ibv_qp_attr_mask bit.
+var qpAttrMasks = [...]struct {
+	g driver.QPAttrMask
+	c int32
+}{
+	{driver.QPAttrState, ibvQPState}, {driver.QPAttrCurState, ibvQPCurState},
+	{driver.QPAttrAccessFlags, ibvQPAccessFlags}, {driver.QPAttrPort, ibvQPPort},
+	{driver.QPAttrPathMTU, ibvQPPathMTU}, {driver.QPAttrDestQPN, ibvQPDestQPN},
+	{driver.QPAttrRQPSN, ibvQPRQPSN}, {driver.QPAttrSQPSN, ibvQPSQPSN},
+	{driver.QPAttrMaxQPRdAtomic, ibvQPMaxQPRdAtomic}, {driver.QPAttrMaxDestRdAtomic, ibvQPMaxDestRdAtomic},
+	{driver.QPAttrMinRNRTimer, ibvQPMinRNRTimer}, {driver.QPAttrTimeout, ibvQPTimeout},
+	{driver.QPAttrRetryCnt, ibvQPRetryCnt}, {driver.QPAttrRNRRetry, ibvQPRNRRetry},
+}
+
 // fromIBVAttr records what a raw Modify set; q.mu is held.
 func (q *qp) fromIBVAttr(a *ibvQPAttr, mask int32) {
-	x := &q.attr
-	if mask&ibvQPState != 0 {
-		x.State = driver.QPState(a.qpState)
+	var m driver.QPAttrMask
+	for _, b := range qpAttrMasks {
+		if mask&b.c != 0 {
+			m |= b.g
+		}
+	}
+	attr := driver.QPAttr{AccessFlags: driver.AccessFlags(a.qpAccessFlags), Port: a.portNum,
+		PathMTU: driver.MTU(a.pathMTU), DestQPNum: a.destQPNum, RQPSN: a.rqPSN, SQPSN: a.sqPSN,
+		MaxRdAtomic: a.maxRdAtomic, MaxDestRdAtomic: a.maxDestRdAtomic,
+		MinRNRTimer: driver.RNRTimer(a.minRNRTimer), Timeout: a.timeout, RetryCnt: a.retryCnt, RNRRetry: a.rnrRetry}
+	driver.ApplyAttr(&q.attr, &attr, m)
+	if m&driver.QPAttrState != 0 {
+		q.attr.State = driver.QPState(a.qpState)
 		q.state.Store(a.qpState)
 	}
-	if mask&ibvQPAccessFlags != 0 {
-		x.AccessFlags = driver.AccessFlags(a.qpAccessFlags)
-	}
-	if mask&ibvQPPort != 0 {
-		x.Port = a.portNum
-	}
-	if mask&ibvQPPathMTU != 0 {
-		x.PathMTU = driver.MTU(a.pathMTU)
-	}
-	if mask&ibvQPDestQPN != 0 {
-		x.DestQPNum = a.destQPNum
+	if m&driver.QPAttrDestQPN != 0 {
 		q.destQPN.Store(a.destQPNum)
-	}
-	if mask&ibvQPRQPSN != 0 {
-		x.RQPSN = a.rqPSN
-	}
-	if mask&ibvQPSQPSN != 0 {
-		x.SQPSN = a.sqPSN
-	}
-	if mask&ibvQPMaxQPRdAtomic != 0 {
-		x.MaxRdAtomic = a.maxRdAtomic
-	}
-	if mask&ibvQPMaxDestRdAtomic != 0 {
-		x.MaxDestRdAtomic = a.maxDestRdAtomic
-	}
-	if mask&ibvQPMinRNRTimer != 0 {
-		x.MinRNRTimer = driver.RNRTimer(a.minRNRTimer)
-	}
-	if mask&ibvQPTimeout != 0 {
-		x.Timeout = a.timeout
-	}
-	if mask&ibvQPRetryCnt != 0 {
-		x.RetryCnt = a.retryCnt
-	}
-	if mask&ibvQPRNRRetry != 0 {
-		x.RNRRetry = a.rnrRetry
 	}
 }
 
@@ -462,18 +458,7 @@ func (q *qp) toIBVAttr(attr *driver.QPAttr, mask driver.QPAttrMask, cur, next dr
 		maxRdAtomic: attr.MaxRdAtomic, maxDestRdAtomic: attr.MaxDestRdAtomic,
 		minRNRTimer: uint8(attr.MinRNRTimer), timeout: attr.Timeout, retryCnt: attr.RetryCnt, rnrRetry: attr.RNRRetry}
 	var m int32
-	for _, b := range [...]struct {
-		g driver.QPAttrMask
-		c int32
-	}{
-		{driver.QPAttrState, ibvQPState}, {driver.QPAttrCurState, ibvQPCurState},
-		{driver.QPAttrAccessFlags, ibvQPAccessFlags}, {driver.QPAttrPort, ibvQPPort},
-		{driver.QPAttrPathMTU, ibvQPPathMTU}, {driver.QPAttrDestQPN, ibvQPDestQPN},
-		{driver.QPAttrRQPSN, ibvQPRQPSN}, {driver.QPAttrSQPSN, ibvQPSQPSN},
-		{driver.QPAttrMaxQPRdAtomic, ibvQPMaxQPRdAtomic}, {driver.QPAttrMaxDestRdAtomic, ibvQPMaxDestRdAtomic},
-		{driver.QPAttrMinRNRTimer, ibvQPMinRNRTimer}, {driver.QPAttrTimeout, ibvQPTimeout},
-		{driver.QPAttrRetryCnt, ibvQPRetryCnt}, {driver.QPAttrRNRRetry, ibvQPRNRRetry},
-	} {
+	for _, b := range qpAttrMasks {
 		if mask&b.g != 0 {
 			m |= b.c
 		}
@@ -617,6 +602,7 @@ func (q *qp) sendDone(ok bool) {
 // resetQueues empties the occupancy: a QP moved to Reset has empty
 // queues.
 func (q *qp) resetQueues() {
+	q.resets.Add(1)
 	q.sqMu.Lock()
 	q.sqPosted.Store(0)
 	q.sqRetired.Store(0)

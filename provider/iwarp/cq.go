@@ -25,11 +25,6 @@ type cq struct {
 	// instruction is about 12 ns, a tenth of an empty poll's own work):
 	// two pollers at once may count one poll, which only moves a yield.
 	empty atomic.Uint32
-	// held is the ring's length, stored under mu with a release store
-	// and loaded without it: a poll that finds the ring empty takes no
-	// lock (a completion pushed meanwhile is found by the next poll, as
-	// one pushed just after a locked look would be).
-	held atomic.Uint32
 
 	mu sync.Mutex // guards the ring
 }
@@ -52,7 +47,6 @@ func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 func (c *cq) push(e soft.Entry) (ok, woke bool) {
 	c.mu.Lock()
 	ok, woke = c.PushLocked(&e)
-	atomicrel.StoreUint32(&c.held, uint32(c.LenLocked()))
 	c.mu.Unlock()
 	return ok, woke
 }
@@ -125,12 +119,11 @@ const yieldEvery = 256
 
 // poll takes completions from the ring.
 func (c *cq) poll(wc []driver.WorkCompletion) int {
-	if c.held.Load() == 0 {
+	if c.Held() == 0 {
 		return 0
 	}
 	c.mu.Lock()
 	n := c.PollLocked(wc)
-	atomicrel.StoreUint32(&c.held, uint32(c.LenLocked()))
 	c.mu.Unlock()
 	return n
 }
