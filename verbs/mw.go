@@ -24,10 +24,14 @@ const (
 )
 
 // MWBind is the binding an OpBindMW work request makes: Length bytes at
-// Addr of the region whose lkey is LKey, granting Access (a subset of the
-// region's remote rights) through the window whose current rkey is RKey.
+// Addr of the region whose lkey is LKey, granting Access through the
+// window MW (set by MW.Bind; nil names the window by RKey, its current
+// key). The region needs AccessMWBind, and AccessLocalWrite if the
+// window grants AccessRemoteWrite or AccessRemoteAtomic; it need not
+// have remote rights of its own.
 //
 //	type MWBind struct {
+//		MW     driver.MW // the window's driver object
 //		RKey   uint32
 //		LKey   uint32
 //		Addr   uint64
@@ -37,8 +41,10 @@ const (
 type MWBind = driver.MWBind
 
 // MW is a memory window (struct ibv_mw): a key that grants a peer a
-// part of a registered region, with a subset of its rights, for as long
-// as the window stays bound. Revoking the window (OpLocalInv, the peer's
+// part of a registered region, with the rights the bind gives it, for as
+// long as the window stays bound. A region registered without remote
+// rights (AccessLocalWrite|AccessMWBind) is reached by peers through its
+// windows alone. Revoking the window (OpLocalInv, the peer's
 // OpSendWithInv, a rebind or Dealloc) ends the peer's access without
 // touching the region or its own key. The region must have been
 // registered with AccessMWBind.
@@ -81,11 +87,13 @@ func (w *MW) PD() *PD { return w.pd }
 // Bind returns the OpBindMW work request that binds the window to
 // length bytes at addr of mr with the rights access: post it on a QP of
 // the window's PD (for a type 2 window, the QP whose peer is to use it).
-// Once it has completed successfully, RKey is the window's new key. A
-// type 1 window is unbound with a zero length (mr may then be nil).
+// Once it has completed successfully, RKey is the window's new key. The
+// request names the window itself, so that binds posted back to back
+// execute in order, each rekeying the window again. A type 1 window is
+// unbound with a zero length (mr may then be nil).
 func (w *MW) Bind(wrid uint64, mr *MR, addr uint64, length uint64, access AccessFlags, flags SendFlags) SendWR {
 	wr := SendWR{WRID: wrid, Opcode: OpBindMW, Flags: flags,
-		Bind: MWBind{RKey: w.d.RKey(), Addr: addr, Length: length, Access: access}}
+		Bind: MWBind{MW: w.d, RKey: w.d.RKey(), Addr: addr, Length: length, Access: access}}
 	if mr != nil {
 		wr.Bind.LKey = mr.LKey()
 	}
@@ -113,6 +121,9 @@ func (w *MW) Dealloc() error {
 func (q *QP) BindMW(w *MW, wrid uint64, mr *MR, addr, length uint64, access AccessFlags, flags SendFlags) error {
 	if w.typ != MWType1 {
 		return fmt.Errorf("verbs: bind MW: %w: a type 2 window is bound by posting its Bind work request", ErrInvalidArg)
+	}
+	if w.dealloc.Load() {
+		return fmt.Errorf("verbs: bind MW: %w: the window was deallocated", ErrClosed)
 	}
 	if w.pd != q.pd || (mr != nil && mr.pd != q.pd) {
 		return fmt.Errorf("verbs: bind MW: %w: the window, the region and the QP must share one PD", ErrInvalidArg)

@@ -77,7 +77,10 @@ type SGE = driver.SGE
 //		SGList []SGE
 //		Opcode Opcode
 //		Flags  SendFlags
-//		// Imm is the immediate data of OpSendWithImm and OpRDMAWriteWithImm.
+//		// Imm is the immediate data of OpSendWithImm and OpRDMAWriteWithImm,
+//		// a number: it crosses the wire in network byte order, and the
+//		// receiver's WorkCompletion.Imm is the same number (a C peer reads it
+//		// as ntohl(wc.imm_data), and its htonl(x) arrives here as x).
 //		Imm uint32
 //		// InvalidateRKey is the rkey invalidated by OpSendWithInv (at the
 //		// peer) and OpLocalInv (locally): a type 2 memory window's.
@@ -113,7 +116,7 @@ type RecvWR = driver.RecvWR
 //		Flags           WCFlags
 //		VendorErr       uint32
 //		ByteLen         uint32 // bytes received (receives) or read (RDMA Read)
-//		Imm             uint32 // immediate data when Flags has WCWithImm
+//		Imm             uint32 // immediate data when Flags has WCWithImm: the sender's SendWR.Imm, whatever either host's byte order
 //		InvalidatedRKey uint32 // when Flags has WCWithInv
 //		QPNum           uint32 // the local QP the work request was posted to
 //		SrcQP           uint32 // the remote QP (receives)

@@ -5,9 +5,9 @@
 // loop0, shm0 and tcp0.
 //
 // A provider keeps its keys in a keytab.Table[Entry[R]], R being its
-// region type: an entry holds either a region (MR) or a window (W), so
-// that regions and windows share one key space and a key names one of
-// them at most. Check resolves a key for an access (loop0 and tcp0 call
+// region type: an entry holds either a region (MR, with its Extent, made
+// by RegionEntry) or a window (W), so that regions and windows share one
+// key space and a key names one of them at most. Check resolves a key for an access (loop0 and tcp0 call
 // it for every remote access, CheckLocal for every lkey; shm0's peers
 // check grants in their own process, and shm0 publishes a window's
 // Current binding into the grant tables they read, beside its regions').
@@ -20,14 +20,21 @@
 // The rules, after the InfiniBand specification and Linux rxe:
 //
 //   - A bind needs a region of the window's PD registered with
-//     AccessMWBind, a range inside the region, and rights that are a
-//     subset of the region's remote rights; a type 2 window binds only
-//     while unbound, to the QP the bind is posted on, which must be of
-//     the window's PD, and never with a zero length; a type 1 window
+//     AccessMWBind (and AccessLocalWrite if the window grants remote
+//     write or atomics) and a range inside the region; the window's
+//     rights need not be the region's: the region may grant no remote
+//     access of its own, and a peer then reaches it only through its
+//     windows, with their rights. A type 2 window binds only while
+//     unbound, to the QP the bind is posted on, which must be of the
+//     window's PD, and never with a zero length; a type 1 window
 //     rebinds while bound, and a zero length unbinds it.
 //   - Every bind draws the window a new key from the table, as a
 //     registration does (crypto/rand; never a live or recently revoked
-//     key): the key of the previous binding fails from then on.
+//     key, so never the key it replaces): the key of the previous
+//     binding fails from then on. A bind request names its window
+//     itself (MWBind.MW, as ibv_bind_mw's does), so that binds posted
+//     back to back execute in order, each on the key the one before
+//     gave; one naming it by key must carry its current key.
 //   - Only a bound type 2 window is invalidated: locally (OpLocalInv)
 //     on a QP of its PD, remotely (Send with Invalidate) only on the QP
 //     it is bound to. An invalidated window keeps its key, which names
@@ -46,34 +53,47 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/goverbs/goverbs/internal/keytab"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
-// Region is a provider's registered memory region as the check sees it.
-// Its Grant must be safe to call without the provider's locks.
+// Region is a provider's registered memory region as the check sees it:
+// its Extent, the same one for the region's life.
 type Region interface {
 	comparable
-	Grant() Extent
+	Extent() *Extent
 }
 
-// Extent describes a region: its key, virtual range, rights, protection
-// domain (compared by identity) and whether it is still registered.
+// Extent describes a region to the check: its virtual range, rights and
+// protection domain (compared by identity), fixed when the region is
+// registered, and whether it was revoked since (deregistered, or
+// invalidated). A provider keeps one in each region, built in place.
 type Extent struct {
-	Key    uint32
-	Addr   uint64
-	Len    uint64
-	Access driver.AccessFlags
-	PD     any
-	Valid  bool
+	Addr    uint64
+	Len     uint64
+	Access  driver.AccessFlags
+	PD      any
+	revoked atomic.Bool
 }
 
-// Entry is the value a key table holds for a key: a region or a window.
+// Revoke marks the region revoked: the check refuses it from then on.
+func (x *Extent) Revoke() { x.revoked.Store(true) }
+
+// Revoked reports whether the region was revoked.
+func (x *Extent) Revoked() bool { return x.revoked.Load() }
+
+// Entry is the value a key table holds for a key: a region (MR, with its
+// Extent in X, so that the check reads it without a call) or a window.
 type Entry[R Region] struct {
 	MR R
+	X  *Extent
 	W  *Window[R]
 }
+
+// RegionEntry is the entry of region m.
+func RegionEntry[R Region](m R) Entry[R] { return Entry[R]{MR: m, X: m.Extent()} }
 
 // Fault says why a key check failed, in terms a provider maps to its
 // wire's error codes (a Terminate's, or a completion status).
@@ -119,6 +139,7 @@ type Window[R Region] struct {
 type binding[R Region] struct {
 	key    uint32
 	mr     R
+	x      *Extent // mr's, checked for its revocation
 	addr   uint64
 	length uint64
 	access driver.AccessFlags
@@ -177,36 +198,14 @@ func AllocMW[R Region](tab *keytab.Table[Entry[R]], typ driver.MWType, pd any) (
 func Check[R Region](tab *keytab.Table[Entry[R]], key uint32, pd, qp any, addr, n uint64, need driver.AccessFlags) (R, Fault) {
 	var zero R
 	e, ok := tab.Lookup(key)
-	if !ok {
-		return zero, BadKey
-	}
-	if w := e.W; w != nil {
-		b := w.cur.Load()
-		switch {
-		case b == nil || b.key != key:
-			return zero, BadKey
-		case w.pd != pd || b.qp != nil && b.qp != qp:
-			return zero, NotAssoc
-		case b.access&need != need:
-			return zero, Rights
-		case !inside(addr, n, b.addr, b.length):
-			return zero, Bounds
-		}
-		if x := b.mr.Grant(); !x.Valid {
-			return zero, BadKey
-		}
-		return b.mr, OK
-	}
-	x := e.MR.Grant()
 	switch {
-	case !x.Valid || x.Key != key:
+	case !ok:
 		return zero, BadKey
-	case x.PD != pd:
-		return zero, NotAssoc
-	case x.Access&need != need:
-		return zero, Rights
-	case !inside(addr, n, x.Addr, x.Len):
-		return zero, Bounds
+	case e.W != nil:
+		return checkWindow(e.W, key, pd, qp, addr, n, need)
+	}
+	if f := e.X.check(pd, addr, n, need); f != OK {
+		return zero, f
 	}
 	return e.MR, OK
 }
@@ -214,11 +213,59 @@ func Check[R Region](tab *keytab.Table[Entry[R]], key uint32, pd, qp any, addr, 
 // CheckLocal resolves key as an lkey: as Check, but a window's key names
 // nothing (a window grants remote access only).
 func CheckLocal[R Region](tab *keytab.Table[Entry[R]], key uint32, pd any, addr, n uint64, need driver.AccessFlags) (R, Fault) {
-	if e, _ := tab.Lookup(key); e.W != nil {
-		var zero R
+	var zero R
+	e, ok := tab.Lookup(key)
+	if !ok || e.W != nil {
 		return zero, BadKey
 	}
-	return Check(tab, key, pd, nil, addr, n, need)
+	if f := e.X.check(pd, addr, n, need); f != OK {
+		return zero, f
+	}
+	return e.MR, OK
+}
+
+// check is Check of the region of x: its fields compared in place.
+func (x *Extent) check(pd any, addr, n uint64, need driver.AccessFlags) Fault {
+	switch {
+	case x.revoked.Load():
+		return BadKey
+	case !same(x.PD, pd):
+		return NotAssoc
+	case x.Access&need != need:
+		return Rights
+	case !inside(addr, n, x.Addr, x.Len):
+		return Bounds
+	}
+	return OK
+}
+
+// checkWindow is Check of window w.
+func checkWindow[R Region](w *Window[R], key uint32, pd, qp any, addr, n uint64, need driver.AccessFlags) (R, Fault) {
+	var zero R
+	b := w.cur.Load()
+	switch {
+	case b == nil || b.key != key:
+		return zero, BadKey
+	case !same(w.pd, pd) || b.qp != nil && !same(b.qp, qp):
+		return zero, NotAssoc
+	case b.access&need != need:
+		return zero, Rights
+	case !inside(addr, n, b.addr, b.length):
+		return zero, Bounds
+	case b.x.revoked.Load():
+		return zero, BadKey
+	}
+	return b.mr, OK
+}
+
+// same reports whether a and b hold the same object: protection domains
+// and QPs are compared by identity. It compares the interfaces' words
+// (type and data) rather than calling the runtime's interface equality:
+// for a pointer the data word is the pointer, and for any other dynamic
+// type equal words mean the same boxed value, so it never reports two
+// different objects as the same.
+func same(a, b any) bool {
+	return *(*[2]uintptr)(unsafe.Pointer(&a)) == *(*[2]uintptr)(unsafe.Pointer(&b))
 }
 
 // inside reports whether [addr, addr+n) lies inside [base, base+length).
@@ -245,23 +292,37 @@ func bindErr(format string, a ...any) error { return &BindError{Reason: fmt.Spri
 // the window's lock, once the bind's checks have passed.
 type View[R Region] func(region R, b *driver.MWBind) R
 
-// Bind binds w per b (b.RKey must be w's current key) to the region mr,
-// posted on QP qp of protection domain qpPD, and returns the window's
-// new key, and what the previous binding resolved to, if the window was
-// bound. The previous binding's key fails once Bind returns.
-func (w *Window[R]) Bind(tab *keytab.Table[Entry[R]], mr R, b *driver.MWBind, qp, qpPD any, view View[R]) (key uint32, prev R, wasBound bool, err error) {
+// Handle is implemented by a provider's driver.MW: the window it is. A
+// bind request whose MWBind.MW is set names its window so (as
+// ibv_mw_bind's mw does), whatever the window's key is by the time the
+// bind executes; one without names it by MWBind.RKey, its current key.
+type Handle[R Region] interface {
+	GrantWindow() *Window[R]
+}
+
+// Replaced is what a bind replaced: the key it revoked, and what the
+// window's previous binding resolved to, if it was bound.
+type Replaced[R Region] struct {
+	Key      uint32
+	MR       R
+	WasBound bool
+}
+
+// Bind binds w per b to the region mr, posted on QP qp of protection
+// domain qpPD, and returns the window's new key and what the bind
+// replaced. A request naming the window by key (b.MW nil) must carry its
+// current key. The previous binding's key fails once Bind returns.
+func (w *Window[R]) Bind(tab *keytab.Table[Entry[R]], mr R, b *driver.MWBind, qp, qpPD any, view View[R]) (key uint32, old Replaced[R], err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	cur := w.cur.Load()
-	if cur != nil {
-		prev, wasBound = cur.mr, true
+	fail := func(format string, a ...any) (uint32, Replaced[R], error) {
+		return 0, Replaced[R]{}, bindErr(format, a...)
 	}
-	var zero R
-	fail := func(format string, a ...any) (uint32, R, bool, error) { return 0, zero, false, bindErr(format, a...) }
 	switch {
 	case w.dead:
 		return fail("the window was deallocated")
-	case b.RKey != w.key.Load():
+	case b.MW == nil && b.RKey != w.key.Load():
 		return fail("key %#x is not the window's current key", b.RKey)
 	case w.pd != qpPD:
 		return fail("the window belongs to another protection domain than the QP")
@@ -273,25 +334,30 @@ func (w *Window[R]) Bind(tab *keytab.Table[Entry[R]], mr R, b *driver.MWBind, qp
 		return fail("a window grants remote rights only, not %v", b.Access&^driver.RemoteAccess)
 	}
 	if b.Length != 0 {
-		x := mr.Grant()
+		x := mr.Extent()
 		switch {
-		case !x.Valid || x.Key != b.LKey:
+		case x.Revoked():
 			return fail("lkey %#x names no registered region", b.LKey)
 		case x.PD != w.pd:
 			return fail("the region belongs to another protection domain than the window")
 		case x.Access&driver.AccessMWBind == 0:
 			return fail("the region was registered without AccessMWBind")
-		case b.Access&^x.Access != 0:
-			return fail("the window's rights %v are not a subset of the region's %v", b.Access, x.Access&driver.RemoteAccess)
+		case b.Access&(driver.AccessRemoteWrite|driver.AccessRemoteAtomic) != 0 && x.Access&driver.AccessLocalWrite == 0:
+			return fail("a window granting %v needs a region registered with AccessLocalWrite", b.Access&(driver.AccessRemoteWrite|driver.AccessRemoteAtomic))
 		case !inside(b.Addr, b.Length, x.Addr, x.Len):
 			return fail("[%#x, +%d) is not inside the region [%#x, +%d)", b.Addr, b.Length, x.Addr, x.Len)
 		}
 	}
 	// The old key dies first; then the binding is published with the
 	// new key inside it, and only then is the new key told.
-	nk, ok := tab.Rekey(w.key.Load(), func(e Entry[R], _ uint32) Entry[R] { return e })
-	if !ok {
+	ok := w.key.Load()
+	nk, found := tab.Rekey(ok, func(e Entry[R], _ uint32) Entry[R] { return e })
+	if !found {
 		return fail("the window's key vanished from the key table")
+	}
+	old = Replaced[R]{Key: ok}
+	if cur != nil {
+		old.MR, old.WasBound = cur.mr, true
 	}
 	if b.Length == 0 {
 		w.cur.Store(nil)
@@ -299,14 +365,14 @@ func (w *Window[R]) Bind(tab *keytab.Table[Entry[R]], mr R, b *driver.MWBind, qp
 		if view != nil {
 			mr = view(mr, b)
 		}
-		nb := &binding[R]{key: nk, mr: mr, addr: b.Addr, length: b.Length, access: b.Access}
+		nb := &binding[R]{key: nk, mr: mr, x: mr.Extent(), addr: b.Addr, length: b.Length, access: b.Access}
 		if w.typ == driver.MWType2 {
 			nb.qp = qp
 		}
 		w.cur.Store(nb)
 	}
 	w.key.Store(nk)
-	return nk, prev, wasBound, nil
+	return nk, old, nil
 }
 
 // Invalidate unbinds w, a type 2 window bound under key, at the request
@@ -357,28 +423,39 @@ func Lookup[R Region](tab *keytab.Table[Entry[R]], key uint32) *Window[R] {
 
 // ExecuteBind executes an OpBindMW work request wr posted on QP qp of
 // protection domain pd, making the binding with view: the status it
-// completes with, and what the window's previous binding resolved to
-// (so that the provider stops what it has under way through the old
-// key), if it was bound.
-func ExecuteBind[R Region](tab *keytab.Table[Entry[R]], wr *driver.SendWR, qp, pd any, view View[R]) (driver.WCStatus, R, bool) {
-	var zero R
-	w := Lookup(tab, wr.Bind.RKey)
+// completes with, the window (nil if the request names none), and what
+// the bind replaced (so that the provider stops what it has under way
+// through the old key).
+func ExecuteBind[R Region](tab *keytab.Table[Entry[R]], wr *driver.SendWR, qp, pd any, view View[R]) (driver.WCStatus, *Window[R], Replaced[R]) {
+	w := windowOf(tab, &wr.Bind)
 	if w == nil {
-		return driver.WCMWBindErr, zero, false
+		return driver.WCMWBindErr, nil, Replaced[R]{}
 	}
 	var mr R
 	if wr.Bind.Length != 0 {
 		e, ok := tab.Lookup(wr.Bind.LKey)
 		if !ok || e.W != nil {
-			return driver.WCMWBindErr, zero, false
+			return driver.WCMWBindErr, w, Replaced[R]{}
 		}
 		mr = e.MR
 	}
-	_, old, wasBound, err := w.Bind(tab, mr, &wr.Bind, qp, pd, view)
+	_, old, err := w.Bind(tab, mr, &wr.Bind, qp, pd, view)
 	if err != nil {
-		return driver.WCMWBindErr, zero, false
+		return driver.WCMWBindErr, w, Replaced[R]{}
 	}
-	return driver.WCSuccess, old, wasBound
+	return driver.WCSuccess, w, old
+}
+
+// windowOf is the window a bind request names: b.MW's, or that of the key
+// b.RKey.
+func windowOf[R Region](tab *keytab.Table[Entry[R]], b *driver.MWBind) *Window[R] {
+	if b.MW == nil {
+		return Lookup(tab, b.RKey)
+	}
+	if h, ok := b.MW.(Handle[R]); ok {
+		return h.GrantWindow()
+	}
+	return nil
 }
 
 // LocalInvalidate executes an OpLocalInv work request for key, posted

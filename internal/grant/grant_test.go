@@ -9,6 +9,8 @@ import (
 
 type testPD struct{ int }
 
+// region is a provider's region: its own fields (which
+// BenchmarkCheckRegionDirect checks directly) and its Extent.
 type region struct {
 	key    uint32
 	addr   uint64
@@ -16,11 +18,15 @@ type region struct {
 	access driver.AccessFlags
 	pd     *testPD
 	valid  bool
+	ext    Extent
 }
 
-func (r *region) Grant() Extent {
-	return Extent{Key: r.key, Addr: r.addr, Len: r.len, Access: r.access, PD: r.pd, Valid: r.valid}
+func newRegion(addr, n uint64, access driver.AccessFlags, pd *testPD) *region {
+	return &region{addr: addr, len: n, access: access, pd: pd, valid: true,
+		ext: Extent{Addr: addr, Len: n, Access: access, PD: pd}}
 }
+
+func (r *region) Extent() *Extent { return &r.ext }
 
 type fixture struct {
 	tab     keytab.Table[Entry[*region]]
@@ -31,8 +37,8 @@ type fixture struct {
 
 func newFixture(t *testing.T, access driver.AccessFlags) *fixture {
 	f := &fixture{pd: &testPD{1}, pd2: &testPD{2}, qp: new(int), qp2: new(int)}
-	f.mr = &region{addr: 0x1000, len: 0x1000, access: access, pd: f.pd, valid: true}
-	if _, err := f.tab.Insert(func(k uint32) Entry[*region] { f.mr.key = k; return Entry[*region]{MR: f.mr} }); err != nil {
+	f.mr = newRegion(0x1000, 0x1000, access, f.pd)
+	if _, err := f.tab.Insert(func(k uint32) Entry[*region] { f.mr.key = k; return RegionEntry(f.mr) }); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -104,7 +110,7 @@ func TestWindowGrantsOnlyItsBinding(t *testing.T) {
 	}
 	// Deregistering the region ends the window's grant.
 	f.bind(w, 0x1000, 0x10, driver.AccessRemoteWrite, f.qp)
-	f.mr.valid = false
+	f.mr.ext.Revoke()
 	if _, fl := Check(&f.tab, w.RKey(), f.pd, f.qp, 0x1000, 8, driver.AccessRemoteWrite); fl != BadKey {
 		t.Fatalf("window over a deregistered region: %v", fl)
 	}
@@ -125,7 +131,8 @@ func TestBindRefusals(t *testing.T) {
 		access driver.AccessFlags
 	}{
 		{"region without AccessMWBind", noBind, driver.MWType1, 0x1000, 8, driver.AccessRemoteRead},
-		{"rights beyond the region's", readOnly, driver.MWType1, 0x1000, 8, driver.AccessRemoteWrite},
+		{"remote write on a region without LocalWrite", readOnly, driver.MWType1, 0x1000, 8, driver.AccessRemoteWrite},
+		{"remote atomics on a region without LocalWrite", readOnly, driver.MWType1, 0x1000, 8, driver.AccessRemoteAtomic},
 		{"a local right", f, driver.MWType1, 0x1000, 8, driver.AccessLocalWrite},
 		{"below the region", f, driver.MWType2, 0xfff, 8, driver.AccessRemoteRead},
 		{"past the region", f, driver.MWType2, 0x1ff9, 8, driver.AccessRemoteRead},
@@ -232,5 +239,72 @@ func TestType2QPAndInvalidation(t *testing.T) {
 	}
 	if _, err := AllocMW(&f.tab, 3, f.pd); err == nil {
 		t.Fatal("type 3 allocated")
+	}
+}
+
+// TestWindowRightsBeyondRegion: a window grants rights its region lacks
+// (C10-74: a region registered LocalWrite|MWBind takes a window granting
+// remote read, write and atomics), while the region's own key grants
+// nothing remotely.
+func TestWindowRightsBeyondRegion(t *testing.T) {
+	f := newFixture(t, driver.AccessLocalWrite|driver.AccessMWBind)
+	w, err := AllocMW(&f.tab, driver.MWType1, f.pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := f.bind(w, 0x1000, 0x100, driver.RemoteAccess, f.qp); st != driver.WCSuccess {
+		t.Fatalf("bind: %v", st)
+	}
+	if _, fl := Check(&f.tab, w.RKey(), f.pd, f.qp, 0x1000, 8, driver.AccessRemoteWrite|driver.AccessRemoteAtomic); fl != OK {
+		t.Fatalf("write through the window: %v", fl)
+	}
+	if _, fl := Check(&f.tab, f.mr.key, f.pd, f.qp, 0x1000, 8, driver.AccessRemoteRead); fl != Rights {
+		t.Fatalf("read with the region's key: %v, want %v", fl, Rights)
+	}
+}
+
+// testMW is a provider's driver.MW: the window it is.
+type testMW struct{ w *Window[*region] }
+
+func (m *testMW) RKey() uint32                  { return m.w.RKey() }
+func (m *testMW) Type() driver.MWType           { return m.w.Type() }
+func (m *testMW) Dealloc() error                { return nil }
+func (m *testMW) GrantWindow() *Window[*region] { return m.w }
+
+// TestBindsNamingTheWindow: binds that name their window execute one
+// after the other although built with the same (then current) key, each
+// giving the window a new key; a deallocated window refuses them.
+func TestBindsNamingTheWindow(t *testing.T) {
+	f := newFixture(t, all)
+	w, err := AllocMW(&f.tab, driver.MWType1, f.pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &testMW{w}
+	posted := w.RKey()
+	keys := map[uint32]bool{posted: true}
+	for i := range 3 {
+		wr := driver.SendWR{Opcode: driver.OpBindMW, Bind: driver.MWBind{MW: h, RKey: posted, LKey: f.mr.key, Addr: 0x1000 + uint64(i)*0x100, Length: 0x100, Access: driver.AccessRemoteRead}}
+		st, got, rep := ExecuteBind(&f.tab, &wr, f.qp, f.pd, nil)
+		if st != driver.WCSuccess || got != w {
+			t.Fatalf("bind %d: %v", i, st)
+		}
+		if !keys[rep.Key] || keys[w.RKey()] {
+			t.Fatalf("bind %d revoked %#x and gave %#x; want a key given before revoked and a new one", i, rep.Key, w.RKey())
+		}
+		keys[w.RKey()] = true
+	}
+	if _, fl := Check(&f.tab, w.RKey(), f.pd, f.qp, 0x1200, 0x100, driver.AccessRemoteRead); fl != OK {
+		t.Fatalf("the last binding: %v", fl)
+	}
+	if _, fl := Check(&f.tab, posted, f.pd, f.qp, 0x1000, 8, driver.AccessRemoteRead); fl != BadKey {
+		t.Fatalf("the key the binds were built with: %v", fl)
+	}
+	if _, _, err := w.Dealloc(&f.tab); err != nil {
+		t.Fatal(err)
+	}
+	wr := driver.SendWR{Opcode: driver.OpBindMW, Bind: driver.MWBind{MW: h, LKey: f.mr.key, Addr: 0x1000, Length: 8, Access: driver.AccessRemoteRead}}
+	if st, _, _ := ExecuteBind(&f.tab, &wr, f.qp, f.pd, nil); st != driver.WCMWBindErr {
+		t.Fatalf("bind of a deallocated window: %v", st)
 	}
 }

@@ -53,8 +53,9 @@
 // request with a new key whose low byte the provider draws from
 // crypto/rand, differing from the old one. MW.RKey changes when the bind
 // has completed successfully. A bind must name a live region of the QP's
-// PD, and one granting rights the region lacks is refused at post time
-// with ErrInvalidArg (rxe would grant them). The device enforces the rest,
+// PD registered with AccessMWBind, and with AccessLocalWrite when the
+// window grants remote write or atomics; other binds are refused at post
+// time with ErrInvalidArg. The device enforces the rest,
 // and rxe does so partly: it checks an access through a window against
 // the bounds of the whole region rather than the window's, completes a
 // Send with Invalidate that the responder refuses successfully at the

@@ -156,8 +156,10 @@ func windowBoundErr(err error) error {
 
 // bindTarget finds the window and the region an OpBindMW work request
 // names, in q's PD, and checks the rights it asks for against the
-// region's: a window grants no right its region lacks. Devices check the
-// range and AccessMWBind themselves and complete the bind in error.
+// region's as the verbs rules have them: the region allows windows
+// (AccessMWBind), and one granting remote write or atomics allows local
+// write. The window's rights need not be the region's own remote rights.
+// Devices check the range themselves and complete the bind in error.
 func (q *qp) bindTarget(wr *driver.SendWR) (*mw, *mr, error) {
 	d := q.pd
 	d.mu.RLock()
@@ -172,8 +174,10 @@ func (q *qp) bindTarget(wr *driver.SendWR) (*mw, *mr, error) {
 	}
 	if a := wr.Bind.Access; a&^driver.RemoteAccess != 0 {
 		return nil, nil, fmt.Errorf("%w: a window grants remote rights only, not %v", driver.ErrInvalidArg, a)
-	} else if a&^m.access != 0 {
-		return nil, nil, fmt.Errorf("%w: the window would grant %v, which its region (%v) lacks", driver.ErrInvalidArg, a&^m.access, m.access)
+	} else if m.access&driver.AccessMWBind == 0 {
+		return nil, nil, fmt.Errorf("%w: the region (%v) was registered without AccessMWBind: register it with AccessMWBind to bind windows to it", driver.ErrInvalidArg, m.access)
+	} else if a&(driver.AccessRemoteWrite|driver.AccessRemoteAtomic) != 0 && m.access&driver.AccessLocalWrite == 0 {
+		return nil, nil, fmt.Errorf("%w: a window granting %v needs a region registered with AccessLocalWrite (it has %v)", driver.ErrInvalidArg, a, m.access)
 	}
 	return w, m, nil
 }

@@ -15,7 +15,7 @@ import (
 func TestSysReadAbortedFirst(t *testing.T) {
 	c := &conn{}
 	m := &mr{}
-	m.revoked.Store(true)
+	m.ext.Revoke()
 	c.rx.dstMR[0], c.rx.ndstMR = m, 1
 	c.aborted.Store(true)
 	if err := c.place([]byte{1}); !errors.Is(err, net.ErrClosed) {

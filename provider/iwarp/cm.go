@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -132,11 +131,7 @@ func (l *listener) Addr() string { return l.l.Addr().String() }
 func (l *listener) Close() error { return l.q.Close() }
 
 func (l *listener) Accept(ctx context.Context) (driver.ConnRequest, error) {
-	r, err := l.q.Accept(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return r, nil
+	return soft.Accepted(l.q.Accept(ctx))
 }
 
 // handshake reads the MPA Request of nc; a peer that is not an iWARP
@@ -209,7 +204,7 @@ type request struct {
 	nc       *net.TCPConn
 	req      wire.Frame
 	s        setup
-	answered sync.Once
+	answered soft.Answer
 	guard    *peerguard.Guard // the listener's
 	peer     string           // the requester's IP address
 }
@@ -227,9 +222,7 @@ func (r *request) Param() driver.ConnParam {
 }
 
 func (r *request) Reject(privateData []byte) error {
-	err := fmt.Errorf("%w: the request was already answered", driver.ErrClosed)
-	r.answered.Do(func() {
-		err = nil
+	return r.answered.Reject(func() error {
 		flags := wire.FlagReject | r.req.Flags()&wire.FlagCRC
 		var pd []byte
 		if r.s.enhanced {
@@ -242,23 +235,14 @@ func (r *request) Reject(privateData []byte) error {
 		f.SetHeader(wire.KeyRep, flags, max(r.req.Revision(), wire.Revision1), len(pd))
 		copy(f[wire.FrameHeaderLen:], pd)
 		r.nc.SetWriteDeadline(time.Now().Add(setupTimeout))
-		if _, werr := r.nc.Write(f); werr != nil {
-			err = werr
-		}
+		_, err := r.nc.Write(f)
 		r.nc.Close()
+		return err
 	})
-	return err
 }
 
 func (r *request) Accept(dq driver.QP, p driver.ConnParam) (driver.Conn, error) {
-	q, err := soft.Own[*qp](dq)
-	if err != nil {
-		return nil, err
-	}
-	var out driver.Conn
-	err = fmt.Errorf("%w: the request was already answered", driver.ErrClosed)
-	r.answered.Do(func() { out, err = r.accept(q, p) })
-	return out, err
+	return soft.Accept(&r.answered, dq, func(q *qp) (driver.Conn, error) { return r.accept(q, p) })
 }
 
 func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {

@@ -400,7 +400,7 @@ func (q *qp) atomicDone(id uint32, value uint64) (ok, revoked bool) {
 		return false, false
 	}
 	for _, m := range e.mrs[:e.nmr] {
-		if m.revoked.Load() {
+		if m.ext.Revoked() {
 			// Dereg takes q.mu after it revokes.
 			r.slot(e.seq).status = driver.WCLocProtErr
 			q.responseDone(8)

@@ -195,9 +195,10 @@ package iwarp
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/goverbs/goverbs/internal/grant"
@@ -215,39 +216,16 @@ const maxSGE = 16
 
 // maxRdAtomic is the most Reads and atomics a QP has outstanding as a
 // requester (ORD) or serves at once as a responder (IRD).
-const maxRdAtomic = 16
+const maxRdAtomic = soft.MaxRdAtomic
 
 // maxPrivateData is the private data cm carries: what Linux takes in an
 // MPA frame (256 bytes) less the RFC 6581 block and goverbs' extension
 // block.
 const maxPrivateData = 244
 
-var deviceAttr = driver.DeviceAttr{
-	Name:            DeviceName,
-	Transport:       "iwarp",
-	FWVersion:       "goverbs-iwarp 1",
-	MaxMRSize:       1 << 36,
-	MaxQP:           1 << 14,
-	MaxQPWR:         1 << 14,
-	MaxSGE:          maxSGE,
-	MaxCQ:           1 << 14,
-	MaxCQE:          1 << 20,
-	MaxMR:           keytab.MaxLen,
-	MaxPD:           1 << 14,
-	MaxQPRdAtom:     maxRdAtomic,
-	MaxQPInitRdAtom: maxRdAtomic,
-	MaxSRQ:          1 << 12,
-	MaxSRQWR:        1 << 14,
-	MaxSRQSGE:       maxSGE,
-	MaxInlineData:   1024,
-	MaxMsgSize:      1 << 31,
-	MaxPrivateData:  maxPrivateData,
-	AtomicCap:       driver.AtomicGlob,
-	Caps: driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess |
-		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList |
-		driver.CapQPErrorEvents | driver.CapTransportRetry | driver.CapMemoryWindows,
-	PhysPortCnt: 1,
-}
+var deviceAttr = soft.DeviceAttr(DeviceName, "iwarp", soft.Limits{MaxMRSize: 1 << 36, MaxSGE: maxSGE,
+	MaxQP: 1 << 14, MaxCQ: 1 << 14, MaxMR: keytab.MaxLen, MaxPD: 1 << 14, MaxSRQ: 1 << 12, MaxPrivateData: maxPrivateData,
+	Caps: driver.CapCrossProcess | driver.CapTransportRetry})
 
 func init() {
 	verbs.Register("iwarp", &provider{})
@@ -300,10 +278,7 @@ func (c *devCtx) Close() error {
 		return nil
 	}
 	c.closed = true
-	qps := make([]*qp, 0, len(c.qps))
-	for q := range c.qps {
-		qps = append(qps, q)
-	}
+	qps := slices.Collect(maps.Keys(c.qps))
 	c.mu.Unlock()
 	for _, q := range qps {
 		q.Destroy()
@@ -342,10 +317,10 @@ type mr struct {
 	buf    []byte
 	addr   uint64
 	access driver.AccessFlags
-	// revoked: deregistered or invalidated. Set under ctx.mu; receivers
-	// also check it without ctx.mu before each placement into the region
-	// (see Dereg).
-	revoked atomic.Bool
+	// ext is the region to the key check; it is revoked (deregistered
+	// or invalidated) under ctx.mu, and receivers also check it without
+	// ctx.mu before each placement into the region (see Dereg).
+	ext grant.Extent
 	// A memory window's binding resolves to a view of its region: an mr
 	// of its own (parent the region, stag the window's key, buf and
 	// access the binding's), so that what is under way through the
@@ -355,16 +330,14 @@ type mr struct {
 	views  []*mr
 }
 
-// Grant implements grant.Region.
-func (m *mr) Grant() grant.Extent {
-	return grant.Extent{Key: m.stag, Addr: m.addr, Len: uint64(len(m.buf)), Access: m.access, PD: m.pd, Valid: !m.revoked.Load()}
-}
+// Extent implements grant.Region.
+func (m *mr) Extent() *grant.Extent { return &m.ext }
 
 // revokeLocked revokes m and its views. ctx.mu is held.
 func (m *mr) revokeLocked() {
-	m.revoked.Store(true)
+	m.ext.Revoke()
 	for _, v := range m.views {
-		v.revoked.Store(true)
+		v.ext.Revoke()
 	}
 	m.views = nil
 }
@@ -388,8 +361,10 @@ func (p *pd) register(buf []byte, access driver.AccessFlags) (driver.MR, error) 
 	}
 	var m *mr
 	_, err := c.mrs.Insert(func(stag uint32) grant.Entry[*mr] {
-		m = &mr{ctx: c, pd: p, stag: stag, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access}
-		return grant.Entry[*mr]{MR: m}
+		addr := uint64(uintptr(unsafe.Pointer(&buf[0])))
+		m = &mr{ctx: c, pd: p, stag: stag, buf: buf, addr: addr, access: access,
+			ext: grant.Extent{Addr: addr, Len: uint64(len(buf)), Access: access, PD: p}}
+		return grant.RegionEntry(m)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", driver.ErrNoResources, err)
@@ -517,7 +492,7 @@ func (c *devCtx) spanLocked(stag uint32, p *pd, q *qp, addr, n uint64, need driv
 // span is spanLocked of m, the region found for stag (nil if none).
 func (m *mr) span(stag uint32, p *pd, addr, n uint64, need driver.AccessFlags) ([]byte, *mr, accessError) {
 	switch {
-	case m == nil || m.stag != stag || m.revoked.Load():
+	case m == nil || m.stag != stag || m.ext.Revoked():
 		return nil, nil, accessBadSTag
 	case m.pd != p:
 		return nil, nil, accessNotAssoc
@@ -566,7 +541,7 @@ func (c *devCtx) invalidate(stag uint32, q *qp) bool {
 		c.mu.Unlock()
 		return false
 	}
-	if m.revoked.Load() {
+	if m.ext.Revoked() {
 		// Invalid already: the verbs let an STag be invalidated
 		// again, as siw does.
 		c.mu.Unlock()

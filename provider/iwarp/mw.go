@@ -44,8 +44,11 @@ func (p *pd) AllocMW(typ driver.MWType) (driver.MW, error) {
 	return &mw{ctx: c, w: w}, nil
 }
 
-func (w *mw) RKey() uint32        { return w.w.RKey() }
-func (w *mw) Type() driver.MWType { return w.w.Type() }
+func (w *mw) RKey() uint32 { return w.w.RKey() }
+
+// GrantWindow implements grant.Handle.
+func (w *mw) GrantWindow() *grant.Window[*mr] { return w.w }
+func (w *mw) Type() driver.MWType             { return w.w.Type() }
 
 // Dealloc implements driver.MW: once it returns, nothing more is placed
 // or sent through the window.
@@ -65,10 +68,11 @@ func (w *mw) Dealloc() error {
 // it.
 func (c *devCtx) view(m *mr, b *driver.MWBind) *mr {
 	off := b.Addr - m.addr
-	v := &mr{ctx: c, pd: m.pd, buf: m.buf[off : off+b.Length], addr: b.Addr, access: b.Access, parent: m}
+	v := &mr{ctx: c, pd: m.pd, buf: m.buf[off : off+b.Length], addr: b.Addr, access: b.Access, parent: m,
+		ext: grant.Extent{Addr: b.Addr, Len: b.Length, Access: b.Access, PD: m.pd}}
 	c.mu.Lock()
-	if m.revoked.Load() {
-		v.revoked.Store(true)
+	if m.ext.Revoked() {
+		v.ext.Revoke()
 	} else {
 		m.views = append(m.views, v)
 	}
@@ -82,7 +86,7 @@ func (c *devCtx) view(m *mr, b *driver.MWBind) *mr {
 // itself).
 func (c *devCtx) revokeView(v *mr, wait bool) {
 	c.mu.Lock()
-	v.revoked.Store(true)
+	v.ext.Revoke()
 	if p := v.parent; p != nil {
 		if i := slices.Index(p.views, v); i >= 0 {
 			p.views = slices.Delete(p.views, i, i+1)
@@ -125,7 +129,9 @@ func (q *qp) windowOp(s *swq.Slot) (driver.WCStatus, uint32) {
 		revoke bool
 	)
 	if wr.Opcode == driver.OpBindMW {
-		st, old, revoke = grant.ExecuteBind(&q.ctx.mrs, wr, q, q.pd, q.ctx.view)
+		var rep grant.Replaced[*mr]
+		st, _, rep = grant.ExecuteBind(&q.ctx.mrs, wr, q, q.pd, q.ctx.view)
+		old, revoke = rep.MR, rep.WasBound
 	} else {
 		st, old = grant.LocalInvalidate(&q.ctx.mrs, wr.InvalidateRKey, q, q.pd)
 		revoke = st == driver.WCSuccess

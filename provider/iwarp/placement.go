@@ -91,7 +91,7 @@ func (rx *rxState) dstRevoked() bool { return anyRevoked(rx.dstMR[:rx.ndstMR]) }
 // anyRevoked reports whether a region of mrs has been revoked.
 func anyRevoked(mrs []*mr) bool {
 	for _, m := range mrs {
-		if m.revoked.Load() {
+		if m.ext.Revoked() {
 			return true
 		}
 	}

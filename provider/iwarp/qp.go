@@ -16,10 +16,11 @@ import (
 var qpNums = soft.QPNumbers{Base: 0x400}
 
 // qp is an iWARP queue pair. Its send queue is executed by whoever
-// transmits on its connection (requester.go, conn.go): the posting
+// transmits on its connection (requester.go, transmit.go): the posting
 // goroutine, or the transmit goroutine; incoming messages are placed by
-// whoever receives (responder.go): a goroutine polling one of its CQs, or
-// the receive goroutine. All take q.mu for their bookkeeping and never
+// whoever receives (rxloop.go, rxframe.go, placement.go, responder.go,
+// completer.go): a goroutine polling one of its CQs, or the receive
+// goroutine. All take q.mu for their bookkeeping and never
 // hold it across socket I/O.
 type qp struct {
 	soft.QP // Num, Query, Modify, PostRecv
@@ -50,7 +51,7 @@ type qp struct {
 	rxActive bool   // a receive is consumed by a Send being placed
 	rxWRID   uint64 // its WRID
 	// A receive completion held back while the receiver answers the
-	// Read Request right behind its Send (see conn.holdRecv).
+	// Read Request right behind its Send (see conn.completeSendWC).
 	rxHeld   bool
 	rxHeldWC driver.WorkCompletion
 	// sqdPending: the QP moved to SQD with a message under way or WRs
@@ -71,7 +72,7 @@ type qp struct {
 // receive SG lists), through q.mrCache. q.mu is held.
 func (q *qp) localSpan(g *driver.SGE, need driver.AccessFlags) ([]byte, *mr, accessError) {
 	slot := &q.mrCache[g.LKey%uint32(len(q.mrCache))]
-	if m := *slot; m != nil && m.stag == g.LKey && !m.revoked.Load() {
+	if m := *slot; m != nil && m.stag == g.LKey && !m.ext.Revoked() {
 		return m.span(g.LKey, q.pd, g.Addr, uint64(g.Length), need)
 	}
 	b, m, e := q.ctx.span(g.LKey, q.pd, nil, g.Addr, uint64(g.Length), need)

@@ -327,8 +327,8 @@ func (c *conn) rxImmData(h wire.Hdr) error {
 	if !q.accepts() || q.c != c {
 		return io.EOF
 	}
-	var r rwqe
-	if !q.takeRecv(&r) {
+	r := &rx.immRecv
+	if !q.takeRecv(r) {
 		return protoErr(wire.LayerDDP, wire.DDPUntaggedError, wire.DDPNoBuffer, driver.EventQPReqErr,
 			"an RDMA Write with immediate arrived and no receive is posted")
 	}
@@ -473,7 +473,7 @@ func (c *conn) addResponses(b *txBatch) {
 				if !c.crc {
 					c.pin(e.mr)
 				}
-				if e.mr.revoked.Load() {
+				if e.mr.ext.Revoked() {
 					// Dereg ends the stream (revokeRead): nothing
 					// more of the region goes out.
 					return

@@ -89,6 +89,10 @@ type rxState struct {
 	// The immediate lent to the next Send (a Send with immediate).
 	immNext    bool
 	immNextVal uint32
+	// immRecv: the receive a Write with immediate consumes, kept here so
+	// that its SGE list's capacity is reused and taking it allocates
+	// nothing.
+	immRecv rwqe
 	// Writes: the length of the Write message in progress, and of the
 	// last one completed (the length a Write with immediate reports).
 	writeLen     uint64

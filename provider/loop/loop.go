@@ -60,32 +60,9 @@ type fabric struct {
 
 var fab = &fabric{qps: map[uint32]*qp{}, nextQPN: 0x11, listeners: map[string]*listener{}}
 
-var deviceAttr = driver.DeviceAttr{
-	Name:            DeviceName,
-	Transport:       "loop",
-	FWVersion:       "goverbs-loop 1",
-	MaxMRSize:       1 << 34,
-	MaxQP:           1 << 14,
-	MaxQPWR:         1 << 14,
-	MaxSGE:          maxSGE,
-	MaxCQ:           1 << 14,
-	MaxCQE:          1 << 20,
-	MaxMR:           keytab.MaxLen,
-	MaxPD:           1 << 14,
-	MaxQPRdAtom:     16,
-	MaxQPInitRdAtom: 16,
-	MaxSRQ:          1 << 14,
-	MaxSRQWR:        1 << 14,
-	MaxSRQSGE:       maxSGE,
-	MaxInlineData:   1024,
-	MaxMsgSize:      1 << 31,
-	MaxPrivateData:  196,
-	AtomicCap:       driver.AtomicGlob,
-	Caps: driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics |
-		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList |
-		driver.CapQPErrorEvents | driver.CapMemoryWindows,
-	PhysPortCnt: 1,
-}
+var deviceAttr = soft.DeviceAttr(DeviceName, "loop", soft.Limits{MaxMRSize: 1 << 34, MaxSGE: maxSGE,
+	MaxQP: 1 << 14, MaxCQ: 1 << 14, MaxMR: keytab.MaxLen, MaxPD: 1 << 14, MaxSRQ: 1 << 14, MaxPrivateData: 196,
+	Caps: driver.CapRNRRetry})
 
 type provider struct{}
 
@@ -137,7 +114,7 @@ func (c *devCtx) Close() error {
 	}
 	c.mrs.Range(func(key uint32, e grant.Entry[*mr]) bool {
 		if m := e.MR; m != nil {
-			m.valid = false
+			m.ext.Revoke()
 			m.release()
 		}
 		c.mrs.Remove(key)
@@ -164,8 +141,8 @@ type mr struct {
 	buf     []byte
 	addr    uint64
 	access  driver.AccessFlags
-	valid   bool
-	mapping *mapping // the AllocMR memory the region lies in, or nil
+	ext     grant.Extent // revoked at Dereg or the context's Close
+	mapping *mapping     // the AllocMR memory the region lies in, or nil
 }
 
 // mapping is memory AllocMR took from the kernel, outside the Go heap, as
@@ -245,8 +222,10 @@ func (p *pd) register(buf []byte, access driver.AccessFlags, mp *mapping) (drive
 	}
 	var m *mr
 	_, err := c.mrs.Insert(func(key uint32) grant.Entry[*mr] {
-		m = &mr{ctx: c, pd: p, key: key, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access, valid: true}
-		return grant.Entry[*mr]{MR: m}
+		addr := uint64(uintptr(unsafe.Pointer(&buf[0])))
+		m = &mr{ctx: c, pd: p, key: key, buf: buf, addr: addr, access: access,
+			ext: grant.Extent{Addr: addr, Len: uint64(len(buf)), Access: access, PD: p}}
+		return grant.RegionEntry(m)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", driver.ErrNoResources, err)
@@ -274,19 +253,17 @@ func (m *mr) Access() driver.AccessFlags { return m.access }
 func (m *mr) Dereg() error {
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
-	if !m.valid {
+	if m.ext.Revoked() {
 		return driver.ErrClosed
 	}
-	m.valid = false
+	m.ext.Revoke()
 	m.ctx.mrs.Remove(m.key)
 	m.release()
 	return nil
 }
 
-// Grant implements grant.Region; fab.mu is held.
-func (m *mr) Grant() grant.Extent {
-	return grant.Extent{Key: m.key, Addr: m.addr, Len: uint64(len(m.buf)), Access: m.access, PD: m.pd, Valid: m.valid}
-}
+// Extent implements grant.Region.
+func (m *mr) Extent() *grant.Extent { return &m.ext }
 
 // span returns the bytes [addr, addr+n) that key grants need on, for an
 // access arriving on QP q of p (nil: a local access, by lkey).
@@ -324,8 +301,11 @@ func (p *pd) AllocMW(typ driver.MWType) (driver.MW, error) {
 	return &mw{w: w}, nil
 }
 
-func (w *mw) RKey() uint32        { return w.w.RKey() }
-func (w *mw) Type() driver.MWType { return w.w.Type() }
+func (w *mw) RKey() uint32 { return w.w.RKey() }
+
+// GrantWindow implements grant.Handle.
+func (w *mw) GrantWindow() *grant.Window[*mr] { return w.w }
+func (w *mw) Type() driver.MWType             { return w.w.Type() }
 func (w *mw) Dealloc() error {
 	fab.mu.Lock()
 	defer fab.mu.Unlock()

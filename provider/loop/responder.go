@@ -84,19 +84,6 @@ func (p *qp) receive(q *qp, wr *driver.SendWR, src *sglist.List) driver.WCStatus
 		return swq.RNRWait
 	}
 	wc := recvCompletion(q, wr, r.WRID, driver.WCRecv)
-	if wr.Opcode == driver.OpSendWithInv {
-		// The window is invalidated before the message is placed: a
-		// Send that may not invalidate it places nothing.
-		if _, isWindow, err := grant.RemoteInvalidate(&p.ctx.mrs, wr.InvalidateRKey, p, p.pd); !isWindow || err != nil {
-			p.consumeRecv()
-			wc.Status = driver.WCRemInvReqErr
-			p.CompleteRecv(wc)
-			p.responderErr(driver.EventQPReqErr)
-			return driver.WCRemInvReqErr
-		}
-		wc.Flags |= driver.WCWithInv
-		wc.InvalidatedRKey = wr.InvalidateRKey
-	}
 	var dst sglist.List
 	ok := swq.ResolveSGL(&dst, r.SGE, driver.AccessLocalWrite, p)
 	p.consumeRecv()
@@ -111,6 +98,20 @@ func (p *qp) receive(q *qp, wr *driver.SendWR, src *sglist.List) driver.WCStatus
 		p.CompleteRecv(wc)
 		p.responderErr(driver.EventQPReqErr)
 		return driver.WCRemInvReqErr
+	}
+	if wr.Opcode == driver.OpSendWithInv {
+		// The window is invalidated once the receive is known to take
+		// the message, and before it is placed: a Send that fails at
+		// the receive leaves the window bound, and one that may not
+		// invalidate it places nothing.
+		if _, isWindow, err := grant.RemoteInvalidate(&p.ctx.mrs, wr.InvalidateRKey, p, p.pd); !isWindow || err != nil {
+			wc.Status = driver.WCRemInvReqErr
+			p.CompleteRecv(wc)
+			p.responderErr(driver.EventQPReqErr)
+			return driver.WCRemInvReqErr
+		}
+		wc.Flags |= driver.WCWithInv
+		wc.InvalidatedRKey = wr.InvalidateRKey
 	}
 	wc.ByteLen = uint32(sglist.Copy(&dst, src))
 	p.CompleteRecv(wc)

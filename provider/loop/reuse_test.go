@@ -10,29 +10,19 @@ import (
 // A QP reset and connected again belongs to its new connection alone:
 // the old connection and the old peer no longer reach it.
 
-type side struct {
-	pd *verbs.PD
-	cq *verbs.CQ
-	qp *verbs.QP
-}
-
-func newSide(t *testing.T) *side {
-	t.Helper()
-	s := &side{}
-	s.pd, s.cq, s.qp = verbstest.QPOn(t, "loop0", 16)
-	return s
-}
+// newSide is a fresh end: a loop0 QP with its PD and CQ.
+func newSide(t *testing.T) *verbstest.Side { return verbstest.NewSide(t, "loop0", 16) }
 
 // resetQP moves q to the error state and then to Reset, and polls what
 // that flushed.
-func resetQP(t *testing.T, s *side) {
+func resetQP(t *testing.T, s *verbstest.Side) {
 	t.Helper()
 	for _, st := range []verbs.QPState{verbs.QPSErr, verbs.QPSReset} {
-		if err := s.qp.Modify(&verbs.QPAttr{State: st}, verbs.QPAttrState); err != nil {
+		if err := s.QP.Modify(&verbs.QPAttr{State: st}, verbs.QPAttrState); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for s.cq.Poll(make([]verbs.WorkCompletion, 64)) > 0 {
+	for s.CQ.Poll(make([]verbs.WorkCompletion, 64)) > 0 {
 	}
 }
 
@@ -41,11 +31,11 @@ func resetQP(t *testing.T, s *side) {
 // connection leaves the server's QP, and its new connection, alone.
 func TestResetQPLeavesItsOldConnection(t *testing.T) {
 	srv, c1, c2 := newSide(t), newSide(t), newSide(t)
-	_, old := verbstest.Connect(t, "loop://reuse-link-1", srv.qp, c1.qp)
+	_, old := verbstest.Connect(t, "loop://reuse-link-1", srv.QP, c1.QP)
 	resetQP(t, srv)
-	now, _ := verbstest.Connect(t, "loop://reuse-link-2", srv.qp, c2.qp)
+	now, _ := verbstest.Connect(t, "loop://reuse-link-2", srv.QP, c2.QP)
 	old.Close()
-	if s := srv.qp.State(); s != verbs.QPSRTS {
+	if s := srv.QP.State(); s != verbs.QPSRTS {
 		t.Fatalf("the first client's disconnect moved the server QP, now the second's, to %v", s)
 	}
 	select {
@@ -61,9 +51,9 @@ func TestResetQPLeavesItsOldConnection(t *testing.T) {
 // connection), and nothing is placed.
 func TestStalePeerCannotReachReusedQP(t *testing.T) {
 	y, x, z := newSide(t), newSide(t), newSide(t)
-	verbstest.Connect(t, "loop://reuse-peer-1", y.qp, x.qp)
+	verbstest.Connect(t, "loop://reuse-peer-1", y.QP, x.QP)
 	resetQP(t, y)
-	verbstest.Connect(t, "loop://reuse-peer-2", y.qp, z.qp)
+	verbstest.Connect(t, "loop://reuse-peer-2", y.QP, z.QP)
 	expectStaleSendRefused(t, x, y)
 }
 
@@ -94,11 +84,11 @@ func connectByHand(t *testing.T, q, peer *verbs.QP) {
 // still names it.
 func TestStaleRequesterByHand(t *testing.T) {
 	y, x, z := newSide(t), newSide(t), newSide(t)
-	connectByHand(t, x.qp, y.qp)
-	connectByHand(t, y.qp, x.qp)
+	connectByHand(t, x.QP, y.QP)
+	connectByHand(t, y.QP, x.QP)
 	resetQP(t, y)
-	connectByHand(t, y.qp, z.qp)
-	connectByHand(t, z.qp, y.qp)
+	connectByHand(t, y.QP, z.QP)
+	connectByHand(t, z.QP, y.QP)
 	expectStaleSendRefused(t, x, y)
 }
 
@@ -106,26 +96,26 @@ func TestStaleRequesterByHand(t *testing.T) {
 // and a Send from x, its old peer: y takes nothing, and x's Send fails
 // with retries exceeded, as RC's checks of QP number and PSN would have
 // it.
-func expectStaleSendRefused(t *testing.T, x, y *side) {
+func expectStaleSendRefused(t *testing.T, x, y *verbstest.Side) {
 	t.Helper()
-	rbuf, err := y.pd.AllocMR(64, verbs.AccessLocalWrite)
+	rbuf, err := y.PD.AllocMR(64, verbs.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := y.qp.PostRecv([]verbs.RecvWR{{WRID: 7, SGList: []verbs.SGE{rbuf.SGE(0, 64)}}}); err != nil {
+	if _, err := y.QP.PostRecv([]verbs.RecvWR{{WRID: 7, SGList: []verbs.SGE{rbuf.SGE(0, 64)}}}); err != nil {
 		t.Fatal(err)
 	}
-	sbuf, err := x.pd.AllocMR(8, verbs.AccessLocalWrite)
+	sbuf, err := x.PD.AllocMR(8, verbs.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
 	copy(sbuf.Bytes(), "STALE!!!")
-	x.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{sbuf.SGE(0, 8)}}})
+	x.QP.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{sbuf.SGE(0, 8)}}})
 	wc := make([]verbs.WorkCompletion, 1)
-	if y.cq.Poll(wc) == 1 {
+	if y.CQ.Poll(wc) == 1 {
 		t.Fatalf("the QP, now connected elsewhere, took its old peer's Send: %+v, %q", wc[0], rbuf.Bytes()[:8])
 	}
-	if x.cq.Poll(wc) == 1 && wc[0].Status == verbs.WCSuccess {
+	if x.CQ.Poll(wc) == 1 && wc[0].Status == verbs.WCSuccess {
 		t.Fatal("the old peer's Send to a QP now connected elsewhere succeeded")
 	}
 }

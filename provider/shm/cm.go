@@ -359,11 +359,7 @@ func (l *listener) Addr() string { return l.addr }
 func (l *listener) Close() error { return l.q.Close() }
 
 func (l *listener) Accept(ctx context.Context) (driver.ConnRequest, error) {
-	r, err := l.q.Accept(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return r, nil
+	return soft.Accepted(l.q.Accept(ctx))
 }
 
 // unixPeer names the process at the other end of sock, as the kernel
@@ -399,7 +395,7 @@ type request struct {
 	sock     *net.UnixConn
 	hello    hello
 	fds      []int
-	answered sync.Once
+	answered soft.Answer
 	guard    *peerguard.Guard // the listener's
 	peerID   string           // the requester's user id
 }
@@ -410,13 +406,12 @@ func (r *request) Param() driver.ConnParam { return r.hello.param() }
 func (r *request) Peer() string { return unixPeer(r.sock) }
 
 func (r *request) Reject(privateData []byte) error {
-	err := driver.ErrClosed
-	r.answered.Do(func() {
+	return r.answered.Reject(func() error {
 		closeFDs(r.fds)
-		_, err = r.sock.Write(rejectHello(privateData))
+		_, err := r.sock.Write(rejectHello(privateData))
 		r.sock.Close()
+		return err
 	})
-	return err
 }
 
 // rejectHello is the message that rejects a request.
@@ -431,14 +426,7 @@ func rejectHello(privateData []byte) hello {
 }
 
 func (r *request) Accept(dq driver.QP, p driver.ConnParam) (driver.Conn, error) {
-	q, err := soft.Own[*qp](dq)
-	if err != nil {
-		return nil, err
-	}
-	var out driver.Conn
-	err = driver.ErrClosed
-	r.answered.Do(func() { out, err = r.accept(q, p) })
-	return out, err
+	return soft.Accept(&r.answered, dq, func(q *qp) (driver.Conn, error) { return r.accept(q, p) })
 }
 
 func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {

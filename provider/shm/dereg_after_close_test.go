@@ -10,19 +10,9 @@ import (
 	"github.com/goverbs/goverbs/verbs/verbstest"
 )
 
-// lifeSide is one end of the lifecycle tests: a QP with its CQ.
-type lifeSide struct {
-	pd *verbs.PD
-	cq *verbs.CQ
-	qp *verbs.QP
-}
-
-func newLifeSide(t *testing.T) *lifeSide {
-	t.Helper()
-	s := &lifeSide{}
-	s.pd, s.cq, s.qp = verbstest.QPOn(t, "shm0", 16)
-	return s
-}
+// newLifeSide is one end of the lifecycle tests: a shm0 QP with its PD
+// and CQ.
+func newLifeSide(t *testing.T) *verbstest.Side { return verbstest.NewSide(t, "shm0", 16) }
 
 // TestDeregAfterDestroyWaitsForPeer: Y's region, Go memory, is being
 // written by X's RDMA Write when Y destroys its QP (or resets it) and
@@ -34,13 +24,13 @@ func TestDeregAfterDestroyWaitsForPeer(t *testing.T) {
 	for _, how := range []string{"destroy", "reset"} {
 		t.Run(how, func(t *testing.T) {
 			y, x := newLifeSide(t), newLifeSide(t)
-			verbstest.Connect(t, addr(t), y.qp, x.qp)
+			verbstest.Connect(t, addr(t), y.QP, x.QP)
 			buf := make([]byte, size) // process memory: the peer writes it with process_vm_writev
-			ymr, err := y.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+			ymr, err := y.PD.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 			if err != nil {
 				t.Fatal(err)
 			}
-			src, err := x.pd.AllocMR(size, verbs.AccessLocalWrite)
+			src, err := x.PD.AllocMR(size, verbs.AccessLocalWrite)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,7 +39,7 @@ func TestDeregAfterDestroyWaitsForPeer(t *testing.T) {
 			}
 			posted := make(chan error, 1)
 			go func() {
-				_, err := x.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+				_, err := x.QP.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
 					SGList: []verbs.SGE{src.SGE(0, size)}, RemoteAddr: ymr.Addr(), RKey: ymr.RKey()}})
 				posted <- err
 			}()
@@ -60,12 +50,12 @@ func TestDeregAfterDestroyWaitsForPeer(t *testing.T) {
 			}
 			switch how {
 			case "destroy":
-				if err := y.qp.Destroy(); err != nil {
+				if err := y.QP.Destroy(); err != nil {
 					t.Fatal(err)
 				}
 			case "reset":
 				for _, st := range []verbs.QPState{verbs.QPSErr, verbs.QPSReset} {
-					if err := y.qp.Modify(&verbs.QPAttr{State: st}, verbs.QPAttrState); err != nil {
+					if err := y.QP.Modify(&verbs.QPAttr{State: st}, verbs.QPAttrState); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -80,7 +70,7 @@ func TestDeregAfterDestroyWaitsForPeer(t *testing.T) {
 			wc := make([]verbs.WorkCompletion, 1)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if _, err := x.cq.Wait(ctx, wc); err != nil {
+			if _, err := x.CQ.Wait(ctx, wc); err != nil {
 				t.Fatal(err)
 			}
 			if after := volatileByte(&buf[size-1]); after != last {
@@ -103,15 +93,15 @@ func volatileByte(p *byte) byte { return *p }
 func TestStalePeerAfterResetReconnect(t *testing.T) {
 	const size = 64 << 20
 	y, x, z := newLifeSide(t), newLifeSide(t), newLifeSide(t)
-	verbstest.Connect(t, addr(t), y.qp, x.qp)
-	old, err := y.pd.RegMR(make([]byte, size), verbs.AccessLocalWrite) // process memory: copied with process_vm_writev
+	verbstest.Connect(t, addr(t), y.QP, x.QP)
+	old, err := y.PD.RegMR(make([]byte, size), verbs.AccessLocalWrite) // process memory: copied with process_vm_writev
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := y.qp.PostRecv([]verbs.RecvWR{{WRID: 100, SGList: []verbs.SGE{old.SGE(0, size)}}}); err != nil {
+	if _, err := y.QP.PostRecv([]verbs.RecvWR{{WRID: 100, SGList: []verbs.SGE{old.SGE(0, size)}}}); err != nil {
 		t.Fatal(err)
 	}
-	src, err := x.pd.AllocMR(size+8, verbs.AccessLocalWrite)
+	src, err := x.PD.AllocMR(size+8, verbs.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +111,7 @@ func TestStalePeerAfterResetReconnect(t *testing.T) {
 	copy(src.Bytes()[size:], "STALE!!!")
 	posted := make(chan error, 1)
 	go func() {
-		_, err := x.qp.PostSend([]verbs.SendWR{
+		_, err := x.QP.PostSend([]verbs.SendWR{
 			{WRID: 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{src.SGE(0, size)}},
 			{WRID: 2, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SGList: []verbs.SGE{src.SGE(size, 8)}},
 		})
@@ -133,16 +123,16 @@ func TestStalePeerAfterResetReconnect(t *testing.T) {
 		}
 	}
 	for _, st := range []verbs.QPState{verbs.QPSErr, verbs.QPSReset} {
-		if err := y.qp.Modify(&verbs.QPAttr{State: st}, verbs.QPAttrState); err != nil {
+		if err := y.QP.Modify(&verbs.QPAttr{State: st}, verbs.QPAttrState); err != nil {
 			t.Fatal(err)
 		}
 	}
-	verbstest.Connect(t, addr(t), z.qp, y.qp)
-	fresh, err := y.pd.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
+	verbstest.Connect(t, addr(t), z.QP, y.QP)
+	fresh, err := y.PD.RegMR(make([]byte, 64), verbs.AccessLocalWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := y.qp.PostRecv([]verbs.RecvWR{{WRID: 200, SGList: []verbs.SGE{fresh.SGE(0, 64)}}}); err != nil {
+	if _, err := y.QP.PostRecv([]verbs.RecvWR{{WRID: 200, SGList: []verbs.SGE{fresh.SGE(0, 64)}}}); err != nil {
 		t.Fatal(err)
 	}
 	<-posted
@@ -151,16 +141,16 @@ func TestStalePeerAfterResetReconnect(t *testing.T) {
 	defer cancel()
 	wc := make([]verbs.WorkCompletion, 2)
 	for got := 0; got < 2; {
-		n, err := x.cq.Wait(ctx, wc[got:])
+		n, err := x.CQ.Wait(ctx, wc[got:])
 		if err != nil {
 			t.Fatalf("X's completions: %v", err)
 		}
 		got += n
 	}
 	ywc := make([]verbs.WorkCompletion, 16)
-	for _, w := range ywc[:y.cq.Poll(ywc)] {
+	for _, w := range ywc[:y.CQ.Poll(ywc)] {
 		if w.WRID == 200 {
-			t.Errorf("Y's receive for Z completed with %v from QP %d (X is %d, Z %d)", w.Status, w.SrcQP, x.qp.Num(), z.qp.Num())
+			t.Errorf("Y's receive for Z completed with %v from QP %d (X is %d, Z %d)", w.Status, w.SrcQP, x.QP.Num(), z.QP.Num())
 		}
 	}
 	if string(fresh.Bytes()[:8]) == "STALE!!!" {
@@ -174,7 +164,7 @@ func TestStalePeerAfterResetReconnect(t *testing.T) {
 // receive.
 func TestFailedSetupClosesAtOnce(t *testing.T) {
 	y, x := newLifeSide(t), newLifeSide(t)
-	verbstest.Connect(t, addr(t), y.qp, x.qp)
+	verbstest.Connect(t, addr(t), y.QP, x.QP)
 	l, err := cm.Listen(addr(t))
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +173,7 @@ func TestFailedSetupClosesAtOnce(t *testing.T) {
 	z := newLifeSide(t)
 	go func() {
 		if req, err := l.Accept(context.Background()); err == nil {
-			if c, err := req.Accept(z.qp, nil); err == nil {
+			if c, err := req.Accept(z.QP, nil); err == nil {
 				c.Close()
 			}
 		}
@@ -191,7 +181,7 @@ func TestFailedSetupClosesAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	if _, err := cm.Dial(ctx, l.Addr(), x.qp, nil); err == nil {
+	if _, err := cm.Dial(ctx, l.Addr(), x.QP, nil); err == nil {
 		t.Fatal("Dial with a QP already connected succeeded")
 	}
 	if d := time.Since(start); d > time.Second {

@@ -19,20 +19,12 @@ func TestDeregWhilePeerBusy(t *testing.T) {
 	const n, k = 64 << 20, 48
 	p := localHarness().NewPair(t, verbstest.PairOptions{Cap: verbs.QPCap{MaxSendWR: k, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}, CQDepth: 64})
 	b := p.B.(*verbstest.Local)
-	dst, err := p.A.PD.AllocMR(n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Dereg()
+	dst := allocMR(t, p.A.PD, n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	other, err := p.A.PD.AllocMR(4096, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := b.PD.AllocMR(n, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Dereg()
+	src := allocMR(t, b.PD, n, verbs.AccessLocalWrite)
 	wrs := make([]verbs.SendWR, k)
 	for i := range wrs {
 		wrs[i] = verbs.SendWR{WRID: uint64(i), Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,

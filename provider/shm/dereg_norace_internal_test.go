@@ -27,22 +27,13 @@ func TestNoPeerWriteAfterDereg(t *testing.T) {
 			if kind == "process" {
 				buf = make([]byte, n)
 			} else {
-				outer, err := p.A.PD.AllocMR(n+4096, verbs.AccessLocalWrite)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer outer.Dereg()
-				buf = outer.Bytes()[:n]
+				buf = allocMR(t, p.A.PD, n+4096, verbs.AccessLocalWrite).Bytes()[:n]
 			}
 			victim, err := p.A.PD.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 			if err != nil {
 				t.Fatal(err)
 			}
-			src, err := b.PD.AllocMR(n, verbs.AccessLocalWrite)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer src.Dereg()
+			src := allocMR(t, b.PD, n, verbs.AccessLocalWrite)
 			for i := range src.Bytes() {
 				src.Bytes()[i] = 0xff
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -155,6 +156,42 @@ func procState(pid int) (byte, error) {
 		return 0, fmt.Errorf("odd /proc/%d/stat: %q", pid, s)
 	}
 	return s[i+2], nil
+}
+
+// becomeUser makes this process (a test's child) run as user and group
+// id, another user than the test's: what such a user may do is what the
+// child then tries.
+func becomeUser(id int) error {
+	if err := syscall.Setgid(id); err != nil {
+		return fmt.Errorf("setgid %d: %w", id, err)
+	}
+	if err := syscall.Setuid(id); err != nil {
+		return fmt.Errorf("setuid %d: %w", id, err)
+	}
+	return nil
+}
+
+// allocMR allocates a region of n bytes on pd, deregistered when the
+// test ends.
+func allocMR(t testing.TB, pd *verbs.PD, n int, access verbs.AccessFlags) *verbs.MR {
+	t.Helper()
+	m, err := pd.AllocMR(n, access)
+	if err != nil {
+		t.Fatalf("AllocMR of %d bytes: %v", n, err)
+	}
+	t.Cleanup(func() { m.Dereg() })
+	return m
+}
+
+// asNobody is the child mode child run as user and group 65534
+// (nobody).
+func asNobody(child func() int) func() int {
+	return func() int {
+		if err := becomeUser(65534); err != nil {
+			return childFail("%v", err)
+		}
+		return child()
+	}
 }
 
 // openShm opens shm0 with a PD and a CQ, closed when the test ends.

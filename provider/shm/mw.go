@@ -51,8 +51,11 @@ func (p *pd) AllocMW(typ driver.MWType) (driver.MW, error) {
 	return &mw{ctx: c, w: w}, nil
 }
 
-func (w *mw) RKey() uint32        { return w.w.RKey() }
-func (w *mw) Type() driver.MWType { return w.w.Type() }
+func (w *mw) RKey() uint32 { return w.w.RKey() }
+
+// GrantWindow implements grant.Handle.
+func (w *mw) GrantWindow() *grant.Window[*mr] { return w.w }
+func (w *mw) Type() driver.MWType             { return w.w.Type() }
 
 // Dealloc implements driver.MW: once it returns, no peer's WR uses the
 // window any more.
@@ -80,6 +83,27 @@ func (c *devCtx) windowInfo(b grant.Binding[*mr]) (keyInfo, bool) {
 	off := b.Addr - k.addr
 	k.key, k.access, k.segOff, k.addr, k.length = b.Key, b.Access, k.segOff+off, b.Addr, b.Length
 	return k, true
+}
+
+// exposeForWindow makes the segment of m, to which a window granting
+// access is bound, shareable with the peers of m's PD as a region of
+// those rights would make it, before the window's grant is published:
+// the peers reach a region without remote rights of its own through its
+// windows' grants alone, never by its key.
+func (c *devCtx) exposeForWindow(m *mr, access driver.AccessFlags) {
+	m.windowed.Store(true)
+	if m.si == nil {
+		return
+	}
+	c.segMu.Lock()
+	defer c.segMu.Unlock()
+	if c.segs[m.segID] != m.si || c.lookupMR(m.key) != m {
+		return // deregistered meanwhile
+	}
+	before := m.si.access
+	m.si.access |= access & driver.RemoteAccess
+	first := m.si.count(m)
+	c.announceSegment(m.segID, m.si, m.si.access != before, first, m.pd)
 }
 
 // grantWindowLocked writes the grant of window w, if it is bound and
@@ -152,7 +176,6 @@ func (c *devCtx) pdConns(p *pd) []*conn {
 // QP's send queue that waits for the peers' confirmation (see windowOp).
 type windowWait struct {
 	slot    *swq.Slot // the WR waiting; nil if none
-	key     uint32    // the key it revoked
 	waiting bool      // the peers have not all confirmed yet (Stalled)
 }
 
@@ -166,14 +189,9 @@ func (q *qp) windowOp(s *swq.Slot) (driver.WCStatus, uint32) {
 	wr := &s.WR
 	ww := &q.mwWait
 	if ww.slot == s && !ww.waiting {
-		old := wr.InvalidateRKey
-		if wr.Opcode == driver.OpBindMW {
-			old = wr.Bind.RKey
-		}
-		if ww.key == old {
-			*ww = windowWait{}
-			return driver.WCSuccess, 0
-		}
+		// Executed already; the peers have confirmed since.
+		*ww = windowWait{}
+		return driver.WCSuccess, 0
 	}
 	*ww = windowWait{}
 	c := q.ctx
@@ -183,10 +201,16 @@ func (q *qp) windowOp(s *swq.Slot) (driver.WCStatus, uint32) {
 		revoke bool
 	)
 	if wr.Opcode == driver.OpBindMW {
-		w := grant.Lookup(&c.mrs, wr.Bind.RKey)
-		st, _, revoke = grant.ExecuteBind(&c.mrs, wr, q, q.pd, nil)
-		old = wr.Bind.RKey
+		var (
+			w   *grant.Window[*mr]
+			rep grant.Replaced[*mr]
+		)
+		st, w, rep = grant.ExecuteBind(&c.mrs, wr, q, q.pd, nil)
+		old, revoke = rep.Key, rep.WasBound
 		if st == driver.WCSuccess {
+			if b, ok := w.Current(); ok {
+				c.exposeForWindow(b.MR, b.Access)
+			}
 			c.grantWindow(w)
 		}
 	} else {
@@ -201,7 +225,7 @@ func (q *qp) windowOp(s *swq.Slot) (driver.WCStatus, uint32) {
 	if len(conns) == 0 {
 		return driver.WCSuccess, 0
 	}
-	*ww = windowWait{slot: s, key: old, waiting: true}
+	*ww = windowWait{slot: s, waiting: true}
 	go q.confirmRevoked(conns, s)
 	return swq.RNRWait, 0
 }

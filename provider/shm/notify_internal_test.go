@@ -101,22 +101,22 @@ func TestReqNotifySeesReservedCompletions(t *testing.T) {
 	// The private ring of send completions, as qp.Complete fills it
 	// before it checks the arming.
 	sc := q.sendCQ
+	produceSend := func(wrid uint64, status driver.WCStatus) {
+		t.Helper()
+		if !sc.local.produce(q, 1<<40, wrid, status, driver.WCRDMAWrite, 0, sc.shared.Load()) {
+			t.Fatal("the send CQ is full")
+		}
+	}
 	drain(sc)
 	sc.ring.h.armed.Store(unarmed)
-	if !sc.local.produce(q, 1<<40, 4, driver.WCSuccess, driver.WCRDMAWrite, 0, sc.shared.Load()) {
-		t.Fatal("the send CQ is full")
-	}
+	produceSend(4, driver.WCSuccess)
 	expectNotified(t, sc, false, true, "a send completion published unseen, armed for any")
 	drain(sc)
-	if !sc.local.produce(q, 1<<40, 5, driver.WCSuccess, driver.WCRDMAWrite, 0, sc.shared.Load()) {
-		t.Fatal("the send CQ is full")
-	}
+	produceSend(5, driver.WCSuccess)
 	expectNotified(t, sc, true, false, "a successful send completion, armed for solicited ones")
 	drain(sc)
 	sc.ring.h.armed.Store(unarmed)
-	if !sc.local.produce(q, 1<<40, 6, driver.WCRemAccessErr, driver.WCRDMAWrite, 0, sc.shared.Load()) {
-		t.Fatal("the send CQ is full")
-	}
+	produceSend(6, driver.WCRemAccessErr)
 	expectNotified(t, sc, true, true, "a failed send completion, armed for solicited ones")
 	drain(sc)
 }

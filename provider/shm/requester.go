@@ -393,18 +393,6 @@ func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	}
 	var wc driver.WorkCompletion
 	c.recvCompletion(&wc, wr, r.pos, driver.WCRecv)
-	if wr.Opcode == driver.OpSendWithInv {
-		// The peer invalidates its window before the message is placed
-		// (mw.go): one it may not invalidate takes no message.
-		if !c.askInvalidate(wr.InvalidateRKey) {
-			wc.Status = driver.WCRemInvReqErr
-			c.peerComplete(&wc, nil)
-			c.peerError(driver.EventQPReqErr)
-			return driver.WCRemInvReqErr
-		}
-		wc.Flags |= driver.WCWithInv
-		wc.InvalidatedRKey = wr.InvalidateRKey
-	}
 	dst := &c.dst
 	var room uint64
 	for i := range r.n {
@@ -422,6 +410,20 @@ func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 		c.peerComplete(&wc, nil)
 		c.peerError(driver.EventQPReqErr)
 		return driver.WCRemInvReqErr
+	}
+	if wr.Opcode == driver.OpSendWithInv {
+		// The peer invalidates its window once the receive is known to
+		// take the message, and before it is placed (mw.go): a Send
+		// that fails at the receive leaves the window bound, and one
+		// the peer may not invalidate places nothing.
+		if !c.askInvalidate(wr.InvalidateRKey) {
+			wc.Status = driver.WCRemInvReqErr
+			c.peerComplete(&wc, nil)
+			c.peerError(driver.EventQPReqErr)
+			return driver.WCRemInvReqErr
+		}
+		wc.Flags |= driver.WCWithInv
+		wc.InvalidatedRKey = wr.InvalidateRKey
 	}
 	if n := src.Len(); n <= inlineMax && r.n <= recSGEs {
 		wc.ByteLen = uint32(n)

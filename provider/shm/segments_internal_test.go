@@ -174,16 +174,25 @@ func TestPeerThatDoesNotReadIsDropped(t *testing.T) {
 	}
 }
 
+// mappingPair makes a pair in this process and returns A's QP and
+// connection, a 4 KiB region of B that A may reach and a local 4 KiB
+// region of A: what the tests of A's mappings of B's segments read with.
+func mappingPair(t *testing.T) (p *verbstest.Pair, vq *qp, vc *conn, target, local verbstest.Region) {
+	t.Helper()
+	p = localHarness().NewPair(t, verbstest.PairOptions{})
+	vq = driverQP(p.A.QPs[0])
+	vc = connOf(vq)
+	target = newRegion(t, p.B, 4096, driverRemoteAll)
+	local = newRegion(t, p.A, 4096, verbs.AccessLocalWrite)
+	return p, vq, vc, target, local
+}
+
 // TestPeerMappingsBounded: a peer pushes far more segments than anyone
 // needs (the same page under new ids). The requester keeps at most
 // maxPeerMappings of them mapped: it mapped every one, until the process
 // ran out of mappings (vm.max_map_count) and the runtime of memory.
 func TestPeerMappingsBounded(t *testing.T) {
-	p := localHarness().NewPair(t, verbstest.PairOptions{})
-	vq := driverQP(p.A.QPs[0])
-	vc := connOf(vq)
-	target := newRegion(t, p.B, 4096, driverRemoteAll)
-	local := newRegion(t, p.A, 4096, verbs.AccessLocalWrite)
+	p, vq, vc, target, local := mappingPair(t)
 	fd := hostileFD(t, fdSmall)
 	defer unix.Close(fd)
 	id := uint32(1 << 20)
@@ -292,11 +301,7 @@ func holdsInode(t *testing.T, id [2]uint64) bool {
 // is kept, nothing is retired or remapped, and the descriptor is closed;
 // the same segment pushed with other rights is mapped anew.
 func TestRepeatedSegmentKeepsMapping(t *testing.T) {
-	p := localHarness().NewPair(t, verbstest.PairOptions{})
-	vq := driverQP(p.A.QPs[0])
-	vc := connOf(vq)
-	target := newRegion(t, p.B, 4096, driverRemoteAll)
-	local := newRegion(t, p.A, 4096, verbs.AccessLocalWrite)
+	p, vq, vc, target, local := mappingPair(t)
 	read := func(id uint64) {
 		t.Helper()
 		postSend(t, p.A, 0, rdma(id, verbs.OpRDMARead, local.SGE(0, 64), target, 0))

@@ -151,7 +151,9 @@ package shm
 
 import (
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -176,32 +178,9 @@ func init() {
 	verbs.Register("shm", &provider{})
 }
 
-var deviceAttr = driver.DeviceAttr{
-	Name:            DeviceName,
-	Transport:       "shm",
-	FWVersion:       "goverbs-shm 1",
-	MaxMRSize:       1 << 36,
-	MaxQP:           1 << 12,
-	MaxQPWR:         1 << 14,
-	MaxSGE:          maxSGE,
-	MaxCQ:           1 << 12,
-	MaxCQE:          1 << 20,
-	MaxMR:           maxKeys,
-	MaxPD:           1 << 12,
-	MaxQPRdAtom:     16,
-	MaxQPInitRdAtom: 16,
-	MaxSRQ:          1 << 10,
-	MaxSRQWR:        1 << 14,
-	MaxSRQSGE:       maxSGE,
-	MaxInlineData:   1024,
-	MaxMsgSize:      1 << 31,
-	MaxPrivateData:  256,
-	AtomicCap:       driver.AtomicGlob,
-	Caps: driver.CapRNRRetry | driver.CapSRQ | driver.CapImmData | driver.CapAtomics | driver.CapCrossProcess |
-		driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD | driver.CapAtomicResultSGList |
-		driver.CapQPErrorEvents | driver.CapMemoryWindows,
-	PhysPortCnt: 1,
-}
+var deviceAttr = soft.DeviceAttr(DeviceName, "shm", soft.Limits{MaxMRSize: 1 << 36, MaxSGE: maxSGE,
+	MaxQP: 1 << 12, MaxCQ: 1 << 12, MaxMR: maxKeys, MaxPD: 1 << 12, MaxSRQ: 1 << 10, MaxPrivateData: 256,
+	Caps: driver.CapRNRRetry | driver.CapCrossProcess})
 
 type provider struct{}
 
@@ -409,18 +388,9 @@ func (c *devCtx) Close() error {
 		return nil
 	}
 	c.closed = true
-	qps := make([]*qp, 0, len(c.qps))
-	for q := range c.qps {
-		qps = append(qps, q)
-	}
-	cqs := make([]*cq, 0, len(c.cqs))
-	for q := range c.cqs {
-		cqs = append(cqs, q)
-	}
-	srqs := make([]*srq, 0, len(c.srqs))
-	for s := range c.srqs {
-		srqs = append(srqs, s)
-	}
+	qps := slices.Collect(maps.Keys(c.qps))
+	cqs := slices.Collect(maps.Keys(c.cqs))
+	srqs := slices.Collect(maps.Keys(c.srqs))
 	c.mu.Unlock()
 	for _, q := range qps {
 		q.Destroy()
@@ -468,18 +438,19 @@ type mr struct {
 	// recvPosted: a receive was posted into the region, which a peer's
 	// Send may then write (Dereg has such a region's peers confirm).
 	recvPosted atomic.Bool
-	// counted: m is in its segment's pds (it has remote rights, or a
-	// receive was posted into it); guarded by devCtx.segMu.
+	// counted: m is in its segment's pds (it has remote rights, a
+	// receive was posted into it, or a window was bound to it); guarded
+	// by devCtx.segMu.
 	counted bool
-	// dead: deregistered (Grant reports it invalid to the windows bound
-	// to it).
-	dead atomic.Bool
+	// ext is the region to the key check, revoked at Dereg.
+	ext grant.Extent
+	// windowed: a window was bound to the region, which peers may then
+	// reach through it (Dereg has its peers confirm).
+	windowed atomic.Bool
 }
 
-// Grant implements grant.Region.
-func (m *mr) Grant() grant.Extent {
-	return grant.Extent{Key: m.key, Addr: m.addr, Len: uint64(len(m.buf)), Access: m.access, PD: m.pd, Valid: !m.dead.Load()}
-}
+// Extent implements grant.Region.
+func (m *mr) Extent() *grant.Extent { return &m.ext }
 
 func (p *pd) AllocMR(size int, access driver.AccessFlags) (driver.MR, error) {
 	seg, err := newSegment("mr", size)
@@ -534,8 +505,10 @@ func (p *pd) registerLocked(buf []byte, access driver.AccessFlags, kind, segID u
 	c := p.ctx
 	var m *mr
 	_, err := c.mrs.Insert(func(key uint32) grant.Entry[*mr] {
-		m = &mr{ctx: c, pd: p, key: key, buf: buf, addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), access: access}
-		return grant.Entry[*mr]{MR: m}
+		addr := uint64(uintptr(unsafe.Pointer(&buf[0])))
+		m = &mr{ctx: c, pd: p, key: key, buf: buf, addr: addr, access: access,
+			ext: grant.Extent{Addr: addr, Len: uint64(len(buf)), Access: access, PD: p}}
+		return grant.RegionEntry(m)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", driver.ErrNoResources, err)
@@ -637,7 +610,7 @@ func (m *mr) Dereg() error {
 		c.mu.Unlock()
 		return driver.ErrClosed
 	}
-	m.dead.Store(true)
+	m.ext.Revoke()
 	c.keys.revoke(keytab.Index(m.key))
 	c.mrs.Remove(m.key)
 	for q := range c.qps {
@@ -660,15 +633,10 @@ func (m *mr) Dereg() error {
 		}
 		c.segMu.Unlock()
 	}
-	qps := make([]*qp, 0, len(c.qps))
-	for q := range c.qps {
-		qps = append(qps, q)
-	}
+	qps := slices.Collect(maps.Keys(c.qps))
 	var cqs []*cq
 	if m.recvPosted.Load() {
-		for cq := range c.cqs {
-			cqs = append(cqs, cq)
-		}
+		cqs = slices.Collect(maps.Keys(c.cqs))
 	}
 	c.mu.Unlock()
 	// The peers' requesters write and read the region directly, and check
@@ -677,9 +645,10 @@ func (m *mr) Dereg() error {
 	// copying now, up to a whole message), so that nothing touches the
 	// memory once Dereg returns.
 	// Only peers of the region's PD can reach it, and only a region with
-	// remote rights, or one a receive was posted into.
+	// remote rights, one a receive was posted into, or one a window was
+	// bound to.
 	var conns []*conn
-	if m.access&driver.RemoteAccess != 0 || m.recvPosted.Load() {
+	if m.access&driver.RemoteAccess != 0 || m.recvPosted.Load() || m.windowed.Load() {
 		c.connMu.Lock()
 		for cn := range c.conns {
 			if cn.q.pd == m.pd {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"os"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,11 +26,8 @@ func setuidChild() int {
 	if err != nil {
 		return childFail("bad uid: %v", err)
 	}
-	if err := syscall.Setgid(id); err != nil {
-		return childFail("setgid %d: %v", id, err)
-	}
-	if err := syscall.Setuid(id); err != nil {
-		return childFail("setuid %d: %v", id, err)
+	if err := becomeUser(id); err != nil {
+		return childFail("%v", err)
 	}
 	ctx, err := verbs.Open(DeviceName)
 	if err != nil {

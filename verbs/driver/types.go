@@ -191,12 +191,19 @@ func (t MWType) String() string {
 
 // MWBind is the binding an OpBindMW work request makes (struct
 // ibv_mw_bind_info, with the window): Length bytes at Addr of the region
-// whose lkey is LKey, granting Access (a subset of the region's remote
-// rights) through the window whose current rkey is RKey. The region must
-// have been registered with AccessMWBind. A zero Length unbinds a type 1
+// whose lkey is LKey, granting Access through the window MW (or, if MW
+// is nil, the window whose current rkey is RKey). The region must have
+// been registered with AccessMWBind, and with AccessLocalWrite for a
+// window granting AccessRemoteWrite or AccessRemoteAtomic; the window's
+// rights need not be the region's own (a region without remote rights is
+// reached through its windows alone). A zero Length unbinds a type 1
 // window; a type 2 window refuses it. The bind gives the window a new
-// rkey, read with MW.RKey once the bind has completed.
+// rkey, read with MW.RKey once the bind has completed; binds of one
+// window posted back to back execute in order, each on the key the one
+// before gave.
 type MWBind struct {
+	// MW is the window to bind; nil names it by RKey.
+	MW     MW
 	RKey   uint32
 	LKey   uint32
 	Addr   uint64

@@ -840,3 +840,19 @@ func QPOn(t testing.TB, device string, depth int) (*verbs.PD, *verbs.CQ, *verbs.
 	}
 	return pd, cq, qp
 }
+
+// Side is one end of a test that connects QPs itself (Connect): a QP
+// with its PD and CQ, as QPOn makes them.
+type Side struct {
+	PD *verbs.PD
+	CQ *verbs.CQ
+	QP *verbs.QP
+}
+
+// NewSide is QPOn's pieces as a Side.
+func NewSide(t testing.TB, device string, depth int) *Side {
+	t.Helper()
+	s := &Side{}
+	s.PD, s.CQ, s.QP = QPOn(t, device, depth)
+	return s
+}

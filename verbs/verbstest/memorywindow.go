@@ -129,14 +129,31 @@ func testMWType1(t *testing.T, h Harness) {
 	expectCanaries(t, p.B, r)
 }
 
-// testMWRightsSubset: a window's rights are a subset of its region's: a
-// bind asking for more is refused, and a window granting Read only
+// testMWRights: a window's rights are the bind's, not the region's: a
+// window grants Read and Write on a region registered without remote
+// rights, whose own key grants nothing; a bind granting Write needs a
+// region registered with LocalWrite; and a window granting Read only
 // refuses a Write through it.
-func testMWRightsSubset(t *testing.T, h Harness) {
+func testMWRights(t *testing.T, h Harness) {
 	requireMW(t, h)
-	t.Run("BindBeyondRegion", func(t *testing.T) {
+	t.Run("BeyondRegionRights", func(t *testing.T) {
 		p := h.NewPair(t, PairOptions{})
-		r := newRegion(t, p.B, 256, localRW|verbs.AccessRemoteRead|verbs.AccessMWBind)
+		r := newRegion(t, p.B, 256, localRW|verbs.AccessMWBind)
+		id := allocMW(t, p.B, verbs.MWType1)
+		key := bindOK(t, p, 0, id, r, 0, 128, verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
+		src := newRegion(t, p.A, 64, localRW)
+		fill(t, p.A, src, 0, pattern(3, 64))
+		if wc := do(t, p, viaKey(writeWR(4, r, 0, src.SGE(0, 64)), key)); wc.Status != verbs.WCSuccess {
+			t.Fatalf("a Write through a window on a region without remote rights completed %s", fmtWC(wc))
+		}
+		expectBytes(t, p.B, r, 0, pattern(3, 64), "the region written through the window")
+		expectFault(t, p, 0, writeWR(0, r, 128, src.SGE(0, 16)), verbs.WCRemAccessErr, true)
+		expectZero(t, p.B, r, 128, 128, "the region beyond the window, written with its own key")
+		expectCanaries(t, p.B, r)
+	})
+	t.Run("WriteNeedsLocalWrite", func(t *testing.T) {
+		p := h.NewPair(t, PairOptions{})
+		r := newRegion(t, p.B, 256, verbs.AccessRemoteRead|verbs.AccessMWBind)
 		id := allocMW(t, p.B, verbs.MWType1)
 		expectBindRefused(t, p, 0, id, bindWR(t, p.B, 3, id, r, 0, 256, verbs.AccessRemoteRead|verbs.AccessRemoteWrite))
 	})

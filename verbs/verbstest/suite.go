@@ -91,7 +91,7 @@ var suite = []testCase{
 	{"Hostile/SendTooLarge", testHostileSendTooLarge},
 
 	{"MemoryWindow/Type1", testMWType1},
-	{"MemoryWindow/RightsSubset", testMWRightsSubset},
+	{"MemoryWindow/Rights", testMWRights},
 	{"MemoryWindow/BindNeedsMWBind", testMWBindNeedsMWBind},
 	{"MemoryWindow/Type2BoundQP", testMWType2QP},
 	{"MemoryWindow/Rebind", testMWRebind},
