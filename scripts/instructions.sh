@@ -13,9 +13,12 @@
 # out; asyncpreemptoff keeps preemption signals out.
 #
 # An iteration of PostSendPoll is one PostSend of a signaled WR and the
-# Poll that takes its completion; of SendRecv, one Send, the Poll of its
-# receive completion and the PostRecv of the next receive (one Send in 64
-# is signaled and its completion polled); of WriteRate, one PostSend of a
+# Poll that takes its completion; of SendRecv (64 B; SendRecvN, N bytes),
+# one Send, the Poll of its receive completion and the PostRecv of the
+# next receive (one Send in 64 is signaled and its completion polled):
+# up to 96 B the message travels in its completion (provider/shm's
+# package doc, "Small Sends"), from 97 B the sender places it; of
+# WriteRate, one PostSend of a
 # list of 1 or 16 8-byte Writes, one in 16 signaled, and the Polls that
 # keep the send queue from filling, shown per Write.
 #
@@ -32,7 +35,13 @@ benches=(
 	"BenchmarkPostSendPoll/Write8$|8 B RDMA Write + Poll"
 	"BenchmarkPostSendPoll/Read8$|8 B RDMA Read + Poll"
 	"BenchmarkPostSendPoll/FetchAdd$|FetchAndAdd + Poll"
+	"BenchmarkSendRecv8$|8 B Send + receive Poll + PostRecv"
+	"BenchmarkSendRecv32$|32 B Send + receive Poll + PostRecv"
 	"BenchmarkSendRecv$|64 B Send + receive Poll + PostRecv"
+	"BenchmarkSendRecv96$|96 B Send + receive Poll + PostRecv"
+	"BenchmarkSendRecv97$|97 B Send + receive Poll + PostRecv"
+	"BenchmarkSendRecv128$|128 B Send + receive Poll + PostRecv"
+	"BenchmarkSendRecv256$|256 B Send + receive Poll + PostRecv"
 	"BenchmarkWriteRate/List1$|8 B Write stream, 1 WR per PostSend, per Write|1"
 	"BenchmarkWriteRate/List16$|8 B Write stream, 16 WRs per PostSend, per Write|16"
 )

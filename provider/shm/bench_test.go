@@ -107,11 +107,23 @@ func benchWriteRate(b *testing.B, list int) {
 
 // BenchmarkSendRecv is the data path of a Send: post a 64-byte inline
 // Send, poll its receive completion on the peer, and post the receive
-// again (unsignaled Sends: one in 64 is signaled and polled).
-func BenchmarkSendRecv(b *testing.B) {
-	const size, cqMod = 64, 64
+// again (unsignaled Sends: one in 64 is signaled and polled). The
+// BenchmarkSendRecvN are the same with N-byte Sends. (Not sub-benchmarks:
+// under callgrind (scripts/instructions.sh), a sub-benchmark's run counts
+// thousands of instructions more per iteration, of the runtime's
+// scheduler and timers.)
+func BenchmarkSendRecv(b *testing.B)    { benchSendRecv(b, 64) }
+func BenchmarkSendRecv8(b *testing.B)   { benchSendRecv(b, 8) }
+func BenchmarkSendRecv32(b *testing.B)  { benchSendRecv(b, 32) }
+func BenchmarkSendRecv96(b *testing.B)  { benchSendRecv(b, 96) }
+func BenchmarkSendRecv97(b *testing.B)  { benchSendRecv(b, 97) }
+func BenchmarkSendRecv128(b *testing.B) { benchSendRecv(b, 128) }
+func BenchmarkSendRecv256(b *testing.B) { benchSendRecv(b, 256) }
+
+func benchSendRecv(b *testing.B, size int) {
+	const cqMod = 64
 	h := verbstest.Harness{Device: "shm0", Addr: addr}
-	p := h.NewPair(b, verbstest.PairOptions{Cap: verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 16}})
+	p := h.NewPair(b, verbstest.PairOptions{Cap: verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 16, MaxInlineData: 256}})
 	rb := p.B.(*verbstest.Local)
 	src, err := p.A.NewRegion(size, verbs.AccessLocalWrite)
 	if err != nil {
@@ -129,6 +141,7 @@ func BenchmarkSendRecv(b *testing.B) {
 	}
 	send := []verbs.SendWR{{Opcode: verbs.OpSend, SGList: []verbs.SGE{src.SGE(0, size)}}}
 	wc := make([]verbs.WorkCompletion, 4)
+	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -142,8 +155,8 @@ func BenchmarkSendRecv(b *testing.B) {
 		}
 		for rb.RecvCQ.Poll(wc[:1]) == 0 {
 		}
-		if wc[0].Status != verbs.WCSuccess {
-			b.Fatal(wc[0].Status)
+		if wc[0].Status != verbs.WCSuccess || wc[0].ByteLen != uint32(size) {
+			b.Fatal(wc[0].Status, wc[0].ByteLen)
 		}
 		if _, err := rb.QPs[0].PostRecv(recv); err != nil {
 			b.Fatal(err)
@@ -276,5 +289,122 @@ func BenchmarkPollEmpty(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkSendPingPong is a ping-pong of Sends of 8 to 256 bytes between
+// two goroutines that busy-poll their receive CQs, as tag_lat measures
+// it: each side posts its receive again and answers. ns/op is one round
+// trip; one-way-ns half of it. The two sides run on two processors at
+// once, so this shows what instruction counts do not: the cache lines
+// each message moves between them.
+func BenchmarkSendPingPong(b *testing.B) {
+	for _, size := range []int{8, 64, 96, 97, 256} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) { benchSendPingPong(b, size) })
+	}
+}
+
+func benchSendPingPong(b *testing.B, size int) {
+	const cqMod = 64
+	h := verbstest.Harness{Device: "shm0", Addr: addr}
+	p := h.NewPair(b, verbstest.PairOptions{Cap: verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 16, MaxInlineData: 256}})
+	type side struct {
+		l    *verbstest.Local
+		send []verbs.SendWR
+		recv []verbs.RecvWR
+		wc   []verbs.WorkCompletion
+		sent int
+	}
+	var sides [2]*side
+	for i, l := range []*verbstest.Local{p.A, p.B.(*verbstest.Local)} {
+		src, err := l.NewRegion(size, verbs.AccessLocalWrite)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dst, err := l.NewRegion(size, verbs.AccessLocalWrite)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s := &side{l: l,
+			send: []verbs.SendWR{{Opcode: verbs.OpSend, SGList: []verbs.SGE{src.SGE(0, size)}}},
+			recv: []verbs.RecvWR{{SGList: []verbs.SGE{dst.SGE(0, size)}}},
+			wc:   make([]verbs.WorkCompletion, 1)}
+		for range 8 {
+			if _, err := l.QPs[0].PostRecv(s.recv); err != nil {
+				b.Fatal(err)
+			}
+		}
+		sides[i] = s
+	}
+	// await busy-polls for one message and posts the receive again; it
+	// reports whether the message was the last (an immediate).
+	await := func(s *side) (bool, error) {
+		for s.l.RecvCQ.Poll(s.wc) == 0 {
+		}
+		if s.wc[0].Status != verbs.WCSuccess || s.wc[0].ByteLen != uint32(size) {
+			return false, fmt.Errorf("receive: %v, %d bytes", s.wc[0].Status, s.wc[0].ByteLen)
+		}
+		_, err := s.l.QPs[0].PostRecv(s.recv)
+		return s.wc[0].Flags&verbs.WCWithImm != 0, err
+	}
+	// send posts the side's Send, the last with an immediate; one in
+	// cqMod is signaled and its completion polled.
+	send := func(s *side, last bool) error {
+		s.sent++
+		wr := &s.send[0]
+		wr.Opcode, wr.Flags = verbs.OpSend, verbs.SendInline
+		if last {
+			wr.Opcode = verbs.OpSendWithImm
+		}
+		signaled := s.sent%cqMod == 0
+		if signaled {
+			wr.Flags |= verbs.SendSignaled
+		}
+		if _, err := s.l.QPs[0].PostSend(s.send); err != nil {
+			return err
+		}
+		if signaled {
+			for s.l.SendCQ.Poll(s.wc) == 0 {
+			}
+			if s.wc[0].Status != verbs.WCSuccess {
+				return fmt.Errorf("send: %v", s.wc[0].Status)
+			}
+		}
+		return nil
+	}
+	echoDone := make(chan error, 1)
+	go func() {
+		s := sides[1]
+		for {
+			last, err := await(s)
+			if err == nil {
+				err = send(s, false)
+			}
+			if err != nil || last {
+				echoDone <- err
+				return
+			}
+		}
+	}()
+	s := sides[0]
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := send(s, false); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := await(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "one-way-ns")
+	if err := send(s, true); err != nil {
+		b.Fatal(err)
+	}
+	if err := <-echoDone; err != nil {
+		b.Fatal(err)
+	}
+	if _, err := await(s); err != nil {
+		b.Fatal(err)
 	}
 }

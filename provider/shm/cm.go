@@ -49,7 +49,7 @@ type hello []byte
 
 const (
 	helloMagic   = 0x48535647 // "GVSH"
-	helloVersion = 2          // 2: receive completions in the QP's block
+	helloVersion = 3          // 2: receive completions in the QP's block; 3: 128-byte completion slots, small Sends inline
 	helloHeader  = 48
 	helloMax     = helloHeader + 256
 )

@@ -1,10 +1,12 @@
 package shm
 
 import (
+	"bytes"
 	"encoding/binary"
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/verbs/verbstest"
@@ -25,7 +27,7 @@ import (
 // A's QP i, as B's requester does, bypassing it.
 func forge(t *testing.T, p *verbstest.Pair, i int, wc driver.WorkCompletion) {
 	t.Helper()
-	if !connOf(driverQP(p.B.(*verbstest.Local).QPs[i])).peerCQ.produce(&wc) {
+	if !connOf(driverQP(p.B.(*verbstest.Local).QPs[i])).peerCQ.produce(&wc, nil) {
 		t.Fatal("the ring is full")
 	}
 }
@@ -160,7 +162,7 @@ func TestForgedSRQCompletion(t *testing.T) {
 	}
 	forger := connOf(driverQP(p.A.QPs[0])).peerCQ
 	for _, pos := range []uint64{1, 0} {
-		if !forger.produce(&driver.WorkCompletion{WRID: pos, Opcode: driver.WCRecv, ByteLen: 8, QPNum: p.B.QPNum(1)}) {
+		if !forger.produce(&driver.WorkCompletion{WRID: pos, Opcode: driver.WCRecv, ByteLen: 8, QPNum: p.B.QPNum(1)}, nil) {
 			t.Fatal("the ring is full")
 		}
 	}
@@ -228,18 +230,23 @@ func TestForgedReceiveCompletionsSanitized(t *testing.T) {
 
 // FuzzForgedReceiveCompletions: whatever completions the peer writes
 // into the ring of A's QP, each 16 bytes of the input one completion (a
-// position, status, opcode, flags, byte count), what A polls names only
-// receives A posted, each once, on A's QP, with a known status and
-// flags, and a successful Send no longer than its receive.
+// position, status, opcode, flags, whether it carries a message inline,
+// byte count), what A polls names only receives A posted, each once, on
+// A's QP, with a known status and flags, and a successful Send no longer
+// than its receive; and nothing of A's region outside the receives'
+// buffers is written.
 func FuzzForgedReceiveCompletions(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0})
 	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0})
 	f.Add([]byte{3, 0, 0, 0, 0, 0, 0, 0, 0, 8, 3, 0, 255, 255, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0})
 	f.Add([]byte{2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 48, 0, 0, 0})
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 16, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 96, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		p := localHarness().NewPair(t, verbstest.PairOptions{})
 		buf := newRegion(t, p.A, 256, verbs.AccessLocalWrite)
+		before := pattern(1, 256)
+		fill(t, p.A, buf, 0, before)
 		lengths := map[uint64]uint32{}
 		for i := range 4 {
 			n := uint32(16 * (i + 1))
@@ -247,10 +254,16 @@ func FuzzForgedReceiveCompletions(f *testing.F) {
 			postRecv(t, p.A, 0, recv(uint64(100+i), buf.SGE(64*i, int(n))))
 		}
 		ring := connOf(driverQP(p.B.(*verbstest.Local).QPs[0])).peerCQ
+		var inline sglist.List
+		inline.One(bytes.Repeat([]byte{0xee}, inlineMax))
 		for len(in) >= 16 {
 			wc := driver.WorkCompletion{WRID: binary.LittleEndian.Uint64(in), Status: driver.WCStatus(in[8]),
 				Opcode: driver.WCOpcode(in[9]), Flags: driver.WCFlags(in[10]), ByteLen: binary.LittleEndian.Uint32(in[12:])}
-			if !ring.produce(&wc) {
+			payload := &inline
+			if in[11]&1 == 0 {
+				payload = nil
+			}
+			if !ring.produce(&wc, payload) {
 				break
 			}
 			in = in[16:]
@@ -270,5 +283,13 @@ func FuzzForgedReceiveCompletions(f *testing.F) {
 			}
 			seen[w.WRID] = true
 		}
+		after := contents(t, p.A, buf, 0, 256)
+		for i := range 4 {
+			copy(after[64*i:64*i+16*(i+1)], before[64*i:]) // the receives' buffers
+		}
+		if !bytes.Equal(after, before) {
+			t.Fatalf("the region was written outside the receives' buffers:\n%x", after)
+		}
+		expectCanaries(t, p.A, buf)
 	})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/goverbs/goverbs/internal/atomicrel"
 	"github.com/goverbs/goverbs/internal/keytab"
+	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -63,25 +64,38 @@ func pow2(n int) int {
 // cqSlot is one completion. seq implements a bounded multi-producer queue
 // (D. Vyukov's): a producer owns slot pos when seq == pos, publishes it by
 // storing pos+1; the consumer frees it by storing pos+entries. In a QP's
-// receive completion ring, wrid carries the position of the receive
-// completed in its queue, not a WRID: the owner takes the WRID from its
-// own record of what it posted there (recvLog).
+// receive completion ring, a completion names the receive it completes by
+// its position in its queue (mod 2^32), not by a WRID: the owner takes
+// the WRID from its own record of what it posted there (recvLog), and the
+// QP is the ring's. A Send of at most inlineMax bytes travels in the
+// slot itself (placed): the receiver's Poll copies it into the receive's
+// buffers (qp.placeInline). The header takes 32 bytes of the slot's first
+// cache line: a Send of at most 32 bytes fits in that line.
 type cqSlot struct {
 	seq     atomic.Uint64
-	wrid    uint64
+	pos     uint32
 	status  uint8
 	opcode  uint8
 	flags   uint8
-	_       uint8
+	placed  uint8 // 1: the message is in inline, byteLen bytes of it
 	byteLen uint32
 	imm     uint32
 	invRKey uint32
-	qpNum   uint32
 	srcQP   uint32
-	_       [24]byte
+	inline  [inlineMax]byte
 }
 
+// inlineMax is the largest Send that travels in its receive completion
+// rather than being copied into the receive's buffers by the sender: what
+// fills a completion slot to two cache lines (see the package doc for
+// why the receiver places small messages, and how far that pays).
+const inlineMax = 96
+
 const cqSlotSize = int(unsafe.Sizeof(cqSlot{}))
+
+// A slot is two whole cache lines, and slots start on a 128-byte
+// boundary (headerSize): one slot never shares a line with another.
+var _ = [1]struct{}{}[cqSlotSize-128]
 
 // cqRing is a view of a QP's receive completion ring, in the QP's block:
 // its peer and its owner (flushing) add receive completions; the owner
@@ -130,8 +144,10 @@ func viewCQRing(mem []byte, n int) *cqRing {
 // on the ring makes completions fail (an overrun) instead of a hang.
 const maxProduceTries = 1 << 12
 
-// produce adds a completion; false if the ring is full (or corrupt).
-func (r *cqRing) produce(wc *driver.WorkCompletion) bool {
+// produce adds a completion, carrying the message payload inline if it is
+// not nil (at most inlineMax bytes); false if the ring is full (or
+// corrupt).
+func (r *cqRing) produce(wc *driver.WorkCompletion, payload *sglist.List) bool {
 	for range maxProduceTries {
 		pos := r.h.tail.Load()
 		s := &r.slots[pos&r.mask]
@@ -141,7 +157,7 @@ func (r *cqRing) produce(wc *driver.WorkCompletion) bool {
 			if !r.h.tail.CompareAndSwap(pos, pos+1) {
 				continue
 			}
-			s.publish(wc, pos)
+			s.publish(wc, payload, pos)
 			return true
 		case d < 0:
 			return false
@@ -205,25 +221,51 @@ func awaitPublished(seq *atomic.Uint64, want uint64, tries int) bool {
 	return false
 }
 
-// publish fills the slot reserved at pos with wc and publishes it with a
-// release store (see pending for the notification handshake that leaves
-// to the arming side).
-func (s *cqSlot) publish(wc *driver.WorkCompletion, pos uint64) {
-	s.wrid, s.status, s.opcode, s.flags = wc.WRID, uint8(wc.Status), uint8(wc.Opcode), uint8(wc.Flags)
-	s.byteLen, s.imm, s.invRKey, s.qpNum, s.srcQP = wc.ByteLen, wc.Imm, wc.InvalidatedRKey, wc.QPNum, wc.SrcQP
+// publish fills the slot reserved at pos with wc, and payload if it is
+// not nil, and publishes it with a release store (see pending for the
+// notification handshake that leaves to the arming side).
+func (s *cqSlot) publish(wc *driver.WorkCompletion, payload *sglist.List, pos uint64) {
+	s.placed = 0
+	if payload != nil {
+		s.placed = 1
+		if payload.N() == 1 {
+			copy(s.inline[:], payload.Seg(0))
+		} else {
+			b := s.inline[:]
+			for i := range payload.N() {
+				b = b[copy(b, payload.Seg(i)):]
+			}
+		}
+	}
+	s.pos, s.status, s.opcode, s.flags = uint32(wc.WRID), uint8(wc.Status), uint8(wc.Opcode), uint8(wc.Flags)
+	s.byteLen, s.imm, s.invRKey, s.srcQP = wc.ByteLen, wc.Imm, wc.InvalidatedRKey, wc.SrcQP
 	atomicrel.StoreUint64(&s.seq, pos+1)
 }
 
 // ready reports whether a completion waits to be taken.
 func (r *cqRing) ready() bool { return r.slots[r.head&r.mask].seq.Load() == r.head+1 }
 
-// take takes the oldest completion, which ready said is there.
+// take takes the oldest completion, which ready said is there, dropping
+// any payload it carries.
 func (r *cqRing) take(wc *driver.WorkCompletion) {
+	r.peek(wc)
+	r.release()
+}
+
+// peek reads the oldest completion, which ready said is there, into wc
+// and returns its slot, which stays the consumer's, its payload with it,
+// until release.
+func (r *cqRing) peek(wc *driver.WorkCompletion) *cqSlot {
 	s := &r.slots[r.head&r.mask]
-	*wc = driver.WorkCompletion{WRID: s.wrid, Status: driver.WCStatus(s.status), Opcode: driver.WCOpcode(s.opcode),
-		Flags: driver.WCFlags(s.flags), ByteLen: s.byteLen, Imm: s.imm, InvalidatedRKey: s.invRKey, QPNum: s.qpNum, SrcQP: s.srcQP}
+	*wc = driver.WorkCompletion{WRID: uint64(s.pos), Status: driver.WCStatus(s.status), Opcode: driver.WCOpcode(s.opcode),
+		Flags: driver.WCFlags(s.flags), ByteLen: s.byteLen, Imm: s.imm, InvalidatedRKey: s.invRKey, SrcQP: s.srcQP}
 	sanitizeRecv(wc)
-	atomicrel.StoreUint64(&s.seq, r.head+r.mask+1)
+	return s
+}
+
+// release hands the slot peek returned back to the producers.
+func (r *cqRing) release() {
+	atomicrel.StoreUint64(&r.slots[r.head&r.mask].seq, r.head+r.mask+1)
 	r.head++
 }
 
@@ -448,48 +490,65 @@ func initRecvRing(mem []byte, n, sges, logN int) *recvRing {
 // its completion (which may be long after a Send consumed the receive
 // and freed its place in the ring); state holds the position plus one
 // while live, 0 when free. A receive is posted only where the record of
-// the position as many places back as the log holds is free. Several Polls may take completions of one SRQ at once (QPs on
-// it may use different CQs): a record is taken with a CAS of its state,
-// and its fields are atomics.
+// the position as many places back as the log holds is free. Several
+// Polls may take completions of one SRQ at once (QPs on it may use
+// different CQs): a record is claimed with a CAS of its state.
+//
+// A record holds the receive's buffers too, if it has at most recSGEs of
+// them: a Send that travels inline in its completion is placed there by
+// the Poll that takes it, and only into the buffers recorded here.
 type recvLog struct {
 	recs []recvRec
 	mask uint64
 }
 
+// recSGEs is the number of buffers a receive may have for a Send to be
+// placed into it inline; a receive with more gets its Sends copied into
+// its buffers by the sender.
+const recSGEs = 2
+
+// recvRec is one record, a cache line. Its fields other than state are
+// written by the poster before its release store of state, and read by
+// the taker before its release store of state back to 0.
 type recvRec struct {
 	state  atomic.Uint64
 	wrid   atomic.Uint64
 	length atomic.Uint64
+	nsge   uint32 // buffers in sge; recSGEs+1 if the receive has more
+	_      uint32
+	sge    [recSGEs]driver.SGE
 }
+
+// recTaking is a record's state while an SRQ's Poll reads it (claim).
+const recTaking = ^uint64(0)
 
 func newRecvLog(n int) *recvLog {
 	return &recvLog{recs: make([]recvRec, n), mask: uint64(n - 1)}
 }
 
-// take frees the live record of position pos and returns its WRID and
-// length; false if no receive is posted at pos that is not yet taken.
-// Its caller is the queue's only taker: the Poll of a QP's own receive
-// queue.
-func (l *recvLog) take(pos uint64) (wrid, length uint64, ok bool) {
+// claim returns the live record of the position pos mod 2^32 (what a
+// completion slot holds), for its caller to read and then free
+// (release); nil if no receive is posted there that is not yet taken.
+// (The record of a position is the one of every position 2^32 apart, the
+// log being smaller: the record alone says which receive it is.) Unless
+// shared, its caller is the queue's only taker: the Poll of a QP's own
+// receive queue. An SRQ's QPs may complete into different CQs, polled at
+// once: shared claims the record with a CAS.
+func (l *recvLog) claim(pos uint64, shared bool) *recvRec {
 	r := &l.recs[pos&l.mask]
-	if r.state.Load() != pos+1 {
-		return 0, 0, false
+	st := r.state.Load()
+	if st == 0 || st == recTaking || uint32(st-1) != uint32(pos) {
+		return nil
 	}
-	wrid, length = r.wrid.Load(), r.length.Load()
-	atomicrel.StoreUint64(&r.state, 0)
-	return wrid, length, true
+	if shared && !r.state.CompareAndSwap(st, recTaking) {
+		return nil
+	}
+	return r
 }
 
-// takeShared is take for an SRQ, whose QPs may complete into different
-// CQs, polled at once.
-func (l *recvLog) takeShared(pos uint64) (wrid, length uint64, ok bool) {
-	r := &l.recs[pos&l.mask]
-	if r.state.Load() != pos+1 {
-		return 0, 0, false
-	}
-	wrid, length = r.wrid.Load(), r.length.Load()
-	return wrid, length, r.state.CompareAndSwap(pos+1, 0)
-}
+// release frees a record claim returned: its position may take a
+// receive again.
+func (r *recvRec) release() { atomicrel.StoreUint64(&r.state, 0) }
 
 // viewRecvRing views a receive ring of n entries of sges SGEs each, or
 // returns nil if those cannot describe a ring in mem (n, sges and mem may
@@ -549,7 +608,11 @@ func (r *recvRing) produce(wr *driver.RecvWR, limit uint64) bool {
 		binary.LittleEndian.PutUint32(s[8:], g.Length)
 		binary.LittleEndian.PutUint32(s[12:], g.LKey)
 		length += uint64(g.Length)
+		if i < recSGEs {
+			rec.sge[i] = g
+		}
 	}
+	rec.nsge = uint32(min(len(wr.SGList), recSGEs+1))
 	atomicrel.StoreUint64(&rec.wrid, wr.WRID)
 	atomicrel.StoreUint64(&rec.length, length)
 	atomicrel.StoreUint64(&rec.state, t+1)

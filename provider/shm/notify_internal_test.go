@@ -82,19 +82,19 @@ func TestReqNotifySeesReservedCompletions(t *testing.T) {
 	}
 	r := q.sh.cring
 	pos := reserve(t, r)
-	r.slots[pos&r.mask].publish(recvWC(0, 0), pos)
+	r.slots[pos&r.mask].publish(recvWC(0, 0), nil, pos)
 	expectNotified(t, c, false, true, "a receive completion published unseen, armed for any")
 	if n := drain(c); n != 1 {
 		t.Fatalf("polled %d completions, want 1", n)
 	}
 
 	pos = reserve(t, r)
-	r.slots[pos&r.mask].publish(recvWC(1, 0), pos)
+	r.slots[pos&r.mask].publish(recvWC(1, 0), nil, pos)
 	expectNotified(t, c, true, false, "an unsolicited receive completion, armed for solicited ones")
 	drain(c)
 	c.ring.h.armed.Store(unarmed)
 	pos = reserve(t, r)
-	r.slots[pos&r.mask].publish(recvWC(2, driver.WCSolicited), pos)
+	r.slots[pos&r.mask].publish(recvWC(2, driver.WCSolicited), nil, pos)
 	expectNotified(t, c, true, true, "a solicited receive completion, armed for solicited ones")
 	drain(c)
 

@@ -35,9 +35,11 @@ type qpShared struct {
 	grantsRO int       // the grant table's memfd, opened read-only for the peer
 	rq       *recvRing // the header and receive ring (its log, with an SRQ, unused)
 	cring    *cqRing   // the receive completion ring, in block
-	// lied: the peer wrote a completion that was not true, and is
-	// being cut off (peerLied). Guarded by the receive CQ's mu.
-	lied bool
+	// failing: the QP is being moved to the error state from Poll
+	// (failLater): the peer wrote a completion that was not true, or a
+	// receive's buffer no longer resolves. Guarded by the receive CQ's
+	// mu.
+	failing bool
 }
 
 // blockSize is the size of a QP's block: the header and receive ring of
@@ -162,7 +164,9 @@ func (q *qp) releaseRecvs(old *qpShared) {
 			return
 		}
 		old.cring.take(&wc)
-		q.srq.ring.log.takeShared(wc.WRID)
+		if rec := q.srq.ring.log.claim(wc.WRID, true); rec != nil {
+			rec.release()
+		}
 	}
 }
 
@@ -173,7 +177,7 @@ func (q *qp) releaseRecvs(old *qpShared) {
 // and the QP moves to the error state. q.mu is held.
 func (q *qp) pushRecv(wc *driver.WorkCompletion) {
 	c := q.recvCQ
-	if c.destroyed.Load() || !c.notifyOrOverrun(wc, q.sh.cring.produce(wc)) {
+	if c.destroyed.Load() || !c.notifyOrOverrun(wc, q.sh.cring.produce(wc, nil)) {
 		q.fail(driver.EventQPFatal)
 	}
 }
@@ -261,8 +265,9 @@ func (c *cq) takeRecvOfAny(wc *driver.WorkCompletion) bool {
 func (c *cq) takeRecvOf(k int, wc *driver.WorkCompletion) bool {
 	q := c.recvQPs[k]
 	r := q.sh.cring
-	r.take(wc)
-	ok := q.acceptRecv(wc) || q.skipLies(r, wc)
+	ok := q.acceptRecv(wc, r.peek(wc))
+	r.release()
+	ok = ok || q.skipLies(r, wc)
 	c.recvWatch[k].watch(r)
 	if ok {
 		if c.recvNext = k + 1; c.recvNext == len(c.recvQPs) {
@@ -281,8 +286,9 @@ func (q *qp) skipLies(r *cqRing, wc *driver.WorkCompletion) bool {
 		if !r.ready() {
 			return false
 		}
-		r.take(wc)
-		if q.acceptRecv(wc) {
+		ok := q.acceptRecv(wc, r.peek(wc))
+		r.release()
+		if ok {
 			return true
 		}
 	}
@@ -301,53 +307,112 @@ func (c *cq) recvPending(solicitedOnly bool) bool {
 	return false
 }
 
-// acceptRecv checks a receive completion read from the QP's ring against
-// the record of the receive posted at the position it names, and makes
-// it say what this process knows: the QP, and the receive's WRID. A
-// completion naming no receive posted there that is not yet completed is
-// dropped (false); one that claims more bytes for a Send than the
-// receive's buffers hold completes it as a length error. Either way the
-// peer is cut off. The receive CQ's mu is held.
-func (q *qp) acceptRecv(wc *driver.WorkCompletion) bool {
-	var wrid, length uint64
-	var ok bool
-	if q.srq == nil {
-		wrid, length, ok = q.sh.rq.log.take(wc.WRID)
-	} else {
-		wrid, length, ok = q.srq.ring.log.takeShared(wc.WRID)
+// acceptRecv checks a receive completion read from the QP's ring, in
+// slot s, against the record of the receive posted at the position it
+// names, and makes it say what this process knows: the QP, and the
+// receive's WRID. A completion naming no receive posted there that is
+// not yet completed is dropped (false); one that claims more bytes for a
+// Send than the receive's buffers hold completes it as a length error,
+// and the peer is cut off. A Send carried in the slot is placed into the
+// receive's buffers (placeInline). The receive CQ's mu is held.
+func (q *qp) acceptRecv(wc *driver.WorkCompletion, s *cqSlot) bool {
+	log, shared := q.sh.rq.log, false
+	if q.srq != nil {
+		log, shared = q.srq.ring.log, true
 	}
-	if !ok {
+	rec := log.claim(wc.WRID, shared)
+	if rec == nil {
 		q.peerLied()
 		return false
 	}
-	wc.WRID, wc.QPNum = wrid, q.num
+	wc.WRID, wc.QPNum = rec.wrid.Load(), q.num
 	q.checkInvalidated(wc)
-	if wc.Opcode == driver.WCRecv && wc.Status == driver.WCSuccess && uint64(wc.ByteLen) > length {
+	switch {
+	case s.placed != 0 && wc.Status == driver.WCSuccess:
+		q.placeInline(wc, rec, s)
+	case wc.Opcode == driver.WCRecv && wc.Status == driver.WCSuccess && uint64(wc.ByteLen) > rec.length.Load():
 		wc.Status, wc.ByteLen = driver.WCLocLenErr, 0
 		q.peerLied()
+	}
+	rec.release()
+	return true
+}
+
+// placeInline copies the Send carried in slot s, of wc.ByteLen bytes,
+// into the buffers of the receive rec records, and turns wc into an
+// error completion if that cannot be right. The length is the one read
+// once out of the slot, and checked against the slot's room and the
+// receive's own record, never the peer's ring: a Send longer than either
+// completes the receive as a length error, with nothing written, and a
+// Send carried inline where the peer must not place one (not a Send, or
+// a receive with more buffers than its record holds) as a general error;
+// the peer is cut off. A buffer that no longer resolves (its region
+// deregistered since the receive was posted) completes it as a
+// protection error, and the QP moves to the error state.
+func (q *qp) placeInline(wc *driver.WorkCompletion, rec *recvRec, s *cqSlot) {
+	n := uint64(wc.ByteLen)
+	switch {
+	case wc.Opcode != driver.WCRecv || rec.nsge > recSGEs:
+		wc.Status, wc.ByteLen = driver.WCGeneralErr, 0
+		q.peerLied()
+	case n > inlineMax || n > rec.length.Load():
+		wc.Status, wc.ByteLen = driver.WCLocLenErr, 0
+		q.peerLied()
+	case !q.scatterInline(rec, s.inline[:n]):
+		wc.Status, wc.ByteLen = driver.WCLocProtErr, 0
+		q.failLater(false, driver.EventQPAccessErr)
+	}
+}
+
+// scatterInline copies b into the buffers of the receive rec records, in
+// order, resolving each in the QP's protection domain: false if one does
+// not resolve. The buffers hold all of b (placeInline checked).
+func (q *qp) scatterInline(rec *recvRec, b []byte) bool {
+	if rec.nsge == 1 { // the common case, without the loop
+		g := &rec.sge[0]
+		dst, ok := q.ctx.span(g.LKey, q.pd, g.Addr, uint64(len(b)), driver.AccessLocalWrite)
+		copy(dst, b)
+		return ok
+	}
+	for i := range rec.nsge {
+		if len(b) == 0 {
+			break
+		}
+		g := &rec.sge[i]
+		k := min(uint64(g.Length), uint64(len(b)))
+		dst, ok := q.ctx.span(g.LKey, q.pd, g.Addr, k, driver.AccessLocalWrite)
+		if !ok {
+			return false
+		}
+		b = b[copy(dst, b):]
 	}
 	return true
 }
 
 // peerLied cuts off the peer that wrote a false completion into the QP's
 // ring: the QP moves to the error state and the connection ends, once.
-// Poll holds the CQ's mu, which ranks after q.mu: the work is left to a
-// goroutine. The receive CQ's mu is held.
-func (q *qp) peerLied() {
+// The receive CQ's mu is held.
+func (q *qp) peerLied() { q.failLater(true, driver.EventQPFatal) }
+
+// failLater moves the QP to the error state, raising ev, once, and with
+// breakConn ends its connection. Poll holds the CQ's mu, which ranks
+// after q.mu: the work is left to a goroutine. The receive CQ's mu is
+// held.
+func (q *qp) failLater(breakConn bool, ev driver.EventType) {
 	sh := q.sh
-	if sh.lied {
+	if sh.failing {
 		return
 	}
-	sh.lied = true
+	sh.failing = true
 	go func() {
 		q.mu.Lock()
 		defer q.mu.Unlock()
 		if q.sh != sh || q.destroyed {
 			return // reset or destroyed meanwhile: that connection is gone
 		}
-		if c := q.conn; c != nil {
+		if c := q.conn; c != nil && breakConn {
 			c.peerBroke()
 		}
-		q.fail(driver.EventQPFatal)
+		q.fail(ev)
 	}()
 }

@@ -381,7 +381,11 @@ func (c *conn) resolve(key uint32, write bool) (*keyEntry, bool) {
 }
 
 // send places a Send into the peer's next posted receive and writes the
-// receive's completion into the peer's CQ.
+// receive's completion into the peer's CQ. A Send of at most inlineMax
+// bytes, into a receive of at most recSGEs buffers, travels in the
+// completion instead, and the peer's Poll places it; the receive's
+// buffers are checked here all the same, so that a Send fails alike
+// either way.
 func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	r := &c.rent
 	if st := c.claimRecv(); st != driver.WCSuccess {
@@ -395,7 +399,7 @@ func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 		g := &r.sge[i]
 		if !c.target(&dst[i], g.LKey, g.Addr, uint64(g.Length), driver.AccessLocalWrite, true) {
 			wc.Status = driver.WCLocProtErr
-			c.peerComplete(&wc)
+			c.peerComplete(&wc, nil)
 			c.peerError(driver.EventQPAccessErr)
 			return driver.WCRemOpErr
 		}
@@ -403,7 +407,7 @@ func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 	}
 	if src.Len() > room {
 		wc.Status = driver.WCLocLenErr
-		c.peerComplete(&wc)
+		c.peerComplete(&wc, nil)
 		c.peerError(driver.EventQPReqErr)
 		return driver.WCRemInvReqErr
 	}
@@ -414,22 +418,27 @@ func (c *conn) send(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 		// the peer may not invalidate places nothing.
 		if !c.askInvalidate(wr.InvalidateRKey) {
 			wc.Status = driver.WCRemInvReqErr
-			c.peerComplete(&wc)
+			c.peerComplete(&wc, nil)
 			c.peerError(driver.EventQPReqErr)
 			return driver.WCRemInvReqErr
 		}
 		wc.Flags |= driver.WCWithInv
 		wc.InvalidatedRKey = wr.InvalidateRKey
 	}
+	if n := src.Len(); n <= inlineMax && r.n <= recSGEs {
+		wc.ByteLen = uint32(n)
+		c.peerComplete(&wc, src)
+		return driver.WCSuccess
+	}
 	n, ok := c.copyOut(dst[:r.n], src)
 	if !ok {
 		wc.Status = driver.WCLocProtErr
-		c.peerComplete(&wc)
+		c.peerComplete(&wc, nil)
 		c.peerError(driver.EventQPAccessErr)
 		return driver.WCRemOpErr
 	}
 	wc.ByteLen = uint32(n)
-	c.peerComplete(&wc)
+	c.peerComplete(&wc, nil)
 	return driver.WCSuccess
 }
 
@@ -473,7 +482,7 @@ func (c *conn) write(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 				// peer's flush would not find it: it completes here,
 				// flushed, as the peer's QP moves to the error state.
 				c.peerComplete(&driver.WorkCompletion{WRID: r.pos, Status: driver.WCWRFlushErr,
-					Opcode: driver.WCRecv})
+					Opcode: driver.WCRecv}, nil)
 			}
 			c.peerError(driver.EventQPAccessErr)
 			return driver.WCRemAccessErr
@@ -483,7 +492,7 @@ func (c *conn) write(wr *driver.SendWR, src *sglist.List) driver.WCStatus {
 		var wc driver.WorkCompletion
 		c.recvCompletion(&wc, wr, r.pos, driver.WCRecvRDMAWithImm)
 		wc.ByteLen = uint32(n)
-		c.peerComplete(&wc)
+		c.peerComplete(&wc, nil)
 	}
 	return driver.WCSuccess
 }
@@ -566,11 +575,12 @@ func (c *conn) recvCompletion(wc *driver.WorkCompletion, wr *driver.SendWR, pos 
 	}
 }
 
-// peerComplete writes a receive completion into the peer QP's completion
-// ring and wakes the peer if its CQ waits for one. A full ring is the
-// peer's CQ overrun: it is told, and its QP fails.
-func (c *conn) peerComplete(wc *driver.WorkCompletion) {
-	if !c.peerCQ.produce(wc) {
+// peerComplete writes a receive completion, with the message payload if
+// it is not nil, into the peer QP's completion ring and wakes the peer if
+// its CQ waits for one. A full ring is the peer's CQ overrun: it is told,
+// and its QP fails.
+func (c *conn) peerComplete(wc *driver.WorkCompletion, payload *sglist.List) {
+	if !c.peerCQ.produce(wc, payload) {
 		c.sendCtrl(msgOverrun, 0, 0)
 		return
 	}

@@ -98,7 +98,7 @@ func TestResetLeavesOldPeerNothing(t *testing.T) {
 	old.recv.h.head.Store(7)
 	old.recv.h.tail.Store(9)
 	if old.cring != nil {
-		old.cring.produce(&driver.WorkCompletion{WRID: 0, Opcode: driver.WCRecv, ByteLen: 16})
+		old.cring.produce(&driver.WorkCompletion{WRID: 0, Opcode: driver.WCRecv, ByteLen: 16}, nil)
 	}
 	if got := pollAll(p); len(got) != 0 {
 		t.Fatalf("A polled completions the old peer wrote: %+v", got)
@@ -128,7 +128,7 @@ func TestDestroyLeavesOldPeerNothing(t *testing.T) {
 	if err := p.A.QPs[0].Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	if !old.cring.produce(&driver.WorkCompletion{WRID: 0, Opcode: driver.WCRecv, ByteLen: 16}) {
+	if !old.cring.produce(&driver.WorkCompletion{WRID: 0, Opcode: driver.WCRecv, ByteLen: 16}, nil) {
 		t.Fatal("the old ring is full")
 	}
 	if got := pollAll(p); len(got) != 0 {

@@ -28,6 +28,43 @@
 // from its own record). The remote CPU does nothing for one-sided
 // operations.
 //
+// # Small Sends
+//
+// A Send of at most 96 bytes, into a receive of at most two buffers,
+// travels inside its completion instead, and the receiver's Poll copies
+// it into the buffers of its own record of the receive: the receiver
+// places it, as RDMA NICs carry small sends inline and scatter small
+// messages into the completion entry. The receiver places it because
+// that moves fewer cache lines between the two processors. The sender
+// writes the completion, a line the receiver then reads, whatever the
+// message: the message rides along. The receive buffer, which the
+// receiving application reads and reposts message after message, stays
+// in the receiver's cache; a sender placing the message takes the
+// buffer's line to its own processor, and the receiver's next read
+// takes it back. A completion slot is two cache lines: a 32-byte header
+// and the first 32 bytes of the message in one, the rest of the message
+// in the other. A Send of up to 32 bytes therefore moves one line fewer
+// than when the sender places it; one of 33 to 96 bytes moves the
+// slot's second line instead of the buffer's (or instead of two, when
+// the buffer straddles lines). The bound is the slot: a larger one would
+// make every completion ring larger, and the copy longer. Larger Sends,
+// and Sends into receives of more buffers, are placed by the sender
+// (zero copy).
+//
+// Placement by the receiver costs instructions, which show where no line
+// moves: the receiver looks its buffer's key up and makes a second copy,
+// about 180 more for a Send of 8 to 96 bytes, its Poll and the PostRecv
+// after it (1,875 against 1,693 for 64 bytes; scripts/instructions.sh
+// counts them with both endpoints in one process), and PostRecv records
+// the receive's buffers, about 25 more for every Send. The sender still claims the receive and checks its buffers
+// (keys, rights, room), so that a Send fails as it would if it placed
+// the message. The receiver believes no length it reads from the slot
+// beyond the slot and its own record: a longer claim completes the
+// receive as a length error and cuts the peer off, with nothing
+// written; a buffer deregistered since the receive was posted completes
+// it as a protection error, and the QP moves to the error state (Dereg
+// waits for the Polls under way).
+//
 // The control plane is a Unix socket per connection (cm addresses
 // shm:///path/to.sock and shm://@abstract-name): it carries the
 // connection handshake and the memfds (SCM_RIGHTS), the rare requests a
@@ -597,6 +634,10 @@ func (m *mr) Dereg() error {
 		c.segMu.Unlock()
 	}
 	qps := slices.Collect(maps.Keys(c.qps))
+	var cqs []*cq
+	if m.recvPosted.Load() {
+		cqs = slices.Collect(maps.Keys(c.cqs))
+	}
 	c.mu.Unlock()
 	// The peers' requesters write and read the region directly, and check
 	// its key once per WR: each peer confirms that no WR of its still
@@ -618,6 +659,14 @@ func (m *mr) Dereg() error {
 	}
 	for _, cn := range conns {
 		cn.revokePeer()
+	}
+	// A Send carried in its completion is placed into a receive's
+	// buffer by this process's Poll, under its CQ's lock, which looked
+	// the key up before the revocation perhaps: taking and releasing
+	// every CQ's lock once lets such a copy end before Dereg returns.
+	for _, cq := range cqs {
+		cq.mu.Lock()
+		cq.mu.Unlock()
 	}
 	if dead != nil {
 		for _, q := range qps {
