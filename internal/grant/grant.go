@@ -300,6 +300,10 @@ type Handle[R Region] interface {
 	GrantWindow() *Window[R]
 }
 
+// GrantWindow implements Handle: a provider's window type that embeds
+// *Window (and so has its RKey and Type too) is a Handle.
+func (w *Window[R]) GrantWindow() *Window[R] { return w }
+
 // Replaced is what a bind replaced: the key it revoked, and what the
 // window's previous binding resolved to, if it was bound.
 type Replaced[R Region] struct {

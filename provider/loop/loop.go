@@ -284,7 +284,7 @@ func (c *devCtx) span(key uint32, p *pd, q *qp, addr, n uint64, need driver.Acce
 
 // mw is a memory window; internal/grant keeps its state.
 type mw struct {
-	w *grant.Window[*mr]
+	*grant.Window[*mr] // RKey, Type, GrantWindow
 }
 
 // AllocMW implements driver.MWAllocator.
@@ -298,17 +298,12 @@ func (p *pd) AllocMW(typ driver.MWType) (driver.MW, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &mw{w: w}, nil
+	return &mw{Window: w}, nil
 }
 
-func (w *mw) RKey() uint32 { return w.w.RKey() }
-
-// GrantWindow implements grant.Handle.
-func (w *mw) GrantWindow() *grant.Window[*mr] { return w.w }
-func (w *mw) Type() driver.MWType             { return w.w.Type() }
 func (w *mw) Dealloc() error {
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
-	_, _, err := w.w.Dealloc(&w.w.PD().(*pd).ctx.mrs)
+	_, _, err := w.Window.Dealloc(&w.PD().(*pd).ctx.mrs)
 	return err
 }

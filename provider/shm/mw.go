@@ -31,8 +31,8 @@ import (
 
 // mw is a memory window.
 type mw struct {
-	ctx *devCtx
-	w   *grant.Window[*mr]
+	ctx                *devCtx
+	*grant.Window[*mr] // RKey, Type, GrantWindow
 }
 
 // AllocMW implements driver.MWAllocator. A window takes a slot of the
@@ -48,19 +48,13 @@ func (p *pd) AllocMW(typ driver.MWType) (driver.MW, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &mw{ctx: c, w: w}, nil
+	return &mw{ctx: c, Window: w}, nil
 }
-
-func (w *mw) RKey() uint32 { return w.w.RKey() }
-
-// GrantWindow implements grant.Handle.
-func (w *mw) GrantWindow() *grant.Window[*mr] { return w.w }
-func (w *mw) Type() driver.MWType             { return w.w.Type() }
 
 // Dealloc implements driver.MW: once it returns, no peer's WR uses the
 // window any more.
 func (w *mw) Dealloc() error {
-	b, bound, err := w.w.Dealloc(&w.ctx.mrs)
+	b, bound, err := w.Window.Dealloc(&w.ctx.mrs)
 	if err != nil {
 		return err
 	}
