@@ -23,14 +23,19 @@ func (c *conn) serveKey(key uint32) {
 		q.grantMu.Unlock()
 	}
 	ctx.mu.RUnlock()
+	c.answerKey(msgKey, key, ok)
+}
+
+// answerKey answers the peer's ask about key with msg (granted or not),
+// and counts a refusal against the peer: once its guard cuts it off, its
+// QP fails, and this side's with it when the socket ends (handleEvents).
+func (c *conn) answerKey(msg uint8, key uint32, ok bool) {
 	granted := uint32(0)
 	if ok {
 		granted = 1
 	}
-	c.sendCtrl(msgKey, key, granted)
+	c.sendCtrl(msg, key, granted)
 	if !ok && c.guard != nil && c.guard.Fail(c.peerID) > 0 {
-		// Cut off: the peer's QP fails, and this side's with it when the
-		// socket ends (handleEvents).
 		c.peerError(driver.EventQPAccessErr)
 		c.sock.CloseWrite()
 		c.sock.CloseRead()

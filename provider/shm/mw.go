@@ -278,18 +278,11 @@ func (c *conn) serveInvalidate(key uint32) {
 	q, ctx := c.q, c.q.ctx
 	_, isWindow, err := grant.RemoteInvalidate(&ctx.mrs, key, q, q.pd)
 	ok := isWindow && err == nil
-	granted := uint32(0)
 	if ok {
 		ctx.ungrantWindow(key)
 		q.invalidated.add(key)
-		granted = 1
 	}
-	c.sendCtrl(msgInvalidated, key, granted)
-	if !ok && c.guard != nil && c.guard.Fail(c.peerID) > 0 {
-		c.peerError(driver.EventQPAccessErr)
-		c.sock.CloseWrite()
-		c.sock.CloseRead()
-	}
+	c.answerKey(msgInvalidated, key, ok)
 }
 
 // askInvalidate asks the peer to invalidate key for a Send with
