@@ -15,6 +15,16 @@
 #     3b. on rxe0, a Send with immediate data from goverbs to a peer that
 #        is not goverbs (interop/imm_peer.py, rdma-core's pyverbs): the
 #        number it reads is the one goverbs sent (siw has no immediate);
+#     3c. on rxe0, bad days (provider/ibverbs/baddays_test.go), each on an
+#        rxe device of its own on a veth pair, so rxe0 is left alone: the
+#        device removed under a connection (EventDeviceFatal, CQ.Wait and
+#        posting fail with ErrNoDevice, every Close returns, the kernel's
+#        removal completes once the context is closed), its link taken
+#        down and up (EventPortErr, a Send that completes or fails, never
+#        hangs, EventPortActive), and a region deregistered under a
+#        pending RDMA Read and under a pending Write's target (no byte
+#        lands after the deregistration); a peer process killed with WRs
+#        outstanding is the conformance case PeerFailure/Killed;
 #     4. `rdma resource show` afterwards: the same counts as before.
 #
 # Every case is listed PASS, SKIP (with the capability the device lacks)
@@ -32,7 +42,7 @@
 #
 # Knobs (environment), for running a part while diagnosing:
 #   GOVERBS_IBVERBS_DEVICES  the devices, in order (default "rxe0 siw0")
-#   GOVERBS_IBVERBS_STEPS    the steps (default "conformance ping kv rlog imm");
+#   GOVERBS_IBVERBS_STEPS    the steps (default "conformance ping kv rlog imm baddays");
 #                            ping on siw0 includes tcp0 on the host
 #   GOVERBS_IBVERBS_RUN      a -test.run filter for the conformance cases,
 #                            below TestConformance (e.g. 'Protection/WrongLKey')
@@ -158,7 +168,7 @@ for f in "$base"/*; do
 done
 
 devices=${GOVERBS_IBVERBS_DEVICES:-rxe0 siw0}
-steps=" ${GOVERBS_IBVERBS_STEPS:-conformance ping kv rlog imm} "
+steps=" ${GOVERBS_IBVERBS_STEPS:-conformance ping kv rlog imm baddays} "
 runfilter=${GOVERBS_IBVERBS_RUN:-}
 step() { [[ $steps == *" $1 "* ]]; }
 
@@ -366,6 +376,26 @@ imm() {
 	log "${summary[-1]}"
 }
 
+# baddays: the bad-day cases on rxe devices of their own; prints each
+# case's outcome and what it observed.
+baddays() {
+	local out=$work/baddays.log
+	log "rxe0: bad days (a device removed, a link down, regions deregistered under transfers)"
+	"$vmsh" exec "cd /tmp && GOVERBS_IBVERBS_BADDAYS=1 timeout 600 $work/ibverbs.test -test.run '^TestBadDay' -test.v -test.timeout 9m 2>&1" >"$out" 2>&1 || true
+	local pass=0 fail=0 line name
+	while read -r line; do
+		name=$(sed -E 's/^\s*--- [A-Z]+: TestBadDay([A-Za-z]+) .*/\1/' <<<"$line")
+		case $line in
+		*"--- PASS"*) pass=$((pass + 1)); echo "  PASS $name" ;;
+		*) fail=$((fail + 1)); echo "  FAIL $name"; failed=1 ;;
+		esac
+		grep -A12 -E "^=== RUN\s+TestBadDay$name\$" "$out" | sed '1d;/^=== RUN/,$d;/^\s*--- /,$d' | sed 's/^\s*/       /'
+	done < <(grep -E '^\s*--- (PASS|FAIL|SKIP): TestBadDay' "$out")
+	[[ $((pass + fail)) -gt 0 ]] || { tail -30 "$out" >&2; fail=1; failed=1; }
+	summary+=("rxe0 bad days: $pass passed, $fail failed")
+	log "${summary[-1]}"
+}
+
 # pyverbs is the peer of the immediate-data check.
 if step imm && ! /usr/bin/python3 -c 'import pyverbs.cmid' 2>/dev/null; then
 	log "installing python3-pyverbs (rdma-core's Python binding, the immediate-data peer)"
@@ -386,6 +416,7 @@ for dev in $devices; do
 	if step kv && [[ $dev == rxe0 ]]; then kv; fi
 	if step rlog && [[ $dev == rxe0 ]]; then rlog; fi
 	if step imm && [[ $dev == rxe0 ]]; then imm; fi
+	if step baddays && [[ $dev == rxe0 ]]; then baddays; fi
 	# Stop the servers still running (kv, the rlog members; every check
 	# is done) and let them exit before counting what is left.
 	"$vmsh" exec "for p in \$(pgrep -f '$work/goverbs'); do kill \$p; done; for i in \$(seq 100); do pgrep -f '$work/goverbs' >/dev/null || break; sleep 0.2; done" || true

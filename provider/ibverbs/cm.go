@@ -642,6 +642,9 @@ func (k *conn) watch() {
 	for {
 		select {
 		case ev := <-k.c.events:
+			if ev.typ == rdmaCMEventDeviceRemoval {
+				k.q.ctx.removeDevice()
+			}
 			if ev.typ == rdmaCMEventDisconnected || ev.typ == rdmaCMEventDeviceRemoval {
 				k.end()
 				k.release(false)

@@ -63,11 +63,16 @@ func (q *cq) event() bool {
 		return false
 	}
 	call(lib.ackCQEvents, evCQ, 1)
+	q.wake()
+	return true
+}
+
+// wake sends the notification token, unless one is pending.
+func (q *cq) wake() {
 	select {
 	case q.notify <- struct{}{}:
 	default:
 	}
-	return true
 }
 
 // Poll is one call of the device's poll_cq for up to pollBatch
@@ -145,6 +150,9 @@ func (q *cq) ReqNotify(solicitedOnly bool) error {
 	if q.dead {
 		return driver.ErrClosed
 	}
+	if q.ctx.removed.Load() {
+		return q.ctx.removedErr()
+	}
 	s := uintptr(0)
 	if solicitedOnly {
 		s = 1
@@ -157,9 +165,14 @@ func (q *cq) ReqNotify(solicitedOnly bool) error {
 
 func (q *cq) Notify() <-chan struct{} { return q.notify }
 
+// Err reports an overrun, or that the device is gone (Poll still takes
+// the completions the CQ holds).
 func (q *cq) Err() error {
 	if q.overrun.Load() {
 		return driver.ErrCQOverrun
+	}
+	if q.ctx.removed.Load() {
+		return q.ctx.removedErr()
 	}
 	return nil
 }

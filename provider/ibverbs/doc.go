@@ -62,6 +62,20 @@
 // requester, invalidates a type 2 window bound to another QP of the PD,
 // and refuses to deregister a region with a window bound to it (EINVAL).
 //
+// A device that is removed (rdma link delete, a driver unloaded, a NIC
+// unplugged) raises EventDeviceFatal on Context.Events, once: devices
+// with disassociation (mlx5) report it themselves, and for the others (rxe
+// and siw) rdma_cm's device-removal event on a connection does. Its
+// connections end, their QPs moving to the error state; CQ.Wait returns
+// ErrNoDevice once the CQ is empty (Poll still takes the flushed
+// completions), and posting is refused with ErrNoDevice. Destroy the
+// objects and close the context: a device without disassociation is not
+// removed until every process has closed it, and once one has, the
+// provider has librdmacm forget the device (librdmacm then keeps a
+// context open on each other device until the process exits). A device
+// removed under a context that has no rdma_cm connection raises nothing
+// unless the device reports it itself.
+//
 // Not supported: UD and other QP types, more than one port
 // per device (port 1 is used), and completions do not report the solicited
 // flag (struct ibv_wc does not carry it). On InfiniBand and RoCE the private

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -160,6 +161,10 @@ type devContext struct {
 
 	// The ops table's data-path entry points.
 	pollCQ, reqNotifyCQ, postSend, postRecv, postSRQRecv uintptr
+
+	// removed is set once the device is gone (removeDevice): posting is
+	// refused and CQ.Wait returns ErrNoDevice once the CQ is empty.
+	removed atomic.Bool
 
 	mu     sync.Mutex
 	closed bool
@@ -343,7 +348,11 @@ func (c *devContext) asyncEvent() bool {
 	t := driver.EventType(ev.eventType)
 	var element any
 	switch t {
-	case driver.EventDeviceFatal, driver.EventPortActive, driver.EventPortErr,
+	case driver.EventDeviceFatal:
+		call(lib.ackAsyncEvent, uintptr(unsafe.Pointer(&ev)))
+		c.removeDevice()
+		return true
+	case driver.EventPortActive, driver.EventPortErr,
 		driver.EventLIDChange, driver.EventPKeyChange, driver.EventSMChange:
 	default:
 		c.mu.Lock()
@@ -372,6 +381,50 @@ func (c *devContext) asyncEvent() bool {
 		c.events.Event(t, element)
 	}
 	return true
+}
+
+// removeDevice records that the device is gone: its driver raised a
+// fatal error (a device with disassociation, such as mlx5, does so when
+// it is removed), or rdma_cm reported its removal (rxe and siw have no
+// disassociation: the kernel's removal waits until every process has
+// closed the device, and only rdma_cm tells them). It raises
+// EventDeviceFatal once and wakes the goroutines in CQ.Wait, which
+// return ErrNoDevice once they have taken what the CQs hold; posting is
+// refused from then on. The objects stay until they are destroyed and
+// the context is closed, which lets the kernel finish the removal.
+func (c *devContext) removeDevice() {
+	if !c.removed.CompareAndSwap(false, true) {
+		return
+	}
+	c.events.Event(driver.EventDeviceFatal, nil)
+	forgetRemovedDevices()
+	c.mu.Lock()
+	for _, o := range c.owners {
+		if q, ok := o.(*cq); ok {
+			q.wake()
+		}
+	}
+	c.mu.Unlock()
+}
+
+// forgetRemovedDevices has librdmacm compare its list of devices with the
+// kernel's: librdmacm holds a context of its own on each device its ids
+// were bound to, and closes that of a removed device only once it has
+// seen the device leave the list and its last id is destroyed. Until
+// then the kernel's removal of the device waits for this process.
+func forgetRemovedDevices() {
+	if loadCM() != nil {
+		return
+	}
+	var n int32
+	if list := call(lib.getDevices, uintptr(unsafe.Pointer(&n))); list != 0 {
+		call(lib.freeDevices, list)
+	}
+}
+
+// removedErr is the error of a verb on a device that is gone.
+func (c *devContext) removedErr() error {
+	return fmt.Errorf("ibverbs: %w: %s was removed: destroy its objects and close the context", driver.ErrNoDevice, c.name)
 }
 
 func (c *devContext) own(p uintptr, o any) {

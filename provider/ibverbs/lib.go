@@ -32,7 +32,7 @@ type libs struct {
 	createEventChannel, destroyEventChannel, createID, destroyID    uintptr
 	bindAddr, listen, resolveAddr, resolveRoute, connect, accept    uintptr
 	reject, disconnect, establish, getCMEvent, ackCMEvent, initQPAt uintptr
-	getSrcPort, migrateID                                           uintptr
+	getSrcPort, migrateID, getDevices, freeDevices                  uintptr
 	// libc
 	errnoLocation uintptr
 }
@@ -124,6 +124,7 @@ func loadLibs(l *libs, verbsName, cmName string) (verbsErr, cmErr error) {
 		{&l.disconnect, "rdma_disconnect"}, {&l.establish, "rdma_establish"},
 		{&l.getCMEvent, "rdma_get_cm_event"}, {&l.ackCMEvent, "rdma_ack_cm_event"},
 		{&l.initQPAt, "rdma_init_qp_attr"}, {&l.getSrcPort, "rdma_get_src_port"}, {&l.migrateID, "rdma_migrate_id"},
+		{&l.getDevices, "rdma_get_devices"}, {&l.freeDevices, "rdma_free_devices"},
 	})
 }
 

@@ -146,6 +146,9 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 	if q.gone.Load() {
 		return 0, driver.ErrClosed
 	}
+	if q.ctx.removed.Load() {
+		return 0, q.ctx.removedErr()
+	}
 	posted := 0
 	for posted < len(wrs) {
 		free := int(uint64(q.cap.MaxSendWR) - (q.sqPosted.Load() - q.sqRetired.Load()))
@@ -279,6 +282,10 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 	if q.gone.Load() {
 		q.recvMu.Unlock()
 		return 0, driver.ErrClosed
+	}
+	if q.ctx.removed.Load() {
+		q.recvMu.Unlock()
+		return 0, q.ctx.removedErr()
 	}
 	take := wrs
 	var full error

@@ -61,6 +61,9 @@ func (s *srq) PostRecv(wrs []driver.RecvWR) (int, error) {
 	if s.gone.Load() {
 		return 0, driver.ErrClosed
 	}
+	if s.pd.ctx.removed.Load() {
+		return 0, s.pd.ctx.removedErr()
+	}
 	return postRecvs(s.pd.ctx.postSRQRecv, s.p, &s.rwr, &s.bad, wrs, s.maxSGE, "post_srq_recv")
 }
 

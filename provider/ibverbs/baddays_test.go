@@ -1,0 +1,496 @@
+package ibverbs_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// The bad-day cases make, break and remove a Soft-RoCE device of their
+// own, on a veth pair, so that the devices other tests use are left
+// alone. They need root, the `ip` and `rdma` commands and the rdma_rxe
+// module; interop/ibverbs.sh runs them in its VM:
+//
+//	GOVERBS_IBVERBS_BADDAYS=1
+const envBadDays = "GOVERBS_IBVERBS_BADDAYS"
+
+// badBound bounds every wait of these cases: what has not happened by
+// then is a hang. The VM is slow, so it is generous; no case asserts
+// that anything happens quickly.
+const badBound = 90 * time.Second
+
+var badIndex atomic.Int32
+
+// badDevice is an rxe device on one end of a veth pair, with the
+// address host.
+type badDevice struct {
+	name, netdev, host string
+}
+
+func run(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// newBadDevice makes an rxe device of its own; the test's cleanup
+// removes it and its veth pair.
+func newBadDevice(t *testing.T) *badDevice {
+	if os.Getenv(envBadDays) == "" {
+		t.Skipf("the bad-day cases remove and break RDMA devices: set %s=1 to run them (interop/ibverbs.sh does, in a VM)", envBadDays)
+	}
+	for _, c := range []string{"ip", "rdma"} {
+		if _, err := exec.LookPath(c); err != nil {
+			t.Skipf("no %s command: %v", c, err)
+		}
+	}
+	i := badIndex.Add(1)
+	d := &badDevice{
+		name:   fmt.Sprintf("rxe_bad%d", i),
+		netdev: fmt.Sprintf("gvbad%da", i),
+		host:   fmt.Sprintf("10.99.%d.1", i),
+	}
+	peer := fmt.Sprintf("gvbad%db", i)
+	run(t, "ip", "link", "add", d.netdev, "type", "veth", "peer", "name", peer)
+	t.Cleanup(func() { exec.Command("ip", "link", "delete", d.netdev).Run() })
+	run(t, "ip", "addr", "add", d.host+"/24", "dev", d.netdev)
+	run(t, "ip", "link", "set", d.netdev, "up")
+	run(t, "ip", "link", "set", peer, "up")
+	run(t, "rdma", "link", "add", d.name, "type", "rxe", "netdev", d.netdev)
+	t.Cleanup(func() {
+		// A removal waits for every process that has the device open:
+		// one that does not end here is reported, not waited for.
+		done := make(chan error, 1)
+		go func() { done <- exec.Command("rdma", "link", "delete", d.name).Run() }()
+		select {
+		case <-done:
+		case <-time.After(badBound):
+			t.Errorf("rdma link delete %s did not return within %v: something holds the device", d.name, badBound)
+		}
+	})
+	return d
+}
+
+// badRig is two QPs of one context on a bad device, connected through
+// rdma_cm: A dialled, B accepted.
+type badRig struct {
+	ctx          *verbs.Context
+	pd           *verbs.PD
+	cqA, cqB     *verbs.CQ
+	qpA, qpB     *verbs.QP
+	connA, connB *cm.Conn
+	events       chan verbs.AsyncEvent
+}
+
+var badPort atomic.Int32
+
+func connectBad(t *testing.T, d *badDevice) *badRig {
+	vctx, err := verbs.Open(d.name)
+	if err != nil {
+		t.Fatalf("open %s: %v", d.name, err)
+	}
+	r := &badRig{ctx: vctx, events: make(chan verbs.AsyncEvent, 64)}
+	go func() {
+		for ev := range vctx.Events() {
+			select {
+			case r.events <- ev:
+			default:
+			}
+		}
+	}()
+	if r.pd, err = vctx.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if r.cqA, err = vctx.CreateCQ(16); err != nil {
+		t.Fatal(err)
+	}
+	if r.cqB, err = vctx.CreateCQ(16); err != nil {
+		t.Fatal(err)
+	}
+	qpCap := verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}
+	if r.qpA, err = r.pd.CreateQP(verbs.QPInitAttr{SendCQ: r.cqA, RecvCQ: r.cqA, Cap: qpCap}); err != nil {
+		t.Fatal(err)
+	}
+	if r.qpB, err = r.pd.CreateQP(verbs.QPInitAttr{SendCQ: r.cqB, RecvCQ: r.cqB, Cap: qpCap}); err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("rdma://%s:%d", d.host, 19000+os.Getpid()%500*4+int(badPort.Add(1)))
+	l, err := cm.Listen(addr)
+	if err != nil {
+		t.Fatalf("listen %s: %v", addr, err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), badBound)
+	defer cancel()
+	accepted := make(chan error, 1)
+	go func() {
+		req, err := l.Accept(ctx)
+		if err == nil {
+			r.connB, err = req.Accept(r.qpB, nil)
+		}
+		accepted <- err
+	}()
+	// The device's GIDs follow its address a moment after it is made:
+	// until then rdma_cm finds no route.
+	for {
+		r.connA, err = cm.Dial(ctx, addr, r.qpA, nil)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	if err := <-accepted; err != nil {
+		t.Fatalf("accept at %s: %v", addr, err)
+	}
+	return r
+}
+
+// waitEvent waits for an asynchronous event of type typ, logging the
+// others it sees.
+func (r *badRig) waitEvent(t *testing.T, typ verbs.EventType) {
+	t.Helper()
+	bound := time.NewTimer(badBound)
+	defer bound.Stop()
+	for {
+		select {
+		case ev := <-r.events:
+			t.Logf("async event %v", ev.Type)
+			if ev.Type == typ {
+				return
+			}
+		case <-bound.C:
+			t.Fatalf("no %v within %v", typ, badBound)
+		}
+	}
+}
+
+// close tears the rig down, each call bounded; it returns the errors
+// the calls returned, which a removed device may make.
+func (r *badRig) close(t *testing.T) []error {
+	t.Helper()
+	var errs []error
+	step := func(what string, f func() error) {
+		done := make(chan error, 1)
+		go func() { done <- f() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Logf("%s: %v", what, err)
+				errs = append(errs, fmt.Errorf("%s: %w", what, err))
+			}
+		case <-time.After(badBound):
+			t.Fatalf("%s did not return within %v", what, badBound)
+		}
+	}
+	for _, c := range []*cm.Conn{r.connA, r.connB} {
+		if c != nil {
+			step("close a connection", c.Close)
+		}
+	}
+	step("destroy QP A", r.qpA.Destroy)
+	step("destroy QP B", r.qpB.Destroy)
+	step("destroy CQ A", r.cqA.Destroy)
+	step("destroy CQ B", r.cqB.Destroy)
+	step("dealloc PD", r.pd.Dealloc)
+	step("close the context", r.ctx.Close)
+	return errs
+}
+
+// uverbsNode is the path of the character device of the device name.
+func uverbsNode(t *testing.T, name string) string {
+	t.Helper()
+	nodes, _ := os.ReadDir("/sys/class/infiniband_verbs")
+	for _, n := range nodes {
+		if b, err := os.ReadFile("/sys/class/infiniband_verbs/" + n.Name() + "/ibdev"); err == nil && strings.TrimSpace(string(b)) == name {
+			return "/dev/infiniband/" + n.Name()
+		}
+	}
+	t.Fatalf("no uverbs node names %s", name)
+	return ""
+}
+
+// rdmaFDs lists the process's descriptors and mappings of node.
+func rdmaFDs(t *testing.T, node string) []string {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []string
+	for _, f := range fds {
+		if to, err := os.Readlink("/proc/self/fd/" + f.Name()); err == nil && strings.HasPrefix(to, node) {
+			held = append(held, f.Name()+" -> "+to)
+		}
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(maps), "\n") {
+		if strings.Contains(l, node) {
+			held = append(held, "mapping "+strings.Join(strings.Fields(l), " "))
+		}
+	}
+	return held
+}
+
+// TestBadDayDeviceRemoved removes the device under a context with a
+// connection, receives outstanding and a goroutine in CQ.Wait. rxe has
+// no disassociation: the kernel's removal waits until the process has
+// closed what it holds of the device, and tells the process through
+// rdma_cm. The provider then raises EventDeviceFatal, CQ.Wait returns
+// ErrNoDevice once the flushed completions are taken, posting is
+// refused with ErrNoDevice, every destroy and Close returns, and with the
+// context closed the removal completes and no descriptor is left open.
+func TestBadDayDeviceRemoved(t *testing.T) {
+	d := newBadDevice(t)
+	r := connectBad(t, d)
+	mr, err := r.pd.RegMR(make([]byte, 4096), verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := r.qpA.PostRecv([]verbs.RecvWR{{WRID: uint64(100 + i), SGList: []verbs.SGE{mr.SGE(64*i, 64)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type waitResult struct {
+		wcs []verbs.WorkCompletion
+		err error
+	}
+	waited := make(chan waitResult, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*badBound)
+		defer cancel()
+		var res waitResult
+		wc := make([]verbs.WorkCompletion, 4)
+		for {
+			n, err := r.cqA.Wait(ctx, wc)
+			res.wcs = append(res.wcs, wc[:n]...)
+			if err != nil {
+				res.err = err
+				waited <- res
+				return
+			}
+		}
+	}()
+
+	node := uverbsNode(t, d.name)
+	if held := rdmaFDs(t, node); len(held) == 0 {
+		t.Fatalf("no descriptor of %s (%s) is open with the context open: the check below would prove nothing", d.name, node)
+	}
+	remove := exec.Command("rdma", "link", "delete", d.name)
+	var out bytes.Buffer
+	remove.Stdout, remove.Stderr = &out, &out
+	if err := remove.Start(); err != nil {
+		t.Fatal(err)
+	}
+	removed := make(chan error, 1)
+	go func() { removed <- remove.Wait() }()
+
+	r.waitEvent(t, verbs.EventDeviceFatal)
+	var res waitResult
+	select {
+	case res = <-waited:
+	case <-time.After(badBound):
+		t.Fatalf("CQ.Wait did not return within %v of the device's removal", badBound)
+	}
+	if !errors.Is(res.err, verbs.ErrNoDevice) {
+		t.Errorf("CQ.Wait on a removed device returned %v, want ErrNoDevice", res.err)
+	}
+	for _, wc := range res.wcs {
+		if wc.Status != verbs.WCWRFlushErr {
+			t.Errorf("completion WRID %d status %v on a removed device, want flushed", wc.WRID, wc.Status)
+		}
+	}
+	t.Logf("CQ.Wait: %d flushed completions, then %v", len(res.wcs), res.err)
+	if _, err := r.qpA.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{mr.SGE(0, 8)}}}); !errors.Is(err, verbs.ErrNoDevice) {
+		t.Errorf("PostSend on a removed device: %v, want ErrNoDevice", err)
+	}
+	if _, err := r.qpB.PostRecv([]verbs.RecvWR{{WRID: 2, SGList: []verbs.SGE{mr.SGE(0, 8)}}}); !errors.Is(err, verbs.ErrNoDevice) {
+		t.Errorf("PostRecv on a removed device: %v, want ErrNoDevice", err)
+	}
+	// The flushes may come after Wait has returned: Poll takes them.
+	wc := make([]verbs.WorkCompletion, 8)
+	for n := r.cqA.Poll(wc); n > 0; n = r.cqA.Poll(wc) {
+		t.Logf("Poll after the removal: %d completions", n)
+		for _, c := range wc[:n] {
+			if c.Status != verbs.WCWRFlushErr {
+				t.Errorf("completion WRID %d status %v on a removed device, want flushed", c.WRID, c.Status)
+			}
+		}
+	}
+	if err := r.cqA.Err(); !errors.Is(err, verbs.ErrNoDevice) {
+		t.Errorf("CQ.Err on a removed device: %v, want ErrNoDevice", err)
+	}
+	select {
+	case err := <-removed:
+		t.Logf("rdma link delete returned (%v) before the context was closed", err)
+	default:
+		t.Logf("rdma link delete waits for the context to close")
+	}
+	if err := mr.Dereg(); err != nil {
+		t.Logf("dereg: %v", err)
+	}
+	r.close(t)
+	if held := rdmaFDs(t, node); len(held) > 0 {
+		t.Errorf("descriptors or mappings of %s left after the context was closed: %v", node, held)
+	}
+	select {
+	case err := <-removed:
+		if err != nil {
+			t.Errorf("rdma link delete %s: %v: %s", d.name, err, out.Bytes())
+		}
+	case <-time.After(badBound):
+		t.Fatalf("rdma link delete %s still waits %v after the context was closed: something holds the device", d.name, badBound)
+	}
+}
+
+// waitSend waits for one completion on cq, bounded.
+func waitSend(t *testing.T, cq *verbs.CQ) verbs.WorkCompletion {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), badBound)
+	defer cancel()
+	wc := make([]verbs.WorkCompletion, 1)
+	if _, err := cq.Wait(ctx, wc); err != nil {
+		t.Fatalf("no completion: %v", err)
+	}
+	return wc[0]
+}
+
+// TestBadDayPortDown takes the device's network link down under a
+// connection: the device raises EventPortErr; a Send then either still
+// completes (rxe loops a packet to its own address back without the
+// link) or fails (WCRetryExcErr, or WCLocQPOpErr from a device that
+// cannot send the packet at all), never hangs; with the link up again the
+// device raises EventPortActive, and the connection closes.
+func TestBadDayPortDown(t *testing.T) {
+	d := newBadDevice(t)
+	r := connectBad(t, d)
+	defer r.close(t)
+	mr, err := r.pd.RegMR(make([]byte, 128), verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mr.Dereg()
+	if _, err := r.qpB.PostRecv([]verbs.RecvWR{{WRID: 7, SGList: []verbs.SGE{mr.SGE(64, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "ip", "link", "set", d.netdev, "down")
+	r.waitEvent(t, driver.EventPortErr)
+	copy(mr.Bytes(), "sent with the link down")
+	if _, err := r.qpA.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{mr.SGE(0, 23)}}}); err != nil {
+		t.Fatalf("PostSend with the link down: %v", err)
+	}
+	switch wc := waitSend(t, r.cqA); wc.Status {
+	case verbs.WCSuccess:
+		got := waitSend(t, r.cqB)
+		if got.Status != verbs.WCSuccess || got.WRID != 7 || string(mr.Bytes()[64:64+got.ByteLen]) != "sent with the link down" {
+			t.Fatalf("the Send completed, its receive %+v", got)
+		}
+		t.Logf("with the link down the Send completed: the device loops its own traffic back")
+	case verbs.WCRetryExcErr, verbs.WCLocQPOpErr:
+		// Retries ran out, or the device could not send at all (rxe
+		// finds no route for the packet).
+		t.Logf("with the link down the Send failed: %v", wc.Status)
+		if s := r.qpA.State(); s != verbs.QPSErr {
+			t.Errorf("QP A in %v after its Send failed, want ERR", s)
+		}
+	default:
+		t.Errorf("a Send with the link down completed %v, want success, %v or %v", wc.Status, verbs.WCRetryExcErr, verbs.WCLocQPOpErr)
+	}
+	run(t, "ip", "link", "set", d.netdev, "up")
+	r.waitEvent(t, driver.EventPortActive)
+}
+
+// deregUnderTransfer posts a large transfer, deregisters the region it
+// lands in at once, fills that memory with a pattern and waits for the
+// transfer's completion. The verbs allow the deregistration to fail
+// (ErrBusy) or to succeed with the transfer then ending either way; in
+// no case may a byte land in the memory after the deregistration
+// returned, so the pattern must be intact.
+func deregUnderTransfer(t *testing.T, read bool) {
+	d := newBadDevice(t)
+	r := connectBad(t, d)
+	defer r.close(t)
+	size := 8 << 20
+	if m := r.ctx.QueryDevice().MaxMsgSize; m > 0 && uint64(size) > m {
+		size = int(m)
+	}
+	src, err := r.pd.AllocMR(size, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Dereg()
+	for i := range src.Bytes() {
+		src.Bytes()[i] = 0xab
+	}
+	// The landing memory is Go memory (RegMR): the region pins it.
+	landing := make([]byte, size)
+	access := verbs.AccessLocalWrite
+	if !read {
+		access |= verbs.AccessRemoteWrite
+	}
+	dst, err := r.pd.RegMR(landing, access)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wr := verbs.SendWR{WRID: 1, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{dst.SGE(0, size)}, RemoteAddr: src.Addr(), RKey: src.RKey()}
+	what := "Read into"
+	if !read {
+		wr = verbs.SendWR{WRID: 1, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
+		what = "Write to"
+	}
+	if _, err := r.qpA.PostSend([]verbs.SendWR{wr}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Dereg(); err != nil {
+		if !errors.Is(err, verbs.ErrBusy) {
+			t.Fatalf("deregistering the region under a pending %s it: %v, want success or ErrBusy", what, err)
+		}
+		wc := waitSend(t, r.cqA)
+		t.Logf("deregistration refused (%v); the %s it completed %v", err, what, wc.Status)
+		if err := dst.Dereg(); err != nil {
+			t.Fatalf("deregistering after the completion: %v", err)
+		}
+		return
+	}
+	for i := range landing {
+		landing[i] = 0x5c
+	}
+	wc := waitSend(t, r.cqA)
+	t.Logf("the region was deregistered under a pending %s it, which completed %v", what, wc.Status)
+	// Whatever the completion, nothing may have landed since.
+	for i, b := range landing {
+		if b != 0x5c {
+			t.Fatalf("byte %d of the deregistered memory changed to %#x after the deregistration", i, b)
+		}
+	}
+}
+
+// TestBadDayDeregUnderRead deregisters the region a pending RDMA Read
+// scatters into.
+func TestBadDayDeregUnderRead(t *testing.T) { deregUnderTransfer(t, true) }
+
+// TestBadDayDeregUnderWrite has the responder deregister the region a
+// pending RDMA Write targets.
+func TestBadDayDeregUnderWrite(t *testing.T) { deregUnderTransfer(t, false) }
