@@ -392,10 +392,9 @@ func (c *conn) target(t *remote, key uint32, addr, n uint64, need driver.AccessF
 // with the peer QP's PD and, for remote access, the peer QP's rights,
 // and returns the range's offset in the region.
 func (c *conn) allows(k *keyInfo, addr, n uint64, need driver.AccessFlags) (uint64, bool) {
-	if k.access&need != need || k.pd != c.peerHdr.pd.Load() {
-		return 0, false
-	}
-	if need&driver.RemoteAccess != 0 && driver.AccessFlags(c.peerHdr.access.Load())&need != need {
+	// The peer QP's rights bound the remote ones only.
+	rights := k.access & (driver.AccessFlags(c.peerHdr.access.Load()) | ^driver.RemoteAccess)
+	if rights&need != need || k.pd != c.peerHdr.pd.Load() {
 		return 0, false
 	}
 	return k.span(addr, n)
