@@ -21,8 +21,11 @@
 // Run logs, per provider, the cases run, passed, failed and skipped, with
 // the capability behind each skip.
 //
-// Not checked: EventSRQErr and EventDeviceFatal, which no
-// goverbs provider can be made to raise from a test; and the byte order of
+// Not checked: EventSRQErr, which of goverbs' providers only shm0
+// raises, for an SRQ whose shared ring a peer corrupted (provider/shm's
+// own tests check it: no case can make a peer write shared memory);
+// EventDeviceFatal, which no goverbs provider can be made to raise from a
+// test; and the byte order of
 // immediate data against a peer that is not goverbs (tcp0's capture test
 // reads it from the raw stream; siw in the VM is still to be run).
 package verbstest
