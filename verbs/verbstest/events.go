@@ -104,8 +104,9 @@ func expectNoCommEst(t *testing.T, e Endpoint, when string) {
 
 // testCommEst: a QP that cm leaves in RTR (HoldRTR) takes its peer's
 // Send, completes the receive, and raises EventCommEst naming it, once,
-// however many requests follow; moved to RTS it sends, and raises no
-// second event. A QP connected straight to RTS raises none.
+// however many requests follow (a Write, a Send, a Write with
+// immediate); moved to RTS it sends, and raises no second event. A QP
+// connected straight to RTS raises none.
 func testCommEst(t *testing.T, h Harness) {
 	requireCap(t, h, verbs.CapCommEstEvent, "CapCommEstEvent")
 	p := h.NewPair(t, PairOptions{HoldRTR: true})
@@ -130,6 +131,19 @@ func testCommEst(t *testing.T, h Harness) {
 	expectStatuses(t, wait(t, p.A, SendCQ, 2), verbs.WCSuccess, 2, 3)
 	expectStatus(t, waitOne(t, p.B, RecvCQ), 10, verbs.WCSuccess)
 	expectBytes(t, p.B, dst, 16, data[16:], "the Write B took in RTR")
+	if p.A.Attr().Has(verbs.CapImmData) {
+		postRecv(t, p.B, 0, recvWR(12, dst.SGE(56, 8)))
+		wr := writeWR(5, dst, 32, src.SGE(0, 8))
+		wr.Opcode, wr.Imm = verbs.OpRDMAWriteWithImm, 0x5eed
+		postSend(t, p.A, 0, wr)
+		expectStatus(t, waitOne(t, p.A, SendCQ), 5, verbs.WCSuccess)
+		wc := waitOne(t, p.B, RecvCQ)
+		expectStatus(t, wc, 12, verbs.WCSuccess)
+		if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Flags&verbs.WCWithImm == 0 || wc.Imm != 0x5eed {
+			t.Fatalf("B's receive of a Write with immediate in RTR completed as %s", fmtWC(wc))
+		}
+		expectBytes(t, p.B, dst, 32, data[:8], "the Write with immediate B took in RTR")
+	}
 	expectCommEst(t, p)
 	expectNoErrorEvent(t, p.A)
 	expectState(t, p.B, 0, verbs.QPSRTR)
