@@ -85,6 +85,7 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 	if c == nil || !c.peerUp() {
 		return false
 	}
+	c.announceRequest()
 	b, ok := q.localSpan(g.LKey, g.Addr, n, need)
 	if !ok {
 		return false
@@ -161,6 +162,9 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 	local, ok := soft.Within(m.buf, m.addr, g.Addr, n)
 	if !ok || !c.peerUp() || (need != 0 && !c.peerReads()) || c.dirty.Load() {
 		return false
+	}
+	if !c.peerSettled { // announceRequest's test, in line
+		c.announceRequest()
 	}
 	e := c.cached(wr.RKey, rneed != driver.AccessRemoteRead)
 	if e == nil || e.seg == nil {
@@ -266,6 +270,7 @@ func (q *qp) execute(s *swq.Slot) (driver.WCStatus, uint32) {
 		q.toErr()
 		return driver.WCWRFlushErr, 0
 	}
+	c.announceRequest()
 	local := &q.local
 	if len(wr.SGList) == 1 && !s.IsInline {
 		// swq.ResolveLocal's common case, without its calls through
