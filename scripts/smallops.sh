@@ -37,7 +37,7 @@ compare() {
 		cat "$tmp/bench.out" >&2
 		exit 2
 	}
-	sed -n '/^Compared in the same run/,/^$/p' "$tmp/bench.out" | grep -v 'ucx tcp' | sed '/^$/d'
+	sed -n '/^Compared in the same run/,/^$/p' "$tmp/bench.out" | grep -E '^(Compared|Over| test | .* ucx sm )'
 	echo
 }
 
