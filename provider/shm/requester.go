@@ -163,9 +163,6 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 	if !ok || !c.peerUp() || (need != 0 && !c.peerReads()) || c.dirty.Load() {
 		return false
 	}
-	if !c.peerSettled { // announceRequest's test, in line
-		c.announceRequest()
-	}
 	e := c.cached(wr.RKey, rneed != driver.AccessRemoteRead)
 	if e == nil || e.seg == nil {
 		return false
@@ -178,6 +175,12 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 	if !ok {
 		return false
 	}
+	if rneed == driver.AccessRemoteAtomic && (n != 8 || wr.RemoteAddr%8 != 0 || uintptr(unsafe.Pointer(&remote[0]))%8 != 0) {
+		return false
+	}
+	if !c.peerSettled { // announceRequest's test, in line
+		c.announceRequest()
+	}
 	var byteLen uint32
 	switch rneed {
 	case driver.AccessRemoteWrite:
@@ -186,9 +189,6 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 		copySmall(local, remote)
 		byteLen = uint32(n)
 	default:
-		if n != 8 || wr.RemoteAddr%8 != 0 || uintptr(unsafe.Pointer(&remote[0]))%8 != 0 {
-			return false
-		}
 		binary.NativeEndian.PutUint64(local, applyAtomic((*uint64)(unsafe.Pointer(&remote[0])), wr))
 		byteLen = 8
 	}
