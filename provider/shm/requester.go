@@ -167,7 +167,10 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 	if e == nil || e.seg == nil {
 		return false
 	}
-	off, ok := c.allows(&e.k, wr.RemoteAddr, n, rneed)
+	if !c.allows(&e.k, rneed) {
+		return false
+	}
+	off, ok := e.k.span(wr.RemoteAddr, n)
 	if !ok {
 		return false
 	}
@@ -379,7 +382,10 @@ func (c *conn) target(t *remote, key uint32, addr, n uint64, need driver.AccessF
 			return false
 		}
 	}
-	off, ok := c.allows(&e.k, addr, n, need)
+	if !c.allows(&e.k, need) {
+		return false
+	}
+	off, ok := e.k.span(addr, n)
 	if !ok {
 		return false
 	}
@@ -393,16 +399,13 @@ func (c *conn) target(t *remote, key uint32, addr, n uint64, need driver.AccessF
 	return ok
 }
 
-// allows checks that the peer's key k grants need over [addr, addr+n),
-// with the peer QP's PD and, for remote access, the peer QP's rights,
-// and returns the range's offset in the region.
-func (c *conn) allows(k *keyInfo, addr, n uint64, need driver.AccessFlags) (uint64, bool) {
+// allows reports whether the peer's key k grants need, with the peer
+// QP's PD and, for remote access, the peer QP's rights. (The bounds are
+// the caller's: k.span.)
+func (c *conn) allows(k *keyInfo, need driver.AccessFlags) bool {
 	// The peer QP's rights bound the remote ones only.
 	rights := k.access & (driver.AccessFlags(c.peerHdr.access.Load()) | ^driver.RemoteAccess)
-	if rights&need != need || k.pd != c.peerHdr.pd.Load() {
-		return 0, false
-	}
-	return k.span(addr, n)
+	return rights&need == need && k.pd == c.peerHdr.pd.Load()
 }
 
 // segSpan returns the n bytes at offset off of the region of k in mem,
