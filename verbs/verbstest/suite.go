@@ -150,6 +150,8 @@ var suite = []testCase{
 	{"Events/QPReqErr", testQPReqErrEvent},
 	{"Events/CommEst", testCommEst},
 	{"Events/CommEstOneSided", testCommEstOneSided},
+	{"Events/CommEstHeldPeerLeaves", testCommEstHeldPeerLeaves},
+	{"Events/CommEstNotForLocalError", testCommEstNotForLocalError},
 
 	{"DataPath/ZeroAlloc", testZeroAlloc},
 
