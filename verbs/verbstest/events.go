@@ -2,6 +2,7 @@ package verbstest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -244,4 +245,26 @@ func testCommEstNotForLocalError(t *testing.T, h Harness) {
 		expectStatus(t, waitOne(t, p.A, SendCQ), 1, verbs.WCLocProtErr)
 	}
 	expectNoCommEst(t, p.B, "for a Send that failed at its requester")
+}
+
+// testCommEstHeldLeaves: a QP held in RTR that closes its connection
+// before it ever reaches RTS ends it as one in RTS would: its peer's
+// connection ends, the peer's QP moves to the error state and its
+// receive flushes.
+func testCommEstHeldLeaves(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapCommEstEvent, "CapCommEstEvent")
+	p := h.NewPair(t, PairOptions{HoldRTR: true})
+	expectState(t, p.B, 0, verbs.QPSRTR)
+	dst := newRegion(t, p.A, 16, localRW)
+	postRecv(t, p.A, 0, recvWR(9, dst.SGE(0, 16)))
+	if err := p.B.Close(); err != nil {
+		t.Fatalf("close B: %v", err)
+	}
+	select {
+	case <-p.A.Conns[0].Done():
+	case <-time.After(timeout):
+		t.Fatalf("A's connection did not end within %v of B, held in RTR, closing", timeout)
+	}
+	expectState(t, p.A, 0, verbs.QPSErr)
+	expectStatus(t, waitOne(t, p.A, RecvCQ), 9, verbs.WCWRFlushErr)
 }

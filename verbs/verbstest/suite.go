@@ -151,6 +151,7 @@ var suite = []testCase{
 	{"Events/CommEst", testCommEst},
 	{"Events/CommEstOneSided", testCommEstOneSided},
 	{"Events/CommEstHeldPeerLeaves", testCommEstHeldPeerLeaves},
+	{"Events/CommEstHeldLeaves", testCommEstHeldLeaves},
 	{"Events/CommEstNotForLocalError", testCommEstNotForLocalError},
 
 	{"DataPath/ZeroAlloc", testZeroAlloc},
