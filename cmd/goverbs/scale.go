@@ -134,7 +134,7 @@ type ScaleResult struct {
 	RoundRobin float64 `json:"round_robin_mops"`
 	// AloneAfter is one QP's rate again, after the other connections
 	// were closed: how far the machine's speed drifted over the run.
-	AloneAfter float64 `json:"alone_after_mops"`
+	AloneAfter float64         `json:"alone_after_mops"`
 	Goroutines []GoroutineRate `json:"goroutines"`
 	Client     PerConn         `json:"client"` // this side
 	Server     PerConn         `json:"server"` // the child's side

@@ -72,6 +72,8 @@ type conn struct {
 	srqSeg     *segment
 	cqSeg      *segment  // the peer's receive CQ: its arming and futex word
 	peerNotify *cqRing   // its view
+	peerBells  doorbells // its doorbells, and the peer QP's bell in them
+	peerBell   uint32
 	peerCQ     *cqRing   // the peer QP's receive completion ring, in peerBlock
 	keySeg     *segment  // the peer's grant table for this connection, mapped read-only
 	keys       *keyTable // its view
