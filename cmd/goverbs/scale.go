@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,6 +49,7 @@ type scaleConfig struct {
 	conns      int
 	window     int
 	duration   time.Duration
+	rounds     int
 	goroutines string
 	json       bool
 	timeout    time.Duration
@@ -62,7 +64,8 @@ func runScale(ctx context.Context, e *env, args []string) error {
 	fs.String(&cfg.device, "device", "d", "shm0", "the `device`: shm0 or tcp0 (a device that crosses processes)")
 	fs.Int(&cfg.conns, "conns", "c", 1000, "`n` connections on the shared CQ")
 	fs.Int(&cfg.window, "window", "t", 8, "`n` Writes kept outstanding")
-	fs.Duration(&cfg.duration, "time", "", time.Second, "measure each rate over this long")
+	fs.Duration(&cfg.duration, "time", "", 500*time.Millisecond, "measure each rate over this long")
+	fs.Int(&cfg.rounds, "rounds", "r", 3, "`n` rounds, each measuring every rate once")
 	fs.String(&cfg.goroutines, "goroutines", "g", "1,2", "the goroutine counts to measure, comma separated")
 	fs.Bool(&cfg.json, "json", "", "print the results as JSON")
 	fs.Duration(&cfg.timeout, "timeout", "", 5*time.Minute, "give up when the whole run takes longer than this")
@@ -108,6 +111,8 @@ func (cfg *scaleConfig) check() error {
 		return usageError("--conns %d: give at least 1", cfg.conns)
 	case cfg.window < 1:
 		return usageError("--window %d: give at least 1", cfg.window)
+	case cfg.rounds < 1:
+		return usageError("--rounds %d: give at least 1", cfg.rounds)
 	case cfg.duration <= 0:
 		return usageError("--time must be positive, got %v", cfg.duration)
 	case cfg.timeout <= 0:
@@ -128,22 +133,24 @@ type ScaleResult struct {
 	Device string `json:"device"`
 	Conns  int    `json:"conns"`
 	Window int    `json:"window"`
-	// Rates in million Writes per second.
+	Rounds int    `json:"rounds"`
+	// Rates in million Writes per second, medians over the rounds.
 	Alone      float64 `json:"alone_mops"`
 	Idle       float64 `json:"idle_mops"`
 	RoundRobin float64 `json:"round_robin_mops"`
-	// AloneAfter is one QP's rate again, after the other connections
-	// were closed: how far the machine's speed drifted over the run.
-	AloneAfter float64         `json:"alone_after_mops"`
-	Goroutines []GoroutineRate `json:"goroutines"`
-	Client     PerConn         `json:"client"` // this side
-	Server     PerConn         `json:"server"` // the child's side
+	// The ratios to the rate alone: medians of the rounds' own ratios.
+	IdleRatio       Ratio           `json:"idle_ratio"`
+	RoundRobinRatio Ratio           `json:"round_robin_ratio"`
+	Goroutines      []GoroutineRate `json:"goroutines"`
+	Client          PerConn         `json:"client"` // this side
+	Server          PerConn         `json:"server"` // the child's side
 }
 
 // GoroutineRate is the aggregate rate of N goroutines.
 type GoroutineRate struct {
-	N    int     `json:"n"`
-	Mops float64 `json:"mops"`
+	N     int     `json:"n"`
+	Mops  float64 `json:"mops"`
+	Ratio Ratio   `json:"ratio"`
 }
 
 // PerConn is one side's cost of a connection.
@@ -208,21 +215,15 @@ func perConn(before, after procCounts, n int) PerConn {
 }
 
 func (r *ScaleResult) print(w io.Writer) {
-	ratio := func(x float64) string {
-		if r.Alone == 0 {
-			return ""
-		}
-		return fmt.Sprintf("  (%.2fx alone)", x/r.Alone)
-	}
 	fmt.Fprintf(w, "goverbs scale: %s, %d connections, one CQ per side, 8 B RDMA Writes, %d outstanding, all signaled\n", r.Device, r.Conns, r.Window)
-	fmt.Fprintf(w, "  alone          %8.3f Mops/s\n", r.Alone)
-	fmt.Fprintf(w, "  %4d idle      %8.3f Mops/s%s\n", r.Conns-1, r.Idle, ratio(r.Idle))
-	fmt.Fprintf(w, "  round-robin    %8.3f Mops/s%s\n", r.RoundRobin, ratio(r.RoundRobin))
+	fmt.Fprintf(w, "rates in Mops/s, medians of %d rounds; ratios to the rate alone, median (range) of the rounds' own\n", r.Rounds)
+	fmt.Fprintf(w, "  alone          %8.3f\n", r.Alone)
+	fmt.Fprintf(w, "  %4d idle      %8.3f  %v\n", r.Conns-1, r.Idle, r.IdleRatio)
+	fmt.Fprintf(w, "  round-robin    %8.3f  %v\n", r.RoundRobin, r.RoundRobinRatio)
 	for _, g := range r.Goroutines {
-		fmt.Fprintf(w, "  %d goroutine(s) %8.3f Mops/s%s\n", g.N, g.Mops, ratio(g.Mops))
+		fmt.Fprintf(w, "  %d goroutine(s) %8.3f  %v\n", g.N, g.Mops, g.Ratio)
 	}
-	fmt.Fprintf(w, "  alone again    %8.3f Mops/s (after closing the others)\n", r.AloneAfter)
-	fmt.Fprintf(w, "per connection   RSS KiB    fds   maps  goroutines   (totals: RSS KiB, fds, maps, goroutines)\n")
+	fmt.Fprintf(w, "per connection   RSS KiB    fds   maps  goroutines   (process totals: RSS KiB, fds, maps, goroutines)\n")
 	for _, s := range []struct {
 		name string
 		p    PerConn
@@ -298,8 +299,8 @@ func (c scaleConn) close() {
 }
 
 // scalePeer is the child: it accepts connections, each on a QP of its
-// shared CQ, until its standard input ends; after the first want it
-// prints what they cost.
+// shared CQ, until its standard input ends, and closes those the parent
+// closed; once it has accepted cfg.conns, it prints what they cost.
 func scalePeer(ctx context.Context, e *env, cfg scaleConfig) error {
 	addr, err := defaultAddr(transportOf(cfg.device), "goverbs-scale")
 	if err != nil {
@@ -336,6 +337,7 @@ func scalePeer(ctx context.Context, e *env, cfg scaleConfig) error {
 			c.close()
 		}
 	}()
+	accepted := 0
 	for {
 		req, err := l.Accept(ctx)
 		if err != nil {
@@ -355,8 +357,18 @@ func scalePeer(ctx context.Context, e *env, cfg scaleConfig) error {
 			qp.Destroy()
 			return err
 		}
+		// The parent closes the connections of a round at its end.
+		conns = slices.DeleteFunc(conns, func(c scaleConn) bool {
+			select {
+			case <-c.conn.Done():
+				c.close()
+				return true
+			default:
+				return false
+			}
+		})
 		conns = append(conns, scaleConn{conn, qp})
-		if len(conns) == cfg.conns {
+		if accepted++; accepted == cfg.conns {
 			runtime.GC()
 			after, err := readProcCounts()
 			if err != nil {
@@ -460,15 +472,13 @@ func (c *scaleChild) stop() error {
 	}
 }
 
-// scaleRun is the measuring side.
+// scaleRun is the measuring side. Each round measures one QP alone,
+// opens the other connections, measures the QP beside them, the
+// round-robin and the goroutines, and closes them again: on a shared
+// machine, whose speed drifts, each ratio compares rates seconds apart,
+// and the result is the median over the rounds.
 func scaleRun(ctx context.Context, cfg scaleConfig) (res ScaleResult, err error) {
-	res = ScaleResult{Device: cfg.device, Conns: cfg.conns, Window: cfg.window}
-	maxG := 0
-	for _, g := range cfg.gs {
-		maxG = max(maxG, g)
-	}
-	// The child accepts cfg.conns connections, prints their costs, and
-	// then takes maxG more, for the goroutines.
+	res = ScaleResult{Device: cfg.device, Conns: cfg.conns, Window: cfg.window, Rounds: cfg.rounds}
 	child, addr, err := startScaleChild(ctx, cfg)
 	if err != nil {
 		return res, err
@@ -504,6 +514,12 @@ func scaleRun(ctx context.Context, cfg scaleConfig) (res ScaleResult, err error)
 		target, err = decodeTarget(conn.PrivateData())
 		return err
 	}
+	closeFrom := func(i int) {
+		for _, c := range conns[i:] {
+			c.close()
+		}
+		conns = conns[:i]
+	}
 	runtime.GC()
 	before, err := readProcCounts()
 	if err != nil {
@@ -513,62 +529,112 @@ func scaleRun(ctx context.Context, cfg scaleConfig) (res ScaleResult, err error)
 		return res, err
 	}
 	w := scaleWriter{cq: s.cq, window: cfg.window, target: target, src: s.mr}
-	if res.Alone, err = w.rate(ctx, conns[:1], cfg.duration); err != nil {
-		return res, fmt.Errorf("alone: %w", err)
-	}
-	for len(conns) < cfg.conns {
-		if err := dial(s.cq); err != nil {
-			return res, err
+	rounds := make([]scaleRound, cfg.rounds)
+	for r := range rounds {
+		m := &rounds[r]
+		if m.alone, err = w.rate(ctx, conns[:1], cfg.duration); err != nil {
+			return res, fmt.Errorf("alone: %w", err)
 		}
-	}
-	runtime.GC()
-	after, err := readProcCounts()
-	if err != nil {
-		return res, err
-	}
-	res.Client = perConn(before, after, cfg.conns)
-	costs, err := child.line(ctx, "costs ")
-	if err != nil {
-		return res, err
-	}
-	if err := json.Unmarshal([]byte(costs), &res.Server); err != nil {
-		return res, fmt.Errorf("the scale peer's costs: %w", err)
-	}
-	if res.Idle, err = w.rate(ctx, conns[:1], cfg.duration); err != nil {
-		return res, fmt.Errorf("with idle connections: %w", err)
-	}
-	if res.RoundRobin, err = w.rate(ctx, conns, cfg.duration); err != nil {
-		return res, fmt.Errorf("round-robin: %w", err)
-	}
-	// The goroutines' connections, each on its own CQ.
-	var own []scaleWriter
-	for range maxG {
-		cq, err := s.dev.CreateCQ(scaleCQE)
-		if err != nil {
-			return res, err
+		for len(conns) < cfg.conns {
+			if err := dial(s.cq); err != nil {
+				return res, err
+			}
 		}
-		defer cq.Destroy()
-		if err := dial(cq); err != nil {
-			return res, err
+		if r == 0 {
+			runtime.GC()
+			after, err := readProcCounts()
+			if err != nil {
+				return res, err
+			}
+			res.Client = perConn(before, after, cfg.conns)
+			costs, err := child.line(ctx, "costs ")
+			if err != nil {
+				return res, err
+			}
+			if err := json.Unmarshal([]byte(costs), &res.Server); err != nil {
+				return res, fmt.Errorf("the scale peer's costs: %w", err)
+			}
 		}
-		own = append(own, scaleWriter{cq: cq, window: cfg.window, target: target, src: s.mr})
-	}
-	gconns := conns[cfg.conns:]
-	for _, g := range cfg.gs {
-		r, err := parallelRate(ctx, own[:g], gconns[:g], cfg.duration)
-		if err != nil {
-			return res, fmt.Errorf("%d goroutines: %w", g, err)
+		if m.idle, err = w.rate(ctx, conns[:1], cfg.duration); err != nil {
+			return res, fmt.Errorf("with idle connections: %w", err)
 		}
-		res.Goroutines = append(res.Goroutines, GoroutineRate{N: g, Mops: r})
+		if m.rr, err = w.rate(ctx, conns, cfg.duration); err != nil {
+			return res, fmt.Errorf("round-robin: %w", err)
+		}
+		// The goroutines' connections, each on its own CQ.
+		var own []scaleWriter
+		for _, g := range cfg.gs {
+			for len(own) < g {
+				cq, err := s.dev.CreateCQ(scaleCQE)
+				if err != nil {
+					return res, err
+				}
+				defer cq.Destroy()
+				if err := dial(cq); err != nil {
+					return res, err
+				}
+				own = append(own, scaleWriter{cq: cq, window: cfg.window, target: target, src: s.mr})
+			}
+			rate, err := parallelRate(ctx, own[:g], conns[cfg.conns:cfg.conns+g], cfg.duration)
+			if err != nil {
+				return res, fmt.Errorf("%d goroutines: %w", g, err)
+			}
+			m.gs = append(m.gs, rate)
+		}
+		closeFrom(1)
 	}
-	for _, c := range conns[1:] {
-		c.close()
-	}
-	conns = conns[:1]
-	if res.AloneAfter, err = w.rate(ctx, conns, cfg.duration); err != nil {
-		return res, fmt.Errorf("alone, again: %w", err)
-	}
+	res.summarize(rounds, cfg.gs)
 	return res, nil
+}
+
+// scaleRound is one round's rates.
+type scaleRound struct {
+	alone, idle, rr float64
+	gs              []float64
+}
+
+// summarize sets the result's rates, the medians over the rounds, and
+// the ratios, the medians of the rounds' own ratios with their range.
+func (r *ScaleResult) summarize(rounds []scaleRound, gs []int) {
+	pick := func(f func(m scaleRound) float64) []float64 {
+		v := make([]float64, len(rounds))
+		for i, m := range rounds {
+			v[i] = f(m)
+		}
+		return v
+	}
+	ratio := func(f func(m scaleRound) float64) Ratio {
+		return ratioOf(pick(func(m scaleRound) float64 {
+			if m.alone == 0 {
+				return 0
+			}
+			return f(m) / m.alone
+		}))
+	}
+	r.Alone = median(pick(func(m scaleRound) float64 { return m.alone }))
+	r.Idle = median(pick(func(m scaleRound) float64 { return m.idle }))
+	r.RoundRobin = median(pick(func(m scaleRound) float64 { return m.rr }))
+	r.IdleRatio = ratio(func(m scaleRound) float64 { return m.idle })
+	r.RoundRobinRatio = ratio(func(m scaleRound) float64 { return m.rr })
+	for i, g := range gs {
+		get := func(m scaleRound) float64 { return m.gs[i] }
+		r.Goroutines = append(r.Goroutines, GoroutineRate{N: g, Mops: median(pick(get)), Ratio: ratio(get)})
+	}
+}
+
+// Ratio is a ratio's median over the rounds and its range.
+type Ratio struct {
+	Median float64 `json:"median"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+}
+
+func ratioOf(v []float64) Ratio {
+	return Ratio{Median: median(v), Min: slices.Min(v), Max: slices.Max(v)}
+}
+
+func (r Ratio) String() string {
+	return fmt.Sprintf("%.2fx alone (%.2f-%.2f)", r.Median, r.Min, r.Max)
 }
 
 // parallelRate runs ws[i] on conns[i] in a goroutine each and returns
