@@ -55,6 +55,7 @@ type scaleConfig struct {
 	timeout    time.Duration
 	cpuProf    string
 	peer       bool // hidden: be the child process
+	peerPolls  bool
 	gs         []int
 }
 
@@ -70,6 +71,7 @@ func runScale(ctx context.Context, e *env, args []string) error {
 	fs.Bool(&cfg.json, "json", "", "print the results as JSON")
 	fs.Duration(&cfg.timeout, "timeout", "", 5*time.Minute, "give up when the whole run takes longer than this")
 	fs.String(&cfg.cpuProf, "cpuprofile", "", "", "write a CPU profile of the measuring process to `file`")
+	fs.Bool(&cfg.peerPolls, "peer-polls", "", "the peer busy-polls its CQ, as a server that polls for requests does, rather\nthan leaving its connections to their providers' own receiving")
 	fs.Hidden(&cfg.peer, "peer", "be the child of a parent goverbs scale: accept connections, print the costs, exit at the end of stdin")
 	if err := fs.parse(args); err != nil {
 		return err
@@ -134,6 +136,8 @@ type ScaleResult struct {
 	Conns  int    `json:"conns"`
 	Window int    `json:"window"`
 	Rounds int    `json:"rounds"`
+	// PeerPolls: the peer busy-polled its CQ.
+	PeerPolls bool `json:"peer_polls"`
 	// Rates in million Writes per second, medians over the rounds.
 	Alone      float64 `json:"alone_mops"`
 	Idle       float64 `json:"idle_mops"`
@@ -216,6 +220,9 @@ func perConn(before, after procCounts, n int) PerConn {
 
 func (r *ScaleResult) print(w io.Writer) {
 	fmt.Fprintf(w, "goverbs scale: %s, %d connections, one CQ per side, 8 B RDMA Writes, %d outstanding, all signaled\n", r.Device, r.Conns, r.Window)
+	if r.PeerPolls {
+		fmt.Fprintf(w, "the peer busy-polls its CQ\n")
+	}
 	fmt.Fprintf(w, "rates in Mops/s, medians of %d rounds; ratios to the rate alone, median (range) of the rounds' own\n", r.Rounds)
 	fmt.Fprintf(w, "  alone          %8.3f\n", r.Alone)
 	fmt.Fprintf(w, "  %4d idle      %8.3f  %v\n", r.Conns-1, r.Idle, r.IdleRatio)
@@ -337,6 +344,25 @@ func scalePeer(ctx context.Context, e *env, cfg scaleConfig) error {
 			c.close()
 		}
 	}()
+	if cfg.peerPolls {
+		var polling sync.WaitGroup
+		stop := make(chan struct{})
+		polling.Go(func() {
+			wc := make([]verbs.WorkCompletion, 16)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				s.cq.Poll(wc)
+			}
+		})
+		defer func() {
+			close(stop)
+			polling.Wait()
+		}()
+	}
 	accepted := 0
 	for {
 		req, err := l.Accept(ctx)
@@ -407,6 +433,9 @@ func startScaleChild(ctx context.Context, cfg scaleConfig) (*scaleChild, string,
 	}
 	c := &scaleChild{lines: make(chan string, 4), exited: make(chan error, 1)}
 	c.cmd = exec.Command(exe, "scale", "--peer", "-d", cfg.device, "--conns", strconv.Itoa(cfg.conns), "--timeout", cfg.timeout.String())
+	if cfg.peerPolls {
+		c.cmd.Args = append(c.cmd.Args, "--peer-polls")
+	}
 	perftest.DieWithParent(c.cmd)
 	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
 		return nil, "", err
@@ -478,7 +507,7 @@ func (c *scaleChild) stop() error {
 // machine, whose speed drifts, each ratio compares rates seconds apart,
 // and the result is the median over the rounds.
 func scaleRun(ctx context.Context, cfg scaleConfig) (res ScaleResult, err error) {
-	res = ScaleResult{Device: cfg.device, Conns: cfg.conns, Window: cfg.window, Rounds: cfg.rounds}
+	res = ScaleResult{Device: cfg.device, Conns: cfg.conns, Window: cfg.window, Rounds: cfg.rounds, PeerPolls: cfg.peerPolls}
 	child, addr, err := startScaleChild(ctx, cfg)
 	if err != nil {
 		return res, err
