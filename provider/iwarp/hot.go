@@ -121,11 +121,14 @@ func (c *cq) pruneHot() {
 	c.hot = kept
 }
 
-// dropHot removes q from the hot list, for a QP destroyed. The caller
-// holds no lock of q's.
+// dropHot removes q from the hot list, for a QP destroyed, and keeps it
+// out: a post after Destroy finds its flags set. The caller holds no
+// lock of q's.
 func (c *cq) dropHot(q *qp) {
 	c.hotMu.Lock()
 	defer c.hotMu.Unlock()
+	q.hotIn[0].Store(true)
+	q.hotIn[1].Store(true)
 	kept := c.hot[:0]
 	for _, h := range c.hot {
 		if h.q != q {

@@ -118,7 +118,23 @@ func TestSharedCQPollsActiveConnectionsOnly(t *testing.T) {
 	if err := aqps[6].Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	if n := hot(); n >= before {
-		t.Fatalf("%d QPs hot after destroying a hot one, %d before", n, before)
+	after := hot()
+	if after >= before {
+		t.Fatalf("%d QPs hot after destroying a hot one, %d before", after, before)
+	}
+	// A post to a destroyed QP, hot or idle when destroyed, fails, and
+	// puts it back in no list.
+	aconns[7].Close()
+	if err := aqps[7].Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{6, 7} {
+		if _, err := aqps[i].PostSend([]verbs.SendWR{{WRID: 7, Opcode: verbs.OpRDMAWrite,
+			SGList: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}}); err == nil {
+			t.Fatalf("a post to destroyed QP %d succeeded", i)
+		}
+		if n := hot(); n > after {
+			t.Fatalf("%d QPs hot after a post to destroyed QP %d, %d before", n, i, after)
+		}
 	}
 }
