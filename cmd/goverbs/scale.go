@@ -50,6 +50,7 @@ type scaleConfig struct {
 	window     int
 	duration   time.Duration
 	rounds     int
+	cqe        int
 	goroutines string
 	json       bool
 	timeout    time.Duration
@@ -67,6 +68,7 @@ func runScale(ctx context.Context, e *env, args []string) error {
 	fs.Int(&cfg.window, "window", "t", 8, "`n` Writes kept outstanding")
 	fs.Duration(&cfg.duration, "time", "", 500*time.Millisecond, "measure each rate over this long")
 	fs.Int(&cfg.rounds, "rounds", "r", 3, "`n` rounds, each measuring every rate once")
+	fs.Int(&cfg.cqe, "cqe", "", 256, "the CQs' size in `entries`, on both sides")
 	fs.String(&cfg.goroutines, "goroutines", "g", "1,2", "the goroutine counts to measure, comma separated")
 	fs.Bool(&cfg.json, "json", "", "print the results as JSON")
 	fs.Duration(&cfg.timeout, "timeout", "", 5*time.Minute, "give up when the whole run takes longer than this")
@@ -113,6 +115,8 @@ func (cfg *scaleConfig) check() error {
 		return usageError("--conns %d: give at least 1", cfg.conns)
 	case cfg.window < 1:
 		return usageError("--window %d: give at least 1", cfg.window)
+	case cfg.cqe < cfg.window:
+		return usageError("--cqe %d: give at least the window, %d", cfg.cqe, cfg.window)
 	case cfg.rounds < 1:
 		return usageError("--rounds %d: give at least 1", cfg.rounds)
 	case cfg.duration <= 0:
@@ -135,6 +139,7 @@ type ScaleResult struct {
 	Device string `json:"device"`
 	Conns  int    `json:"conns"`
 	Window int    `json:"window"`
+	CQE    int    `json:"cqe"`
 	Rounds int    `json:"rounds"`
 	// PeerPolls: the peer busy-polled its CQ.
 	PeerPolls bool `json:"peer_polls"`
@@ -219,7 +224,7 @@ func perConn(before, after procCounts, n int) PerConn {
 }
 
 func (r *ScaleResult) print(w io.Writer) {
-	fmt.Fprintf(w, "goverbs scale: %s, %d connections, one CQ per side, 8 B RDMA Writes, %d outstanding, all signaled\n", r.Device, r.Conns, r.Window)
+	fmt.Fprintf(w, "goverbs scale: %s, %d connections, one CQ of %d entries per side, 8 B RDMA Writes, %d outstanding, all signaled\n", r.Device, r.Conns, r.CQE, r.Window)
 	if r.PeerPolls {
 		fmt.Fprintf(w, "the peer busy-polls its CQ\n")
 	}
@@ -261,8 +266,6 @@ func decodeTarget(b []byte) (scaleTarget, error) {
 	return scaleTarget{addr: binary.BigEndian.Uint64(b[0:]), rkey: binary.BigEndian.Uint32(b[8:])}, nil
 }
 
-const scaleCQE = 256
-
 // scaleSide is one process's device, PD, region and shared CQ.
 type scaleSide struct {
 	dev *verbs.Context
@@ -271,7 +274,7 @@ type scaleSide struct {
 	cq  *verbs.CQ
 }
 
-func openScaleSide(device string, access verbs.AccessFlags) (*scaleSide, error) {
+func openScaleSide(device string, cqe int, access verbs.AccessFlags) (*scaleSide, error) {
 	dev, err := verbs.Open(device)
 	if err != nil {
 		return nil, err
@@ -279,7 +282,7 @@ func openScaleSide(device string, access verbs.AccessFlags) (*scaleSide, error) 
 	s := &scaleSide{dev: dev}
 	if s.pd, err = dev.AllocPD(); err == nil {
 		if s.mr, err = s.pd.AllocMR(4096, access); err == nil {
-			s.cq, err = dev.CreateCQ(scaleCQE)
+			s.cq, err = dev.CreateCQ(cqe)
 		}
 	}
 	if err != nil {
@@ -313,7 +316,7 @@ func scalePeer(ctx context.Context, e *env, cfg scaleConfig) error {
 	if err != nil {
 		return err
 	}
-	s, err := openScaleSide(cfg.device, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	s, err := openScaleSide(cfg.device, cfg.cqe, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	if err != nil {
 		return err
 	}
@@ -432,7 +435,7 @@ func startScaleChild(ctx context.Context, cfg scaleConfig) (*scaleChild, string,
 		return nil, "", fmt.Errorf("cannot find the goverbs executable to start the scale peer: %w", err)
 	}
 	c := &scaleChild{lines: make(chan string, 4), exited: make(chan error, 1)}
-	c.cmd = exec.Command(exe, "scale", "--peer", "-d", cfg.device, "--conns", strconv.Itoa(cfg.conns), "--timeout", cfg.timeout.String())
+	c.cmd = exec.Command(exe, "scale", "--peer", "-d", cfg.device, "--conns", strconv.Itoa(cfg.conns), "--cqe", strconv.Itoa(cfg.cqe), "--timeout", cfg.timeout.String())
 	if cfg.peerPolls {
 		c.cmd.Args = append(c.cmd.Args, "--peer-polls")
 	}
@@ -507,7 +510,7 @@ func (c *scaleChild) stop() error {
 // machine, whose speed drifts, each ratio compares rates seconds apart,
 // and the result is the median over the rounds.
 func scaleRun(ctx context.Context, cfg scaleConfig) (res ScaleResult, err error) {
-	res = ScaleResult{Device: cfg.device, Conns: cfg.conns, Window: cfg.window, Rounds: cfg.rounds, PeerPolls: cfg.peerPolls}
+	res = ScaleResult{Device: cfg.device, Conns: cfg.conns, Window: cfg.window, CQE: cfg.cqe, Rounds: cfg.rounds, PeerPolls: cfg.peerPolls}
 	child, addr, err := startScaleChild(ctx, cfg)
 	if err != nil {
 		return res, err
@@ -517,7 +520,7 @@ func scaleRun(ctx context.Context, cfg scaleConfig) (res ScaleResult, err error)
 			err = e
 		}
 	}()
-	s, err := openScaleSide(cfg.device, verbs.AccessLocalWrite)
+	s, err := openScaleSide(cfg.device, cfg.cqe, verbs.AccessLocalWrite)
 	if err != nil {
 		return res, err
 	}
@@ -594,7 +597,7 @@ func scaleRun(ctx context.Context, cfg scaleConfig) (res ScaleResult, err error)
 		var own []scaleWriter
 		for _, g := range cfg.gs {
 			for len(own) < g {
-				cq, err := s.dev.CreateCQ(scaleCQE)
+				cq, err := s.dev.CreateCQ(cfg.cqe)
 				if err != nil {
 					return res, err
 				}

@@ -11,7 +11,7 @@ import (
 func TestScale(t *testing.T) {
 	for _, dev := range []string{"shm0", "tcp0"} {
 		t.Run(dev, func(t *testing.T) {
-			out, errOut, code := goverbs(t, "scale", "-d", dev, "--conns", "6", "--rounds", "2", "--time", "20ms", "--goroutines", "1,2", "--json")
+			out, errOut, code := goverbs(t, "scale", "-d", dev, "--conns", "6", "--rounds", "2", "--time", "20ms", "--goroutines", "1,2", "--cqe", "32", "--json")
 			if code != 0 {
 				t.Fatalf("goverbs scale: exit %d, stderr %q", code, errOut)
 			}
@@ -19,8 +19,8 @@ func TestScale(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &r); err != nil {
 				t.Fatalf("goverbs scale --json printed %q: %v", out, err)
 			}
-			if r.Device != dev || r.Conns != 6 || r.Window != 8 || r.Rounds != 2 {
-				t.Errorf("the result names device %s, %d connections, window %d, %d rounds", r.Device, r.Conns, r.Window, r.Rounds)
+			if r.Device != dev || r.Conns != 6 || r.Window != 8 || r.Rounds != 2 || r.CQE != 32 {
+				t.Errorf("the result names device %s, %d connections, window %d, %d rounds, CQs of %d", r.Device, r.Conns, r.Window, r.Rounds, r.CQE)
 			}
 			for name, v := range map[string]float64{"alone": r.Alone, "idle": r.Idle, "round-robin": r.RoundRobin,
 				"idle ratio": r.IdleRatio.Median, "round-robin ratio": r.RoundRobinRatio.Median} {
@@ -48,6 +48,7 @@ func TestScaleErrors(t *testing.T) {
 		{"--conns", "0"},
 		{"--window", "0"},
 		{"--rounds", "0"},
+		{"--cqe", "4"},
 		{"--goroutines", "1,x"},
 		{"--time", "0s"},
 		{"extra"},
