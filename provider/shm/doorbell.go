@@ -22,8 +22,10 @@ import (
 // before it is seen by the look that follows the clear.
 //
 // Bells are hints. A bell shared by two QPs (numbers bellBits apart)
-// makes Poll look at both; a bell rung for nothing costs a look. A peer
-// that does not ring, or clears others' bells (it can write the whole
+// makes Poll look at both; a bell rung for nothing costs a look, and one
+// of no QP of the CQ is dropped unlooked (a peer may ring them all: a
+// look at the bells costs at most bellWords words then). A peer that
+// does not ring, or clears others' bells (it can write the whole
 // segment), delays completions, never loses them: every bellSweep empty
 // looks Poll looks at every ring, and so does arming the CQ (recvPending).
 const (
@@ -80,9 +82,9 @@ func (d doorbells) ring(b uint32) {
 	}
 }
 
-// take clears the bells that are set and calls f with each; it reports
-// whether any was.
-func (d doorbells) take(f func(b uint32)) bool {
+// take clears the bells that are set and calls f with each of those
+// valid has set; it reports whether it called f.
+func (d doorbells) take(valid *[bellWords]uint64, f func(b uint32)) bool {
 	found := false
 	for s := range d.summary {
 		sv := d.summary[s].Load()
@@ -94,7 +96,7 @@ func (d doorbells) take(f func(b uint32)) bool {
 			j := bits.TrailingZeros64(sv)
 			sv &= sv - 1
 			w := s*64 + j
-			wv := d.words[w].Swap(0)
+			wv := d.words[w].Swap(0) & valid[w]
 			for wv != 0 {
 				found = true
 				i := bits.TrailingZeros64(wv)
@@ -112,7 +114,8 @@ func (d doorbells) take(f func(b uint32)) bool {
 type recvBells struct {
 	first  map[uint32]int32 // bell -> the first QP with it; next, the others
 	next   []int32
-	queue  []int32 // a ring of len(recvQPs) QPs; queued, which are in it
+	valid  *[bellWords]uint64 // the bells of the CQ's QPs
+	queue  []int32            // a ring of len(recvQPs) QPs; queued, which are in it
 	queued []bool
 	head   int
 	n      int
@@ -126,13 +129,16 @@ func (r *recvBells) reset(qps []*qp) {
 	clear(r.first)
 	if r.first == nil {
 		r.first = map[uint32]int32{}
+		r.valid = new([bellWords]uint64)
 	}
+	clear(r.valid[:])
 	n := len(qps)
 	r.next = resize(r.next, n)
 	r.queue = resize(r.queue, n)
 	r.queued = resize(r.queued, n)
 	for k := n - 1; k >= 0; k-- {
 		b := bellOf(qps[k].num)
+		r.valid[b/64] |= 1 << (b % 64)
 		r.next[k] = -1
 		if f, ok := r.first[b]; ok {
 			r.next[k] = f
@@ -198,7 +204,7 @@ func (r *recvBells) refill(d doorbells) bool {
 	if r.takeFn == nil {
 		r.takeFn = r.rang
 	}
-	if d.take(r.takeFn) && r.n > 0 {
+	if d.take(r.valid, r.takeFn) && r.n > 0 {
 		return true
 	}
 	if r.empty++; r.empty < bellSweep {

@@ -13,26 +13,33 @@ import (
 	"github.com/goverbs/goverbs/verbs"
 )
 
-// A take returns every bell rung since the last, once, across words and
-// summary words.
+// A take returns every valid bell rung since the last, once, across
+// words and summary words, and clears the others unreported.
 func TestDoorbellsTakeWhatRang(t *testing.T) {
 	mem := make([]byte, cqSegSize)
 	d := viewDoorbells(mem)
 	rung := []uint32{0, 5, 63, 64, 4095, 4096, bellBits - 1}
+	var valid [bellWords]uint64
 	for _, b := range rung {
+		valid[b/64] |= 1 << (b % 64)
 		d.ring(b)
 	}
 	d.ring(5) // twice: once in the take
+	d.ring(6) // of no QP
 	var got []uint32
-	if !d.take(func(b uint32) { got = append(got, b) }) {
+	if !d.take(&valid, func(b uint32) { got = append(got, b) }) {
 		t.Fatal("take found no bell rung")
 	}
 	slices.Sort(got)
 	if !slices.Equal(got, rung) {
 		t.Fatalf("took %v, rang %v", got, rung)
 	}
-	if d.take(func(b uint32) { t.Errorf("bell %d taken twice", b) }) {
+	if d.take(&valid, func(b uint32) { t.Errorf("bell %d taken twice", b) }) {
 		t.Fatal("a second take found bells")
+	}
+	valid[0] |= 1 << 6
+	if d.take(&valid, func(b uint32) { t.Errorf("bell %d, of no QP when it rang, taken later", b) }) {
+		t.Fatal("a take found a bell cleared before")
 	}
 	if short := viewDoorbells(mem[:cqSegSize-1]); short.words != nil {
 		t.Fatal("a segment too short for the doorbells gave a view of them")
@@ -84,6 +91,12 @@ func TestRecvBellsQueueAndSweep(t *testing.T) {
 	}
 	if !r.refill(d) || r.n != len(qps) {
 		t.Fatalf("the sweep queued %d QPs, want %d", r.n, len(qps))
+	}
+	for _, ok := r.pop(); ok; _, ok = r.pop() {
+	}
+	d.ring(bellOf(100)) // no QP's
+	if r.refill(d) {
+		t.Fatalf("a bell of no QP queued %d QPs", r.n)
 	}
 }
 
