@@ -180,3 +180,17 @@ func HotQPs(d driver.QP) int {
 
 // HotMinQPs is hotMinQPs.
 const HotMinQPs = hotMinQPs
+
+// IsHot reports whether QP d is in its send CQ's hot list.
+func IsHot(d driver.QP) bool {
+	q := d.(*qp)
+	c := q.sendCQ
+	c.hotMu.Lock()
+	defer c.hotMu.Unlock()
+	for _, h := range c.hot {
+		if h.q == q {
+			return true
+		}
+	}
+	return false
+}
