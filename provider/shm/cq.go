@@ -14,7 +14,7 @@ import (
 // cq is a completion queue: its receive completions are in the rings of
 // its QPs, which their peers write (takeRecv), its send completions in a
 // private ring; its shared segment is the arming and futex word peers
-// notify it with.
+// notify it with, and the doorbells they ring for its QPs (doorbell.go).
 type cq struct {
 	ctx     *devCtx
 	userCtx any
