@@ -277,6 +277,15 @@ func (c *cq) startWaiter() {
 					continue
 				}
 				if w := h.wake.Load(); w == seen {
+					// The futex wait keeps this goroutine's
+					// processor, unused, until the runtime's monitor
+					// takes it back (20 µs to 10 ms later): let the
+					// goroutines queued on it run first. (Otherwise
+					// two CQs' waiters asleep with work queued behind
+					// them hold both processors of a two-core
+					// machine: a gRPC call over shm0 whose waits all
+					// park takes about twice as long.)
+					runtime.Gosched()
 					futexWaitFor(&h.wake, w, notifyRecheck)
 					if h.wake.Load() == seen && !c.stop.Load() && !c.awaited() {
 						continue
@@ -295,10 +304,7 @@ func (c *cq) startWaiter() {
 				select {
 				case c.notify <- struct{}{}:
 					// The token readied the goroutine waiting for it
-					// onto this processor, which the futex wait
-					// would otherwise keep, unused, until the
-					// runtime's monitor took it back (tens of µs):
-					// let the woken goroutine run now.
+					// onto this processor: let it run now.
 					runtime.Gosched()
 				default:
 				}

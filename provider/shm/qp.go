@@ -103,6 +103,9 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s != nil && s.failed.Load() {
+		return nil, errSRQFailed
+	}
 	c := a.Cap
 	q := &qp{ctx: p.ctx, pd: p, userCtx: a.UserCtx, sendCQ: scq, recvCQ: rcq, srq: s, cap: c,
 		num: qpNums.Next(), sq: swq.New(c, a.SigAll)}
@@ -151,10 +154,14 @@ func (q *qp) publish() {
 }
 
 // VetoModify implements soft.QPHooks: a move to Reset needs the fresh
-// shared memory it hands the QP (prepareReset).
+// shared memory it hands the QP (prepareReset); a QP whose SRQ failed
+// moves only to Reset or the error state, as it could never receive.
 func (q *qp) VetoModify(next driver.QPState, _ *driver.QPAttr) error {
-	if next == driver.QPSReset {
+	switch {
+	case next == driver.QPSReset:
 		return q.prepareReset()
+	case next != driver.QPSErr && q.srq != nil && q.srq.failed.Load():
+		return errSRQFailed
 	}
 	return nil
 }

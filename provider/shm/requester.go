@@ -85,11 +85,11 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 	if c == nil || !c.peerUp() {
 		return false
 	}
-	c.announceRequest()
 	b, ok := q.ctx.span(g.LKey, q.pd, g.Addr, n, need)
 	if !ok {
 		return false
 	}
+	c.announceRequest()
 	t := &c.dst[0]
 	st, byteLen := driver.WCSuccess, uint32(0)
 	switch kind {
@@ -201,7 +201,6 @@ func (q *qp) execute(s *swq.Slot) (driver.WCStatus, uint32) {
 		q.toErr()
 		return driver.WCWRFlushErr, 0
 	}
-	c.announceRequest()
 	local := &q.local
 	if len(wr.SGList) == 1 && !s.IsInline {
 		// swq.ResolveLocal's common case, without its calls through
@@ -219,6 +218,9 @@ func (q *qp) execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	if length > deviceAttr.MaxMsgSize {
 		return driver.WCLocLenErr, 0
 	}
+	// The request leaves: a WR that failed at its requester reached
+	// nobody.
+	c.announceRequest()
 	switch wr.Opcode {
 	case driver.OpSend, driver.OpSendWithImm, driver.OpSendWithInv:
 		return q.rnrCheck(c.send(wr, local)), 0
