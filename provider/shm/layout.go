@@ -101,8 +101,8 @@ var _ = [1]struct{}{}[cqSlotSize-128]
 // its peer and its owner (flushing) add receive completions; the owner
 // alone consumes, in Poll of the QP's receive CQ. (Send completions,
 // which only the owner produces, go to the CQ's private localRing.) A
-// CQ's own segment is a header alone (notifyRing): its arming and futex
-// word.
+// CQ's own segment is a header (notifyRing), its arming and futex word,
+// and then its doorbells (viewDoorbells).
 type cqRing struct {
 	h     *ringHeader
 	slots []cqSlot

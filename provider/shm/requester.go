@@ -689,6 +689,7 @@ func (c *conn) peerComplete(wc *driver.WorkCompletion, payload *sglist.List) {
 		c.sendCtrl(msgOverrun, 0, 0)
 		return
 	}
+	c.peerBells.ring(c.peerBell)
 	c.peerNotify.notify(wc.Flags&driver.WCSolicited != 0, wc.Status != driver.WCSuccess)
 }
 
