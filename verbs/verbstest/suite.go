@@ -148,6 +148,11 @@ var suite = []testCase{
 
 	{"Events/QPAccessErr", testQPAccessErrEvent},
 	{"Events/QPReqErr", testQPReqErrEvent},
+	{"Events/CommEst", testCommEst},
+	{"Events/CommEstOneSided", testCommEstOneSided},
+	{"Events/CommEstHeldPeerLeaves", testCommEstHeldPeerLeaves},
+	{"Events/CommEstHeldLeaves", testCommEstHeldLeaves},
+	{"Events/CommEstNotForLocalError", testCommEstNotForLocalError},
 
 	{"DataPath/ZeroAlloc", testZeroAlloc},
 
