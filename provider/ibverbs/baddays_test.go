@@ -88,7 +88,6 @@ type badRig struct {
 	cqA, cqB     *verbs.CQ
 	qpA, qpB     *verbs.QP
 	connA, connB *cm.Conn
-	events       chan verbs.AsyncEvent
 }
 
 var badPort atomic.Int32
@@ -98,15 +97,7 @@ func connectBad(t *testing.T, d *badDevice) *badRig {
 	if err != nil {
 		t.Fatalf("open %s: %v", d.name, err)
 	}
-	r := &badRig{ctx: vctx, events: make(chan verbs.AsyncEvent, 64)}
-	go func() {
-		for ev := range vctx.Events() {
-			select {
-			case r.events <- ev:
-			default:
-			}
-		}
-	}()
+	r := &badRig{ctx: vctx}
 	if r.pd, err = vctx.AllocPD(); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +156,7 @@ func (r *badRig) waitEvent(t *testing.T, typ verbs.EventType) {
 	defer bound.Stop()
 	for {
 		select {
-		case ev := <-r.events:
+		case ev := <-r.ctx.Events():
 			t.Logf("async event %v", ev.Type)
 			if ev.Type == typ {
 				return
