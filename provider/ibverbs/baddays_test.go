@@ -242,9 +242,11 @@ func rdmaFDs(t *testing.T, node string) []string {
 // no disassociation: the kernel's removal waits until the process has
 // closed what it holds of the device, and tells the process through
 // rdma_cm. The provider then raises EventDeviceFatal, CQ.Wait returns
-// ErrNoDevice once the flushed completions are taken, posting is
-// refused with ErrNoDevice, every destroy and Close returns, and with the
-// context closed the removal completes and no descriptor is left open.
+// ErrNoDevice (the outstanding receives complete flushed, before or
+// after), posting is refused with ErrNoDevice, every destroy and Close
+// returns, and with the context closed the removal completes (librdmacm
+// has let go of the device too) and no descriptor or mapping of the
+// device is left in the process.
 func TestBadDayDeviceRemoved(t *testing.T) {
 	d := newBadDevice(t)
 	r := connectBad(t, d)
