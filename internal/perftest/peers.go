@@ -22,6 +22,10 @@ import (
 // never replaced by a figure from anywhere else.
 type peer struct {
 	stack, transport string
+	// device is the goverbs device the peer runs on, for a peer that runs
+	// on goverbs' own device (perftest's ib_* tools on a kernel device),
+	// or "".
+	device string
 	// test is the peer's own name for its counterpart of t, or "" if it
 	// has none.
 	test func(t Test) string
@@ -31,7 +35,12 @@ type peer struct {
 	run func(ctx context.Context, p Params) (*Result, error)
 }
 
-func (p *peer) name() string { return p.stack + " " + p.transport }
+func (p *peer) name() string {
+	if p.device != "" {
+		return p.stack + " " + p.device
+	}
+	return p.stack + " " + p.transport
+}
 
 // peers are the peers, in the order they run.
 func peers() []*peer {
@@ -53,14 +62,28 @@ type PeerRun struct {
 // PlanPeers lists the runs of every installed peer on each of ps it has a
 // counterpart for, peer by peer, and what it skips without running
 // anything: peers that are not installed, and tests a peer has no
-// counterpart of. The caller runs them (PeerRun.Run), interleaved with
-// goverbs' own runs of the same test and size.
-func PlanPeers(ps []Params) ([]PeerRun, []Skip) {
+// counterpart of. Each of kernel is a kernel RDMA device goverbs runs on:
+// perftest's own programs run there too, on that device's runs. The
+// caller runs them (PeerRun.Run), interleaved with goverbs' own runs of
+// the same test and size.
+func PlanPeers(ps []Params, kernel ...KernelPlan) ([]PeerRun, []Skip) {
 	var (
 		runs    []PeerRun
 		skipped []Skip
 	)
+	type planned struct {
+		peer *peer
+		ps   []Params
+	}
+	var all []planned
+	for _, k := range kernel {
+		all = append(all, planned{ibToolsPeer(k.Device), k.Params})
+	}
 	for _, pr := range peers() {
+		all = append(all, planned{pr, ps})
+	}
+	for _, pl := range all {
+		pr, ps := pl.peer, pl.ps
 		if why := pr.missing(); why != "" {
 			skipped = append(skipped, Skip{Peer: pr.name(), Reason: why})
 			continue
@@ -101,7 +124,8 @@ func (r PeerRun) Run(ctx context.Context, timeout time.Duration) (*Result, *Skip
 		}
 		return nil, &Skip{Peer: r.peer.name(), Test: r.test, Size: p.Size, Reason: oneLine(err.Error())}
 	}
-	res.Stack, res.Transport, res.Test, res.PeerTest, res.Size, res.Event = r.peer.stack, r.peer.transport, p.Test, r.test, p.Size, false
+	res.Stack, res.Device, res.Transport, res.Test, res.PeerTest, res.Size = r.peer.stack, r.peer.device, r.peer.transport, p.Test, r.test, p.Size
+	res.Event = res.Event && p.Event
 	return res, nil
 }
 
@@ -145,13 +169,19 @@ func freePort() (int, error) {
 // for its out-of-band connection before the client starts; both are
 // killed when ctx ends.
 func runPair(ctx context.Context, env []string, server, client []string, port int) (string, error) {
+	out, _, err := runPairOutputs(ctx, env, server, client, port)
+	return out, err
+}
+
+// runPairOutputs is runPair, returning the client's standard error too.
+func runPairOutputs(ctx context.Context, env []string, server, client []string, port int) (stdout, stderr string, err error) {
 	srv := exec.CommandContext(ctx, server[0], server[1:]...)
 	srv.Env = append(os.Environ(), env...)
 	DieWithParent(srv)
 	var srvOut bytes.Buffer
 	srv.Stdout, srv.Stderr = &srvOut, &srvOut
 	if err := srv.Start(); err != nil {
-		return "", err
+		return "", "", err
 	}
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- srv.Wait() }()
@@ -160,7 +190,7 @@ func runPair(ctx context.Context, env []string, server, client []string, port in
 		<-srvDone
 	}()
 	if err := waitListening(ctx, port, srvDone); err != nil {
-		return "", fmt.Errorf("%s server: %w: %s", server[0], err, firstLine(srvOut.String()))
+		return "", "", fmt.Errorf("%s server: %w: %s", server[0], err, firstLine(srvOut.String()))
 	}
 	cl := exec.CommandContext(ctx, client[0], client[1:]...)
 	cl.Env = srv.Env
@@ -169,10 +199,10 @@ func runPair(ctx context.Context, env []string, server, client []string, port in
 	cl.Stdout, cl.Stderr = &out, &errOut
 	if err := cl.Run(); err != nil {
 		if ctx.Err() != nil {
-			return "", ctx.Err()
+			return "", "", ctx.Err()
 		}
 		msg := firstLine(errOut.String() + out.String())
-		return "", fmt.Errorf("%s client: %v: %s", client[0], err, msg)
+		return "", "", fmt.Errorf("%s client: %v: %s", client[0], err, msg)
 	}
 	// The server ends with the run; give it a moment to say goodbye.
 	t := time.NewTimer(2 * time.Second)
@@ -182,7 +212,7 @@ func runPair(ctx context.Context, env []string, server, client []string, port in
 		srvDone <- nil
 	case <-t.C:
 	}
-	return out.String(), nil
+	return out.String(), errOut.String(), nil
 }
 
 // waitListening waits until a socket listens on TCP port (as
