@@ -23,7 +23,7 @@ var ibTools = map[Test]string{
 // skipped. perftest times in CPU cycles and converts with a frequency it
 // samples at start; on a loaded or emulated machine the sample is
 // sometimes too noisy and perftest gives up on it.
-const ibToolAttempts = 3
+const ibToolAttempts = 5
 
 // errUncalibrated marks a perftest run whose figures are "inf".
 var errUncalibrated = errors.New("perftest could not calibrate its clock (its figures are inf)")
