@@ -82,6 +82,15 @@ type Param struct {
 	// NoDefaults sends zero RetryCount, RNRRetryCount and MinRNRTimer as
 	// zeros; otherwise zeros stand for the defaults above.
 	NoDefaults bool
+	// HoldRTR, given to Accept, leaves the QP in RTR once connected: it
+	// takes the requester's Sends, Writes, Reads and atomics, and sends
+	// nothing until the caller moves it to RTS with Modify (the
+	// attributes of the RTR→RTS row of ibv_modify_qp(3)) — as a passive
+	// side that manages its own QP does, moving it to RTS when the
+	// requester's first message raises verbs.EventCommEst. Devices with
+	// verbs.CapCommEstEvent honour it; Dial, and Accept on other
+	// devices, refuse it.
+	HoldRTR bool
 }
 
 func (p *Param) driverParam(qp *verbs.QP) driver.ConnParam {
@@ -94,6 +103,7 @@ func (p *Param) driverParam(qp *verbs.QP) driver.ConnParam {
 		RNRRetryCount:      p.RNRRetryCount,
 		MinRNRTimer:        p.MinRNRTimer,
 		QPNum:              qp.Num(),
+		HoldRTR:            p.HoldRTR,
 	}
 	if dp.ResponderResources == 0 {
 		dp.ResponderResources = uint8(min(a.MaxQPRdAtom, 255))
@@ -285,6 +295,9 @@ func (r *Request) Accept(qp *verbs.QP, p *Param) (*Conn, error) {
 	if err := checkPrivateData(r.m, p.PrivateData); err != nil {
 		return nil, fmt.Errorf("cm: accept: %w", err)
 	}
+	if p.HoldRTR && !qp.PD().Context().QueryDevice().Has(verbs.CapCommEstEvent) {
+		return nil, fmt.Errorf("cm: accept: %w: HoldRTR needs a device with CapCommEstEvent", verbs.ErrInvalidArg)
+	}
 	c, err := r.r.Accept(qp.Driver(), p.driverParam(qp))
 	if err != nil {
 		return nil, fmt.Errorf("cm: accept: %w", err)
@@ -316,6 +329,9 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p *Param) (*Conn, erro
 	}
 	if err := checkPrivateData(m, p.PrivateData); err != nil {
 		return nil, fmt.Errorf("cm: dial %s: %w", addr, err)
+	}
+	if p.HoldRTR {
+		return nil, fmt.Errorf("cm: dial %s: %w: HoldRTR is for Accept; a dialled QP is in RTS once connected", addr, verbs.ErrInvalidArg)
 	}
 	c, err := m.Dial(ctx, rest, qp.Driver(), p.driverParam(qp))
 	if err != nil {

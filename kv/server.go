@@ -259,13 +259,12 @@ func Listen(addr string, cfg Config) (*Server, error) {
 
 // regionAccess is the access of the index and heap regions. With
 // windows, no client is given a region's own key: each reads through
-// windows bound to its connection alone. A region still carries remote
-// read because a window's rights must be a subset of its region's; where
-// a bind needs only AccessMWBind, the windowed case drops
-// AccessRemoteRead here and the regions' keys reach nothing at all.
+// windows bound to its connection alone, and a bind needs only
+// AccessMWBind on the region (a window's remote rights are its own), so
+// the regions carry no remote right and their keys reach nothing.
 func regionAccess(windows bool) verbs.AccessFlags {
 	if windows {
-		return verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessMWBind
+		return verbs.AccessLocalWrite | verbs.AccessMWBind
 	}
 	return verbs.AccessLocalWrite | verbs.AccessRemoteRead
 }

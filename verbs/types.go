@@ -387,6 +387,17 @@ const (
 	// no such transport: the requester moves the data itself, so a
 	// stopped peer process stops no operation.
 	CapTransportRetry = driver.CapTransportRetry
+	// CapCommEstEvent: a QP in RTR raises EventCommEst when the first
+	// request of its peer reaches it (the IB specification's
+	// communication established event; rdma_notify(3) takes it), once,
+	// whether the request is a Send, an RDMA Write, a Read or an atomic,
+	// and a QP connected straight to RTS raises none; and a connection
+	// manager's Accept leaves a QP in RTR when asked (cm.Param.HoldRTR).
+	// loop0, shm0 and tcp0 declare it. Of rdma-core's devices mlx5 and
+	// the rdmavt ones (hfi1, qib) raise the event, rxe and siw do not,
+	// and the ibverbs provider's Accept cannot hold a QP in RTR: it
+	// declares it for no device.
+	CapCommEstEvent = driver.CapCommEstEvent
 )
 
 // DeviceAttr are a device's limits and capabilities (struct ibv_device_attr).
@@ -440,7 +451,7 @@ const (
 	EventQPFatal          = driver.EventQPFatal          // a QP moved to the error state on its own; Element is the QP
 	EventQPReqErr         = driver.EventQPReqErr         // invalid request on a QP
 	EventQPAccessErr      = driver.EventQPAccessErr      // remote access error on a QP's responder
-	EventCommEst          = driver.EventCommEst          // communication established
+	EventCommEst          = driver.EventCommEst          // a QP in RTR took its peer's first request; Element is the QP
 	EventSQDrained        = driver.EventSQDrained        // a QP moved to SQD has finished the WRs under way; Element is the QP
 	EventDeviceFatal      = driver.EventDeviceFatal      // the device failed
 	EventSRQErr           = driver.EventSRQErr           // an SRQ failed; Element is the SRQ

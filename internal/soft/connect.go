@@ -58,6 +58,16 @@ func ConnectRTS(qp driver.QP, local, remote driver.ConnParam) error {
 	return qp.Modify(&attr, driver.QPAttrState|driver.QPAttrSQPSN|driver.QPAttrTimeout|driver.QPAttrRetryCnt|driver.QPAttrRNRRetry|driver.QPAttrMaxQPRdAtomic)
 }
 
+// FinishAccept ends the connection setup of an accepting side whose QP
+// ConnectRTR moved to RTR: ConnectRTS, unless local.HoldRTR asks that the
+// QP stay in RTR, for the caller to move to RTS with Modify.
+func FinishAccept(qp driver.QP, local, remote driver.ConnParam) error {
+	if local.HoldRTR {
+		return nil
+	}
+	return ConnectRTS(qp, local, remote)
+}
+
 // ErrRecvOnSRQ refuses a receive posted to a QP that takes its receives
 // from a shared receive queue.
 var ErrRecvOnSRQ = fmt.Errorf("%w: the QP takes its receives from an SRQ: post them to the SRQ", driver.ErrInvalidArg)

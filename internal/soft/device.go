@@ -7,7 +7,8 @@ import "github.com/goverbs/goverbs/verbs/driver"
 // provide.
 const CoreCaps = driver.CapSRQ | driver.CapImmData | driver.CapAtomics |
 	driver.CapAckedCompletion | driver.CapModifyConnect | driver.CapRecvNoSGE | driver.CapSQD |
-	driver.CapAtomicResultSGList | driver.CapQPErrorEvents | driver.CapMemoryWindows
+	driver.CapAtomicResultSGList | driver.CapQPErrorEvents | driver.CapMemoryWindows |
+	driver.CapCommEstEvent
 
 // Limits are what a provider's transport and resources bound, where
 // providers differ.

@@ -143,6 +143,8 @@ type QP struct {
 	destroyed  *bool
 	sqdPending *bool
 	rq         **recvq.Queue
+	// commEst: the QP raised EventCommEst since it last left Reset.
+	commEst bool
 }
 
 // Init points q at its QP: number num, guarded by mu, transport h, its
@@ -168,7 +170,37 @@ func (q *QP) Query() (driver.QPAttr, error) {
 func (q *QP) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return Modify(q.hooks, q.attr, q.sqdPending, *q.destroyed, attr, mask)
+	err := Modify(q.hooks, q.attr, q.sqdPending, *q.destroyed, attr, mask)
+	if q.attr.State == driver.QPSReset {
+		q.commEst = false
+	}
+	return err
+}
+
+// RequestArrived is what the QP's transport calls when a request of its
+// peer reaches the QP, before it serves or refuses it: if the QP is in
+// RTR, the first such request raises EventCommEst about userCtx on
+// events (the IB specification's communication established event,
+// which tells a passive side whose QP is still in RTR that the peer has
+// begun to send). Every request counts — a Send, an RDMA Write with or
+// without immediate data, a Read, an atomic — as the devices that raise
+// the event raise it on the first packet of any request, and the
+// specification names none. A QP raises it at most once between two
+// moves to Reset, and never once it has reached RTS. RequestArrived
+// reports whether the QP is past the point where a request could raise
+// it (the event raised, or the QP beyond RTR), so that a transport may
+// stop calling. The provider's lock of the QP is held.
+func (q *QP) RequestArrived(events EventQueue, userCtx any) (settled bool) {
+	switch q.attr.State {
+	case driver.QPSReset, driver.QPSInit:
+		return false
+	case driver.QPSRTR:
+		if !q.commEst {
+			q.commEst = true
+			events.Event(driver.EventCommEst, userCtx)
+		}
+	}
+	return true
 }
 
 // PostRecv posts receives to the QP's own queue (see the function

@@ -342,7 +342,7 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 		t.Stop()
 		remote.QPNum = c.remoteQPN.Load()
 	}
-	if err := soft.ConnectRTS(q, p, remote); err != nil {
+	if err := soft.FinishAccept(q, p, remote); err != nil {
 		return fail(err)
 	}
 	c.logSetup("accepted", r.req.Revision(), s.p2p)

@@ -38,6 +38,9 @@ const stageLen = 512
 
 // rxState is the receiver's state; only the holder of rxMu touches it.
 type rxState struct {
+	// settled: the QP can raise no communication established event for
+	// a request of this connection any more (requestArrived).
+	settled bool
 	// dstMR[:ndstMR]: the regions rx.dst lies in, whose revocation
 	// (Dereg, invalidation) stops placement (dstRevoked).
 	dstMR  [maxSGE]*mr
@@ -244,10 +247,15 @@ func (c *conn) rxNext() (idle bool, err error) {
 	if !c.heard.Load() {
 		c.heard.Store(true)
 	}
+	setup := false
 	if !c.gate.Load() {
 		if err := c.firstFPDU(h); err != nil {
 			return false, err
 		}
+		setup = c.wantRTR != 0 // peer-to-peer mode's RTR, no request of the peer's
+	}
+	if !rx.settled && !setup && h.Opcode().Kind() == wire.KindRequest {
+		c.requestArrived()
 	}
 	rx.hlen, rx.plen, rx.tlen = hl, h.PayloadLen(), wire.Pad(h.ULPDULen())+wire.CRCLen
 	if done, err := c.rxStagedSend(h); done || err != nil {
@@ -284,6 +292,18 @@ func (c *conn) rxNext() (idle bool, err error) {
 		return false, nil
 	}
 	return false, c.rxComplete()
+}
+
+// requestArrived tells the QP that a request of the peer has reached it
+// (soft.QP.RequestArrived: the first, in RTR, raises EventCommEst), until
+// the QP says that no request can raise the event any more.
+func (c *conn) requestArrived() {
+	q := c.q
+	q.mu.Lock()
+	if q.c == c {
+		c.rx.settled = q.RequestArrived(q.ctx.EventQueue, q.userCtx)
+	}
+	q.mu.Unlock()
 }
 
 // rxRead reads the planned bytes, as far as they have arrived: done when

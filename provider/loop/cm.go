@@ -121,7 +121,10 @@ func (r *request) Accept(dq driver.QP, p driver.ConnParam) (driver.Conn, error) 
 	}
 	p.PrivateData = clone(p.PrivateData)
 	p.QPNum = q.num
-	err = soft.ConnectRC(q, p, r.param)
+	err = soft.ConnectRTR(q, p, r.param)
+	if err == nil {
+		err = soft.FinishAccept(q, p, r.param)
+	}
 	if err == nil {
 		err = soft.ConnectRC(r.dialer, r.param, p)
 	}

@@ -27,6 +27,6 @@ func TestConformanceLenient(t *testing.T) {
 		Device: "loop0",
 		Addr:   func(testing.TB) string { return fmt.Sprintf("loop://conformance-%d", pairs.Add(1)) },
 		Without: verbs.CapAckedCompletion | verbs.CapModifyConnect | verbs.CapRecvNoSGE | verbs.CapSQD |
-			verbs.CapAtomicResultSGList | verbs.CapQPErrorEvents | verbs.CapTransportRetry,
+			verbs.CapAtomicResultSGList | verbs.CapQPErrorEvents | verbs.CapTransportRetry | verbs.CapCommEstEvent,
 	})
 }

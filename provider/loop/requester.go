@@ -54,6 +54,7 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 		// the transport retries run out.
 		return driver.WCRetryExcErr, 0
 	}
+	p.RequestArrived(p.ctx.EventQueue, p.userCtx)
 	wr := &s.WR
 	var local sglist.List
 	if !swq.ResolveLocal(&local, s, q) {

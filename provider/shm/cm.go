@@ -469,7 +469,7 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 	if err != nil || rtu.typ() != msgRTU {
 		return fail(fmt.Errorf("%w: the dialler did not confirm", driver.ErrDisconnected))
 	}
-	if err := soft.ConnectRTS(q, p, remote); err != nil {
+	if err := soft.FinishAccept(q, p, remote); err != nil {
 		return fail(err)
 	}
 	c.start()

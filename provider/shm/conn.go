@@ -40,6 +40,9 @@ const (
 	msgInvalidate = 16
 	// a: the key asked for; b: 1 if invalidated
 	msgInvalidated = 17
+	// the first request of the sender reached the receiver's QP while it
+	// was in RTR (announceRequest)
+	msgCommEst = 18
 )
 
 // ctrl is a runtime control message: type, a, b.
@@ -85,6 +88,10 @@ type conn struct {
 	// q.mu.
 	refused    uint32
 	refusedSet bool
+	// peerSettled: the peer's QP can raise no communication established
+	// event for a request of this connection any more (announceRequest).
+	// Guarded by q.mu.
+	peerSettled bool
 	// guard, of the listener that accepted the connection (nil for a
 	// dialled one), counts the peer's refused keys against peerID, its
 	// user; once it refuses the peer, the connection ends.
@@ -191,6 +198,25 @@ func (c *conn) writeCtrl(m, oob []byte) {
 // peerError tells the peer its QP must move to the error state (a
 // responder error this side detected on its behalf).
 func (c *conn) peerError(ev driver.EventType) { c.sendCtrl(msgErr, uint32(ev), 0) }
+
+// announceRequest is what the requester does before it performs a
+// request on the peer's QP, whose CPU takes no part in it: the first
+// time it finds that QP in RTR, it tells the peer (msgCommEst), which
+// raises EventCommEst (soft.QP.RequestArrived). Once it has told it, or
+// found the QP beyond RTR, it does nothing more. q.mu is held.
+func (c *conn) announceRequest() {
+	if c.peerSettled {
+		return
+	}
+	switch driver.QPState(c.peerHdr.state.Load()) {
+	case driver.QPSRTR:
+		c.sendCtrl(msgCommEst, 0, 0)
+		c.peerSettled = true
+	case driver.QPSReset, driver.QPSInit:
+	default:
+		c.peerSettled = true
+	}
+}
 
 // peerBroke handles a peer whose shared memory made no sense: the
 // connection is ended.
@@ -312,6 +338,12 @@ func (c *conn) handleEvents() {
 		case msgDisc:
 			c.withQP(func(q *qp) { q.toErr() })
 			c.finish()
+		case msgCommEst:
+			// The peer's first request reached the QP: the QP raises
+			// EventCommEst if it is still in RTR, as it would have had
+			// its CPU taken part. A peer that lies costs at most the
+			// one event.
+			c.withQP(func(q *qp) { q.RequestArrived(q.ctx.EventQueue, q.userCtx) })
 		case msgSRQLimit:
 			if s := c.q.srq; s != nil {
 				s.limitReached()

@@ -624,6 +624,15 @@ func (r *recvRing) produce(wr *driver.RecvWR, limit uint64) bool {
 	return true
 }
 
+// headCorrupt reports whether the consumers' head, which peers write,
+// cannot be right: ahead of the owner's tail, or more than a ring's
+// worth behind it. Honest consumers claim only published entries, so
+// the head never passes the tail. The caller (the owner) serialises
+// producers.
+func (r *recvRing) headCorrupt() bool {
+	return r.tail-r.h.head.Load() > r.mask+1
+}
+
 // consume claims the oldest receive into out. It reports ok false when
 // the queue is empty (the entry at head is not published), and errGarbage
 // when the entry cannot be right or the head keeps moving under it.

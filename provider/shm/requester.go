@@ -85,6 +85,7 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 	if c == nil || !c.peerUp() {
 		return false
 	}
+	c.announceRequest()
 	b, ok := q.ctx.span(g.LKey, q.pd, g.Addr, n, need)
 	if !ok {
 		return false
@@ -200,6 +201,7 @@ func (q *qp) execute(s *swq.Slot) (driver.WCStatus, uint32) {
 		q.toErr()
 		return driver.WCWRFlushErr, 0
 	}
+	c.announceRequest()
 	local := &q.local
 	if len(wr.SGList) == 1 && !s.IsInline {
 		// swq.ResolveLocal's common case, without its calls through

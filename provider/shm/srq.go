@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/goverbs/goverbs/internal/soft"
@@ -28,7 +29,12 @@ type srq struct {
 	// since, which a peer's report (limitReached) then does once.
 	// Guarded by mu.
 	armed bool
+	// failed: the SRQ is in the error state (fail). Guarded by mu.
+	failed bool
 }
+
+// errSRQFailed refuses receives posted to an SRQ in the error state.
+var errSRQFailed = fmt.Errorf("%w: the SRQ failed (EventSRQErr): a peer wrote indices into its shared ring that no consumption explains, so its receives cannot be accounted for; destroy it and make another", driver.ErrInvalidState)
 
 func (p *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
 	if a.MaxSGE > maxSGE {
@@ -57,20 +63,65 @@ func (p *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
 
 func (s *srq) PostRecv(wrs []driver.RecvWR) (int, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	n, failing, err := s.postRecv(wrs)
+	s.mu.Unlock()
+	if failing {
+		s.fail()
+	}
+	return n, err
+}
+
+// postRecv posts wrs; failing reports that it found the ring's indices
+// corrupt and moved the SRQ to the error state, which fail completes.
+// s.mu is held.
+func (s *srq) postRecv(wrs []driver.RecvWR) (n int, failing bool, err error) {
 	for i := range wrs {
-		if s.destroyed {
-			return i, driver.ErrClosed
+		switch {
+		case s.destroyed:
+			return i, false, driver.ErrClosed
+		case s.failed:
+			return i, false, errSRQFailed
 		}
 		if err := driver.CheckRecvWR(&wrs[i], s.maxSGE); err != nil {
-			return i, err
+			return i, false, err
 		}
 		s.ctx.exposeForRecv(wrs[i].SGList, &s.recvExposed)
 		if !s.ring.produce(&wrs[i], uint64(s.maxWR)) {
-			return i, driver.ErrQueueFull
+			if s.ring.headCorrupt() {
+				s.failed = true
+				return i, true, errSRQFailed
+			}
+			return i, false, driver.ErrQueueFull
 		}
 	}
-	return len(wrs), nil
+	return len(wrs), false, nil
+}
+
+// fail completes the move of the SRQ to the error state, an SRQ
+// catastrophic error of the IB specification: the consumers' head in
+// its shared ring, which every peer of its QPs may write, says that more
+// receives were consumed than were posted, or that a whole ring's worth
+// more are outstanding than were, so the owner can no longer tell which
+// receives are posted. It raises EventSRQErr, and moves every QP that
+// takes its receives from the SRQ, and is not in Reset, to the error
+// state with EventQPFatal: none of them can receive any more.
+func (s *srq) fail() {
+	s.ctx.Event(driver.EventSRQErr, s.userCtx)
+	s.ctx.mu.Lock()
+	var qps []*qp
+	for q := range s.ctx.qps {
+		if q.srq == s {
+			qps = append(qps, q)
+		}
+	}
+	s.ctx.mu.Unlock()
+	for _, q := range qps {
+		q.mu.Lock()
+		if !q.destroyed && q.attr.State != driver.QPSReset {
+			q.fail(driver.EventQPFatal)
+		}
+		q.mu.Unlock()
+	}
 }
 
 // limitReached raises the limit event a peer reported: once per arming,

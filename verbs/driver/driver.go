@@ -226,6 +226,11 @@ type ConnParam struct {
 	MinRNRTimer RNRTimer
 	// QPNum is the sender's QP number (filled in by the provider).
 	QPNum uint32
+	// HoldRTR, given to ConnRequest.Accept, leaves the QP in RTR once it
+	// is connected: it takes the requester's requests, and the caller
+	// moves it to RTS with Modify. Providers with CapCommEstEvent honour
+	// it; package cm gives it to no other.
+	HoldRTR bool
 }
 
 // ConnManager is implemented by drivers that set up connections for the cm
@@ -281,7 +286,7 @@ type ConnRequest interface {
 	// Param is what the dialling side asked for, private data included.
 	Param() ConnParam
 	// Accept connects qp (in Reset or Init) to the requester and moves
-	// it to RTS.
+	// it to RTS, or leaves it in RTR if p.HoldRTR.
 	Accept(qp QP, p ConnParam) (Conn, error)
 	// Reject refuses the request, sending privateData to the requester.
 	Reject(privateData []byte) error

@@ -601,6 +601,17 @@ const (
 	// no such transport: the requester moves the data itself, so a
 	// stopped peer process stops no operation.
 	CapTransportRetry
+	// CapCommEstEvent: a QP in RTR raises EventCommEst when the first
+	// request of its peer reaches it (the IB specification's
+	// communication established event; rdma_notify(3) takes it), once,
+	// whether the request is a Send, an RDMA Write, a Read or an atomic,
+	// and a QP connected straight to RTS raises none; and a connection
+	// manager's Accept leaves a QP in RTR when asked (cm.Param.HoldRTR).
+	// loop0, shm0 and tcp0 declare it. Of rdma-core's devices mlx5 and
+	// the rdmavt ones (hfi1, qib) raise the event, rxe and siw do not,
+	// and the ibverbs provider's Accept cannot hold a QP in RTR: it
+	// declares it for no device.
+	CapCommEstEvent
 )
 
 // DeviceAttr are a device's limits and capabilities (struct ibv_device_attr).
@@ -645,7 +656,7 @@ const (
 	EventQPFatal                           // a QP moved to the error state on its own; Element is the QP
 	EventQPReqErr                          // invalid request on a QP
 	EventQPAccessErr                       // remote access error on a QP's responder
-	EventCommEst                           // communication established
+	EventCommEst                           // a QP in RTR took its peer's first request; Element is the QP
 	EventSQDrained                         // a QP moved to SQD has finished the WRs under way; Element is the QP
 	EventPathMig                           // path migrated (unused)
 	EventPathMigErr                        // path migration failed (unused)
@@ -696,6 +707,7 @@ func (a AtomicCap) String() string {
 }
 
 var capNames = []string{"RNRRetry", "SRQ", "ImmData", "Atomics", "MemoryWindows", "CrossProcess",
-	"AckedCompletion", "ModifyConnect", "RecvNoSGE", "SQD", "AtomicResultSGList", "QPErrorEvents", "TransportRetry"}
+	"AckedCompletion", "ModifyConnect", "RecvNoSGE", "SQD", "AtomicResultSGList", "QPErrorEvents", "TransportRetry",
+	"CommEstEvent"}
 
 func (c DeviceCaps) String() string { return bitNames(uint32(c), capNames, "none") }

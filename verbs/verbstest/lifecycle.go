@@ -61,11 +61,18 @@ func stepTo(state verbs.QPState, dest uint32) qpStep {
 			verbs.QPAttrState | verbs.QPAttrPathMTU | verbs.QPAttrDestQPN | verbs.QPAttrRQPSN |
 				verbs.QPAttrMaxDestRdAtomic | verbs.QPAttrMinRNRTimer}
 	case verbs.QPSRTS:
-		return qpStep{verbs.QPAttr{State: state, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
-			verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt |
-				verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic}
+		return rtsStep(PairOptions{RNRRetry: 7})
 	}
 	return qpStep{verbs.QPAttr{State: state}, verbs.QPAttrState}
+}
+
+// rtsStep is the Modify from RTR to RTS, with the transport retries cm
+// gives a pair's QPs, o's RNR retries, and one Read or atomic
+// outstanding.
+func rtsStep(o PairOptions) qpStep {
+	return qpStep{verbs.QPAttr{State: verbs.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: o.RNRRetry, MaxRdAtomic: 1},
+		verbs.QPAttrState | verbs.QPAttrSQPSN | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt |
+			verbs.QPAttrRNRRetry | verbs.QPAttrMaxQPRdAtomic}
 }
 
 // without returns the step with the attributes of m left out of its mask.

@@ -148,6 +148,8 @@ var suite = []testCase{
 
 	{"Events/QPAccessErr", testQPAccessErrEvent},
 	{"Events/QPReqErr", testQPReqErrEvent},
+	{"Events/CommEst", testCommEst},
+	{"Events/CommEstOneSided", testCommEstOneSided},
 
 	{"DataPath/ZeroAlloc", testZeroAlloc},
 
