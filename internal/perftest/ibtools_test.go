@@ -117,6 +117,8 @@ func FuzzParseIBTool(f *testing.F) {
 
 func TestIBToolArgs(t *testing.T) {
 	roce := KernelDevice{Name: "rxe0", LinkLayer: "Ethernet", Netdev: "eth0", IP: netip.MustParseAddr("10.77.0.2"), GIDIndex: 1}
+	roceNoIP := roce
+	roceNoIP.IP = netip.Addr{}
 	iwarp := KernelDevice{Name: "siw0", LinkLayer: "Ethernet", IWARP: true, Netdev: "eth0", IP: netip.MustParseAddr("10.77.0.2"), GIDIndex: -1}
 	attr := verbs.DeviceAttr{MaxInlineData: 64}
 	tests := []struct {
@@ -124,7 +126,10 @@ func TestIBToolArgs(t *testing.T) {
 		p         Params
 		want, not []string
 	}{
-		{roce, DefaultParams(WriteLat, 8, attr), []string{"-d rxe0", "-x 1", "-s 8", "-n 1000", "-I 64", "--use_old_post_send"}, []string{"-R", "-t ", "-e"}},
+		// Through rdma_cm, as goverbs connects, where the device has an address.
+		{roce, DefaultParams(WriteLat, 8, attr), []string{"-d rxe0", "-R", "-s 8", "-n 1000", "-I 64", "--use_old_post_send"}, []string{"-x ", "-t ", "-e"}},
+		// By GID where it has none.
+		{roceNoIP, DefaultParams(WriteLat, 8, attr), []string{"-d rxe0", "-x 1"}, []string{"-R"}},
 		{roce, DefaultParams(ReadLat, 64, attr), []string{"-s 64"}, []string{"-I "}},
 		{roce, DefaultParams(AtomicLat, 8, attr), []string{"-n 1000"}, []string{"-s ", "-I "}},
 		{roce, DefaultParams(WriteBW, 65536, attr), []string{"-t 128", "-Q 100", "-n 5000", "-I 64"}, []string{"-r ", "-l "}},

@@ -79,6 +79,10 @@ func (d KernelDevice) transport() string {
 	return "ib"
 }
 
+// viaCM reports whether perftest reaches the device through rdma_cm:
+// an Ethernet device (RoCE, iWARP) with an IP address.
+func (d KernelDevice) viaCM() bool { return d.IP.IsValid() && d.LinkLayer == "Ethernet" }
+
 // Addr is the rdma_cm address of the device with port: rdma://IP:port.
 func (d KernelDevice) Addr(port int) (string, error) {
 	if !d.IP.IsValid() {

@@ -174,6 +174,9 @@ func runPair(ctx context.Context, env []string, server, client []string, port in
 }
 
 // runPairOutputs is runPair, returning the client's standard error too.
+// A port of 0 is a server whose listening /proc/net/tcp does not show (an
+// rdma_cm listener on a RoCE or InfiniBand device): the client is run
+// again, for up to 10 seconds, while it fails and the server runs.
 func runPairOutputs(ctx context.Context, env []string, server, client []string, port int) (stdout, stderr string, err error) {
 	srv := exec.CommandContext(ctx, server[0], server[1:]...)
 	srv.Env = append(os.Environ(), env...)
@@ -189,20 +192,37 @@ func runPairOutputs(ctx context.Context, env []string, server, client []string, 
 		srv.Process.Kill()
 		<-srvDone
 	}()
-	if err := waitListening(ctx, port, srvDone); err != nil {
-		return "", "", fmt.Errorf("%s server: %w: %s", server[0], err, firstLine(srvOut.String()))
+	if port > 0 {
+		if err := waitListening(ctx, port, srvDone); err != nil {
+			return "", "", fmt.Errorf("%s server: %w: %s", server[0], err, firstLine(srvOut.String()))
+		}
 	}
-	cl := exec.CommandContext(ctx, client[0], client[1:]...)
-	cl.Env = srv.Env
-	DieWithParent(cl)
 	var out, errOut bytes.Buffer
-	cl.Stdout, cl.Stderr = &out, &errOut
-	if err := cl.Run(); err != nil {
+	for start := time.Now(); ; {
+		out.Reset()
+		errOut.Reset()
+		cl := exec.CommandContext(ctx, client[0], client[1:]...)
+		cl.Env = srv.Env
+		DieWithParent(cl)
+		cl.Stdout, cl.Stderr = &out, &errOut
+		err := cl.Run()
+		if err == nil {
+			break
+		}
 		if ctx.Err() != nil {
 			return "", "", ctx.Err()
 		}
-		msg := firstLine(errOut.String() + out.String())
-		return "", "", fmt.Errorf("%s client: %v: %s", client[0], err, msg)
+		if port > 0 || time.Since(start) > 10*time.Second || serverExited(srvDone) {
+			msg := firstLine(errOut.String() + out.String())
+			return "", "", fmt.Errorf("%s client: %v: %s", client[0], err, msg)
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", "", ctx.Err()
+		case <-t.C:
+		}
 	}
 	// The server ends with the run; give it a moment to say goodbye.
 	t := time.NewTimer(2 * time.Second)
@@ -213,6 +233,18 @@ func runPairOutputs(ctx context.Context, env []string, server, client []string, 
 	case <-t.C:
 	}
 	return out.String(), errOut.String(), nil
+}
+
+// serverExited reports whether the server's Wait has returned, leaving
+// its result in done for the next reader.
+func serverExited(done chan error) bool {
+	select {
+	case err := <-done:
+		done <- err
+		return true
+	default:
+		return false
+	}
 }
 
 // waitListening waits until a socket listens on TCP port (as
