@@ -83,13 +83,15 @@ type Param struct {
 	// zeros; otherwise zeros stand for the defaults above.
 	NoDefaults bool
 	// HoldRTR, given to Accept, leaves the QP in RTR once connected: it
-	// takes the requester's Sends, Writes, Reads and atomics, and sends
-	// nothing until the caller moves it to RTS with Modify (the
-	// attributes of the RTR→RTS row of ibv_modify_qp(3)) — as a passive
-	// side that manages its own QP does, moving it to RTS when the
-	// requester's first message raises verbs.EventCommEst. Devices with
-	// verbs.CapCommEstEvent honour it; Dial, and Accept on other
-	// devices, refuse it.
+	// serves the requester's Sends, Writes, Reads and atomics (answering
+	// the Reads and atomics), and its PostSend is refused
+	// (verbs.ErrInvalidState) until the caller moves it to RTS with
+	// Modify (the attributes of the RTR→RTS row of ibv_modify_qp(3)) —
+	// as a passive side that manages its own QP does, moving it to RTS
+	// when the requester's first message raises verbs.EventCommEst. A
+	// held QP whose connection ends moves to the error state as one in
+	// RTS does. Devices with verbs.CapCommEstEvent honour it; Dial, and
+	// Accept on other devices, refuse it.
 	HoldRTR bool
 }
 

@@ -92,17 +92,28 @@ func benchStream(b *testing.B, scheme string, cfg *Config) {
 // BenchmarkGRPCUnary64 is a gRPC unary call of 64 bytes each way over
 // rsock, and over Go's TCP loopback for comparison.
 func BenchmarkGRPCUnary64(b *testing.B) {
-	for _, scheme := range append([]string{"gotcp"}, providers...) {
+	benchGRPCUnary64(b, append([]string{"gotcp"}, providers...), &Config{})
+}
+
+// BenchmarkGRPCUnary64Parked is BenchmarkGRPCUnary64 with waits that park
+// at once (Config.Spin negative): the cost of the wake-ups a connection
+// pays when its peer answers later than the spin lasts.
+func BenchmarkGRPCUnary64Parked(b *testing.B) {
+	benchGRPCUnary64(b, providers, &Config{Spin: -1})
+}
+
+func benchGRPCUnary64(b *testing.B, schemes []string, cfg *Config) {
+	for _, scheme := range schemes {
 		b.Run(scheme, func(b *testing.B) {
 			var l net.Listener
 			var err error
-			dial := Dial
+			dial := cfg.Dial
 			if scheme == "gotcp" {
 				l, err = net.Listen("tcp", "127.0.0.1:0")
 				var d net.Dialer
 				dial = func(ctx context.Context, a string) (net.Conn, error) { return d.DialContext(ctx, "tcp", a) }
 			} else {
-				l, err = Listen(listenAddr(b, scheme))
+				l, err = cfg.Listen(listenAddr(b, scheme))
 			}
 			if err != nil {
 				b.Fatal(err)

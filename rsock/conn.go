@@ -73,6 +73,15 @@ type Conn struct {
 	recvs     int // our posted receives
 	sqDepth   int
 
+	// helpable: spinning waits may poll for this connection while its
+	// wait is parked (park.go); park is its park state, parkedAt when it
+	// parked (since parkEpoch), parkIdx its place among the parked
+	// connections.
+	helpable bool
+	park     atomic.Int32
+	parkedAt atomic.Int64
+	parkIdx  int
+
 	readMu  sync.Mutex // one Read at a time
 	writeMu sync.Mutex // one Write at a time, so writes are not interleaved
 	pollMu  sync.Mutex // held by the goroutine that polls the CQ
@@ -509,14 +518,18 @@ func (c *Conn) wait(ctx *waitCtx, mine, other chan struct{}) {
 	if c.poll() > 0 {
 		return
 	}
+	c.parkStart()
+	notified := false
 	select {
 	case <-c.cq.Notify():
-		if c.poll() > 0 && !start.IsZero() {
-			ctx.learn(time.Since(start))
-		}
+		notified = true
 	case <-mine:
 	case <-dl.wait():
 	case <-c.closing:
+	}
+	c.parkEnd()
+	if notified && c.poll() > 0 && !start.IsZero() {
+		ctx.learn(time.Since(start))
 	}
 }
 
@@ -540,17 +553,25 @@ func (c *Conn) spinWait(ctx *waitCtx, dl *deadline, d time.Duration) (start time
 	defer spinners.Add(-1)
 	start = time.Now()
 	end := start.Add(d)
-	for i := 1; i&7 != 0 || time.Now().Before(end); i++ {
+	now := start.Sub(parkEpoch)
+	for i := 1; ; i++ {
+		if i&7 == 0 {
+			t := time.Now()
+			if !t.Before(end) {
+				return start, false
+			}
+			now = t.Sub(parkEpoch)
+		}
 		runtime.Gosched()
 		if c.poll() > 0 {
 			ctx.learn(time.Since(start))
 			return start, true
 		}
+		helpParked(c, now)
 		if dl.passed() || c.failed.Load() {
 			return start, true
 		}
 	}
-	return start, false
 }
 
 // progress notices a connection that has ended, so that a Write that

@@ -23,8 +23,12 @@
 // notification channel
 // (verbs.CQ.ReqNotify and Notify): an idle connection costs no CPU. One
 // waiting call at a time polls the connection's completion queue; the
-// other waits for it to hand over. Deadlines apply to blocked calls and
-// fail them with os.ErrDeadlineExceeded; every error is a *net.OpError.
+// other waits for it to hand over. On tcp0 a spinning wait also polls,
+// in their stead, the process's connections that parked within the last
+// millisecond: their wake-up comes through Go's network poller, which
+// the scheduler consults only once it has nothing else to run.
+// Deadlines apply to blocked calls and fail them with
+// os.ErrDeadlineExceeded; every error is a *net.OpError.
 // CloseWrite ends the sending half; Close ends the stream (the peer
 // reads io.EOF after the last bytes) and releases the connection's
 // queues and memory before it returns. A peer that goes away without

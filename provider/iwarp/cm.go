@@ -288,6 +288,12 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 		return nil, err
 	}
 	c.wantRTR = rtr
+	// Only a QP held in RTR waits for the communication established
+	// event: one that Accept moves on to RTS raises none for the
+	// requests that reach it, once the receiver has started, before
+	// Accept has finished (the initiator may send the moment it has the
+	// Reply).
+	c.rx.settled = !p.HoldRTR
 	c.guard, c.peer = r.guard, r.peer
 	remote := driver.ConnParam{PrivateData: append([]byte(nil), s.private...),
 		ResponderResources: uint8(min(s.ird, 255)), InitiatorDepth: uint8(min(s.ord, 255))}

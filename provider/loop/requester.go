@@ -54,7 +54,6 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 		// the transport retries run out.
 		return driver.WCRetryExcErr, 0
 	}
-	p.RequestArrived(p.ctx.EventQueue, p.userCtx)
 	wr := &s.WR
 	var local sglist.List
 	if !swq.ResolveLocal(&local, s, q) {
@@ -64,6 +63,9 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	if length > deviceAttr.MaxMsgSize {
 		return driver.WCLocLenErr, 0
 	}
+	// The request leaves: a WR that failed at its requester reached
+	// nobody.
+	p.RequestArrived(p.ctx.EventQueue, p.userCtx)
 	switch wr.Opcode {
 	case driver.OpSend, driver.OpSendWithImm, driver.OpSendWithInv:
 		return q.rnrCheck(p.receive(q, wr, &local)), 0

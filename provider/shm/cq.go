@@ -14,7 +14,7 @@ import (
 // cq is a completion queue: its receive completions are in the rings of
 // its QPs, which their peers write (takeRecv), its send completions in a
 // private ring; its shared segment is the arming and futex word peers
-// notify it with.
+// notify it with, and the doorbells they ring for its QPs (doorbell.go).
 type cq struct {
 	ctx     *devCtx
 	userCtx any
@@ -31,6 +31,11 @@ type cq struct {
 	recvQPs   []*qp
 	recvWatch []recvWatch
 	recvNext  int
+	// bells: the doorbells in the CQ's segment, which say which QPs
+	// have receive completions waiting; rb, the QPs they stand for and
+	// those queued for Poll (doorbell.go). rb is guarded by mu.
+	bells doorbells
+	rb    recvBells
 
 	// The QPs that complete sends here produce into local. While one
 	// QP has ever done so, its lock serialises every produce and local
@@ -63,11 +68,11 @@ type cq struct {
 
 func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 	n = pow2(n)
-	seg, err := newSegment("cq", headerSize)
+	seg, err := newSegment("cq", cqSegSize)
 	if err != nil {
 		return nil, err
 	}
-	q := &cq{ctx: c, userCtx: userCtx, seg: seg, ring: notifyRing(seg.mem), local: newLocalRing(n), n: n,
+	q := &cq{ctx: c, userCtx: userCtx, seg: seg, ring: notifyRing(seg.mem), bells: viewDoorbells(seg.mem), local: newLocalRing(n), n: n,
 		notify: make(chan struct{}, 1), nudge: make(chan struct{}, 1)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -272,6 +277,15 @@ func (c *cq) startWaiter() {
 					continue
 				}
 				if w := h.wake.Load(); w == seen {
+					// The futex wait keeps this goroutine's
+					// processor, unused, until the runtime's monitor
+					// takes it back (20 µs to 10 ms later): let the
+					// goroutines queued on it run first. (Otherwise
+					// two CQs' waiters asleep with work queued behind
+					// them hold both processors of a two-core
+					// machine: a gRPC call over shm0 whose waits all
+					// park takes about twice as long.)
+					runtime.Gosched()
 					futexWaitFor(&h.wake, w, notifyRecheck)
 					if h.wake.Load() == seen && !c.stop.Load() && !c.awaited() {
 						continue
@@ -290,10 +304,7 @@ func (c *cq) startWaiter() {
 				select {
 				case c.notify <- struct{}{}:
 					// The token readied the goroutine waiting for it
-					// onto this processor, which the futex wait
-					// would otherwise keep, unused, until the
-					// runtime's monitor took it back (tens of µs):
-					// let the woken goroutine run now.
+					// onto this processor: let it run now.
 					runtime.Gosched()
 				default:
 				}

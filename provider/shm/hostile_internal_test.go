@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -285,16 +286,21 @@ func TestHostilePeerScribbles(t *testing.T) {
 }
 
 // connectLife connects a new QP of the victim to a new QP of the attacker
-// on the pair's existing devices and CQs (and the attacker's SRQ).
-func connectLife(t *testing.T, p *verbstest.Pair) (victim, att *verbs.QP) {
+// on the pair's existing devices and CQs (and the attacker's SRQ). It
+// reports ok false, connecting nothing, once the attacker's garbage has
+// failed the attacker's own SRQ, which takes no new QP.
+func connectLife(t *testing.T, p *verbstest.Pair) (victim, att *verbs.QP, ok bool) {
 	t.Helper()
 	b := p.B.(*verbstest.Local)
 	c := verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64}
 	var err error
-	if victim, err = p.A.PD.CreateQP(verbs.QPInitAttr{SendCQ: p.A.SendCQ, RecvCQ: p.A.RecvCQ, Cap: c}); err != nil {
+	if att, err = b.PD.CreateQP(verbs.QPInitAttr{SendCQ: b.SendCQ, RecvCQ: b.RecvCQ, SRQ: b.SRQ, Cap: c}); err != nil {
+		if b.SRQ != nil && errors.Is(err, errSRQFailed) {
+			return nil, nil, false
+		}
 		t.Fatal(err)
 	}
-	if att, err = b.PD.CreateQP(verbs.QPInitAttr{SendCQ: b.SendCQ, RecvCQ: b.RecvCQ, SRQ: b.SRQ, Cap: c}); err != nil {
+	if victim, err = p.A.PD.CreateQP(verbs.QPInitAttr{SendCQ: p.A.SendCQ, RecvCQ: p.A.RecvCQ, Cap: c}); err != nil {
 		t.Fatal(err)
 	}
 	addr := uniqueAddr("life")
@@ -321,7 +327,7 @@ func connectLife(t *testing.T, p *verbstest.Pair) (victim, att *verbs.QP) {
 		t.Fatalf("connect: %v, %v", err, aerr)
 	}
 	p.A.Conns = append(p.A.Conns, cn)
-	return victim, att
+	return victim, att, true
 }
 
 // scribbleRound: A is the victim, B the attacker. In each of a number of
@@ -355,8 +361,11 @@ func scribbleRound(t *testing.T, seed uint64, mode int, opts verbstest.PairOptio
 	wc := make([]verbs.WorkCompletion, 32)
 	posted, completions, ok, lives := 0, 0, 0, 0
 	for life := range 16 {
+		vq, aq, alive := connectLife(t, p)
+		if !alive {
+			break // the garbage failed the attacker's SRQ: no more lives
+		}
 		lives++
-		vq, aq := connectLife(t, p)
 		bq := driverQP(aq)
 		for i := range 8 {
 			wr := recv(uint64(i), brecv.SGE((life%4)*1024+i*64, 64))

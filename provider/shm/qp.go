@@ -84,6 +84,10 @@ type qp struct {
 	// receiver-not-ready, and EventSQDrained waits for it (sqDrained).
 	sqdPending bool
 
+	// lastMR is the region of q's PD that the last local key a WR
+	// named resolved to (localSpan), or nil. Guarded by mu.
+	lastMR *mr
+
 	// rqMu serialises the receive queue's producer (PostRecv) with its
 	// reset, and its flush waits for it, so that a receive posted while
 	// the QP moves to the error state is flushed by one or the other.
@@ -102,6 +106,9 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	scq, rcq, s, err := soft.CheckQPInit[*cq, *srq](a, "shm", maxSGE, deviceAttr.MaxInlineData)
 	if err != nil {
 		return nil, err
+	}
+	if s != nil && s.failed.Load() {
+		return nil, errSRQFailed
 	}
 	c := a.Cap
 	q := &qp{ctx: p.ctx, pd: p, userCtx: a.UserCtx, sendCQ: scq, recvCQ: rcq, srq: s, cap: c,
@@ -151,10 +158,14 @@ func (q *qp) publish() {
 }
 
 // VetoModify implements soft.QPHooks: a move to Reset needs the fresh
-// shared memory it hands the QP (prepareReset).
+// shared memory it hands the QP (prepareReset); a QP whose SRQ failed
+// moves only to Reset or the error state, as it could never receive.
 func (q *qp) VetoModify(next driver.QPState, _ *driver.QPAttr) error {
-	if next == driver.QPSReset {
+	switch {
+	case next == driver.QPSReset:
 		return q.prepareReset()
+	case next != driver.QPSErr && q.srq != nil && q.srq.failed.Load():
+		return errSRQFailed
 	}
 	return nil
 }
@@ -270,7 +281,7 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 	// once are (postNow); the first that cannot, and all after it, are
 	// queued.
 	i := 0
-	for i < len(wrs) && !q.destroyed && q.attr.State == driver.QPSRTS && !q.rnr.Waiting() && q.postNow(&wrs[i]) {
+	for i < len(wrs) && !q.destroyed && q.attr.State == driver.QPSRTS && !q.rnr.Waiting() && (q.postFast(&wrs[i]) || q.postNow(&wrs[i])) {
 		i++
 	}
 	if i < len(wrs) {

@@ -3,6 +3,7 @@ package shm
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -29,11 +30,13 @@ type srq struct {
 	// since, which a peer's report (limitReached) then does once.
 	// Guarded by mu.
 	armed bool
-	// failed: the SRQ is in the error state (fail). Guarded by mu.
-	failed bool
+	// failed: the SRQ is in the error state (fail). Set under mu; read
+	// without it by its QPs, which refuse to leave Reset once it is set.
+	failed atomic.Bool
 }
 
-// errSRQFailed refuses receives posted to an SRQ in the error state.
+// errSRQFailed refuses receives posted to an SRQ in the error state, a
+// QP created on it, and a QP of it leaving Reset.
 var errSRQFailed = fmt.Errorf("%w: the SRQ failed (EventSRQErr): a peer wrote indices into its shared ring that no consumption explains, so its receives cannot be accounted for; destroy it and make another", driver.ErrInvalidState)
 
 func (p *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
@@ -79,7 +82,7 @@ func (s *srq) postRecv(wrs []driver.RecvWR) (n int, failing bool, err error) {
 		switch {
 		case s.destroyed:
 			return i, false, driver.ErrClosed
-		case s.failed:
+		case s.failed.Load():
 			return i, false, errSRQFailed
 		}
 		if err := driver.CheckRecvWR(&wrs[i], s.maxSGE); err != nil {
@@ -88,7 +91,7 @@ func (s *srq) postRecv(wrs []driver.RecvWR) (n int, failing bool, err error) {
 		s.ctx.exposeForRecv(wrs[i].SGList, &s.recvExposed)
 		if !s.ring.produce(&wrs[i], uint64(s.maxWR)) {
 			if s.ring.headCorrupt() {
-				s.failed = true
+				s.failed.Store(true)
 				return i, true, errSRQFailed
 			}
 			return i, false, driver.ErrQueueFull
@@ -104,7 +107,9 @@ func (s *srq) postRecv(wrs []driver.RecvWR) (n int, failing bool, err error) {
 // more are outstanding than were, so the owner can no longer tell which
 // receives are posted. It raises EventSRQErr, and moves every QP that
 // takes its receives from the SRQ, and is not in Reset, to the error
-// state with EventQPFatal: none of them can receive any more.
+// state with EventQPFatal: none of them can receive any more. A QP of
+// the SRQ in Reset stays there (VetoModify), and CreateQP refuses the
+// SRQ.
 func (s *srq) fail() {
 	s.ctx.Event(driver.EventSRQErr, s.userCtx)
 	s.ctx.mu.Lock()

@@ -14,7 +14,9 @@ import (
 // post is refused, the SRQ raises EventSRQErr once and refuses every
 // later post, and the QPs that take their receives from it move to the
 // error state with EventQPFatal; a QP of the SRQ still in Reset, and
-// the SRQ's other users' state, are left alone.
+// the SRQ's other users' state, are left alone. No QP of the failed SRQ
+// leaves Reset again, and none is created on it: it could never
+// receive.
 func TestSRQErrOnCorruptHead(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -98,6 +100,22 @@ func TestSRQErrOnCorruptHead(t *testing.T) {
 				if a, err := q.Query(); err != nil || a.State != want {
 					t.Fatalf("QP %d: state %v (error %v), want %v", q.Num(), a.State, err, want)
 				}
+			}
+			reset := driver.QPAttr{State: driver.QPSReset}
+			if err := inited.Modify(&reset, driver.QPAttrState); err != nil {
+				t.Fatalf("reset a QP of the failed SRQ: %v", err)
+			}
+			for _, q := range []driver.QP{inited, fresh} {
+				if err := q.Modify(&a, driver.QPAttrState|driver.QPAttrPort|driver.QPAttrAccessFlags); !errors.Is(err, errSRQFailed) {
+					t.Fatalf("QP %d of the failed SRQ moved to Init: %v, want the SRQ's failure", q.Num(), err)
+				}
+			}
+			if q, err := dp.CreateQP(driver.QPInitAttr{Type: driver.QPTypeRC, SendCQ: cq, RecvCQ: cq, SRQ: ds,
+				Cap: driver.QPCap{MaxSendWR: 4, MaxSendSGE: 1}}); !errors.Is(err, errSRQFailed) {
+				if err == nil {
+					q.Destroy()
+				}
+				t.Fatalf("CreateQP on the failed SRQ: %v, want the SRQ's failure", err)
 			}
 			inited.Destroy()
 			fresh.Destroy()

@@ -2,6 +2,7 @@ package verbstest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -205,4 +206,65 @@ func testCommEstOneSided(t *testing.T, h Harness) {
 	expectNoErrorEvent(t, p.A)
 	expectState(t, p.B, 0, verbs.QPSRTR)
 	expectEmpty(t, p.B, RecvCQ)
+}
+
+// testCommEstHeldPeerLeaves: a QP that cm leaves in RTR, whose peer
+// closes the connection before sending anything, moves to the error
+// state as one in RTS would: the receive posted to it flushes, and no
+// EventCommEst is raised.
+func testCommEstHeldPeerLeaves(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapCommEstEvent, "CapCommEstEvent")
+	p := h.NewPair(t, PairOptions{HoldRTR: true})
+	expectState(t, p.B, 0, verbs.QPSRTR)
+	dst := newRegion(t, p.B, 16, remoteAll)
+	postRecv(t, p.B, 0, recvWR(9, dst.SGE(0, 16)))
+	if err := p.A.Conns[0].Close(); err != nil {
+		t.Fatalf("close A's connection: %v", err)
+	}
+	expectState(t, p.B, 0, verbs.QPSErr)
+	expectStatus(t, waitOne(t, p.B, RecvCQ), 9, verbs.WCWRFlushErr)
+	expectNoCommEst(t, p.B, "for a connection its peer closed unused")
+}
+
+// testCommEstNotForLocalError: a request that fails at its requester,
+// before any of it leaves (a Send whose local key is bad), reaches
+// nothing: the peer's QP held in RTR raises no EventCommEst. (The
+// requester's QP moves to the error state; whether that ends the peer's
+// connection too depends on the transport, so the case does not ask.)
+func testCommEstNotForLocalError(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapCommEstEvent, "CapCommEstEvent")
+	p := h.NewPair(t, PairOptions{HoldRTR: true})
+	expectState(t, p.B, 0, verbs.QPSRTR)
+	src := newRegion(t, p.A, 16, localRW)
+	dst := newRegion(t, p.B, 16, remoteAll)
+	postRecv(t, p.B, 0, recvWR(9, dst.SGE(0, 16)))
+	bad := src.SGE(0, 16)
+	bad.LKey ^= 0x5a5a00
+	n, err := p.A.PostSend(0, []verbs.SendWR{sendWR(1, bad)})
+	if err == nil && n == 1 {
+		expectStatus(t, waitOne(t, p.A, SendCQ), 1, verbs.WCLocProtErr)
+	}
+	expectNoCommEst(t, p.B, "for a Send that failed at its requester")
+}
+
+// testCommEstHeldLeaves: a QP held in RTR that closes its connection
+// before it ever reaches RTS ends it as one in RTS would: its peer's
+// connection ends, the peer's QP moves to the error state and its
+// receive flushes.
+func testCommEstHeldLeaves(t *testing.T, h Harness) {
+	requireCap(t, h, verbs.CapCommEstEvent, "CapCommEstEvent")
+	p := h.NewPair(t, PairOptions{HoldRTR: true})
+	expectState(t, p.B, 0, verbs.QPSRTR)
+	dst := newRegion(t, p.A, 16, localRW)
+	postRecv(t, p.A, 0, recvWR(9, dst.SGE(0, 16)))
+	if err := p.B.Close(); err != nil {
+		t.Fatalf("close B: %v", err)
+	}
+	select {
+	case <-p.A.Conns[0].Done():
+	case <-time.After(timeout):
+		t.Fatalf("A's connection did not end within %v of B, held in RTR, closing", timeout)
+	}
+	expectState(t, p.A, 0, verbs.QPSErr)
+	expectStatus(t, waitOne(t, p.A, RecvCQ), 9, verbs.WCWRFlushErr)
 }

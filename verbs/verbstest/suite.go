@@ -150,6 +150,9 @@ var suite = []testCase{
 	{"Events/QPReqErr", testQPReqErrEvent},
 	{"Events/CommEst", testCommEst},
 	{"Events/CommEstOneSided", testCommEstOneSided},
+	{"Events/CommEstHeldPeerLeaves", testCommEstHeldPeerLeaves},
+	{"Events/CommEstHeldLeaves", testCommEstHeldLeaves},
+	{"Events/CommEstNotForLocalError", testCommEstNotForLocalError},
 
 	{"DataPath/ZeroAlloc", testZeroAlloc},
 

@@ -1,0 +1,143 @@
+package rsock
+
+import (
+	"bytes"
+	"io"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// awaitParked yields until n connections of the process are parked.
+func awaitParked(n int32) {
+	for parked.n.Load() != n {
+		runtime.Gosched()
+	}
+}
+
+// A parked Read on tcp0 is polled by a spinning wait of another
+// connection, and gets its bytes whoever takes them; once it has them,
+// it is no longer polled.
+func TestSpinningWaitPollsForParkedConnection(t *testing.T) {
+	d, a := pair(t, "tcp", &Config{Spin: -1}) // a's Read parks at once
+	defer d.Close()
+	defer a.Close()
+	if !a.helpable {
+		t.Fatal("a tcp0 connection is not polled for while it is parked")
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		buf := make([]byte, 16)
+		n, err := a.Read(buf)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- buf[:n]
+	}()
+	awaitParked(1)
+	if !helpParked(nil, time.Since(parkEpoch)) {
+		t.Fatal("a spinning wait did not poll the parked connection")
+	}
+	if helpParked(nil, time.Since(parkEpoch)+2*helpWindow) {
+		t.Fatal("a spinning wait polled a connection parked longer than helpWindow")
+	}
+	msg := []byte("parked")
+	if _, err := d.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	var b []byte
+	for b == nil {
+		helpParked(nil, time.Since(parkEpoch))
+		select {
+		case b = <-got:
+		default:
+			runtime.Gosched()
+		}
+	}
+	if !bytes.Equal(b, msg) {
+		t.Fatalf("read %q, want %q", b, msg)
+	}
+	awaitParked(0)
+	if helpParked(nil, time.Since(parkEpoch)) {
+		t.Fatal("a connection was polled after its Read returned")
+	}
+}
+
+// Connections on shm0 and loop0 are woken without the network poller and
+// are not polled for.
+func TestParkedConnectionNotPolledOffIWARP(t *testing.T) {
+	for _, scheme := range []string{"shm", "loop"} {
+		d, a := pair(t, scheme, &Config{})
+		if d.helpable || a.helpable {
+			t.Errorf("%s: a connection is polled for while it is parked", scheme)
+		}
+		d.Close()
+		a.Close()
+	}
+}
+
+// Streams over tcp0 where every wait parks, beside ping-pongs whose
+// waits spin and poll for them, carry every byte in order, and Close
+// ends them whatever is parked.
+func TestParkedAndSpinningConnectionsStream(t *testing.T) {
+	const conns, rounds = 4, 200
+	var wg sync.WaitGroup
+	for i := range conns {
+		cfg := &Config{Spin: -1}
+		if i%2 == 0 {
+			cfg = &Config{Spin: time.Millisecond}
+		}
+		d, a := pair(t, "tcp", cfg)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			defer a.Close()
+			buf := make([]byte, 64)
+			for {
+				if _, err := io.ReadFull(a, buf); err != nil {
+					if err != io.EOF {
+						t.Error(err)
+					}
+					return
+				}
+				if _, err := a.Write(buf); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			defer d.Close()
+			out, in := make([]byte, 64), make([]byte, 64)
+			for r := range rounds {
+				for j := range out {
+					out[j] = byte(r + j + i)
+				}
+				if _, err := d.Write(out); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := io.ReadFull(d, in); err != nil {
+					t.Error(err)
+					return
+				}
+				if !bytes.Equal(in, out) {
+					t.Errorf("connection %d round %d: got %x, want %x", i, r, in, out)
+					return
+				}
+			}
+			if err := d.CloseWrite(); err != nil {
+				t.Error(err)
+			}
+			if _, err := io.ReadFull(d, in[:1]); err != io.EOF {
+				t.Errorf("connection %d: after CloseWrite, read %v, want EOF", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := parked.n.Load(); n != 0 {
+		t.Fatalf("%d connections still parked after Close", n)
+	}
+}
