@@ -2,6 +2,7 @@ package rsock
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"runtime"
 	"sync"
@@ -140,4 +141,46 @@ func TestParkedAndSpinningConnectionsStream(t *testing.T) {
 	if n := parked.n.Load(); n != 0 {
 		t.Fatalf("%d connections still parked after Close", n)
 	}
+}
+
+// A spinning wait that, polling for a parked connection, finds that
+// connection's peer broke the protocol marks it failed and wakes it, but
+// leaves it connected: the disconnect may wait for the provider's linger
+// (a peer that stops reading holds it), which the spinning wait's own
+// connection must not pay. The parked wait, once it leaves, disconnects.
+func TestHelperLeavesDisconnectToParkedWait(t *testing.T) {
+	victim, h, healthy, _ := attackSetup(t, "tcp")
+	// The victim's wait parks: it holds pollMu, as a wait that parks does.
+	victim.pollMu.Lock()
+	victim.parkStart()
+	parkedHere := true
+	defer func() {
+		if parkedHere {
+			victim.parkEnd()
+			victim.pollMu.Unlock()
+		}
+	}()
+	h.write(t, h.victim.ringAddr(), h.victim.ringKey(), 0, makeCtrl(opBad, 0, 0))
+	for !victim.failed.Load() {
+		// Polled as if the victim had parked just now.
+		helpParked(nil, time.Duration(victim.parkedAt.Load()))
+		runtime.Gosched()
+	}
+	select {
+	case <-victim.cmc.Done():
+		t.Fatal("a spinning wait disconnected the parked connection it polled for")
+	default:
+	}
+	victim.unpark()
+	victim.pollMu.Unlock()
+	parkedHere = false
+	select {
+	case <-h.cmc.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the parked wait did not disconnect its failed connection when it left")
+	}
+	if _, err := victim.Read(make([]byte, 1)); !errors.Is(err, ErrProtocol) {
+		t.Errorf("victim's Read: %v, want ErrProtocol", err)
+	}
+	checkHealthy(t, healthy)
 }
