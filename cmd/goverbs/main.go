@@ -67,6 +67,7 @@ func init() {
 	commands = []*command{
 		{name: "devices", summary: "list RDMA devices and their attributes (like ibv_devices and ibv_devinfo)", run: runDevices},
 		{name: "bench", summary: "measure latency and bandwidth with perftest's tests; --compare with UCX, libfabric and TCP", run: runBench},
+		{name: "scale", summary: "measure many connections: one QP's rate beside idle ones, round-robin, goroutines, and each connection's cost", run: runScale},
 		{name: "demo", summary: "walk through one RDMA Read, step by step, with timings (seed document, section 4.4)", run: runDemo},
 		{name: "ping", summary: "rping's ping-pong over iWARP (tcp0): client (-c) or server (-s), either end may be librdmacm's rping", run: runPing},
 		{name: "kv", summary: "key-value store with one-sided GET: serve, put, get, del, bench", run: runKV},

@@ -2,14 +2,20 @@
 
 package atomicrel
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"unsafe"
+)
 
-// storeUint64 and storeUint32 are a plain MOV (store_amd64.s); the call
-// is a compiler barrier. atomic.Uint64 and atomic.Uint32 hold their value
-// at offset 0, aligned.
+// storeUint64 and storeUint32 are a plain MOV: on amd64 every store has
+// release order. The call, which the compiler may not inline, is the
+// compiler barrier that keeps the caller's earlier stores before it; a Go
+// function rather than an assembly one, so that the call passes its
+// arguments in registers with no ABI wrapper. atomic.Uint64 and
+// atomic.Uint32 hold their value at offset 0, aligned.
 //
-//go:noescape
-func storeUint64(p *atomic.Uint64, v uint64)
+//go:noinline
+func storeUint64(p *atomic.Uint64, v uint64) { *(*uint64)(unsafe.Pointer(p)) = v }
 
-//go:noescape
-func storeUint32(p *atomic.Uint32, v uint32)
+//go:noinline
+func storeUint32(p *atomic.Uint32, v uint32) { *(*uint32)(unsafe.Pointer(p)) = v }

@@ -26,6 +26,12 @@ type cq struct {
 	// two pollers at once may count one poll, which only moves a yield.
 	empty atomic.Uint32
 
+	// hot are the QPs a poller that finds the CQ empty receives on, when
+	// the CQ has more than hotMinQPs (hot.go). Guarded by hotMu.
+	hotMu    sync.Mutex
+	hot      []hotQP
+	hotPolls uint32
+
 	mu sync.Mutex // guards the ring
 }
 
@@ -78,20 +84,27 @@ func (c *cq) detach(q *qp) {
 		}
 	}
 	c.qps.Store(&qs)
+	c.dropHot(q)
 }
 
 // Poll takes completions from the ring; finding none, it receives what
 // has arrived on the connections of the CQ's QPs (which may complete
 // work) and looks again, so that a busy-polling application drives its
-// connections itself.
+// connections itself. Of a CQ of many QPs, it receives on those that
+// are active only (pollHot); the receive goroutines of the others
+// receive for them.
 func (c *cq) Poll(wc []driver.WorkCompletion) int {
 	if n := c.poll(wc); n > 0 {
 		return n
 	}
 	if p := c.qps.Load(); p != nil {
-		for _, q := range *p {
-			if cn := q.live.Load(); cn != nil {
-				cn.pollRx()
+		if len(*p) > hotMinQPs {
+			c.pollHot()
+		} else {
+			for _, q := range *p {
+				if cn := q.live.Load(); cn != nil {
+					cn.pollRx()
+				}
 			}
 		}
 		if n := c.poll(wc); n > 0 {

@@ -167,3 +167,30 @@ func StaleDstMRs(q driver.QP) int {
 	}
 	return n
 }
+
+// HotQPs is the number of QPs in the hot list of the send CQ of QP d:
+// those a poller that finds it empty receives on, when it has more than
+// hotMinQPs QPs.
+func HotQPs(d driver.QP) int {
+	q := d.(*qp).sendCQ
+	q.hotMu.Lock()
+	defer q.hotMu.Unlock()
+	return len(q.hot)
+}
+
+// HotMinQPs is hotMinQPs.
+const HotMinQPs = hotMinQPs
+
+// IsHot reports whether QP d is in its send CQ's hot list.
+func IsHot(d driver.QP) bool {
+	q := d.(*qp)
+	c := q.sendCQ
+	c.hotMu.Lock()
+	defer c.hotMu.Unlock()
+	for _, h := range c.hot {
+		if h.q == q {
+			return true
+		}
+	}
+	return false
+}

@@ -97,6 +97,7 @@ func (c *conn) rxRun() error {
 		}
 		if c.rxFrames.Load() != frames {
 			spinUntil = time.Now().Add(rxSpin)
+			c.q.warm()
 		}
 		// An application polls if it has polled since the last look
 		// and not armed a CQ to sleep on since.

@@ -200,11 +200,12 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 		closeFDs(fds[1:])
 		return fail(errors.New("CQ or SRQ size is not a power of two"))
 	}
-	if c.cqSeg, err = mapPeerSegment(fds[1], headerSize, true); err != nil {
+	if c.cqSeg, err = mapPeerSegment(fds[1], cqSegSize, true); err != nil {
 		closeFDs(fds[2:])
 		return fail(err)
 	}
 	c.peerNotify = notifyRing(c.cqSeg.mem)
+	c.peerBells, c.peerBell = viewDoorbells(c.cqSeg.mem), bellOf(c.remote.QPNum)
 	if c.keySeg, err = mapPeerSegment(fds[2], maxKeys*keySlotSize, false); err != nil {
 		closeFDs(fds[3:])
 		return fail(err)

@@ -73,8 +73,10 @@ type conn struct {
 	peerRecv   *recvRing   // the peer's receive queue, or its SRQ
 	peerSRQ    bool
 	srqSeg     *segment
-	cqSeg      *segment  // the peer's receive CQ: its arming and futex word
+	cqSeg      *segment  // the peer's receive CQ: its arming and futex word, its doorbells
 	peerNotify *cqRing   // its view
+	peerBells  doorbells // its doorbells, and the peer QP's bell in them
+	peerBell   uint32
 	peerCQ     *cqRing   // the peer QP's receive completion ring, in peerBlock
 	keySeg     *segment  // the peer's grant table for this connection, mapped read-only
 	keys       *keyTable // its view

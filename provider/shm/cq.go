@@ -14,7 +14,7 @@ import (
 // cq is a completion queue: its receive completions are in the rings of
 // its QPs, which their peers write (takeRecv), its send completions in a
 // private ring; its shared segment is the arming and futex word peers
-// notify it with.
+// notify it with, and the doorbells they ring for its QPs (doorbell.go).
 type cq struct {
 	ctx     *devCtx
 	userCtx any
@@ -31,6 +31,11 @@ type cq struct {
 	recvQPs   []*qp
 	recvWatch []recvWatch
 	recvNext  int
+	// bells: the doorbells in the CQ's segment, which say which QPs
+	// have receive completions waiting; rb, the QPs they stand for and
+	// those queued for Poll (doorbell.go). rb is guarded by mu.
+	bells doorbells
+	rb    recvBells
 
 	// The QPs that complete sends here produce into local. While one
 	// QP has ever done so, its lock serialises every produce and local
@@ -63,11 +68,11 @@ type cq struct {
 
 func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 	n = pow2(n)
-	seg, err := newSegment("cq", headerSize)
+	seg, err := newSegment("cq", cqSegSize)
 	if err != nil {
 		return nil, err
 	}
-	q := &cq{ctx: c, userCtx: userCtx, seg: seg, ring: notifyRing(seg.mem), local: newLocalRing(n), n: n,
+	q := &cq{ctx: c, userCtx: userCtx, seg: seg, ring: notifyRing(seg.mem), bells: viewDoorbells(seg.mem), local: newLocalRing(n), n: n,
 		notify: make(chan struct{}, 1), nudge: make(chan struct{}, 1)}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -101,8 +101,8 @@ var _ = [1]struct{}{}[cqSlotSize-128]
 // its peer and its owner (flushing) add receive completions; the owner
 // alone consumes, in Poll of the QP's receive CQ. (Send completions,
 // which only the owner produces, go to the CQ's private localRing.) A
-// CQ's own segment is a header alone (notifyRing): its arming and futex
-// word.
+// CQ's own segment is a header (notifyRing), its arming and futex word,
+// and then its doorbells (viewDoorbells).
 type cqRing struct {
 	h     *ringHeader
 	slots []cqSlot
@@ -337,24 +337,37 @@ func newLocalRing(n int) *localRing {
 // only once the CQ is shared: until then, every completion is its first
 // sender's.
 func (r *localRing) produce(q *qp, retire, wrid uint64, st driver.WCStatus, op driver.WCOpcode, n uint32, shared bool) bool {
+	if !shared {
+		// The only producer (cq.addSender), whose lock orders its
+		// produces: the slot is free (the consumer reads none before
+		// its seq says so), so it is filled first, and then release
+		// stores reserve and publish it — no value lives across their
+		// calls.
+		pos := r.tail.Load()
+		s := &r.slots[pos&r.mask]
+		if s.seq.Load() != pos {
+			return false // full
+		}
+		w := &s.wc
+		w.WRID, w.Status, w.Opcode, w.ByteLen, w.QPNum = wrid, st, op, n, q.num
+		s.retire = retire
+		atomicrel.StoreUint64(&r.tail, pos+1)
+		atomicrel.StoreUint64(&s.seq, pos+1)
+		return true
+	}
 	for {
 		pos := r.tail.Load()
 		s := &r.slots[pos&r.mask]
 		switch d := int64(s.seq.Load() - pos); {
-		case d > 0 && shared:
+		case d > 0:
 			continue // another producer took it
 		case d != 0:
 			return false // full
 		}
-		if !shared {
-			// The only producer (cq.addSender): its lock orders its
-			// produces, and a release store reserves the slot.
-			atomicrel.StoreUint64(&r.tail, pos+1)
-		} else if !r.tail.CompareAndSwap(pos, pos+1) {
+		if !r.tail.CompareAndSwap(pos, pos+1) {
 			continue
-		} else {
-			s.q = q
 		}
+		s.q = q
 		w := &s.wc
 		w.WRID, w.Status, w.Opcode, w.ByteLen, w.QPNum = wrid, st, op, n, q.num
 		s.retire = retire

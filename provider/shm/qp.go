@@ -84,6 +84,10 @@ type qp struct {
 	// receiver-not-ready, and EventSQDrained waits for it (sqDrained).
 	sqdPending bool
 
+	// lastMR is the region of q's PD that the last local key a WR
+	// named resolved to (localSpan), or nil. Guarded by mu.
+	lastMR *mr
+
 	// rqMu serialises the receive queue's producer (PostRecv) with its
 	// reset, and its flush waits for it, so that a receive posted while
 	// the QP moves to the error state is flushed by one or the other.
@@ -277,7 +281,7 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 	// once are (postNow); the first that cannot, and all after it, are
 	// queued.
 	i := 0
-	for i < len(wrs) && !q.destroyed && q.attr.State == driver.QPSRTS && !q.rnr.Waiting() && q.postNow(&wrs[i]) {
+	for i < len(wrs) && !q.destroyed && q.attr.State == driver.QPSRTS && !q.rnr.Waiting() && (q.postFast(&wrs[i]) || q.postNow(&wrs[i])) {
 		i++
 	}
 	if i < len(wrs) {

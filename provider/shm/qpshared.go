@@ -177,7 +177,15 @@ func (q *qp) releaseRecvs(old *qpShared) {
 // and the QP moves to the error state. q.mu is held.
 func (q *qp) pushRecv(wc *driver.WorkCompletion) {
 	c := q.recvCQ
-	if c.destroyed.Load() || !c.notifyOrOverrun(wc, q.sh.cring.produce(wc, nil)) {
+	if c.destroyed.Load() {
+		q.fail(driver.EventQPFatal)
+		return
+	}
+	ok := q.sh.cring.produce(wc, nil)
+	if ok {
+		c.bells.ring(bellOf(q.num))
+	}
+	if !c.notifyOrOverrun(wc, ok) {
 		q.fail(driver.EventQPFatal)
 	}
 }
@@ -204,6 +212,7 @@ func (c *cq) watchRecvs() {
 		c.recvWatch[len(c.recvWatch)-1].watch(q.sh.cring)
 	}
 	c.recvNext = 0
+	c.rb.reset(c.recvQPs)
 }
 
 // addRecvQP has Poll take q's receive completions, before q can be
@@ -243,9 +252,14 @@ func (c *cq) takeRecv(wc *driver.WorkCompletion) bool {
 	return c.takeRecvOfAny(wc)
 }
 
-// takeRecvOfAny is takeRecv for a CQ into which QPs complete receives.
+// takeRecvOfAny is takeRecv for a CQ into which QPs complete receives:
+// of a few QPs, it looks at each QP's ring; of more, at those whose
+// doorbells rang (takeRecvRung).
 func (c *cq) takeRecvOfAny(wc *driver.WorkCompletion) bool {
 	w := c.recvWatch
+	if len(w) > bellMinQPs {
+		return c.takeRecvRung(wc)
+	}
 	for k := c.recvNext; k < len(w); k++ {
 		if w[k].seq.Load() == w[k].want && c.takeRecvOf(k, wc) {
 			return true
@@ -257,6 +271,30 @@ func (c *cq) takeRecvOfAny(wc *driver.WorkCompletion) bool {
 		}
 	}
 	return false
+}
+
+// takeRecvRung is takeRecvOfAny for a CQ of many QPs: it looks at the
+// QPs queued because their doorbells rang, in turn, and refills the
+// queue from the doorbells when it runs dry, at most twice a call, so
+// that a peer that keeps ringing cannot hold Poll. A QP a completion is
+// taken from goes to the back of the queue: it may have more, which wait
+// for the others'. The CQ's mu is held.
+func (c *cq) takeRecvRung(wc *driver.WorkCompletion) bool {
+	w, r := c.recvWatch, &c.rb
+	for refills := 0; ; {
+		k, ok := r.pop()
+		if !ok {
+			if refills == 2 || !r.refill(c.bells) {
+				return false
+			}
+			refills++
+			continue
+		}
+		if w[k].seq.Load() == w[k].want && c.takeRecvOf(int(k), wc) {
+			r.push(k)
+			return true
+		}
+	}
 }
 
 // takeRecvOf takes the completion waiting in the ring of the CQ's QP k

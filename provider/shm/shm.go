@@ -403,7 +403,10 @@ func (c *devCtx) Close() error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.mrs.Range(func(key uint32, _ grant.Entry[*mr]) bool {
+	c.mrs.Range(func(key uint32, e grant.Entry[*mr]) bool {
+		if e.MR != nil {
+			e.MR.ext.Revoke()
+		}
 		c.keys.revoke(keytab.Index(key))
 		c.mrs.Remove(key)
 		return true
