@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
+	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -183,4 +185,50 @@ func TestHelperLeavesDisconnectToParkedWait(t *testing.T) {
 		t.Errorf("victim's Read: %v, want ErrProtocol", err)
 	}
 	checkHealthy(t, healthy)
+}
+
+// A parked Read that a spinning wait polls for without pause still ends
+// at its deadline, and Close ends the next one, with the polling going
+// on throughout; afterwards the connection is no longer polled.
+func TestParkedWaitEndsWhilePolledFor(t *testing.T) {
+	d, a := pair(t, "tcp", &Config{Spin: -1})
+	defer d.Close()
+	stop, helped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(helped)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			// As if every connection had parked just now.
+			helpParked(nil, time.Duration(a.parkedAt.Load()))
+			runtime.Gosched()
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-helped
+	}()
+	a.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := a.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read past its deadline: %v, want os.ErrDeadlineExceeded", err)
+	}
+	a.SetReadDeadline(time.Time{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Read(make([]byte, 1))
+		done <- err
+	}()
+	awaitParked(1)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Read ended by Close: %v, want net.ErrClosed", err)
+	}
+	if n := parked.n.Load(); n != 0 {
+		t.Fatalf("%d connections parked after Close", n)
+	}
 }
