@@ -43,7 +43,9 @@
 # Knobs (environment), for running a part while diagnosing:
 #   GOVERBS_IBVERBS_DEVICES  the devices, in order (default "rxe0 siw0")
 #   GOVERBS_IBVERBS_STEPS    the steps (default "conformance ping kv rlog imm baddays");
-#                            ping on siw0 includes tcp0 on the host
+#                            ping on siw0 includes tcp0 on the host; "bench"
+#                            (not by default, about 2 minutes) runs goverbs bench
+#                            --compare on rxe0 beside perftest's ib_* programs
 #   GOVERBS_IBVERBS_RUN      a -test.run filter for the conformance cases,
 #                            below TestConformance (e.g. 'Protection/WrongLKey')
 #   GOVERBS_IBVERBS_LOGS     a directory to keep the runs' logs in
@@ -403,6 +405,26 @@ baddays() {
 	log "${summary[-1]}"
 }
 
+# bench: goverbs bench on rxe0 with perftest's ib_write_lat, ib_read_lat,
+# ib_send_lat and ib_write_bw on the same device (one round of 500
+# iterations of 8 B): each test gives goverbs' figure and perftest's, or
+# the reason perftest gave none. The ratios are printed, not judged: the
+# guest is emulated, and docs/performance.md has a longer run.
+bench() {
+	log "rxe0: goverbs bench --compare beside perftest: write_lat read_lat send_lat write_bw, 8 B"
+	local tests='["read_lat","send_lat","write_bw","write_lat"]'
+	if "$vmsh" exec "timeout 600 $work/goverbs bench -d rxe0 write_lat read_lat send_lat write_bw -s 8 -n 500 -I 0 --compare --json" >"$work/bench.json" 2>"$work/bench.err" &&
+		jq -e "([.results[] | select(.device == \"rxe0\") | .test] | unique) == $tests and
+			([(.comparisons // [])[] | select(.peer == \"perftest rxe0\") | .test] + [(.skipped // [])[] | select(.peer == \"perftest rxe0\") | .test] | unique) == $tests" "$work/bench.json" >/dev/null; then
+		summary+=("rxe0 bench against perftest: ok, goverbs' speed $(jq -r '[.comparisons[] | select(.peer == "perftest rxe0") | "\(.test) \(.speedup * 100 | round / 100)x"] | join(", ")' "$work/bench.json")$(jq -r '[(.skipped // [])[] | select(.peer == "perftest rxe0") | "; no perftest \(.test): \(.reason)"] | join("")' "$work/bench.json")")
+	else
+		summary+=("rxe0 bench against perftest: FAIL")
+		cat "$work/bench.err" >&2
+		failed=1
+	fi
+	log "${summary[-1]}"
+}
+
 # pyverbs is the peer of the immediate-data check.
 if step imm && ! /usr/bin/python3 -c 'import pyverbs.cmid' 2>/dev/null; then
 	log "installing python3-pyverbs (rdma-core's Python binding, the immediate-data peer)"
@@ -424,6 +446,7 @@ for dev in $devices; do
 	if step rlog && [[ $dev == rxe0 ]]; then rlog; fi
 	if step imm && [[ $dev == rxe0 ]]; then imm; fi
 	if step baddays && [[ $dev == rxe0 ]]; then baddays; fi
+	if step bench && [[ $dev == rxe0 ]]; then bench; fi
 	# Stop the servers still running (kv, the rlog members; every check
 	# is done) and let them exit before counting what is left.
 	"$vmsh" exec "for p in \$(pgrep -f '$work/goverbs'); do kill \$p; done; for i in \$(seq 100); do pgrep -f '$work/goverbs' >/dev/null || break; sleep 0.2; done" || true

@@ -527,7 +527,7 @@ func (c *Conn) wait(ctx *waitCtx, mine, other chan struct{}) {
 	case <-dl.wait():
 	case <-c.closing:
 	}
-	c.parkEnd()
+	c.unpark()
 	if notified && c.poll() > 0 && !start.IsZero() {
 		ctx.learn(time.Since(start))
 	}
@@ -596,16 +596,29 @@ func nudge(ch chan struct{}) {
 	}
 }
 
-// poll takes the completions the CQ holds and acts on them. pollMu is
-// held.
+// poll takes the completions the CQ holds and acts on them, and
+// disconnects the connection if they broke it. pollMu is held.
 func (c *Conn) poll() int {
+	n := c.take()
+	c.afterPost()
+	return n
+}
+
+// take takes the completions the CQ holds and acts on them, waking the
+// connection's waits, but leaves the disconnect of a connection they
+// broke to the caller: a spinning wait that polls for another
+// connection (helpParked) must not pay that connection's disconnect,
+// which may last the provider's linger. It returns how many it took (1
+// for a CQ that failed). pollMu is held, or the caller is that helper.
+func (c *Conn) take() int {
 	n := c.cq.Poll(c.wcs[:])
 	if n == 0 {
 		if err := c.cq.Err(); err != nil {
 			c.mu.Lock()
 			c.fail(fmt.Errorf("%w: %w", ErrProtocol, err))
 			c.mu.Unlock()
-			c.afterPost()
+			nudge(c.rwake)
+			nudge(c.wwake)
 			return 1
 		}
 		return 0
@@ -614,7 +627,9 @@ func (c *Conn) poll() int {
 	return n
 }
 
-// complete acts on the first n completions of wcs. pollMu is held.
+// complete acts on the first n completions of wcs and wakes the
+// connection's waits; it does not disconnect a connection they broke
+// (afterPost). pollMu is held.
 func (c *Conn) complete(n int) {
 	c.mu.Lock()
 	for i := range c.wcs[:n] {
@@ -622,7 +637,6 @@ func (c *Conn) complete(n int) {
 	}
 	c.sendCredits(false)
 	c.mu.Unlock()
-	c.afterPost()
 	nudge(c.rwake)
 	nudge(c.wwake)
 }

@@ -79,11 +79,19 @@ func (c *Conn) parkEnd() {
 	parked.mu.Unlock()
 }
 
+// unpark ends c's park (parkEnd) and disconnects c if a helper found it
+// broken: a helper leaves that to c's own wait. pollMu is held.
+func (c *Conn) unpark() {
+	c.parkEnd()
+	c.afterPost()
+}
+
 // helpParked polls, for the spinning wait of self at now (since
 // parkEpoch), the completion queue of the next parked connection, if it
 // is not self and parked within helpWindow; the completions it finds are
-// acted on as the parked wait would, which complete wakes. It reports
-// whether it polled one.
+// acted on as the parked wait would, which complete wakes; if they broke
+// the connection, its wait disconnects it when it leaves (unpark). It
+// reports whether it polled one.
 func helpParked(self *Conn, now time.Duration) bool {
 	if parked.n.Load() == 0 || !parked.mu.TryLock() {
 		return false
@@ -100,7 +108,7 @@ func helpParked(self *Conn, now time.Duration) bool {
 		!o.park.CompareAndSwap(parkedIdle, parkedHelped) {
 		return false
 	}
-	o.poll()
+	o.take()
 	o.park.Store(parkedIdle)
 	return true
 }

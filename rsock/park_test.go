@@ -2,7 +2,10 @@ package rsock
 
 import (
 	"bytes"
+	"errors"
 	"io"
+	"net"
+	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -139,5 +142,93 @@ func TestParkedAndSpinningConnectionsStream(t *testing.T) {
 	wg.Wait()
 	if n := parked.n.Load(); n != 0 {
 		t.Fatalf("%d connections still parked after Close", n)
+	}
+}
+
+// A spinning wait that, polling for a parked connection, finds that
+// connection's peer broke the protocol marks it failed and wakes it, but
+// leaves it connected: the disconnect may wait for the provider's linger
+// (a peer that stops reading holds it), which the spinning wait's own
+// connection must not pay. The parked wait, once it leaves, disconnects.
+func TestHelperLeavesDisconnectToParkedWait(t *testing.T) {
+	victim, h, healthy, _ := attackSetup(t, "tcp")
+	// The victim's wait parks: it holds pollMu, as a wait that parks does.
+	victim.pollMu.Lock()
+	victim.parkStart()
+	parkedHere := true
+	defer func() {
+		if parkedHere {
+			victim.parkEnd()
+			victim.pollMu.Unlock()
+		}
+	}()
+	h.write(t, h.victim.ringAddr(), h.victim.ringKey(), 0, makeCtrl(opBad, 0, 0))
+	for !victim.failed.Load() {
+		// Polled as if the victim had parked just now.
+		helpParked(nil, time.Duration(victim.parkedAt.Load()))
+		runtime.Gosched()
+	}
+	select {
+	case <-victim.cmc.Done():
+		t.Fatal("a spinning wait disconnected the parked connection it polled for")
+	default:
+	}
+	victim.unpark()
+	victim.pollMu.Unlock()
+	parkedHere = false
+	select {
+	case <-h.cmc.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the parked wait did not disconnect its failed connection when it left")
+	}
+	if _, err := victim.Read(make([]byte, 1)); !errors.Is(err, ErrProtocol) {
+		t.Errorf("victim's Read: %v, want ErrProtocol", err)
+	}
+	checkHealthy(t, healthy)
+}
+
+// A parked Read that a spinning wait polls for without pause still ends
+// at its deadline, and Close ends the next one, with the polling going
+// on throughout; afterwards the connection is no longer polled.
+func TestParkedWaitEndsWhilePolledFor(t *testing.T) {
+	d, a := pair(t, "tcp", &Config{Spin: -1})
+	defer d.Close()
+	stop, helped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(helped)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			// As if every connection had parked just now.
+			helpParked(nil, time.Duration(a.parkedAt.Load()))
+			runtime.Gosched()
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-helped
+	}()
+	a.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := a.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read past its deadline: %v, want os.ErrDeadlineExceeded", err)
+	}
+	a.SetReadDeadline(time.Time{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := a.Read(make([]byte, 1))
+		done <- err
+	}()
+	awaitParked(1)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Read ended by Close: %v, want net.ErrClosed", err)
+	}
+	if n := parked.n.Load(); n != 0 {
+		t.Fatalf("%d connections parked after Close", n)
 	}
 }

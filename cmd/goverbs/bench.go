@@ -65,7 +65,9 @@ processes, such as shm0; a goroutine for loop0) and runs the tests
 against it. With --compare it runs each test and size, right after
 goverbs has, on the peers that are installed (ucx_perftest over shared
 memory and TCP, fi_pingpong over libfabric's shm and tcp providers,
-plain Go TCP) and prints their figures beside goverbs' with the ratio:
+plain Go TCP, and on a kernel RDMA device such as rxe0 perftest's own
+ib_* programs on the same device) and prints their figures beside
+goverbs' with the ratio:
 on a shared machine, whose speed drifts over a run, each ratio compares
 runs seconds apart. --repeat n makes n such rounds of each test and size
 and gives each ratio's median and range over them.
@@ -94,7 +96,7 @@ func runBench(ctx context.Context, e *env, args []string) error {
 	fs.Value(&postList, "post-list", "", "bandwidth tests post `n` work requests per PostSend (perftest's --post_list) (default 1)")
 	fs.Value(&inline, "inline", "I", "send messages of up to `bytes` inline; 0: never (default: 236 for Sends, 220\nfor Writes, capped to the device's limit)")
 	fs.Bool(&cfg.o.Event, "event", "e", "wait for completions (CQ.Wait: ReqNotify and the completion channel)\ninstead of busy polling")
-	fs.Bool(&cfg.compare, "compare", "", "also run the installed peers (ucx_perftest, fi_pingpong, Go TCP) on the\nsame tests and sizes, and print their figures with the ratio")
+	fs.Bool(&cfg.compare, "compare", "", "also run the installed peers (ucx_perftest, fi_pingpong, Go TCP; perftest's\nib_* on a kernel device) on the same tests and sizes, and print their figures with the ratio")
 	fs.Int(&cfg.repeat, "repeat", "", 1, "with --compare, run each test and size `n` times, goverbs and the peers in turn,\nand give the median and range of each ratio")
 	fs.Bool(&cfg.json, "json", "", "print the results as JSON")
 	fs.Bool(&cfg.csv, "csv", "", "print the results as CSV")
@@ -363,8 +365,9 @@ func benchRun(ctx context.Context, e *env, cfg benchConfig) error {
 		// every peer, so that a ratio compares runs seconds apart, not
 		// the two ends of a suite over which the machine's speed drifts.
 		peerParams := suite.Params(verbs.DeviceAttr{MaxInlineData: 1 << 16})
-		runs, skipped := perftest.PlanPeers(peerParams)
-		rep.Skipped = skipped
+		kernel, kernelSkipped := kernelPlans(devs, plans)
+		runs, skipped := perftest.PlanPeers(peerParams, kernel...)
+		rep.Skipped = append(kernelSkipped, skipped...)
 		type placed struct {
 			at  int // the run's place in runs
 			res *perftest.Result
@@ -592,7 +595,7 @@ func startBenchServer(ctx context.Context, d verbs.DeviceInfo, o perftest.ServeO
 		return nil, err
 	}
 	cross := dev.QueryDevice().Has(verbs.CapCrossProcess)
-	addr, err := defaultAddr(d.Transport, "goverbs-bench")
+	addr, err := benchAddr(d)
 	if err != nil {
 		dev.Close()
 		return nil, err

@@ -8,7 +8,9 @@ import "time"
 // perftest reads the CPU's cycle counter (get_cycles) rather than the
 // system clock, stamp reads the time-stamp counter where the kernel
 // itself keeps time with it (an invariant TSC, synchronised across
-// CPUs): about a third of a vDSO clock_gettime. toNanos turns a run's
+// CPUs): about a third of a vDSO clock_gettime; and in a virtual machine
+// whose system clock is an emulated timer, a read of which costs
+// microseconds (see useTSC). toNanos turns a run's
 // stamps into nanoseconds afterwards, scaled by the monotonic clock over
 // the life of the process, so no calibration wait is needed.
 

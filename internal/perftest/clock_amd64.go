@@ -5,13 +5,46 @@ import (
 	"strings"
 )
 
-// useTSC says whether stamp reads the time-stamp counter: only where the
+// useTSC says whether stamp reads the time-stamp counter: where the
 // kernel keeps time with it, which it does only if the TSC is invariant
-// and synchronised across CPUs.
+// and synchronised across CPUs; and in a virtual machine whose kernel
+// keeps time with an emulated legacy timer (HPET, ACPI PM: under qemu's
+// TCG), where every read of the system clock traps to the emulator and
+// costs microseconds, while the virtual TSC follows the host's. perftest
+// reads the TSC everywhere; toNanos scales the stamps by the monotonic
+// clock over the run, so the TSC's rate need not be known.
 var useTSC = func() bool {
 	b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-	return err == nil && strings.TrimSpace(string(b)) == "tsc"
+	if err != nil {
+		return false
+	}
+	switch strings.TrimSpace(string(b)) {
+	case "tsc":
+		return true
+	case "hpet", "acpi_pm":
+		f := cpuFlags()
+		return f["hypervisor"] && f["tsc"]
+	}
+	return false
 }()
+
+// cpuFlags returns the flags /proc/cpuinfo lists for the first CPU.
+func cpuFlags() map[string]bool {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return nil
+	}
+	flags := map[string]bool{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "flags" {
+			for _, f := range strings.Fields(v) {
+				flags[f] = true
+			}
+			break
+		}
+	}
+	return flags
+}
 
 // rdtsc reads the time-stamp counter.
 func rdtsc() int64

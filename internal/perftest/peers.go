@@ -22,6 +22,10 @@ import (
 // never replaced by a figure from anywhere else.
 type peer struct {
 	stack, transport string
+	// device is the goverbs device the peer runs on, for a peer that runs
+	// on goverbs' own device (perftest's ib_* tools on a kernel device),
+	// or "".
+	device string
 	// test is the peer's own name for its counterpart of t, or "" if it
 	// has none.
 	test func(t Test) string
@@ -31,7 +35,12 @@ type peer struct {
 	run func(ctx context.Context, p Params) (*Result, error)
 }
 
-func (p *peer) name() string { return p.stack + " " + p.transport }
+func (p *peer) name() string {
+	if p.device != "" {
+		return p.stack + " " + p.device
+	}
+	return p.stack + " " + p.transport
+}
 
 // peers are the peers, in the order they run.
 func peers() []*peer {
@@ -53,14 +62,28 @@ type PeerRun struct {
 // PlanPeers lists the runs of every installed peer on each of ps it has a
 // counterpart for, peer by peer, and what it skips without running
 // anything: peers that are not installed, and tests a peer has no
-// counterpart of. The caller runs them (PeerRun.Run), interleaved with
-// goverbs' own runs of the same test and size.
-func PlanPeers(ps []Params) ([]PeerRun, []Skip) {
+// counterpart of. Each of kernel is a kernel RDMA device goverbs runs on:
+// perftest's own programs run there too, on that device's runs. The
+// caller runs them (PeerRun.Run), interleaved with goverbs' own runs of
+// the same test and size.
+func PlanPeers(ps []Params, kernel ...KernelPlan) ([]PeerRun, []Skip) {
 	var (
 		runs    []PeerRun
 		skipped []Skip
 	)
+	type planned struct {
+		peer *peer
+		ps   []Params
+	}
+	var all []planned
+	for _, k := range kernel {
+		all = append(all, planned{ibToolsPeer(k.Device), k.Params})
+	}
 	for _, pr := range peers() {
+		all = append(all, planned{pr, ps})
+	}
+	for _, pl := range all {
+		pr, ps := pl.peer, pl.ps
 		if why := pr.missing(); why != "" {
 			skipped = append(skipped, Skip{Peer: pr.name(), Reason: why})
 			continue
@@ -101,7 +124,8 @@ func (r PeerRun) Run(ctx context.Context, timeout time.Duration) (*Result, *Skip
 		}
 		return nil, &Skip{Peer: r.peer.name(), Test: r.test, Size: p.Size, Reason: oneLine(err.Error())}
 	}
-	res.Stack, res.Transport, res.Test, res.PeerTest, res.Size, res.Event = r.peer.stack, r.peer.transport, p.Test, r.test, p.Size, false
+	res.Stack, res.Device, res.Transport, res.Test, res.PeerTest, res.Size = r.peer.stack, r.peer.device, r.peer.transport, p.Test, r.test, p.Size
+	res.Event = res.Event && p.Event
 	return res, nil
 }
 
@@ -145,13 +169,22 @@ func freePort() (int, error) {
 // for its out-of-band connection before the client starts; both are
 // killed when ctx ends.
 func runPair(ctx context.Context, env []string, server, client []string, port int) (string, error) {
+	out, _, err := runPairOutputs(ctx, env, server, client, port)
+	return out, err
+}
+
+// runPairOutputs is runPair, returning the client's standard error too.
+// A port of 0 is a server whose listening /proc/net/tcp does not show (an
+// rdma_cm listener on a RoCE or InfiniBand device): the client is run
+// again, for up to 10 seconds, while it fails and the server runs.
+func runPairOutputs(ctx context.Context, env []string, server, client []string, port int) (stdout, stderr string, err error) {
 	srv := exec.CommandContext(ctx, server[0], server[1:]...)
 	srv.Env = append(os.Environ(), env...)
 	DieWithParent(srv)
 	var srvOut bytes.Buffer
 	srv.Stdout, srv.Stderr = &srvOut, &srvOut
 	if err := srv.Start(); err != nil {
-		return "", err
+		return "", "", err
 	}
 	srvDone := make(chan error, 1)
 	go func() { srvDone <- srv.Wait() }()
@@ -159,20 +192,37 @@ func runPair(ctx context.Context, env []string, server, client []string, port in
 		srv.Process.Kill()
 		<-srvDone
 	}()
-	if err := waitListening(ctx, port, srvDone); err != nil {
-		return "", fmt.Errorf("%s server: %w: %s", server[0], err, firstLine(srvOut.String()))
-	}
-	cl := exec.CommandContext(ctx, client[0], client[1:]...)
-	cl.Env = srv.Env
-	DieWithParent(cl)
-	var out, errOut bytes.Buffer
-	cl.Stdout, cl.Stderr = &out, &errOut
-	if err := cl.Run(); err != nil {
-		if ctx.Err() != nil {
-			return "", ctx.Err()
+	if port > 0 {
+		if err := waitListening(ctx, port, srvDone); err != nil {
+			return "", "", fmt.Errorf("%s server: %w: %s", server[0], err, firstLine(srvOut.String()))
 		}
-		msg := firstLine(errOut.String() + out.String())
-		return "", fmt.Errorf("%s client: %v: %s", client[0], err, msg)
+	}
+	var out, errOut bytes.Buffer
+	for start := time.Now(); ; {
+		out.Reset()
+		errOut.Reset()
+		cl := exec.CommandContext(ctx, client[0], client[1:]...)
+		cl.Env = srv.Env
+		DieWithParent(cl)
+		cl.Stdout, cl.Stderr = &out, &errOut
+		err := cl.Run()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return "", "", ctx.Err()
+		}
+		if port > 0 || time.Since(start) > 10*time.Second || serverExited(srvDone) {
+			msg := firstLine(errOut.String() + out.String())
+			return "", "", fmt.Errorf("%s client: %v: %s", client[0], err, msg)
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", "", ctx.Err()
+		case <-t.C:
+		}
 	}
 	// The server ends with the run; give it a moment to say goodbye.
 	t := time.NewTimer(2 * time.Second)
@@ -182,7 +232,19 @@ func runPair(ctx context.Context, env []string, server, client []string, port in
 		srvDone <- nil
 	case <-t.C:
 	}
-	return out.String(), nil
+	return out.String(), errOut.String(), nil
+}
+
+// serverExited reports whether the server's Wait has returned, leaving
+// its result in done for the next reader.
+func serverExited(done chan error) bool {
+	select {
+	case err := <-done:
+		done <- err
+		return true
+	default:
+		return false
+	}
 }
 
 // waitListening waits until a socket listens on TCP port (as

@@ -81,14 +81,18 @@ func class(transport string) string {
 }
 
 // Compare pairs each peer result with the goverbs result of the same test
-// and size on the device closest to the peer's transport: the same class
-// of link (shared memory, TCP) if there is one, else shared memory, else
-// any.
+// and size on the device closest to the peer's: the same device, for a
+// peer that runs on goverbs' own (perftest on a kernel device), else the
+// same class of link (shared memory, TCP) if there is one, else shared
+// memory, else any.
 func Compare(ours, peers []*Result) []Comparison {
 	var out []Comparison
 	for _, pr := range peers {
 		var best *Result
 		rank := func(r *Result) int {
+			if pr.Device != "" && r.Device == pr.Device {
+				return 4
+			}
 			switch class(r.Transport) {
 			case class(pr.Transport):
 				return 3

@@ -22,8 +22,9 @@
 // processes (getrusage).
 //
 // The package also runs the peers goverbs is compared against
-// (ucx_perftest, fi_pingpong and plain Go TCP) and parses their output;
-// see Peers.
+// (ucx_perftest, fi_pingpong, plain Go TCP, and perftest's own ib_*
+// programs on a kernel RDMA device goverbs runs on) and parses their
+// output; see PlanPeers.
 package perftest
 
 import (

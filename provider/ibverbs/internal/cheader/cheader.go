@@ -307,8 +307,14 @@ static size_t nlayouts(void) { return 0; }
 #endif
 static const char *layout_name(size_t i) { return layouts[i].name; }
 static size_t layout_value(size_t i) { return layouts[i].value; }
+static int identity(int x) { return x; }
 */
 import "C"
+
+// Identity returns x from a C function, called through cgo: what
+// BenchmarkCgoCall measures, the cost of a cgo call, to set beside the
+// provider's own foreign call (BenchmarkForeignCall).
+func Identity(x int) int { return int(C.identity(C.int(x))) }
 
 // HeadersInstalled reports whether the headers were there to compile
 // against; without them Layouts is empty.
