@@ -550,6 +550,11 @@ func (r *request) Accept(x driver.QP, p driver.ConnParam) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.HoldRTR {
+		// rdma_accept takes the QP to RTS; the device raises no
+		// EventCommEst to tell when to move it on (no CapCommEstEvent).
+		return nil, fmt.Errorf("ibverbs: accept: %w: a QP cannot be held in RTR here; accept without HoldRTR", driver.ErrUnsupported)
+	}
 	if err := r.take(); err != nil {
 		return nil, err
 	}
