@@ -46,6 +46,12 @@
 #                            ping on siw0 includes tcp0 on the host; "bench"
 #                            (not by default, about 2 minutes) runs goverbs bench
 #                            --compare on rxe0 beside perftest's ib_* programs
+#   GOVERBS_IBVERBS_BENCH_MD with "bench": also write the run's tables, over
+#                            GOVERBS_IBVERBS_BENCH_REPEAT rounds (default 1), to
+#                            this file; docs/performance-rxe.md is made so:
+#                            GOVERBS_IBVERBS_DEVICES=rxe0 GOVERBS_IBVERBS_STEPS=bench \
+#                            GOVERBS_IBVERBS_BENCH_MD=docs/performance-rxe.md \
+#                            GOVERBS_IBVERBS_BENCH_REPEAT=3 interop/ibverbs.sh
 #   GOVERBS_IBVERBS_RUN      a -test.run filter for the conformance cases,
 #                            below TestConformance (e.g. 'Protection/WrongLKey')
 #   GOVERBS_IBVERBS_LOGS     a directory to keep the runs' logs in
@@ -413,10 +419,23 @@ baddays() {
 bench() {
 	log "rxe0: goverbs bench --compare beside perftest: write_lat read_lat send_lat write_bw, 8 B"
 	local tests='["read_lat","send_lat","write_bw","write_lat"]'
-	if "$vmsh" exec "timeout 600 $work/goverbs bench -d rxe0 write_lat read_lat send_lat write_bw -s 8 -n 500 -I 0 --compare --json" >"$work/bench.json" 2>"$work/bench.err" &&
+	local md="" repeat=${GOVERBS_IBVERBS_BENCH_REPEAT:-1}
+	if [[ -n ${GOVERBS_IBVERBS_BENCH_MD:-} ]]; then
+		md="--markdown /tmp/performance-rxe.md"
+	fi
+	if "$vmsh" exec "timeout $((600 * repeat)) $work/goverbs bench -d rxe0 write_lat read_lat send_lat write_bw -s 8 -n 500 -I 0 --compare --repeat $repeat --json $md" >"$work/bench.json" 2>"$work/bench.err" &&
 		jq -e "([.results[] | select(.device == \"rxe0\") | .test] | unique) == $tests and
 			([(.comparisons // [])[] | select(.peer == \"perftest rxe0\") | .test] + [(.skipped // [])[] | select(.peer == \"perftest rxe0\") | .test] | unique) == $tests" "$work/bench.json" >/dev/null; then
 		summary+=("rxe0 bench against perftest: ok, goverbs' speed $(jq -r '[.comparisons[] | select(.peer == "perftest rxe0") | "\(.test) \(.speedup * 100 | round / 100)x"] | join(", ")' "$work/bench.json")$(jq -r '[(.skipped // [])[] | select(.peer == "perftest rxe0") | "; no perftest \(.test): \(.reason)"] | join("")' "$work/bench.json")")
+		if [[ -n $md ]]; then
+			# The page says how this script, not the guest's command, makes
+			# it; a relative path is from the repository's root.
+			local out=$GOVERBS_IBVERBS_BENCH_MD
+			[[ $out == /* ]] || out=$repo/$out
+			"$vmsh" exec "cat /tmp/performance-rxe.md" |
+				sed '1s/.*/# goverbs on rxe0 beside perftest, in a VM/' |
+				sed "3s|^This document is generated: .* wrote it, at|This document is generated: \\\`GOVERBS_IBVERBS_DEVICES=rxe0 GOVERBS_IBVERBS_STEPS=bench GOVERBS_IBVERBS_BENCH_MD=${GOVERBS_IBVERBS_BENCH_MD} GOVERBS_IBVERBS_BENCH_REPEAT=$repeat interop/ibverbs.sh\\\` wrote it, in the VM of shared/vm (Linux's Soft-RoCE device rxe0 under qemu's TCG emulation: absolute figures there mean nothing, the ratios of runs seconds apart on the same device are what counts), at|" >"$out.tmp" && mv "$out.tmp" "$out"
+		fi
 	else
 		summary+=("rxe0 bench against perftest: FAIL")
 		cat "$work/bench.err" >&2
