@@ -109,9 +109,7 @@ func expectNoCommEst(t *testing.T, e Endpoint, when string) {
 // immediate); moved to RTS it sends, and raises no second event. A QP
 // connected straight to RTS raises none.
 func testCommEst(t *testing.T, h Harness) {
-	requireCap(t, h, verbs.CapCommEstEvent, "CapCommEstEvent")
-	p := h.NewPair(t, PairOptions{HoldRTR: true})
-	expectState(t, p.B, 0, verbs.QPSRTR)
+	p := heldPair(t, h)
 	expectNoCommEst(t, p.B, "before any request came")
 	src := newRegion(t, p.A, 64, localRW)
 	dst := newRegion(t, p.B, 64, remoteAll)
@@ -183,9 +181,7 @@ func testCommEst(t *testing.T, h Harness) {
 // marks the first request to arrive, whether or not it consumes a
 // receive.
 func testCommEstOneSided(t *testing.T, h Harness) {
-	requireCap(t, h, verbs.CapCommEstEvent, "CapCommEstEvent")
-	p := h.NewPair(t, PairOptions{HoldRTR: true})
-	expectState(t, p.B, 0, verbs.QPSRTR)
+	p := heldPair(t, h)
 	remote := newRegion(t, p.B, 64, remoteAll)
 	local := newRegion(t, p.A, 64, localRW)
 	data := pattern(31, 32)
@@ -213,9 +209,7 @@ func testCommEstOneSided(t *testing.T, h Harness) {
 // state as one in RTS would: the receive posted to it flushes, and no
 // EventCommEst is raised.
 func testCommEstHeldPeerLeaves(t *testing.T, h Harness) {
-	requireCap(t, h, verbs.CapCommEstEvent, "CapCommEstEvent")
-	p := h.NewPair(t, PairOptions{HoldRTR: true})
-	expectState(t, p.B, 0, verbs.QPSRTR)
+	p := heldPair(t, h)
 	dst := newRegion(t, p.B, 16, remoteAll)
 	postRecv(t, p.B, 0, recvWR(9, dst.SGE(0, 16)))
 	if err := p.A.Conns[0].Close(); err != nil {
@@ -232,9 +226,7 @@ func testCommEstHeldPeerLeaves(t *testing.T, h Harness) {
 // requester's QP moves to the error state; whether that ends the peer's
 // connection too depends on the transport, so the case does not ask.)
 func testCommEstNotForLocalError(t *testing.T, h Harness) {
-	requireCap(t, h, verbs.CapCommEstEvent, "CapCommEstEvent")
-	p := h.NewPair(t, PairOptions{HoldRTR: true})
-	expectState(t, p.B, 0, verbs.QPSRTR)
+	p := heldPair(t, h)
 	src := newRegion(t, p.A, 16, localRW)
 	dst := newRegion(t, p.B, 16, remoteAll)
 	postRecv(t, p.B, 0, recvWR(9, dst.SGE(0, 16)))
@@ -252,9 +244,7 @@ func testCommEstNotForLocalError(t *testing.T, h Harness) {
 // connection ends, the peer's QP moves to the error state and its
 // receive flushes.
 func testCommEstHeldLeaves(t *testing.T, h Harness) {
-	requireCap(t, h, verbs.CapCommEstEvent, "CapCommEstEvent")
-	p := h.NewPair(t, PairOptions{HoldRTR: true})
-	expectState(t, p.B, 0, verbs.QPSRTR)
+	p := heldPair(t, h)
 	dst := newRegion(t, p.A, 16, localRW)
 	postRecv(t, p.A, 0, recvWR(9, dst.SGE(0, 16)))
 	if err := p.B.Close(); err != nil {
@@ -267,4 +257,14 @@ func testCommEstHeldLeaves(t *testing.T, h Harness) {
 	}
 	expectState(t, p.A, 0, verbs.QPSErr)
 	expectStatus(t, waitOne(t, p.A, RecvCQ), 9, verbs.WCWRFlushErr)
+}
+
+// heldPair makes a pair whose B side cm left in RTR (PairOptions.HoldRTR),
+// on a device that raises EventCommEst; it skips the case on others.
+func heldPair(t *testing.T, h Harness) *Pair {
+	t.Helper()
+	requireCap(t, h, verbs.CapCommEstEvent, "CapCommEstEvent")
+	p := h.NewPair(t, PairOptions{HoldRTR: true})
+	expectState(t, p.B, 0, verbs.QPSRTR)
+	return p
 }
