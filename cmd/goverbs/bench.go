@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -126,15 +125,11 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if cfg.cpuProf != "" {
-		f, err := os.Create(cfg.cpuProf)
+		stop, err := startCPUProfile(cfg.cpuProf)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	if cfg.listen != "" {
 		return benchServe(ctx, e, cfg)

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -752,21 +751,4 @@ func (w scaleWriter) rate(ctx context.Context, conns []scaleConn, d time.Duratio
 		return 0, err
 	}
 	return float64(done) / time.Since(start).Seconds() / 1e6, nil
-}
-
-// startCPUProfile writes a CPU profile of this process to file until
-// the function it returns is called.
-func startCPUProfile(file string) (func(), error) {
-	f, err := os.Create(file)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
-	}, nil
 }
