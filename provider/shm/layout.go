@@ -166,6 +166,34 @@ func (r *cqRing) produce(wc *driver.WorkCompletion, payload *sglist.List) bool {
 	return false
 }
 
+// produceOwn is produce for the ring's only producer (cq.addSender),
+// whose lock orders its produces: the slot is free (the consumer reads
+// none before its seq says so), so it is filled first, and then release
+// stores reserve and publish it. The slots hold the QP's number already
+// (ownedBy).
+func (r *localRing) produceOwn(retire, wrid uint64, st driver.WCStatus, op driver.WCOpcode, n uint32) bool {
+	pos := r.tail.Load()
+	s := &r.slots[pos&r.mask]
+	if s.seq.Load() != pos {
+		return false // full
+	}
+	s.wc.WRID, s.wc.Status, s.wc.Opcode, s.wc.ByteLen, s.retire = wrid, st, op, n, retire
+	pos++
+	atomicrel.StoreUint64(&r.tail, pos)
+	atomicrel.StoreUint64(&s.seq, pos)
+	return true
+}
+
+// ownedBy writes the number of the ring's first producer into every slot,
+// before that QP can produce: while it is the only one, produceOwn need
+// not. (A second producer's produce writes its number in each slot it
+// fills, and so does the first's from then on.)
+func (r *localRing) ownedBy(qpNum uint32) {
+	for i := range r.slots {
+		r.slots[i].wc.QPNum = qpNum
+	}
+}
+
 // pending reports whether completions have been reserved in the ring
 // that the consumer has not taken; with solicitedOnly, whether one of
 // them is solicited or failed. The consumer's lock is held.
@@ -338,22 +366,7 @@ func newLocalRing(n int) *localRing {
 // sender's.
 func (r *localRing) produce(q *qp, retire, wrid uint64, st driver.WCStatus, op driver.WCOpcode, n uint32, shared bool) bool {
 	if !shared {
-		// The only producer (cq.addSender), whose lock orders its
-		// produces: the slot is free (the consumer reads none before
-		// its seq says so), so it is filled first, and then release
-		// stores reserve and publish it — no value lives across their
-		// calls.
-		pos := r.tail.Load()
-		s := &r.slots[pos&r.mask]
-		if s.seq.Load() != pos {
-			return false // full
-		}
-		w := &s.wc
-		w.WRID, w.Status, w.Opcode, w.ByteLen, w.QPNum = wrid, st, op, n, q.num
-		s.retire = retire
-		atomicrel.StoreUint64(&r.tail, pos+1)
-		atomicrel.StoreUint64(&s.seq, pos+1)
-		return true
+		return r.produceOwn(retire, wrid, st, op, n)
 	}
 	for {
 		pos := r.tail.Load()
@@ -395,21 +408,23 @@ func (r *localRing) pending(failedOnly bool) bool {
 	return false
 }
 
-// ready reports whether a completion waits to be taken.
-func (r *localRing) ready() bool { return r.slots[r.head&r.mask].seq.Load() == r.head+1 }
-
-// take takes the oldest completion, which ready said is there, and
-// returns the QP (nil: the CQ's first sender) and send slot it retires.
-func (r *localRing) take(wc *driver.WorkCompletion) (*qp, uint64) {
-	s := &r.slots[r.head&r.mask]
+// take takes the oldest completion into wc, if one is published, and
+// returns the QP (nil: the CQ's first sender) and send slot it retires;
+// ok is false if there is none. It inlines.
+func (r *localRing) take(wc *driver.WorkCompletion) (q *qp, retire uint64, ok bool) {
+	pos := r.head
+	s := &r.slots[pos&r.mask]
+	if s.seq.Load() != pos+1 {
+		return nil, 0, false
+	}
 	*wc = s.wc
-	q, retire := s.q, s.retire
+	q, retire = s.q, s.retire
 	if q != nil {
 		s.q = nil
 	}
-	atomicrel.StoreUint64(&s.seq, r.head+r.mask+1)
-	r.head++
-	return q, retire
+	atomicrel.StoreUint64(&s.seq, pos+r.mask+1)
+	r.head = pos + 1
+	return q, retire, true
 }
 
 // Notification arming values of ringHeader.armed.

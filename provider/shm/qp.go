@@ -277,11 +277,27 @@ func (q *qp) fail(ev driver.EventType) {
 
 func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 	q.mu.Lock()
+	// One WR on the short road (postFast) takes no more than this.
+	if len(wrs) == 1 && q.sendsNow() && q.postFast(&wrs[0]) {
+		q.mu.Unlock()
+		return 1, nil
+	}
+	return q.postSendLocked(wrs)
+}
+
+// sendsNow reports whether the QP performs WRs as they are posted: it is
+// in RTS, not destroyed, with no RNR wait. q.mu is held.
+func (q *qp) sendsNow() bool {
+	return !q.destroyed && q.attr.State == driver.QPSRTS && !q.rnr.Waiting()
+}
+
+// postSendLocked is PostSend once q.mu is held, which it releases.
+func (q *qp) postSendLocked(wrs []driver.SendWR) (int, error) {
 	// While nothing waits in the queue, the WRs that can be performed at
 	// once are (postNow); the first that cannot, and all after it, are
 	// queued.
 	i := 0
-	for i < len(wrs) && !q.destroyed && q.attr.State == driver.QPSRTS && !q.rnr.Waiting() && (q.postFast(&wrs[i]) || q.postNow(&wrs[i])) {
+	for i < len(wrs) && q.sendsNow() && (q.postFast(&wrs[i]) || q.postNow(&wrs[i])) {
 		i++
 	}
 	if i < len(wrs) {
