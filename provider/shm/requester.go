@@ -161,7 +161,7 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 	if e == nil || !c.allows(&e.k, f.rneed) {
 		return false
 	}
-	remote, ok := soft.Within(e.win, e.k.addr, wr.RemoteAddr, n) // nil win: process memory
+	remote, ok := e.span(wr.RemoteAddr, n) // process memory: nil win, not mapped
 	if !ok {
 		return false
 	}
@@ -186,7 +186,12 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 		c.afterWR()
 	}
 	if seq, signaled := sq.Commit(wr); signaled {
-		q.sendCQ.pushSend(q, seq, wr.WRID, driver.WCSuccess, f.wc, byteLen)
+		// pushSend, in line: one call fewer.
+		if cq := q.sendCQ; cq.destroyed.Load() || cq.shared.Load() || !cq.local.produceOwn(seq, wr.WRID, driver.WCSuccess, f.wc, byteLen) {
+			cq.pushSendSlow(q, seq, wr.WRID, driver.WCSuccess, f.wc, byteLen)
+		} else {
+			cq.ring.notify(false, false)
+		}
 	}
 	return true
 }
@@ -395,7 +400,7 @@ func (c *conn) target(t *remote, key uint32, addr, n uint64, need driver.AccessF
 		t.b, t.addr, t.proc = nil, addr, true
 		return ok
 	}
-	b, ok := soft.Within(e.win, e.k.addr, addr, n)
+	b, ok := e.span(addr, n)
 	t.b, t.addr, t.proc = b, 0, false
 	return ok
 }
@@ -411,13 +416,24 @@ func (c *conn) allows(k *keyInfo, need driver.AccessFlags) bool {
 
 // mappedRegion returns the bytes of the region of k that lie in mem, its
 // segment as mapped here: the whole region, or as much of its start as the
-// mapping holds (a WR beyond it fails), or nil if it starts beyond the
-// mapping.
-func mappedRegion(mem []byte, k *keyInfo) []byte {
+// mapping holds (a WR beyond it fails); false if the region starts beyond
+// the mapping, where no span of it, not even an empty one, is valid.
+func mappedRegion(mem []byte, k *keyInfo) ([]byte, bool) {
 	if k.segOff > uint64(len(mem)) {
-		return nil
+		return nil, false
 	}
-	return mem[k.segOff:][:min(k.length, uint64(len(mem))-k.segOff)]
+	return mem[k.segOff:][:min(k.length, uint64(len(mem))-k.segOff)], true
+}
+
+// span returns the n bytes at addr of e's region in its segment's
+// mapping: false unless they lie both in the region and in the mapping.
+// (The test of addr against the region's start is Within's too, but for a
+// region a lying peer says wraps around the address space.)
+func (e *keyEntry) span(addr, n uint64) ([]byte, bool) {
+	if addr < e.k.addr || !e.mapped {
+		return nil, false
+	}
+	return soft.Within(e.win, e.k.addr, addr, n)
 }
 
 // keyCache remembers the requester's last resolved keys, so that a WR
@@ -433,13 +449,15 @@ type keyCache struct {
 // keyEntry is one resolved key: the key slot as read, and the peer's
 // segment it lies in, mapped writable if rw (nil for process memory), and
 // win, the region's bytes in that mapping (mappedRegion), whose first byte
-// is at the key's addr: a WR's remote span is checked against win alone.
+// is at the key's addr, mapped false if the region starts beyond the
+// mapping: a WR's remote span is checked against them alone (span).
 type keyEntry struct {
-	k     keyInfo
-	seg   *segment
-	win   []byte
-	rw    bool
-	valid bool
+	k      keyInfo
+	seg    *segment
+	win    []byte
+	mapped bool
+	rw     bool
+	valid  bool
 }
 
 // cached returns the entry of key if it is still current (and maps its
@@ -486,7 +504,7 @@ func (c *conn) resolve(key uint32, write bool) (*keyEntry, bool) {
 	c.kc.next = (c.kc.next + 1) % len(c.kc.e)
 	*e = keyEntry{k: k, seg: seg, rw: seg != nil && c.segRW[k.segID], valid: true}
 	if seg != nil {
-		e.win = mappedRegion(seg.mem, &k)
+		e.win, e.mapped = mappedRegion(seg.mem, &k)
 	}
 	return e, true
 }
