@@ -178,9 +178,8 @@ func (r *localRing) produceOwn(retire, wrid uint64, st driver.WCStatus, op drive
 		return false // full
 	}
 	s.wc.WRID, s.wc.Status, s.wc.Opcode, s.wc.ByteLen, s.retire = wrid, st, op, n, retire
-	pos++
-	atomicrel.StoreUint64(&r.tail, pos)
-	atomicrel.StoreUint64(&s.seq, pos)
+	atomicrel.StoreUint64(&r.tail, pos+1)
+	atomicrel.StoreUint64(&s.seq, pos+1)
 	return true
 }
 

@@ -465,7 +465,7 @@ type keyEntry struct {
 func (c *conn) cached(key uint32, write bool) *keyEntry {
 	for i := range c.kc.e {
 		e := &c.kc.e[i]
-		if e.k.key == key && e.valid && (e.rw || !write) {
+		if e.valid && e.k.key == key && (e.rw || !write) {
 			if c.keys.current(&e.k) {
 				return e
 			}
