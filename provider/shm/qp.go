@@ -422,7 +422,7 @@ func (q *qp) grantTo(c *conn) {
 	defer q.grantMu.Unlock()
 	q.grantConn = c
 	for i := range uint32(maxKeys) {
-		if q.grants.slots[i].kind.Load() != kindNone {
+		if q.grants.slot(i).kind.Load() != kindNone {
 			q.grants.revoke(i)
 		}
 	}
