@@ -726,20 +726,41 @@ type keyInfo struct {
 	length uint64
 }
 
+// keyTable views a key table: slots of the keys by their index
+// (keytab.Index), each at a position turned by the table's rotation. A
+// QP's grant table turns by its QP number (grantRotation), so that the
+// slot of one region, which has the same index in every grant table,
+// lies at a different offset of each: a requester that goes round a
+// thousand connections would otherwise find every one of their slots on
+// the same few cache sets (the tables start on page boundaries), and
+// miss the cache on each.
 type keyTable struct {
 	slots []keySlot
+	rot   uint32
 }
 
-func viewKeyTable(mem []byte, n int) *keyTable {
+// viewKeyTable views the n slots in mem (n a power of two), turned by
+// rot; nil if mem is too short.
+func viewKeyTable(mem []byte, n int, rot uint32) *keyTable {
 	if len(mem) < n*keySlotSize {
 		return nil
 	}
-	return &keyTable{slots: unsafe.Slice((*keySlot)(unsafe.Pointer(&mem[0])), n)}
+	return &keyTable{slots: unsafe.Slice((*keySlot)(unsafe.Pointer(&mem[0])), n), rot: rot}
+}
+
+// grantRotation is the rotation of the grant table of the QP numbered
+// qpn: its number's bits spread over the slots, by the multiplicative
+// hash, so that consecutive QPs' tables turn far apart.
+func grantRotation(qpn uint32) uint32 { return qpn * 0x9e3779b1 >> (32 - keytab.IndexBits) }
+
+// slot is the slot of index idx.
+func (t *keyTable) slot(idx uint32) *keySlot {
+	return &t.slots[(idx+t.rot)&uint32(len(t.slots)-1)]
 }
 
 // publish writes slot idx (owner only, serialised by the owner).
 func (t *keyTable) publish(idx uint32, k keyInfo) {
-	s := &t.slots[idx]
+	s := t.slot(idx)
 	s.ver.Add(1)
 	s.key.Store(k.key)
 	s.access.Store(uint32(k.access))
@@ -762,7 +783,7 @@ func (t *keyTable) lookup(key uint32) (keyInfo, bool) {
 	if int(idx) >= len(t.slots) {
 		return keyInfo{}, false
 	}
-	s := &t.slots[idx]
+	s := t.slot(idx)
 	for range 64 {
 		v := s.ver.Load()
 		if v&1 != 0 {
@@ -784,7 +805,7 @@ func (t *keyTable) lookup(key uint32) (keyInfo, bool) {
 // current reports whether k, read by lookup, is still what its slot says:
 // the slot's sequence lock has not moved since.
 func (t *keyTable) current(k *keyInfo) bool {
-	return t.slots[keytab.Index(k.key)].ver.Load() == k.ver
+	return t.slot(keytab.Index(k.key)).ver.Load() == k.ver
 }
 
 // span checks that [addr, addr+n) lies in the region and returns its
