@@ -516,6 +516,12 @@ type recvRing struct {
 	// under the producer's lock: reading the shared head for every post
 	// would pull its cache line away from the consumer that moves it.
 	seenHead uint64
+	// polled is, for a QP's own queue, one past the position of the
+	// last receive whose completion Poll took: consumers claim receives
+	// in order, so the head is at least there. A queue kept full (each
+	// receive posted again as its message is polled) knows its room from
+	// it, not from the shared head, whose line every Send writes.
+	polled atomic.Uint64
 	// The owner's view only: its own record of the receives posted, and
 	// its own tail (the shared one is for the peers' accounting).
 	log  *recvLog
@@ -641,6 +647,11 @@ func (r *recvRing) produce(wr *driver.RecvWR, limit uint64) bool {
 	// least as many outstanding as there are: read it again only when
 	// that looks like too many (or like nonsense: after a reset, or if
 	// a peer wrote the head).
+	if t-r.seenHead >= limit {
+		if p := r.polled.Load(); p-r.seenHead <= t-r.seenHead {
+			r.seenHead = p
+		}
+	}
 	if t-r.seenHead >= limit {
 		r.seenHead = r.h.head.Load()
 		if t-r.seenHead >= limit || t-r.seenHead > r.mask { // full, or a corrupt head
