@@ -5,6 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goverbs/goverbs/internal/atomicrel"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -371,6 +372,10 @@ func (q *qp) acceptRecv(wc *driver.WorkCompletion, s *cqSlot) bool {
 	if rec == nil {
 		q.peerLied()
 		return false
+	}
+	if !shared {
+		// The receive's own position, from this process's record.
+		atomicrel.StoreUint64(&q.sh.rq.polled, rec.state.Load())
 	}
 	wc.WRID, wc.QPNum = rec.wrid.Load(), q.num
 	q.checkInvalidated(wc)
