@@ -95,9 +95,12 @@ func (c *conn) rxRun() error {
 			return net.ErrClosed
 		}
 		frames := c.rxFrames.Load()
-		if err := c.rxTry(false); err == errBudget {
-			continue // more may be waiting
-		} else if err != nil {
+		err := c.rxTry(false)
+		more := err == errBudget // more may be waiting
+		if more {
+			err = nil
+		}
+		if err != nil {
 			return err
 		}
 		if c.rxFrames.Load() != frames {
@@ -106,7 +109,7 @@ func (c *conn) rxRun() error {
 		// An application polls if it has polled since the last look
 		// and not armed a CQ to sleep on since.
 		polls, arms := c.polls.Load(), c.arms.Load()
-		if arms == seenArms && c.parkOnCQ(&seenCQPolls) {
+		if !more && arms == seenArms && c.parkOnCQ(&seenCQPolls) {
 			seenPolls = c.polls.Load()
 			spinUntil = time.Time{}
 			continue
@@ -124,8 +127,7 @@ func (c *conn) rxRun() error {
 			}
 			spinUntil = time.Time{}
 		}
-		err := c.sk.waitIn()
-		if err != nil {
+		if err := c.sk.waitIn(); err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				// A poller kicked the goroutine (kickRx).
 				c.sk.unkick()
