@@ -823,8 +823,13 @@ func (c *Conn) takeAcks() int {
 }
 
 // signalEvery is how many send queue slots may be posted unsignaled
-// before one work request is signaled, which retires them all.
-const signalEvery = 16
+// before one work request is signaled, which retires them all. Each
+// signaled work request costs a completion and, on iWARP, where a Send
+// or RDMA Write completes only once the peer confirms it, a zero-length
+// Read and its response; a send queue of sqDepth holds two rounds of
+// signalEvery slots and the slots of a data message, so a Write need
+// not wait for a completion while the previous round's is on its way.
+const signalEvery = 32
 
 // post posts the first n work requests of swr, signaling the last if
 // signal or if signalEvery slots have gone unsignaled; a signaled work

@@ -259,7 +259,7 @@ func newConn(dev string, cfg *Config, peer hello) (_ *Conn, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{dev: d, spin: cfg.spin(), zcMin: cfg.zeroCopyMin(), recvs: ctrlRecvs, sqDepth: 2*ctrlRecvs + 8,
+	c := &Conn{dev: d, spin: cfg.spin(), zcMin: cfg.zeroCopyMin(), recvs: ctrlRecvs, sqDepth: 2*signalEvery + 8,
 		closing: make(chan struct{}), rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1)}
 	c.acceptImm = notifiesByImm(&d.attr) && !cfg.noImm
 	c.spinGrowth = spinGrowth
