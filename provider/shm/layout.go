@@ -190,6 +190,33 @@ func (r *cqRing) produce(wc *driver.WorkCompletion, payload *sglist.List) bool {
 	return false
 }
 
+// produceOwn is produce for the ring's only producer (cq.addSender),
+// whose lock orders its produces: the slot is free (the consumer reads
+// none before its seq says so), so it is filled first, and then release
+// stores reserve and publish it. The slots hold the QP's number already
+// (ownedBy).
+func (r *localRing) produceOwn(retire, wrid uint64, st driver.WCStatus, op driver.WCOpcode, n uint32) bool {
+	pos := r.tail.Load()
+	s := &r.slots[pos&r.mask]
+	if s.seq.Load() != pos {
+		return false // full
+	}
+	s.wc.WRID, s.wc.Status, s.wc.Opcode, s.wc.ByteLen, s.retire = wrid, st, op, n, retire
+	atomicrel.StoreUint64(&r.tail, pos+1)
+	atomicrel.StoreUint64(&s.seq, pos+1)
+	return true
+}
+
+// ownedBy writes the number of the ring's first producer into every slot,
+// before that QP can produce: while it is the only one, produceOwn need
+// not. (A second producer's produce writes its number in each slot it
+// fills, and so does the first's from then on.)
+func (r *localRing) ownedBy(qpNum uint32) {
+	for i := range r.slots {
+		r.slots[i].wc.QPNum = qpNum
+	}
+}
+
 // consumed is the consumer's head, as a producer of this view may
 // believe it.
 func (r *cqRing) consumed() uint64 {
@@ -374,22 +401,7 @@ func newLocalRing(n int) *localRing {
 // sender's.
 func (r *localRing) produce(q *qp, retire, wrid uint64, st driver.WCStatus, op driver.WCOpcode, n uint32, shared bool) bool {
 	if !shared {
-		// The only producer (cq.addSender), whose lock orders its
-		// produces: the slot is free (the consumer reads none before
-		// its seq says so), so it is filled first, and then release
-		// stores reserve and publish it — no value lives across their
-		// calls.
-		pos := r.tail.Load()
-		s := &r.slots[pos&r.mask]
-		if s.seq.Load() != pos {
-			return false // full
-		}
-		w := &s.wc
-		w.WRID, w.Status, w.Opcode, w.ByteLen, w.QPNum = wrid, st, op, n, q.num
-		s.retire = retire
-		atomicrel.StoreUint64(&r.tail, pos+1)
-		atomicrel.StoreUint64(&s.seq, pos+1)
-		return true
+		return r.produceOwn(retire, wrid, st, op, n)
 	}
 	for {
 		pos := r.tail.Load()
@@ -431,21 +443,23 @@ func (r *localRing) pending(failedOnly bool) bool {
 	return false
 }
 
-// ready reports whether a completion waits to be taken.
-func (r *localRing) ready() bool { return r.slots[r.head&r.mask].seq.Load() == r.head+1 }
-
-// take takes the oldest completion, which ready said is there, and
-// returns the QP (nil: the CQ's first sender) and send slot it retires.
-func (r *localRing) take(wc *driver.WorkCompletion) (*qp, uint64) {
-	s := &r.slots[r.head&r.mask]
+// take takes the oldest completion into wc, if one is published, and
+// returns the QP (nil: the CQ's first sender) and send slot it retires;
+// ok is false if there is none. It inlines.
+func (r *localRing) take(wc *driver.WorkCompletion) (q *qp, retire uint64, ok bool) {
+	pos := r.head
+	s := &r.slots[pos&r.mask]
+	if s.seq.Load() != pos+1 {
+		return nil, 0, false
+	}
 	*wc = s.wc
-	q, retire := s.q, s.retire
+	q, retire = s.q, s.retire
 	if q != nil {
 		s.q = nil
 	}
-	atomicrel.StoreUint64(&s.seq, r.head+r.mask+1)
-	r.head++
-	return q, retire
+	atomicrel.StoreUint64(&s.seq, pos+r.mask+1)
+	r.head = pos + 1
+	return q, retire, true
 }
 
 // Notification arming values of ringHeader.armed.
@@ -759,20 +773,41 @@ type keyInfo struct {
 	length uint64
 }
 
+// keyTable views a key table: slots of the keys by their index
+// (keytab.Index), each at a position turned by the table's rotation. A
+// QP's grant table turns by its QP number (grantRotation), so that the
+// slot of one region, which has the same index in every grant table,
+// lies at a different offset of each: a requester that goes round a
+// thousand connections would otherwise find every one of their slots on
+// the same few cache sets (the tables start on page boundaries), and
+// miss the cache on each.
 type keyTable struct {
 	slots []keySlot
+	rot   uint32
 }
 
-func viewKeyTable(mem []byte, n int) *keyTable {
+// viewKeyTable views the n slots in mem (n a power of two), turned by
+// rot; nil if mem is too short.
+func viewKeyTable(mem []byte, n int, rot uint32) *keyTable {
 	if len(mem) < n*keySlotSize {
 		return nil
 	}
-	return &keyTable{slots: unsafe.Slice((*keySlot)(unsafe.Pointer(&mem[0])), n)}
+	return &keyTable{slots: unsafe.Slice((*keySlot)(unsafe.Pointer(&mem[0])), n), rot: rot}
+}
+
+// grantRotation is the rotation of the grant table of the QP numbered
+// qpn: its number's bits spread over the slots, by the multiplicative
+// hash, so that consecutive QPs' tables turn far apart.
+func grantRotation(qpn uint32) uint32 { return qpn * 0x9e3779b1 >> (32 - keytab.IndexBits) }
+
+// slot is the slot of index idx.
+func (t *keyTable) slot(idx uint32) *keySlot {
+	return &t.slots[(idx+t.rot)&uint32(len(t.slots)-1)]
 }
 
 // publish writes slot idx (owner only, serialised by the owner).
 func (t *keyTable) publish(idx uint32, k keyInfo) {
-	s := &t.slots[idx]
+	s := t.slot(idx)
 	s.ver.Add(1)
 	s.key.Store(k.key)
 	s.access.Store(uint32(k.access))
@@ -795,7 +830,7 @@ func (t *keyTable) lookup(key uint32) (keyInfo, bool) {
 	if int(idx) >= len(t.slots) {
 		return keyInfo{}, false
 	}
-	s := &t.slots[idx]
+	s := t.slot(idx)
 	for range 64 {
 		v := s.ver.Load()
 		if v&1 != 0 {
@@ -817,7 +852,7 @@ func (t *keyTable) lookup(key uint32) (keyInfo, bool) {
 // current reports whether k, read by lookup, is still what its slot says:
 // the slot's sequence lock has not moved since.
 func (t *keyTable) current(k *keyInfo) bool {
-	return t.slots[keytab.Index(k.key)].ver.Load() == k.ver
+	return t.slot(keytab.Index(k.key)).ver.Load() == k.ver
 }
 
 // span checks that [addr, addr+n) lies in the region and returns its
