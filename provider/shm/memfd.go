@@ -3,6 +3,8 @@ package shm
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -84,16 +86,25 @@ func mapPeerSegment(fd int, minSize int, writable bool) (*segment, error) {
 	if st.Size < int64(minSize) || st.Size <= 0 || st.Size > maxPeerSegment {
 		return nil, fmt.Errorf("peer segment has %d bytes, expected at least %d", st.Size, minSize)
 	}
+	prot := unix.PROT_READ
+	if writable {
+		prot |= unix.PROT_WRITE
+	}
+	if !uniqueInode(uint64(st.Dev)) {
+		// Its inode number may be another live file's: mapped for this
+		// segment alone.
+		mem, err := unix.Mmap(fd, 0, int(st.Size), prot, unix.MAP_SHARED)
+		if err != nil {
+			return nil, fmt.Errorf("mmap peer segment: %w", err)
+		}
+		return &segment{fd: -1, mem: mem}, nil
+	}
 	key := mappingKey{dev: uint64(st.Dev), ino: st.Ino, writable: writable}
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
 	if m := sharedMappings[key]; m != nil {
 		m.refs++
 		return &segment{fd: -1, mem: m.mem, shared: m}, nil
-	}
-	prot := unix.PROT_READ
-	if writable {
-		prot |= unix.PROT_WRITE
 	}
 	mem, err := unix.Mmap(fd, 0, int(st.Size), prot, unix.MAP_SHARED)
 	if err != nil {
@@ -107,7 +118,8 @@ func mapPeerSegment(fd int, minSize int, writable bool) (*segment, error) {
 // A sharedMapping is a peer's memfd as this process maps it, with the
 // number of segments that use it: unmapped when the last is closed. The
 // memfd's file lives as long as the mapping, so its inode number, the
-// key, is not reused meanwhile. (Sealed, the file keeps its size.)
+// key, is not given to another file meanwhile (uniqueInode). (Sealed, the
+// file keeps its size.)
 type sharedMapping struct {
 	key  mappingKey
 	mem  []byte
@@ -156,4 +168,58 @@ func (s *segment) close() {
 		unix.Close(s.fd)
 		s.fd = -1
 	}
+}
+
+// uniqueInode reports whether a file on the device dev has an inode number
+// no other file has while it lives, so that the number names the file:
+// true for memfds of the kernel's internal shmem mount, numbered by a
+// 64-bit counter since Linux 5.9. Before 5.9, on 32-bit systems (whose
+// inode numbers are 32 bits) and on hugetlbfs (a memfd with MFD_HUGETLB),
+// the numbers come from a 32-bit counter that comes round, and a peer that
+// has made enough files could hand over a memfd numbered like another
+// peer's segment mapped here.
+func uniqueInode(dev uint64) bool {
+	shmDev, ok := memfdDevice()
+	return ok && dev == shmDev
+}
+
+// memfdDevice is the device of the memfds this process makes, if their
+// inode numbers are unique (uniqueInode); ok is false where they are not.
+var memfdDevice = sync.OnceValues(func() (uint64, bool) {
+	var u unix.Utsname
+	if strconv.IntSize < 64 || unix.Uname(&u) != nil || !releaseAtLeast(unix.ByteSliceToString(u.Release[:]), 5, 9) {
+		return 0, false
+	}
+	fd, err := unix.MemfdCreate("goverbs-probe", unix.MFD_CLOEXEC)
+	if err != nil {
+		return 0, false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil {
+		return 0, false
+	}
+	return uint64(st.Dev), true
+})
+
+// releaseAtLeast reports whether the kernel release rel ("6.1.0-13-amd64")
+// is major.minor or later; false if it does not parse.
+func releaseAtLeast(rel string, major, minor int) bool {
+	fields := strings.SplitN(rel, ".", 3)
+	if len(fields) < 2 {
+		return false
+	}
+	maj, err := strconv.Atoi(fields[0])
+	if err != nil {
+		return false
+	}
+	end := 0
+	for end < len(fields[1]) && fields[1][end] >= '0' && fields[1][end] <= '9' {
+		end++
+	}
+	mnr, err := strconv.Atoi(fields[1][:end])
+	if err != nil {
+		return false
+	}
+	return maj > major || maj == major && mnr >= minor
 }
