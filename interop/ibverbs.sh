@@ -71,6 +71,22 @@ start_time=$(date +%s)
 log() { echo "== interop/ibverbs.sh: $*" >&2; }
 die() { log "FAIL: $*"; exit 1; }
 
+# record WHAT STATUS DETAIL [FILE...]: adds WHAT's outcome to the summary
+# and logs it: "ok" with DETAIL when STATUS is 0, else "FAIL", the FILEs
+# (the check's output) shown and the run marked failed.
+record() {
+	local what=$1 status=$2 detail=$3
+	shift 3
+	if [[ $status == 0 ]]; then
+		summary+=("$what: ok${detail:+, $detail}")
+	else
+		summary+=("$what: FAIL")
+		(($# == 0)) || cat "$@" >&2
+		failed=1
+	fi
+	log "${summary[-1]}"
+}
+
 [[ $(id -u) == 0 ]] || die "needs root (network namespace, tap device, apt): run it with sudo"
 
 vmsh=${GOVERBS_VMSH:-}
@@ -259,21 +275,15 @@ conformance() {
 
 # ping DEV: goverbs ping -d DEV against rping on DEV, both directions.
 ping_both() {
-	local dev=$1 count=100 size=64 port=$((7400 + RANDOM % 100))
+	local dev=$1 count=100 size=64 port=$((7400 + RANDOM % 100)) rc
 	log "$dev: rping -s <- goverbs ping -d $dev -c, $count pings of $size bytes"
 	if "$vmsh" exec "(timeout 120 rping -s -a $guest -p $port -v -C $count -S $size >/tmp/rping-s.out 2>&1; echo \$? >/tmp/rping-s.rc) >/dev/null 2>&1 &
 		for i in \$(seq 50); do rdma resource show cm_id 2>/dev/null | grep -q 'state LISTEN' && break; sleep 0.1; done
 		timeout 120 $work/goverbs ping -d $dev -c -a $guest -p $port -C $count -S $size -v >/tmp/gping-c.out 2>&1 || exit 1
 		for i in \$(seq 100); do [ -f /tmp/rping-s.rc ] && break; sleep 0.1; done
 		n=\$(grep -c '^ping data: rdma-ping-' /tmp/gping-c.out); m=\$(grep -c '^server ping data: rdma-ping-' /tmp/rping-s.out)
-		tail -1 /tmp/gping-c.out; [ \"\$n\" = $count ] && [ \"\$m\" = $count ]" >"$work/ping1.out" 2>&1; then
-		summary+=("$dev ping, goverbs client: ok, $(tail -1 "$work/ping1.out")")
-	else
-		summary+=("$dev ping, goverbs client: FAIL")
-		cat "$work/ping1.out" >&2
-		failed=1
-	fi
-	log "${summary[-1]}"
+		tail -1 /tmp/gping-c.out; [ \"\$n\" = $count ] && [ \"\$m\" = $count ]" >"$work/ping1.out" 2>&1; then rc=0; else rc=$?; fi
+	record "$dev ping, goverbs client" $rc "$(tail -1 "$work/ping1.out")" "$work/ping1.out"
 	port=$((port + 1))
 	log "$dev: goverbs ping -d $dev -s <- rping -c, $count pings of $size bytes"
 	if "$vmsh" exec "(timeout 120 $work/goverbs ping -d $dev -s -a $guest -p $port -C $count -S $size >/tmp/gping-s.out 2>&1; echo \$? >/tmp/gping-s.rc) >/dev/null 2>&1 &
@@ -282,52 +292,34 @@ ping_both() {
 		for i in \$(seq 100); do [ -f /tmp/gping-s.rc ] && break; sleep 0.1; done
 		[ \"\$(cat /tmp/gping-s.rc)\" = 0 ] || exit 1
 		n=\$(grep -c '^ping data: rdma-ping-' /tmp/rping-c.out)
-		tail -1 /tmp/gping-s.out; [ \"\$n\" = $count ]" >"$work/ping2.out" 2>&1; then
-		summary+=("$dev ping, goverbs server: ok, $(tail -1 "$work/ping2.out")")
-	else
-		summary+=("$dev ping, goverbs server: FAIL")
-		cat "$work/ping2.out" >&2
-		failed=1
-	fi
-	log "${summary[-1]}"
+		tail -1 /tmp/gping-s.out; [ \"\$n\" = $count ]" >"$work/ping2.out" 2>&1; then rc=0; else rc=$?; fi
+	record "$dev ping, goverbs server" $rc "$(tail -1 "$work/ping2.out")" "$work/ping2.out"
 }
 
 # ping_tcp0: goverbs on siw0 (this provider, the kernel's iWARP) against
 # goverbs tcp0 on the host (goverbs' own iWARP), both directions.
 ping_tcp0() {
-	local count=100 size=64 port=$((7500 + RANDOM % 100)) host=${VMH_HOST_IP:-10.77.0.1}
+	local count=100 size=64 port=$((7500 + RANDOM % 100)) host=${VMH_HOST_IP:-10.77.0.1} rc
 	log "siw0: goverbs ping -d siw0 -s <- goverbs ping -c (tcp0 on the host)"
 	"$vmsh" exec "(timeout 120 $work/goverbs ping -d siw0 -s -a $guest -p $port -C $count -S $size >/tmp/gs.out 2>&1; echo \$? >/tmp/gs.rc) >/dev/null 2>&1 &
 		for i in \$(seq 50); do rdma resource show cm_id 2>/dev/null | grep -q 'state LISTEN' && break; sleep 0.1; done"
 	if "$vmsh" hostns "timeout 120 $work/goverbs ping -c -a $guest -p $port -C $count -S $size -v" >"$work/tcp0c.out" 2>&1 &&
 		[[ $(grep -c '^ping data: rdma-ping-' "$work/tcp0c.out") == "$count" ]] &&
-		"$vmsh" exec "for i in \$(seq 100); do [ -f /tmp/gs.rc ] && break; sleep 0.1; done; [ \"\$(cat /tmp/gs.rc)\" = 0 ]"; then
-		summary+=("siw0 server, tcp0 client: ok, $(tail -1 "$work/tcp0c.out")")
-	else
-		summary+=("siw0 server, tcp0 client: FAIL")
-		cat "$work/tcp0c.out" >&2
-		failed=1
-	fi
-	log "${summary[-1]}"
+		"$vmsh" exec "for i in \$(seq 100); do [ -f /tmp/gs.rc ] && break; sleep 0.1; done; [ \"\$(cat /tmp/gs.rc)\" = 0 ]"; then rc=0; else rc=$?; fi
+	record "siw0 server, tcp0 client" $rc "$(tail -1 "$work/tcp0c.out")" "$work/tcp0c.out"
 	port=$((port + 1))
 	log "siw0: goverbs ping -s (tcp0 on the host) <- goverbs ping -d siw0 -c"
 	"$vmsh" hostns "timeout 120 $work/goverbs ping -s -a $host -p $port -C $count -S $size" >"$work/tcp0s.out" 2>&1 &
 	local srv=$!
 	"$vmsh" hostns "for i in \$(seq 100); do ss -ltn | grep -q ':$port ' && exit 0; sleep 0.1; done; exit 1" || true
 	if "$vmsh" exec "timeout 120 $work/goverbs ping -d siw0 -c -a $host -p $port -C $count -S $size -v >/tmp/gc.out 2>&1 || exit 1
-		[ \"\$(grep -c '^ping data: rdma-ping-' /tmp/gc.out)\" = $count ] && tail -1 /tmp/gc.out" >"$work/siwc.out" 2>&1 && wait "$srv"; then
-		summary+=("tcp0 server, siw0 client: ok, $(tail -1 "$work/siwc.out")")
-	else
-		summary+=("tcp0 server, siw0 client: FAIL")
-		cat "$work/siwc.out" "$work/tcp0s.out" >&2
-		failed=1
-	fi
-	log "${summary[-1]}"
+		[ \"\$(grep -c '^ping data: rdma-ping-' /tmp/gc.out)\" = $count ] && tail -1 /tmp/gc.out" >"$work/siwc.out" 2>&1 && wait "$srv"; then rc=0; else rc=$?; fi
+	record "tcp0 server, siw0 client" $rc "$(tail -1 "$work/siwc.out")" "$work/siwc.out" "$work/tcp0s.out"
 }
 
 # kv: goverbs kv (server and client, GET by one-sided RDMA Read) on rxe0.
 kv() {
-	local a=rdma://$guest:$((7700 + RANDOM % 50))
+	local rc a=rdma://$guest:$((7700 + RANDOM % 50))
 	log "rxe0: goverbs kv serve, put, get, del"
 	if "$vmsh" exec "G=$work/goverbs
 		(timeout 120 \$G kv serve -l $a >/tmp/kvs.out 2>&1; echo \$? >/tmp/kvs.rc) >/dev/null 2>&1 &
@@ -338,19 +330,13 @@ kv() {
 		big=\$(head -c 3000 /dev/zero | tr '\\0' x); \$G kv put -a $a beta \"\$big\" || exit 1
 		[ \"\$(\$G kv get -a $a beta)\" = \"\$big\" ] || exit 1
 		\$G kv del -a $a alpha || exit 1
-		\$G kv get -a $a alpha 2>&1 | grep -q 'key not found'" >"$work/kv.out" 2>&1; then
-		summary+=("rxe0 kv: ok (put, one-sided get of 9 and 3000 bytes, delete)")
-	else
-		summary+=("rxe0 kv: FAIL")
-		cat "$work/kv.out" >&2
-		failed=1
-	fi
-	log "${summary[-1]}"
+		\$G kv get -a $a alpha 2>&1 | grep -q 'key not found'" >"$work/kv.out" 2>&1; then rc=0; else rc=$?; fi
+	record "rxe0 kv" $rc "put, one-sided get of 9 and 3000 bytes, delete" "$work/kv.out"
 }
 
 # rlog: a replicated log of three members on rxe0, sharing a secret.
 rlog() {
-	local p=$((7760 + RANDOM % 30))
+	local rc p=$((7760 + RANDOM % 30))
 	local m=rdma://$guest:$p,rdma://$guest:$((p + 1)),rdma://$guest:$((p + 2))
 	head -c 32 /dev/urandom >"$work/secret"
 	chmod 600 "$work/secret"
@@ -362,33 +348,21 @@ rlog() {
 		mkdir -p /tmp/rl1; (timeout 120 \$G log serve --data /tmp/rl1 --listen rdma://$guest:$p \$S --primary -v >/tmp/rl1.out 2>&1; echo \$? >/tmp/rl1.rc) >/dev/null 2>&1 &
 		for i in \$(seq 300); do [ \$(grep -c 'connected' /tmp/rl1.out) -ge 2 ] && break; up 1 >/dev/null; sleep 0.2; done
 		\$G log append --addr $m one two three four five || { cat /tmp/rl1.out; exit 1; }
-		for i in 1 2 3; do \$G log tail --data /tmp/rl\$i -n 5 | grep -q '\"five\"' || { echo member \$i lacks the records; exit 1; }; done" >"$work/rlog.out" 2>&1; then
-		summary+=("rxe0 rlog: ok (three members, five records on each)")
-	else
-		summary+=("rxe0 rlog: FAIL")
-		cat "$work/rlog.out" >&2
-		failed=1
-	fi
-	log "${summary[-1]}"
+		for i in 1 2 3; do \$G log tail --data /tmp/rl\$i -n 5 | grep -q '\"five\"' || { echo member \$i lacks the records; exit 1; }; done" >"$work/rlog.out" 2>&1; then rc=0; else rc=$?; fi
+	record "rxe0 rlog" $rc "three members, five records on each" "$work/rlog.out"
 }
 
 # imm: goverbs' Send with immediate data, read by rdma-core's C API
 # through pyverbs on rxe0.
 imm() {
-	local port=$((7800 + RANDOM % 50))
+	local port=$((7800 + RANDOM % 50)) rc
 	log "rxe0: goverbs Send with immediate 0x11223344 -> interop/imm_peer.py (pyverbs)"
 	if "$vmsh" exec "(timeout 120 /usr/bin/python3 $repo/interop/imm_peer.py $guest $port >/tmp/imm.out 2>&1; echo \$? >/tmp/imm.rc) >/dev/null 2>&1 &
 		for i in \$(seq 100); do grep -q listening /tmp/imm.out && break; [ -f /tmp/imm.rc ] && break; sleep 0.2; done
 		GOVERBS_IBVERBS_DEVICE=rxe0 GOVERBS_IBVERBS_IMM_PEER=rdma://$guest:$port timeout 120 $work/ibverbs.test -test.run '^TestImmediateToPeer\$' -test.v 2>&1 || exit 1
 		for i in \$(seq 100); do [ -f /tmp/imm.rc ] && break; sleep 0.2; done
-		cat /tmp/imm.out; [ \"\$(cat /tmp/imm.rc)\" = 0 ] && grep -q '^imm 0x11223344 ' /tmp/imm.out" >"$work/imm.out" 2>&1; then
-		summary+=("rxe0 immediate data: ok, $(grep '^imm ' "$work/imm.out")")
-	else
-		summary+=("rxe0 immediate data: FAIL")
-		cat "$work/imm.out" >&2
-		failed=1
-	fi
-	log "${summary[-1]}"
+		cat /tmp/imm.out; [ \"\$(cat /tmp/imm.rc)\" = 0 ] && grep -q '^imm 0x11223344 ' /tmp/imm.out" >"$work/imm.out" 2>&1; then rc=0; else rc=$?; fi
+	record "rxe0 immediate data" $rc "$(grep '^imm ' "$work/imm.out" || true)" "$work/imm.out"
 }
 
 # baddays: the bad-day cases on rxe devices of their own, each in a
