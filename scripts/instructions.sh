@@ -20,7 +20,10 @@
 # package doc, "Small Sends"), from 97 B the sender places it; of
 # WriteRate, one PostSend of a
 # list of 1 or 16 8-byte Writes, one in 16 signaled, and the Polls that
-# keep the send queue from filling, shown per Write.
+# keep the send queue from filling, shown per Write. FloorWritePoll
+# (provider/shm's floor_internal_test.go) is the least a Write and its
+# Poll can do through the same interface calls on the same memory: one
+# lock each, one copy, one completion stored and loaded, no checks.
 #
 # Usage: scripts/instructions.sh [N, default 20000] [benchmark regexp]
 # Output: a Markdown table, one row per benchmark. Needs Go and valgrind
@@ -35,6 +38,7 @@ benches=(
 	"BenchmarkPostSendPoll/Write8$|8 B RDMA Write + Poll"
 	"BenchmarkPostSendPoll/Read8$|8 B RDMA Read + Poll"
 	"BenchmarkPostSendPoll/FetchAdd$|FetchAndAdd + Poll"
+	"BenchmarkFloorWritePoll$|floor: 8 B Write + Poll with no checks"
 	"BenchmarkSendRecv8$|8 B Send + receive Poll + PostRecv"
 	"BenchmarkSendRecv32$|32 B Send + receive Poll + PostRecv"
 	"BenchmarkSendRecv$|64 B Send + receive Poll + PostRecv"

@@ -9,13 +9,6 @@
 // A release store is not a fence: a later load of the same goroutine may
 // be performed before the store is visible. Where a handshake needs that
 // order (a producer that checks whether a consumer armed a wake-up after
-// publishing), use sync/atomic's Store.
+// publishing), use sync/atomic's Store. Load what StoreUint64 and
+// StoreUint32 store with the atomic type's Load.
 package atomicrel
-
-import "sync/atomic"
-
-// StoreUint64 stores v into *p with release order. Load *p with p.Load.
-func StoreUint64(p *atomic.Uint64, v uint64) { storeUint64(p, v) }
-
-// StoreUint32 stores v into *p with release order. Load *p with p.Load.
-func StoreUint32(p *atomic.Uint32, v uint32) { storeUint32(p, v) }

@@ -92,6 +92,15 @@ func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 // private ring. A lost one (a full ring: the overrun is recorded and
 // raised) moves q to the error state. q.mu is held.
 func (c *cq) pushSend(q *qp, seq, wrid uint64, st driver.WCStatus, op driver.WCOpcode, n uint32) {
+	if c.destroyed.Load() || c.shared.Load() || !c.local.produceOwn(seq, wrid, st, op, n) {
+		c.pushSendSlow(q, seq, wrid, st, op, n)
+		return
+	}
+	c.ring.notify(false, st != driver.WCSuccess)
+}
+
+// pushSendSlow is pushSend for a CQ that is destroyed, shared or full.
+func (c *cq) pushSendSlow(q *qp, seq, wrid uint64, st driver.WCStatus, op driver.WCOpcode, n uint32) {
 	if c.destroyed.Load() {
 		q.fail(driver.EventQPFatal)
 		return
@@ -115,6 +124,7 @@ func (c *cq) addSender(q *qp) {
 	defer c.sendersMu.Unlock()
 	switch {
 	case c.firstSender == nil:
+		c.local.ownedBy(q.num)
 		c.firstSender = q
 	case !c.shared.Load():
 		c.shared.Store(true)
@@ -144,8 +154,7 @@ func (c *cq) Poll(wc []driver.WorkCompletion) int {
 	// Destroy sets destroyed before it takes c.mu to unmap the ring.
 	if !c.destroyed.Load() {
 		for n < len(wc) {
-			if c.local.ready() {
-				q, seq := c.local.take(&wc[n])
+			if q, seq, ok := c.local.take(&wc[n]); ok {
 				if q == nil {
 					q = c.firstSender
 				}

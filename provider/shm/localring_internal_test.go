@@ -39,12 +39,12 @@ func TestLocalRingSecondSender(t *testing.T) {
 	var wc driver.WorkCompletion
 	for got := 0; got < 2*per; {
 		c.mu.Lock()
-		if !c.local.ready() {
+		q, _, ok := c.local.take(&wc)
+		if !ok {
 			c.mu.Unlock()
 			runtime.Gosched()
 			continue
 		}
-		q, _ := c.local.take(&wc)
 		if q == nil {
 			q = c.firstSender
 		}

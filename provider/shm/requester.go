@@ -139,53 +139,40 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 // the lookups aside; it reports false, having touched nothing, for any
 // other WR or any check that fails, and postNow takes the WR.
 func (q *qp) postFast(wr *driver.SendWR) bool {
-	var need, rneed driver.AccessFlags
-	switch wr.Opcode {
-	case driver.OpRDMAWrite:
-		rneed = driver.AccessRemoteWrite
-	case driver.OpRDMARead:
-		need, rneed = driver.AccessLocalWrite, driver.AccessRemoteRead
-	case driver.OpAtomicFetchAndAdd, driver.OpAtomicCmpAndSwp:
-		need, rneed = driver.AccessLocalWrite, driver.AccessRemoteAtomic
-	default:
+	if int(wr.Opcode) >= len(fastOps) {
 		return false
 	}
+	f := &fastOps[wr.Opcode]
 	c, m, sq := q.conn, q.lastMR, q.sq
-	if len(wr.SGList) != 1 || wr.Flags&driver.SendInline != 0 || c == nil || m == nil || !sq.Idle() || !sq.Room() {
+	if f.rneed == 0 || len(wr.SGList) != 1 || wr.Flags&driver.SendInline != 0 || c == nil || m == nil || !sq.Idle() || !sq.Room() {
 		return false
 	}
 	g := &wr.SGList[0]
 	n := uint64(g.Length)
-	if m.key != g.LKey || m.access&need != need || m.ext.Revoked() || n == 0 || n > deviceAttr.MaxMsgSize || q.cap.MaxSendSGE == 0 {
+	// n-1 wraps for 0: a zero-length WR takes the long road.
+	if m.key != g.LKey || m.access&f.need != f.need || m.ext.Revoked() || n-1 >= deviceAttr.MaxMsgSize || q.cap.MaxSendSGE == 0 {
 		return false
 	}
 	local, ok := soft.Within(m.buf, m.addr, g.Addr, n)
-	if !ok || !c.peerUp() || (need != 0 && !c.peerReads()) || c.dirty.Load() {
+	if !ok || !c.peerUp() || (f.need != 0 && !c.peerReads()) || c.dirty.Load() {
 		return false
 	}
-	e := c.cached(wr.RKey, rneed != driver.AccessRemoteRead)
-	if e == nil || e.seg == nil {
+	e := c.cached(wr.RKey, f.rneed != driver.AccessRemoteRead)
+	if e == nil || !c.allows(&e.k, f.rneed) {
 		return false
 	}
-	if !c.allows(&e.k, rneed) {
-		return false
-	}
-	off, ok := e.k.span(wr.RemoteAddr, n)
+	remote, ok := e.span(wr.RemoteAddr, n) // process memory: nil win, not mapped
 	if !ok {
 		return false
 	}
-	remote, ok := segSpan(e.seg.mem, &e.k, off, n)
-	if !ok {
-		return false
-	}
-	if rneed == driver.AccessRemoteAtomic && (n != 8 || wr.RemoteAddr%8 != 0 || uintptr(unsafe.Pointer(&remote[0]))%8 != 0) {
+	if f.rneed == driver.AccessRemoteAtomic && (n != 8 || wr.RemoteAddr%8 != 0 || uintptr(unsafe.Pointer(&remote[0]))%8 != 0) {
 		return false
 	}
 	if !c.peerSettled { // announceRequest's test, in line
 		c.announceRequest()
 	}
 	var byteLen uint32
-	switch rneed {
+	switch f.rneed {
 	case driver.AccessRemoteWrite:
 		copySmall(remote, local)
 	case driver.AccessRemoteRead:
@@ -199,9 +186,29 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 		c.afterWR()
 	}
 	if seq, signaled := sq.Commit(wr); signaled {
-		q.sendCQ.pushSend(q, seq, wr.WRID, driver.WCSuccess, wr.Opcode.CompletionOpcode(), byteLen)
+		// pushSend, in line: one call fewer.
+		if cq := q.sendCQ; cq.destroyed.Load() || cq.shared.Load() || !cq.local.produceOwn(seq, wr.WRID, driver.WCSuccess, f.wc, byteLen) {
+			cq.pushSendSlow(q, seq, wr.WRID, driver.WCSuccess, f.wc, byteLen)
+		} else {
+			cq.ring.notify(false, false)
+		}
 	}
 	return true
+}
+
+// fastOp is what postFast needs to know of an opcode it takes: the local
+// and remote rights, and the completion's opcode. rneed is 0 for the
+// opcodes it does not take.
+type fastOp struct {
+	need, rneed driver.AccessFlags
+	wc          driver.WCOpcode
+}
+
+var fastOps = [...]fastOp{
+	driver.OpRDMAWrite:         {0, driver.AccessRemoteWrite, driver.OpRDMAWrite.CompletionOpcode()},
+	driver.OpRDMARead:          {driver.AccessLocalWrite, driver.AccessRemoteRead, driver.OpRDMARead.CompletionOpcode()},
+	driver.OpAtomicFetchAndAdd: {driver.AccessLocalWrite, driver.AccessRemoteAtomic, driver.OpAtomicFetchAndAdd.CompletionOpcode()},
+	driver.OpAtomicCmpAndSwp:   {driver.AccessLocalWrite, driver.AccessRemoteAtomic, driver.OpAtomicCmpAndSwp.CompletionOpcode()},
 }
 
 // The kinds of WR postNow performs, by opcode (0: none of them).
@@ -387,16 +394,13 @@ func (c *conn) target(t *remote, key uint32, addr, n uint64, need driver.AccessF
 	if !c.allows(&e.k, need) {
 		return false
 	}
-	off, ok := e.k.span(addr, n)
-	if !ok {
-		return false
-	}
 	t.n = n
 	if e.seg == nil {
+		_, ok := e.k.span(addr, n)
 		t.b, t.addr, t.proc = nil, addr, true
-		return true
+		return ok
 	}
-	b, ok := segSpan(e.seg.mem, &e.k, off, n)
+	b, ok := e.span(addr, n)
 	t.b, t.addr, t.proc = b, 0, false
 	return ok
 }
@@ -410,14 +414,26 @@ func (c *conn) allows(k *keyInfo, need driver.AccessFlags) bool {
 	return rights&need == need && k.pd == c.peerHdr.pd.Load()
 }
 
-// segSpan returns the n bytes at offset off of the region of k in mem,
-// its segment as mapped here: false if they lie beyond the mapping.
-func segSpan(mem []byte, k *keyInfo, off, n uint64) ([]byte, bool) {
-	start := k.segOff + off
-	if start < k.segOff || start > uint64(len(mem)) || n > uint64(len(mem))-start {
+// mappedRegion returns the bytes of the region of k that lie in mem, its
+// segment as mapped here: the whole region, or as much of its start as the
+// mapping holds (a WR beyond it fails); false if the region starts beyond
+// the mapping, where no span of it, not even an empty one, is valid.
+func mappedRegion(mem []byte, k *keyInfo) ([]byte, bool) {
+	if k.segOff > uint64(len(mem)) {
 		return nil, false
 	}
-	return mem[start : start+n], true
+	return mem[k.segOff:][:min(k.length, uint64(len(mem))-k.segOff)], true
+}
+
+// span returns the n bytes at addr of e's region in its segment's
+// mapping: false unless they lie both in the region and in the mapping.
+// (The test of addr against the region's start is Within's too, but for a
+// region a lying peer says wraps around the address space.)
+func (e *keyEntry) span(addr, n uint64) ([]byte, bool) {
+	if addr < e.k.addr || !e.mapped {
+		return nil, false
+	}
+	return soft.Within(e.win, e.k.addr, addr, n)
 }
 
 // keyCache remembers the requester's last resolved keys, so that a WR
@@ -431,12 +447,17 @@ type keyCache struct {
 }
 
 // keyEntry is one resolved key: the key slot as read, and the peer's
-// segment it lies in, mapped writable if rw (nil for process memory).
+// segment it lies in, mapped writable if rw (nil for process memory), and
+// win, the region's bytes in that mapping (mappedRegion), whose first byte
+// is at the key's addr, mapped false if the region starts beyond the
+// mapping: a WR's remote span is checked against them alone (span).
 type keyEntry struct {
-	k     keyInfo
-	seg   *segment
-	rw    bool
-	valid bool
+	k      keyInfo
+	seg    *segment
+	win    []byte
+	mapped bool
+	rw     bool
+	valid  bool
 }
 
 // cached returns the entry of key if it is still current (and maps its
@@ -482,6 +503,9 @@ func (c *conn) resolve(key uint32, write bool) (*keyEntry, bool) {
 	e := &c.kc.e[c.kc.next]
 	c.kc.next = (c.kc.next + 1) % len(c.kc.e)
 	*e = keyEntry{k: k, seg: seg, rw: seg != nil && c.segRW[k.segID], valid: true}
+	if seg != nil {
+		e.win, e.mapped = mappedRegion(seg.mem, &k)
+	}
 	return e, true
 }
 

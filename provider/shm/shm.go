@@ -201,7 +201,7 @@ func openDevice() (driver.Context, error) {
 	c := &devCtx{
 		EventQueue: soft.NewEventQueue(),
 		keySeg:     keys,
-		keys:       viewKeyTable(keys.mem, maxKeys),
+		keys:       viewKeyTable(keys.mem, maxKeys, 0),
 		mrs:        keytab.Table[grant.Entry[*mr]]{Indexed: true},
 		segs:       map[uint32]*segInfo{},
 		pid:        os.Getpid(),
@@ -756,7 +756,7 @@ func (q *qp) revokeGrant(key uint32) {
 	q.grantMu.Lock()
 	defer q.grantMu.Unlock()
 	idx := keytab.Index(key)
-	if q.grants.slots[idx].key.Load() == key {
+	if q.grants.slot(idx).key.Load() == key {
 		q.grants.revoke(idx)
 	}
 }
