@@ -21,10 +21,16 @@
 #        posting fail with ErrNoDevice, every Close returns, the kernel's
 #        removal completes once the context is closed), its link taken
 #        down and up (EventPortErr, a Send that completes or fails, never
-#        hangs, EventPortActive), and a region deregistered under a
-#        pending RDMA Read and under a pending Write's target (no byte
-#        lands after the deregistration); a peer process killed with WRs
-#        outstanding is the conformance case PeerFailure/Killed;
+#        hangs, EventPortActive), a connection and everything under it
+#        closed while its link is down (idle, with Sends and receives
+#        outstanding, with an RDMA Read under way; in a user's order, QPs
+#        first, the context first, both connections at once, one side
+#        before the link returns and the other after: every call returns
+#        and the device's `rdma resource show` counts are back to what
+#        they were), and a region deregistered under a pending RDMA Read
+#        and under a pending Write's target (no byte lands after the
+#        deregistration); a peer process killed with WRs outstanding is
+#        the conformance case PeerFailure/Killed;
 #     4. `rdma resource show` afterwards: the same counts as before.
 #
 # Every case is listed PASS, SKIP (with the capability the device lacks)
@@ -365,12 +371,15 @@ imm() {
 # that its device and veth pair are gone once its process has exited.
 baddays() {
 	local out=$work/baddays.log pass=0 fail=0 c
-	log "rxe0: bad days (a device removed, a link down, regions deregistered under transfers)"
+	log "rxe0: bad days (a device removed, a link down, closing with the link down, regions deregistered under transfers)"
 	: >"$out"
-	for c in DeviceRemoved PortDown DeregUnderRead DeregUnderWrite; do
-		if "$vmsh" exec "cd /tmp && GOVERBS_IBVERBS_BADDAYS=1 timeout 300 $work/ibverbs.test -test.run '^TestBadDay$c\$' -test.v -test.timeout 4m 2>&1" >"$out.$c" 2>&1 &&
+	# A hang is caught by the case's own bounds (it prints every
+	# goroutine's stack and the kernel's stack of every thread), then by
+	# -test.timeout, then by SIGQUIT, which makes Go print the stacks.
+	for c in DeviceRemoved PortDown CloseWithPortDown DeregUnderRead DeregUnderWrite; do
+		if "$vmsh" exec "cd /tmp && GOVERBS_IBVERBS_BADDAYS=1 GOTRACEBACK=all timeout -s QUIT 600 $work/ibverbs.test -test.run '^TestBadDay$c\$' -test.v -test.timeout 9m 2>&1" >"$out.$c" 2>&1 &&
 			grep -q -- "--- PASS: TestBadDay$c " "$out.$c" &&
-			"$vmsh" exec "for i in \$(seq 120); do rdma link show | grep -q rxe_bad || ip -br link | grep -q gvbad || exit 0; sleep 0.5; done; rdma link show; ip -br link; exit 1" >>"$out.$c" 2>&1; then
+			"$vmsh" exec "for i in \$(seq 240); do rdma link show | grep -q rxe_bad || ip -br link | grep -q gvbad || exit 0; sleep 0.5; done; rdma link show; ip -br link; exit 1" >>"$out.$c" 2>&1; then
 			pass=$((pass + 1))
 			echo "  PASS $c"
 		else

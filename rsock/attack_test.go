@@ -231,6 +231,38 @@ func TestAttackWritePastCredits(t *testing.T) {
 	}
 }
 
+// TestAttackInlinePastCredits: a peer that fills the ring and then sends
+// bytes inside a data message's Send is dropped with ErrProtocol after
+// the bytes within its credits.
+func TestAttackInlinePastCredits(t *testing.T) {
+	for _, scheme := range providers {
+		t.Run(scheme, func(t *testing.T) {
+			victim, h, healthy, _ := attackSetup(t, scheme)
+			size := int(h.victim.ringSize())
+			if st := h.write(t, h.victim.ringAddr(), h.victim.ringKey(), size, makeCtrl(opData, 0, uint32(size))); st != verbs.WCSuccess {
+				t.Fatalf("the write within the credits failed: %v", st)
+			}
+			h.send(t, append(ctrlBytes(makeCtrl(opData, 0, 8)), "past end"...))
+			got, err := readUntilErr(t, victim)
+			if !errors.Is(err, ErrProtocol) {
+				t.Errorf("victim's Read: %v, want ErrProtocol", err)
+			}
+			if len(got) > size || bytes.Contains(got, []byte("past end")) {
+				t.Errorf("victim read %d bytes (the inline ones among them: %v), the credits were %d",
+					len(got), bytes.Contains(got, []byte("past end")), size)
+			}
+			checkHealthy(t, healthy)
+		})
+	}
+}
+
+// ctrlBytes is control word w as the bytes of a Send.
+func ctrlBytes(w uint32) []byte {
+	var b [ctrlLen]byte
+	ctrlWord(w, &b)
+	return b[:]
+}
+
 // TestAttackForgedRingOffset: a peer that writes outside the ring it was
 // given (past its end, before it, or with another connection's rkey)
 // fails at its own side; the healthy connection's ring is untouched and
@@ -270,7 +302,8 @@ func TestAttackForgedRingOffset(t *testing.T) {
 
 // TestAttackMalformedControl: control messages with a bad op, an empty
 // data message, acks for receives the victim never posted, credits for
-// bytes never sent, or a Send of the wrong length drop the connection
+// bytes never sent, a Send of the wrong length, or inline data that its
+// control message does not announce drop the connection
 // with an error.
 func TestAttackMalformedControl(t *testing.T) {
 	cases := []struct {
@@ -298,6 +331,15 @@ func TestAttackMalformedControl(t *testing.T) {
 		}},
 		{"send of 3 bytes", func(t *testing.T, h *hostile) { h.send(t, []byte{0x40, 0, 1}) }},
 		{"send of 64 bytes", func(t *testing.T, h *hostile) { h.send(t, make([]byte, 64)) }},
+		{"inline data of another count", func(t *testing.T, h *hostile) {
+			h.send(t, append(ctrlBytes(makeCtrl(opData, 0, 9)), "12345678"...))
+		}},
+		{"inline bytes behind a credit", func(t *testing.T, h *hostile) {
+			h.send(t, append(ctrlBytes(makeCtrl(opCredit, 0, 0)), "12345678"...))
+		}},
+		{"send longer than a receive", func(t *testing.T, h *hostile) {
+			h.send(t, append(ctrlBytes(makeCtrl(opData, 0, inlineMax+1)), make([]byte, inlineMax+1)...))
+		}},
 	}
 	for _, scheme := range providers {
 		for _, c := range cases {

@@ -12,11 +12,17 @@ import (
 )
 
 // BenchmarkPingPong64 is a 64-byte request and its 64-byte response, one
-// at a time (ns/op is the round trip).
+// at a time (ns/op is the round trip), over rsock and over Go's TCP
+// loopback for comparison.
 func BenchmarkPingPong64(b *testing.B) {
-	for _, scheme := range providers {
+	for _, scheme := range append([]string{"gotcp"}, providers...) {
 		b.Run(scheme, func(b *testing.B) {
-			d, a := pair(b, scheme, &Config{})
+			var d, a net.Conn
+			if scheme == "gotcp" {
+				d, a = tcpPair(b)
+			} else {
+				d, a = pair(b, scheme, &Config{})
+			}
 			defer d.Close()
 			defer a.Close()
 			done := make(chan error, 1)
@@ -44,12 +50,32 @@ func BenchmarkPingPong64(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			d.CloseWrite()
+			d.(interface{ CloseWrite() error }).CloseWrite()
 			if err := <-done; err != nil {
 				b.Fatal(err)
 			}
 		})
 	}
+}
+
+// tcpPair returns both ends of a Go TCP loopback connection.
+func tcpPair(b *testing.B) (dialled, accepted net.Conn) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ch := make(chan net.Conn, 1)
+	go func() {
+		c, _ := l.Accept()
+		ch <- c
+	}()
+	d, err := net.Dial("tcp", l.Addr().String())
+	a := <-ch
+	if err != nil || a == nil {
+		b.Fatalf("dial: %v, accept: %v", err, a)
+	}
+	return d, a
 }
 
 // BenchmarkStream1MiB writes 1 MiB per op to a reader that drains it,

@@ -73,6 +73,15 @@ type Conn struct {
 	recvs     int // our posted receives
 	sqDepth   int
 
+	// acceptInline: this side told the peer that its receives, of
+	// recvSlot bytes, take inline data messages; inlineMax is the most
+	// bytes this side sends so (0: none, the peer does not take them);
+	// sendInline is the QP's MaxInlineData and the send buffer's size.
+	acceptInline bool
+	recvSlot     int
+	inlineMax    int
+	sendInline   int
+
 	// helpable: spinning waits may poll for this connection while its
 	// wait is parked (park.go); park is its park state, parkedAt when it
 	// parked (since parkEpoch), parkIdx its place among the parked
@@ -269,6 +278,14 @@ func (c *Conn) write(b []byte, src *verbs.MR) (sent int, last uint64, err error)
 				if end {
 					last = c.posted
 				}
+				sent += int(n)
+				c.mu.Unlock()
+				c.afterPost()
+				continue
+			}
+			if int(n) <= c.inlineMax {
+				// One Send carries the bytes with their data message.
+				c.postInline(b[sent : sent+int(n)])
 				sent += int(n)
 				c.mu.Unlock()
 				c.afterPost()
@@ -679,7 +696,7 @@ func (c *Conn) completeOne(wc *verbs.WorkCompletion) {
 	var word [ctrlLen]byte
 	var m ctrl
 	var err error
-	buf := c.ctl.Bytes()[idx*ctrlLen : (idx+1)*ctrlLen]
+	buf := c.ctl.Bytes()[int(idx)*c.recvSlot : (int(idx)+1)*c.recvSlot]
 	switch {
 	case wc.Opcode == verbs.WCRecvRDMAWithImm && wc.Flags&verbs.WCWithImm != 0 && c.acceptImm:
 		if wc.ByteLen != 0 && uint64(wc.ByteLen) > c.peerSize {
@@ -690,8 +707,10 @@ func (c *Conn) completeOne(wc *verbs.WorkCompletion) {
 	case wc.Opcode == verbs.WCRecv && wc.Flags&verbs.WCWithImm == 0:
 		var b []byte
 		if b, err = verbs.Received(wc, buf); err == nil {
-			copy(word[:], b)
-			m, err = parseCtrl(word[:len(b)])
+			n := copy(word[:], b)
+			if m, err = parseCtrl(word[:n]); err == nil && len(b) > ctrlLen {
+				err = c.takeInline(m, b[ctrlLen:])
+			}
 		}
 	default:
 		err = fmt.Errorf("%w: a completion of kind %v", errCtrl, wc.Opcode)
@@ -705,6 +724,28 @@ func (c *Conn) completeOne(wc *verbs.WorkCompletion) {
 		c.owed++
 	}
 	c.apply(m)
+}
+
+// takeInline copies the bytes of inline data message m into the ring,
+// where an RDMA Write would have put them, if this side takes inline
+// data, m announces them, and they are within the credits it gave
+// (apply then counts them). mu is held.
+func (c *Conn) takeInline(m ctrl, data []byte) error {
+	switch {
+	case !c.acceptInline:
+		return fmt.Errorf("%w: a Send of %d bytes", errCtrl, ctrlLen+len(data))
+	case m.op() != opData || int(m.count()) != len(data):
+		return fmt.Errorf("%w: %d bytes after a control message of op %d, count %d", errCtrl, len(data), m.op(), m.count())
+	}
+	size := uint64(len(c.ringBuf))
+	n := uint64(len(data))
+	if c.rxTail+n > c.rxCredited+size {
+		return fmt.Errorf("it sent %d bytes past its credits", c.rxTail+n-c.rxCredited-size)
+	}
+	off := c.rxTail % size
+	k := copy(c.ringBuf[off:], data)
+	copy(c.ringBuf, data[k:])
+	return nil
 }
 
 // apply acts on a control message, after checking that the peer had the
@@ -786,7 +827,7 @@ func (c *Conn) postData(src verbs.SGE, off, n uint64, signal bool) {
 		c.post(1, signal)
 	} else {
 		c.swr[0] = verbs.SendWR{Opcode: verbs.OpRDMAWrite, SGList: c.sge[:1], RemoteAddr: c.peerAddr + off, RKey: c.peerKey}
-		c.swr[1] = c.sendWR(w)
+		c.swr[1] = c.sendWR(w, nil)
 		c.post(2, signal)
 	}
 	c.txSent += n
@@ -799,20 +840,29 @@ func (c *Conn) postCtrl(op uint8, count uint32) {
 	if c.useImm {
 		c.swr[0] = verbs.SendWR{Opcode: verbs.OpRDMAWriteWithImm, Imm: w, RemoteAddr: c.peerAddr, RKey: c.peerKey}
 	} else {
-		c.swr[0] = c.sendWR(w)
+		c.swr[0] = c.sendWR(w, nil)
 	}
 	// The end of the stream is signaled, so that Close can wait for
 	// every send before it.
 	c.post(1, op == opFin)
 }
 
-// sendWR is the inline Send of control word w.
-func (c *Conn) sendWR(w uint32) verbs.SendWR {
+// sendWR is the inline Send of control word w followed by data.
+func (c *Conn) sendWR(w uint32, data []byte) verbs.SendWR {
 	var b [ctrlLen]byte
 	ctrlWord(w, &b)
 	copy(c.sendBuf, b[:])
-	c.sge[1] = c.ctl.SGE(c.recvs*ctrlLen, ctrlLen)
+	copy(c.sendBuf[ctrlLen:], data)
+	c.sge[1] = c.ctl.SGE(c.recvs*c.recvSlot, ctrlLen+len(data))
 	return verbs.SendWR{Opcode: verbs.OpSend, SGList: c.sge[1:2], Flags: verbs.SendInline}
+}
+
+// postInline sends data, at most inlineMax bytes, inside the Send of
+// its data message. mu is held; the caller checked the credits.
+func (c *Conn) postInline(data []byte) {
+	c.swr[0] = c.sendWR(makeCtrl(opData, c.takeAcks(), uint32(len(data))), data)
+	c.post(1, false)
+	c.txSent += uint64(len(data))
 }
 
 func (c *Conn) takeAcks() int {
@@ -823,8 +873,13 @@ func (c *Conn) takeAcks() int {
 }
 
 // signalEvery is how many send queue slots may be posted unsignaled
-// before one work request is signaled, which retires them all.
-const signalEvery = 16
+// before one work request is signaled, which retires them all. Each
+// signaled work request costs a completion and, on iWARP, where a Send
+// or RDMA Write completes only once the peer confirms it, a zero-length
+// Read and its response; a send queue of sqDepth holds two rounds of
+// signalEvery slots and the slots of a data message, so a Write need
+// not wait for a completion while the previous round's is on its way.
+const signalEvery = 32
 
 // post posts the first n work requests of swr, signaling the last if
 // signal or if signalEvery slots have gone unsignaled; a signaled work
@@ -845,7 +900,7 @@ func (c *Conn) post(n int, signal bool) {
 
 // postRecv posts receive idx. mu is held.
 func (c *Conn) postRecv(idx uint64) {
-	c.rsge[0] = c.ctl.SGE(int(idx)*ctrlLen, ctrlLen)
+	c.rsge[0] = c.ctl.SGE(int(idx)*c.recvSlot, c.recvSlot)
 	c.rwr[0] = verbs.RecvWR{WRID: recvTag | idx, SGList: c.rsge[:]}
 	if _, err := c.qp.PostRecv(c.rwr[:]); err != nil {
 		c.fail(fmt.Errorf("%w: %w", ErrReset, err))

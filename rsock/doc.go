@@ -48,7 +48,9 @@
 //	0       4     magic "RSK1"
 //	4       1     version, 1
 //	5       1     flags: bit 0, the sender takes control messages as
-//	              immediate data (otherwise as Sends)
+//	              immediate data (otherwise as Sends); bit 1, the
+//	              sender's receives hold 128 bytes and take inline
+//	              data messages
 //	6       2     reserved, 0
 //	8       8     ring address
 //	16      4     ring rkey (remote write only)
@@ -78,6 +80,14 @@
 // (On iWARP a Write with immediate is two frames, like a Write and a
 // Send, and a control message alone is two frames where a Send is one.)
 // A receiver takes both forms whatever its hello asked for.
+//
+// Inline data: when the receiver's hello sets bit 1 and control messages
+// go as Sends, a data message of at most 124 bytes may carry its bytes
+// itself, in place of the RDMA Write before it: its Send is the 4-byte
+// control message followed by the count bytes, and the receiver copies
+// them into its ring where the Write would have put them. On iWARP that
+// is one frame per small write instead of two. A side sets bit 1 when it
+// does not ask for immediate data.
 //
 // Each message consumes one of the receiver's posted receives, which it
 // posts again at once and acknowledges in the acks of its next message;
@@ -109,8 +119,9 @@
 //
 // Memory: each end registers its ring (Config.RingSize), a staging copy
 // of the peer's ring (Writes below Config.ZeroCopyMin are copied there and
-// written from there), 132 bytes of control buffers, and the buffer of
-// its last zero-copy Write; Conn.RegisteredBytes reports the first three.
+// written from there), control buffers (132 bytes; 4,224 where its
+// receives take inline data, as on iWARP), and the buffer of its last
+// zero-copy Write; Conn.RegisteredBytes reports the first three.
 // A device context is shared by the process's connections on a device, as
 // many as its regions allow (four a connection, within the device's
 // MaxMR: 64 on shm0); more connections open further contexts.

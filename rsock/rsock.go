@@ -259,9 +259,21 @@ func newConn(dev string, cfg *Config, peer hello) (_ *Conn, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{dev: d, spin: cfg.spin(), zcMin: cfg.zeroCopyMin(), recvs: ctrlRecvs, sqDepth: 2*ctrlRecvs + 8,
+	c := &Conn{dev: d, spin: cfg.spin(), zcMin: cfg.zeroCopyMin(), recvs: ctrlRecvs, sqDepth: 2*signalEvery + 8,
 		closing: make(chan struct{}), rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1)}
 	c.acceptImm = notifiesByImm(&d.attr) && !cfg.noImm
+	// A side whose peer sends control messages as Sends takes a small
+	// data message inside its Send: one frame, where an RDMA Write and
+	// its Send are two.
+	// Such a side also sends them, to a peer that takes them: its send
+	// buffer, which the device copies at post time (SendInline), holds a
+	// control message and the bytes of an inline data message.
+	c.acceptInline = !c.acceptImm
+	c.recvSlot, c.sendInline = ctrlLen, ctrlLen
+	if c.acceptInline {
+		c.recvSlot = inlineSlot
+		c.sendInline = max(ctrlLen, min(inlineSlot, d.attr.MaxInlineData))
+	}
 	c.spinGrowth = spinGrowth
 	if d.attr.Transport == "iwarp" {
 		// A poll reads the socket: a long spin is a stream of system
@@ -289,7 +301,7 @@ func newConn(dev string, cfg *Config, peer hello) (_ *Conn, err error) {
 		return nil, err
 	}
 	if c.qp, err = c.pd.CreateQP(verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq, Cap: verbs.QPCap{
-		MaxSendWR: uint32(c.sqDepth), MaxRecvWR: uint32(c.recvs), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: ctrlLen}}); err != nil {
+		MaxSendWR: uint32(c.sqDepth), MaxRecvWR: uint32(c.recvs), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: uint32(c.sendInline)}}); err != nil {
 		return nil, err
 	}
 	if err = c.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessLocalWrite | verbs.AccessRemoteWrite},
@@ -302,10 +314,10 @@ func newConn(dev string, cfg *Config, peer hello) (_ *Conn, err error) {
 	c.ringBuf = c.ring.Bytes()
 	// Local-only memory is the process's own: on shm0 it needs no
 	// shared segment (and no file descriptor).
-	if c.ctl, err = c.pd.RegMR(make([]byte, c.recvs*ctrlLen+ctrlLen), verbs.AccessLocalWrite); err != nil {
+	if c.ctl, err = c.pd.RegMR(make([]byte, c.recvs*c.recvSlot+c.sendInline), verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
-	c.sendBuf = c.ctl.Bytes()[c.recvs*ctrlLen:]
+	c.sendBuf = c.ctl.Bytes()[c.recvs*c.recvSlot:]
 	c.mu.Lock()
 	for i := range c.recvs {
 		c.postRecv(uint64(i))
@@ -330,6 +342,9 @@ func (c *Conn) setPeer(h hello) (err error) {
 	c.peerRecvs = int(h.recvs())
 	c.credits = c.peerRecvs
 	c.useImm = h.flags()&flagAcceptsImm != 0 && notifiesByImm(&c.dev.attr)
+	if !c.useImm && h.flags()&flagAcceptsInline != 0 {
+		c.inlineMax = c.sendInline - ctrlLen
+	}
 	if c.stageMR, err = c.pd.RegMR(make([]byte, c.peerSize), verbs.AccessLocalWrite); err != nil {
 		return err
 	}
@@ -350,6 +365,9 @@ func (c *Conn) hello(b []byte) hello {
 	var flags uint8
 	if c.acceptImm {
 		flags |= flagAcceptsImm
+	}
+	if c.acceptInline {
+		flags |= flagAcceptsInline
 	}
 	return putHello(b, c.ring.Addr(), c.ring.RKey(), uint32(c.ring.Len()), uint32(c.recvs), flags)
 }

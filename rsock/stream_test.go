@@ -14,18 +14,32 @@ import (
 )
 
 // TestStreamAcrossRingWraps sends a stream many times the ring's size in
-// writes and reads of odd sizes, both ways at once, and checks every byte.
+// writes and reads of odd sizes, both ways at once, and checks every byte:
+// writes up to one and a half rings, and small ones, which go inside
+// their data message's Send where the control messages are Sends.
 func TestStreamAcrossRingWraps(t *testing.T) {
 	for _, scheme := range providers {
-		for _, cfg := range []Config{{RingSize: MinRingSize}, {RingSize: MinRingSize, noImm: true}} {
-			mode := "imm"
-			if cfg.noImm {
-				mode = "send"
-			}
-			t.Run(scheme+"/"+mode, func(t *testing.T) {
+		for _, tc := range []struct {
+			mode     string
+			cfg      Config
+			maxWrite int
+		}{
+			{"imm", Config{RingSize: MinRingSize}, 3 * MinRingSize / 2},
+			{"send", Config{RingSize: MinRingSize, noImm: true}, 3 * MinRingSize / 2},
+			{"imm/small", Config{RingSize: MinRingSize}, 2 * inlineMax},
+			{"send/small", Config{RingSize: MinRingSize, noImm: true}, 2 * inlineMax},
+		} {
+			cfg := tc.cfg
+			t.Run(scheme+"/"+tc.mode, func(t *testing.T) {
 				d, a := pair(t, scheme, &cfg)
 				defer d.Close()
 				defer a.Close()
+				for _, c := range []*Conn{d, a} {
+					if inline := c.inlineMax > 0; inline == c.useImm || c.acceptInline == c.acceptImm {
+						t.Fatalf("inline data sent %v, taken %v, with immediate data sent %v, taken %v: want inline data exactly where control messages are Sends",
+							inline, c.acceptInline, c.useImm, c.acceptImm)
+					}
+				}
 				const total = 1 << 20
 				src := make([]byte, total)
 				for i := range src {
@@ -35,7 +49,7 @@ func TestStreamAcrossRingWraps(t *testing.T) {
 				send := func(c net.Conn, seed uint64) {
 					r := rand.New(rand.NewPCG(seed, 1))
 					for off := 0; off < total; {
-						n := min(1+r.IntN(3*MinRingSize/2), total-off)
+						n := min(1+r.IntN(tc.maxWrite), total-off)
 						if _, err := c.Write(src[off : off+n]); err != nil {
 							errc <- err
 							return
@@ -119,8 +133,14 @@ func TestCloseReleasesEverything(t *testing.T) {
 	for _, scheme := range providers {
 		t.Run(scheme, func(t *testing.T) {
 			d, a := pair(t, scheme, &Config{})
-			if got := d.RegisteredBytes(); got != 2*DefaultRingSize+(ctrlRecvs+1)*ctrlLen {
-				t.Errorf("RegisteredBytes = %d, want %d", got, 2*DefaultRingSize+(ctrlRecvs+1)*ctrlLen)
+			// Receives and the send buffer: a control message each, or
+			// one with inline data where the side takes that.
+			want := 2*DefaultRingSize + (ctrlRecvs+1)*ctrlLen
+			if d.acceptInline {
+				want = 2*DefaultRingSize + (ctrlRecvs+1)*inlineSlot
+			}
+			if got := d.RegisteredBytes(); got != want {
+				t.Errorf("RegisteredBytes = %d, want %d", got, want)
 			}
 			d.Close()
 			a.Close()

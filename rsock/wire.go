@@ -28,8 +28,12 @@ const (
 	helloVersion1 = 1
 	// flagAcceptsImm: the sender of the hello takes control messages as
 	// the immediate data of RDMA Writes; without it, as 4-byte Sends.
-	flagAcceptsImm  = 1 << 0
-	helloKnownFlags = flagAcceptsImm
+	flagAcceptsImm = 1 << 0
+	// flagAcceptsInline: the sender of the hello posts receives of
+	// inlineSlot bytes, which take a data message of up to inlineMax
+	// bytes inside its Send (an inline data message).
+	flagAcceptsInline = 1 << 1
+	helloKnownFlags   = flagAcceptsImm | flagAcceptsInline
 )
 
 var helloMagicBytes = [4]byte{'R', 'S', 'K', '1'}
@@ -106,6 +110,14 @@ const (
 const (
 	maxAcks  = 1<<6 - 1  // acks field
 	maxCount = 1<<24 - 1 // count field
+)
+
+// Receive buffers: ctrlLen bytes, or inlineSlot on a side that takes
+// inline data messages, whose bytes follow the control message in the
+// Send.
+const (
+	inlineSlot = 128
+	inlineMax  = inlineSlot - ctrlLen
 )
 
 func (m ctrl) op() uint8 { return m[ctrlOpAcks] >> 6 }

@@ -172,6 +172,12 @@ func (c *CQ) sleep(ctx context.Context, s driver.Sleeper, wc []WorkCompletion) (
 // Destroy destroys the CQ (ibv_destroy_cq). It fails with ErrBusy while a
 // QP uses it.
 func (c *CQ) Destroy() error {
+	if err := c.ctx.closedErr("destroy CQ"); err != nil {
+		if !c.destroyed.Swap(true) {
+			close(c.done)
+		}
+		return err
+	}
 	if err := c.users.check("CQ"); err != nil {
 		return err
 	}

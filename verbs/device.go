@@ -128,9 +128,22 @@ func (c *Context) CreateCQ(cqe int) (*CQ, error) {
 
 // Close closes the device and releases every resource created on it; the
 // peers of its connected QPs see their connections break, and goroutines
-// in CQ.Wait on its CQs return ErrClosed.
+// in CQ.Wait on its CQs return ErrClosed. Destroying one of those objects
+// afterwards, in any order, returns ErrClosed.
 func (c *Context) Close() error {
 	err := c.d.Close()
 	c.closeOnce.Do(func() { close(c.closed) })
 	return err
+}
+
+// closedErr is the error of destroying obj once the context is closed:
+// its Close destroyed everything made on it. It is nil while the
+// context is open.
+func (c *Context) closedErr(obj string) error {
+	select {
+	case <-c.closed:
+		return fmt.Errorf("verbs: %s: %w: the context was closed, which destroyed it", obj, ErrClosed)
+	default:
+		return nil
+	}
 }

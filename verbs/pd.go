@@ -162,6 +162,9 @@ func (p *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 // Dealloc frees the protection domain (ibv_dealloc_pd). It fails with
 // ErrBusy while regions, QPs or SRQs created on it live.
 func (p *PD) Dealloc() error {
+	if err := p.ctx.closedErr("dealloc PD"); err != nil {
+		return err
+	}
 	if err := p.users.check("PD"); err != nil {
 		return err
 	}
@@ -214,6 +217,10 @@ func (m *MR) SGE(off, n int) SGE {
 func (m *MR) Dereg() error {
 	if m.dereg.Swap(true) {
 		return fmt.Errorf("verbs: dereg MR: %w", ErrClosed)
+	}
+	if err := m.pd.ctx.closedErr("dereg MR"); err != nil {
+		m.pd.users.done()
+		return err
 	}
 	if err := m.d.Dereg(); err != nil {
 		m.dereg.Store(false)

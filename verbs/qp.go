@@ -86,17 +86,26 @@ func (q *QP) Destroy() error {
 	if q.destroyed.Swap(true) {
 		return fmt.Errorf("verbs: destroy QP: %w", ErrClosed)
 	}
+	if err := q.pd.ctx.closedErr("destroy QP"); err != nil {
+		q.release()
+		return err
+	}
 	if err := q.d.Destroy(); err != nil {
 		q.destroyed.Store(false)
 		return fmt.Errorf("verbs: destroy QP %d: %w", q.num, err)
 	}
+	q.release()
+	return nil
+}
+
+// release lets go of the PD, CQs and SRQ the destroyed QP held.
+func (q *QP) release() {
 	q.pd.users.done()
 	q.sendCQ.users.done()
 	q.recvCQ.users.done()
 	if q.srq != nil {
 		q.srq.users.done()
 	}
-	return nil
 }
 
 // SRQ is a shared receive queue: several QPs draw their receives from it.
@@ -121,6 +130,12 @@ func (s *SRQ) Query() (SRQAttr, error) { return s.d.Query() }
 // Destroy destroys the SRQ (ibv_destroy_srq). It fails with ErrBusy while a
 // QP uses it.
 func (s *SRQ) Destroy() error {
+	if err := s.pd.ctx.closedErr("destroy SRQ"); err != nil {
+		if !s.destroyed.Swap(true) {
+			s.pd.users.done()
+		}
+		return err
+	}
 	if err := s.users.check("SRQ"); err != nil {
 		return err
 	}

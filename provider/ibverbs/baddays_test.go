@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -182,6 +183,7 @@ func (r *badRig) close(t *testing.T) []error {
 				errs = append(errs, fmt.Errorf("%s: %w", what, err))
 			}
 		case <-time.After(badBound):
+			dumpStacks(t)
 			t.Fatalf("%s did not return within %v", what, badBound)
 		}
 	}
@@ -484,3 +486,245 @@ func TestBadDayDeregUnderRead(t *testing.T) { deregUnderTransfer(t, true) }
 // TestBadDayDeregUnderWrite has the responder deregister the region a
 // pending RDMA Write targets.
 func TestBadDayDeregUnderWrite(t *testing.T) { deregUnderTransfer(t, false) }
+
+// dumpStacks logs every goroutine's stack and, for each thread of the
+// process, the kernel's stack and wait channel: what a hung call waits
+// on.
+func dumpStacks(t *testing.T) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	t.Logf("goroutines:\n%s", buf[:runtime.Stack(buf, true)])
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, task := range tasks {
+		dir := "/proc/self/task/" + task.Name()
+		comm, _ := os.ReadFile(dir + "/comm")
+		wchan, _ := os.ReadFile(dir + "/wchan")
+		stack, _ := os.ReadFile(dir + "/stack")
+		if len(stack) == 0 && string(wchan) == "0" {
+			continue
+		}
+		t.Logf("thread %s (%s) wchan %s:\n%s", task.Name(), strings.TrimSpace(string(comm)), wchan, stack)
+	}
+}
+
+// closeOrder is the order in which a case tears its rig down.
+type closeOrder int
+
+const (
+	// connsFirst closes the connections, then destroys the QPs, the
+	// CQs, the region and the PD, and closes the context.
+	connsFirst closeOrder = iota
+	// peerLater closes A's connection and QP with the link down, and
+	// B's only once the link is up again.
+	peerLater
+	// qpsFirst destroys the QPs before closing their connections.
+	qpsFirst
+	// contextFirst closes the context, which destroys what is made on
+	// it, and then the connections.
+	contextFirst
+	// together closes both connections at once, from two goroutines.
+	together
+)
+
+// closeDownCase is one way a user ends a connection whose link is down.
+type closeDownCase struct {
+	name string
+	// load posts what is outstanding when the link goes down; post
+	// runs after the link went down.
+	load, post func(t *testing.T, r *badRig, mr *verbs.MR)
+	// upFirst brings the link up before anything is closed.
+	upFirst bool
+	order   closeOrder
+}
+
+// postRecvs posts two receives on each QP.
+func postRecvs(t *testing.T, r *badRig, mr *verbs.MR) {
+	for i, q := range []*verbs.QP{r.qpA, r.qpA, r.qpB, r.qpB} {
+		if _, err := q.PostRecv([]verbs.RecvWR{{WRID: uint64(10 + i), SGList: []verbs.SGE{mr.SGE(4096*i, 4096)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// postSends posts Sends from A to B; with the link down they are
+// retried, completed or failed, whatever the device does.
+func postSends(t *testing.T, r *badRig, mr *verbs.MR) {
+	for i := range 4 {
+		if _, err := r.qpA.PostSend([]verbs.SendWR{{WRID: uint64(20 + i), Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{mr.SGE(64*i, 64)}}}); err != nil {
+			t.Fatalf("PostSend with the link down: %v", err)
+		}
+	}
+}
+
+// postRead posts an RDMA Read of the region's second half into its
+// first: large enough to be under way when the link goes down.
+func postRead(t *testing.T, r *badRig, mr *verbs.MR) {
+	half := mr.Len() / 2
+	if _, err := r.qpA.PostSend([]verbs.SendWR{{WRID: 30, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{mr.SGE(0, half)}, RemoteAddr: mr.Addr() + uint64(half), RKey: mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var closeDownCases = []closeDownCase{
+	{name: "Idle"},
+	{name: "IdleUpFirst", upFirst: true},
+	{name: "Outstanding", load: postRecvs, post: postSends},
+	{name: "OutstandingUpFirst", load: postRecvs, post: postSends, upFirst: true},
+	{name: "ReadPending", load: postRead},
+	{name: "ReadPendingUpFirst", load: postRead, upFirst: true},
+	{name: "PeerLater", load: postRecvs, post: postSends, order: peerLater},
+	{name: "QPsFirst", load: postRecvs, post: postSends, order: qpsFirst},
+	{name: "ContextFirst", load: postRead, order: contextFirst},
+	{name: "Together", load: postRecvs, post: postSends, order: together},
+}
+
+// resourceCounts is the device's line of `rdma resource show`: the
+// count of each kind of kernel object on it.
+func resourceCounts(t *testing.T, dev string) map[string]string {
+	t.Helper()
+	out, err := exec.Command("rdma", "resource", "show").CombinedOutput()
+	if err != nil {
+		t.Fatalf("rdma resource show: %v: %s", err, out)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 || strings.TrimSuffix(f[1], ":") != dev {
+			continue
+		}
+		counts := map[string]string{}
+		for i := 2; i+1 < len(f); i += 2 {
+			counts[f[i]] = f[i+1]
+		}
+		return counts
+	}
+	t.Fatalf("rdma resource show lists no %s: %s", dev, out)
+	return nil
+}
+
+// cmBaseline is the device's count of kernel objects once rdma_cm has
+// bound an id to it and let it go: librdmacm keeps a context of its own
+// on each device it has bound ids to, for the life of the process.
+func cmBaseline(t *testing.T, d *badDevice) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(badBound)
+	for {
+		// The device's GIDs follow its address a moment after it is
+		// made: until then rdma_cm routes the address to no device.
+		dev, err := cm.Device("rdma://" + d.host + ":1")
+		if err == nil && dev == d.name {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rdma_cm does not route %s to %s within %v: %q, %v", d.host, d.name, badBound, dev, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return resourceCounts(t, d.name)
+}
+
+// TestBadDayCloseWithPortDown takes the link down under a connection
+// (idle, with receives and Sends outstanding, with an RDMA Read under
+// way) and tears everything down while it is down, then brings it up:
+// in a user's order (the connections, the QPs, the CQs, the region, the
+// PD, the context), QPs before connections, the context first, both
+// connections at once, or one side with the link down and the other once
+// it is up; or brings the link up first. Every call returns within
+// badBound (else the case prints every goroutine's and thread's stack),
+// and the device's kernel objects are back to their count before the
+// connection was made. Both ends are QPs of the one device, and rxe
+// loops a packet to its own address back without the link: a peer on
+// another host, which the link cuts off, is not covered.
+func TestBadDayCloseWithPortDown(t *testing.T) {
+	for _, c := range closeDownCases {
+		t.Run(c.name, func(t *testing.T) { closeWithPortDown(t, c) })
+	}
+}
+
+func closeWithPortDown(t *testing.T, c closeDownCase) {
+	d := newBadDevice(t)
+	before := cmBaseline(t, d)
+	r := connectBad(t, d)
+	mr, err := r.pd.AllocMR(4<<20, verbs.AccessLocalWrite|verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.load != nil {
+		c.load(t, r, mr)
+	}
+	run(t, "ip", "link", "set", d.netdev, "down")
+	if c.post != nil {
+		c.post(t, r, mr)
+	}
+	r.waitEvent(t, driver.EventPortErr)
+	up := func() {
+		run(t, "ip", "link", "set", d.netdev, "up")
+	}
+	if c.upFirst {
+		up()
+		r.waitEvent(t, driver.EventPortActive)
+	}
+	step := func(what string, f func() error) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- f() }()
+		select {
+		case err := <-done:
+			// Once the context is closed, what was made on it is
+			// gone: its own destroys find it closed.
+			if err != nil && !(c.order == contextFirst && errors.Is(err, verbs.ErrClosed)) {
+				t.Errorf("%s: %v", what, err)
+			}
+		case <-time.After(badBound):
+			dumpStacks(t)
+			t.Fatalf("%s did not return within %v", what, badBound)
+		}
+	}
+	switch c.order {
+	case connsFirst:
+		step("close connection A", r.connA.Close)
+		step("close connection B", r.connB.Close)
+	case together:
+		step("close both connections at once", func() error {
+			errB := make(chan error, 1)
+			go func() { errB <- r.connB.Close() }()
+			return errors.Join(r.connA.Close(), <-errB)
+		})
+	case peerLater:
+		step("close connection A", r.connA.Close)
+		step("destroy QP A", r.qpA.Destroy)
+		if !c.upFirst {
+			up()
+			r.waitEvent(t, driver.EventPortActive)
+		}
+		step("close connection B", r.connB.Close)
+	case contextFirst:
+		step("close the context", r.ctx.Close)
+		step("close connection A", r.connA.Close)
+		step("close connection B", r.connB.Close)
+	}
+	if c.order != peerLater {
+		step("destroy QP A", r.qpA.Destroy)
+	}
+	step("destroy QP B", r.qpB.Destroy)
+	if c.order == qpsFirst {
+		step("close connection A", r.connA.Close)
+		step("close connection B", r.connB.Close)
+	}
+	step("destroy CQ A", r.cqA.Destroy)
+	step("destroy CQ B", r.cqB.Destroy)
+	step("deregister the region", mr.Dereg)
+	step("dealloc PD", r.pd.Dealloc)
+	step("close the context", r.ctx.Close)
+	if !c.upFirst && c.order != peerLater {
+		up()
+	}
+	after := resourceCounts(t, d.name)
+	for k, v := range before {
+		if after[k] != v {
+			t.Errorf("%s: %s %s after everything was closed, %s before the context was opened (%v, then %v)", d.name, k, after[k], v, before, after)
+		}
+	}
+	t.Logf("%s: %v before, %v after", d.name, before, after)
+}

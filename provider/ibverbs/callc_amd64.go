@@ -1,13 +1,40 @@
 package ibverbs
 
-import "unsafe"
+import (
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"unsafe"
 
-// On amd64 the provider calls C through its own trampoline and
-// runtime.cgocall, as purego.SyscallN does, but without SyscallN's
-// per-call allocation (its variadic arguments escape to the heap): the
-// data path allocates nothing.
+	"golang.org/x/sys/unix"
+)
 
-// cargs is what ctramp reads: the function, six arguments, the result.
+// On amd64 the provider calls C through its own trampolines rather than
+// purego.SyscallN, whose variadic arguments escape to the heap: the data
+// path allocates nothing.
+//
+// call, for everything but the data path, goes through runtime.cgocall
+// as cgo calls do: the goroutine enters the syscall state, so a call that
+// blocks (waiting for an event, a connection) gives up its P.
+//
+// call3, the data path's call (post_send, post_recv, poll_cq, bind_mw:
+// functions that never block), does not. The syscall state costs more
+// than those calls themselves where system calls and thread wake-ups are
+// dear: sysmon takes the P of a goroutine that has run for 10 ms without
+// passing through the scheduler (a busy-polling loop) if it finds it in a
+// foreign call, and hands it to another thread, which is woken for
+// nothing, while the polling goroutine must then find a P again on its
+// way back; on rxe, whose post_send does the device's work in the kernel
+// and lasts long, that is most of the time. call3 instead switches to a
+// C stack of its own and calls the function from the goroutine, as a
+// Go function that does not yield: the runtime sees a running goroutine
+// (a garbage collection waits the call's length for it, as for any
+// loop without a preemption point). The C stacks are a fixed pool
+// mapped once; when every one is in use, call3 goes through
+// runtime.cgocall.
+
+// cargs is what the trampolines read: the function, six arguments, the
+// result.
 type cargs struct {
 	fn uintptr
 	a  [6]uintptr
@@ -21,12 +48,16 @@ var ctrampPC uintptr
 //go:noescape
 func runtime_cgocall(fn uintptr, arg unsafe.Pointer) int32
 
+// ccallOn calls a.fn on the C stack whose top is stack (callc_amd64.s).
+//
+//go:noescape
+func ccallOn(a *cargs, stack uintptr)
+
 // call calls the C function fn with up to six integer or pointer
 // arguments and returns its integer or pointer result. An argument
 // written uintptr(unsafe.Pointer(p)) in the call keeps p alive and
 // where it is for the call (go:uintptrescapes moves it to the heap if
-// it was on the stack, which can move); the data path passes only memory
-// already on the heap, so it allocates nothing.
+// it was on the stack, which can move).
 //
 //go:uintptrescapes
 func call(fn uintptr, args ...uintptr) uintptr {
@@ -39,12 +70,96 @@ func call(fn uintptr, args ...uintptr) uintptr {
 	return a.r1
 }
 
-// call3 is call for the data path: three arguments and no variadic slice
-// (whose backing array go:uintptrescapes would put on the heap).
+// call3 is the data path's call: three arguments, no variadic slice
+// (whose backing array go:uintptrescapes would put on the heap), on a C
+// stack of the pool without entering the syscall state. fn must not
+// block; the data path passes only memory already on the heap, so it
+// allocates nothing.
 //
 //go:uintptrescapes
 func call3(fn, a1, a2, a3 uintptr) uintptr {
 	a := cargs{fn: fn, a: [6]uintptr{a1, a2, a3}}
-	runtime_cgocall(ctrampPC, unsafe.Pointer(&a))
+	if i, ok := cStacks.take(); ok {
+		ccallOn(&a, cStacks.top(i))
+		cStacks.put(i)
+	} else {
+		runtime_cgocall(ctrampPC, unsafe.Pointer(&a))
+	}
 	return a.r1
+}
+
+const (
+	// cStackSize is the usable size of each C stack: many times what
+	// the data path's C functions use (a post or a poll, maybe a system
+	// call), as the 64 KiB a cgo thread's system stack starts with.
+	cStackSize = 64 << 10
+	// cStackCount is the pool's size: more data-path calls at once than
+	// this (one per thread at most) go through runtime.cgocall.
+	cStackCount = 64
+)
+
+// cStacks is the pool of C stacks, mapped by the first call3 that finds
+// none (and never unmapped: it lives as long as the loaded library).
+var cStacks cStackPool
+
+// cStackPool holds cStackCount stacks, each above an inaccessible guard
+// page, in one mapping; free has a bit set for each stack not in use.
+type cStackPool struct {
+	free   atomic.Uint64
+	base   atomic.Uintptr // the mapping; 0 until mapped
+	mapErr atomic.Bool    // mapping failed: call3 always uses runtime.cgocall
+}
+
+// take claims a free stack and returns its index.
+func (p *cStackPool) take() (int, bool) {
+	if p.base.Load() == 0 && !p.mapStacks() {
+		return 0, false
+	}
+	for {
+		f := p.free.Load()
+		if f == 0 {
+			return 0, false
+		}
+		i := bits.TrailingZeros64(f)
+		if p.free.CompareAndSwap(f, f&^(1<<uint(i))) {
+			return i, true
+		}
+	}
+}
+
+// put returns stack i to the pool.
+func (p *cStackPool) put(i int) { p.free.Or(1 << uint(i)) }
+
+// top is the 16-byte aligned top of stack i.
+func (p *cStackPool) top(i int) uintptr {
+	return p.base.Load() + uintptr(i+1)*(cStackSize+cStackGuard)
+}
+
+// cStackGuard is the inaccessible page below each stack, so that an
+// overflow faults instead of writing into the next.
+var cStackGuard = uintptr(unix.Getpagesize())
+
+var cStackOnce sync.Once
+
+// mapStacks maps the pool once; it reports whether the pool is usable.
+// Mapping does not allocate on the Go heap.
+func (p *cStackPool) mapStacks() bool {
+	cStackOnce.Do(func() {
+		each := cStackSize + cStackGuard
+		m, err := unix.Mmap(-1, 0, int(cStackCount*each), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_STACK)
+		if err != nil {
+			p.mapErr.Store(true)
+			return
+		}
+		for i := range uintptr(cStackCount) {
+			if err := unix.Mprotect(m[i*each:i*each+cStackGuard], unix.PROT_NONE); err != nil {
+				unix.Munmap(m)
+				p.mapErr.Store(true)
+				return
+			}
+		}
+		p.free.Store(^uint64(0) >> (64 - cStackCount))
+		p.base.Store(uintptr(unsafe.Pointer(&m[0])))
+	})
+	return !p.mapErr.Load()
 }

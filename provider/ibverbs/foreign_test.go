@@ -8,9 +8,9 @@ import (
 	"github.com/ebitengine/purego"
 )
 
-// BenchmarkForeignCall measures one call into libibverbs through purego,
-// the cost the data path pays once per PostSend, PostRecv or Poll batch
-// (ibv_wc_status_str does almost nothing in C).
+// BenchmarkForeignCall measures one call into libibverbs as the data path
+// makes it (call3), the cost paid once per PostSend, PostRecv or Poll
+// batch (ibv_wc_status_str does almost nothing in C).
 func BenchmarkForeignCall(b *testing.B) {
 	if err := load(); err != nil {
 		b.Skip(err)

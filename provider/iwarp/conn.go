@@ -183,6 +183,12 @@ type conn struct {
 	rxWake       chan struct{}
 	rx           rxState // guarded by rxMu
 
+	// readyNum is the socket's registration number in the ready set of
+	// the QP's send CQ ([0]) and receive CQ ([1]) (ready.go), plus one;
+	// 0 when it is not in that set. Set under the CQ's ready.mu.
+	readyNum  [2]atomic.Uint32
+	readyLeft atomic.Bool // the socket has left the ready sets for good
+
 	// sk is the socket, out of the runtime's poller (see sock); nc, the
 	// net package's descriptor of it, is closed once the connection
 	// starts.

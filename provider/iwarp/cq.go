@@ -26,11 +26,10 @@ type cq struct {
 	// two pollers at once may count one poll, which only moves a yield.
 	empty atomic.Uint32
 
-	// hot are the QPs a poller that finds the CQ empty receives on, when
-	// the CQ has more than hotMinQPs (hot.go). Guarded by hotMu.
-	hotMu    sync.Mutex
-	hot      []hotQP
-	hotPolls uint32
+	// ready holds the sockets of the QPs' connections that a poller
+	// that finds the CQ empty reads when it has more than manyQPs QPs
+	// (ready.go).
+	ready readySet
 
 	mu sync.Mutex // guards the ring
 }
@@ -84,22 +83,20 @@ func (c *cq) detach(q *qp) {
 		}
 	}
 	c.qps.Store(&qs)
-	c.dropHot(q)
 }
 
 // Poll takes completions from the ring; finding none, it receives what
 // has arrived on the connections of the CQ's QPs (which may complete
 // work) and looks again, so that a busy-polling application drives its
 // connections itself. Of a CQ of many QPs, it receives on those that
-// are active only (pollHot); the receive goroutines of the others
-// receive for them.
+// have something to read only (pollReady).
 func (c *cq) Poll(wc []driver.WorkCompletion) int {
 	if n := c.poll(wc); n > 0 {
 		return n
 	}
 	if p := c.qps.Load(); p != nil {
-		if len(*p) > hotMinQPs {
-			c.pollHot()
+		if len(*p) > manyQPs {
+			c.pollReady()
 		} else {
 			for _, q := range *p {
 				if cn := q.live.Load(); cn != nil {
@@ -171,5 +168,6 @@ func (c *cq) destroyLocked() {
 	c.mu.Lock()
 	c.DestroyLocked()
 	c.mu.Unlock()
+	c.closeReady()
 	delete(c.ctx.cqs, c)
 }

@@ -168,29 +168,24 @@ func StaleDstMRs(q driver.QP) int {
 	return n
 }
 
-// HotQPs is the number of QPs in the hot list of the send CQ of QP d:
-// those a poller that finds it empty receives on, when it has more than
-// hotMinQPs QPs.
-func HotQPs(d driver.QP) int {
-	q := d.(*qp).sendCQ
-	q.hotMu.Lock()
-	defer q.hotMu.Unlock()
-	return len(q.hot)
+// ReadyConns is the number of sockets registered in the ready set of
+// the send CQ of QP d (ready.go): those a poller that finds it empty
+// asks about, when it has more than manyQPs QPs.
+func ReadyConns(d driver.QP) int {
+	r := &d.(*qp).sendCQ.ready
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.conns) - len(r.free)
 }
 
-// HotMinQPs is hotMinQPs.
-const HotMinQPs = hotMinQPs
+// ManyQPs is manyQPs.
+const ManyQPs = manyQPs
 
-// IsHot reports whether QP d is in its send CQ's hot list.
-func IsHot(d driver.QP) bool {
-	q := d.(*qp)
-	c := q.sendCQ
-	c.hotMu.Lock()
-	defer c.hotMu.Unlock()
-	for _, h := range c.hot {
-		if h.q == q {
-			return true
-		}
+// PollerRounds is how many times pollers of QP d's CQs have read its
+// connection (pollRx).
+func PollerRounds(d driver.QP) uint64 {
+	if c := d.(*qp).live.Load(); c != nil {
+		return c.polls.Load()
 	}
-	return false
+	return 0
 }

@@ -2,11 +2,13 @@ package iwarp_test
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -109,4 +111,89 @@ func TestDeregWhilePeerFloods(t *testing.T) {
 		h.nc.Close()
 	}
 	<-fdone
+}
+
+// TestFloodDoesNotStarveSharedCQ: of a CQ shared by many QPs, whose
+// pollers read the connections that have something to read (the CQ's
+// ready set), one connection that a peer floods without pause does not
+// keep the others from being read: Writes on each of the others
+// complete while the flood goes on.
+func TestFloodDoesNotStarveSharedCQ(t *testing.T) {
+	const others, writes = iwarp.ManyQPs, 200
+	v := newVictimN(t, 4, 1+others)
+	h := dialHostile(t, v, false, false, false)
+	go io.Copy(io.Discard, h.nc)
+	stop := make(chan struct{})
+	fdone := flood(h, stop)
+	defer func() {
+		close(stop)
+		h.nc.Close()
+		<-fdone
+	}()
+	// The peer of the others, one QP each on a CQ of its own.
+	qpCap := verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	peer := openEnd(t, 64, false, qpCap, 4096)
+	for i := range others {
+		qp := peer.qp
+		if i > 0 {
+			var err error
+			if qp, err = peer.pd.CreateQP(verbs.QPInitAttr{SendCQ: peer.cq, RecvCQ: peer.cq, Cap: qpCap}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { qp.Destroy() })
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, err := cm.Dial(ctx, v.l.Addr(), qp, nil)
+		cancel()
+		if err != nil {
+			t.Fatalf("dial the victim: %v", err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if err := <-v.accepted; err != nil {
+			t.Fatalf("victim accept: %v", err)
+		}
+	}
+	src, err := v.e.PD.AllocMR(64, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Dereg()
+	untilFrames(t, v, 10000)
+	flooded := iwarp.FramesReceived(v.e.QPs[0].Driver())
+
+	done := make([]int, 1+others)
+	wc := make([]verbs.WorkCompletion, 16)
+	deadline := time.Now().Add(60 * time.Second)
+	for i := 1; i <= others; i++ {
+		if _, err := v.e.QPs[i].PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{src.SGE(0, 8)}, RemoteAddr: peer.mr.Addr() + uint64(8*i), RKey: peer.mr.RKey()}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for left := others; left > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("Writes completed per QP while one connection was flooded: %v of %d", done[1:], writes)
+		}
+		n := v.e.SendCQ.Poll(wc)
+		for _, w := range wc[:n] {
+			if w.Status != verbs.WCSuccess {
+				t.Fatalf("a Write completed with %v", w.Status)
+			}
+			i := int(w.WRID)
+			if done[i]++; done[i] == writes {
+				left--
+				continue
+			}
+			if _, err := v.e.QPs[i].PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+				SGList: []verbs.SGE{src.SGE(0, 8)}, RemoteAddr: peer.mr.Addr() + uint64(8*i), RKey: peer.mr.RKey()}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if iwarp.FramesReceived(v.e.QPs[0].Driver()) == flooded {
+		t.Fatal("the flood stopped before the Writes were done")
+	}
+	if iwarp.ReadyConns(v.e.QPs[0].Driver()) != 1+others {
+		t.Fatalf("%d of %d connections in the victim's ready set", iwarp.ReadyConns(v.e.QPs[0].Driver()), 1+others)
+	}
 }

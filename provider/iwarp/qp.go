@@ -44,11 +44,6 @@ type qp struct {
 	// of an armed CQ: a receive round that did leaves the answers to
 	// zero-length Reads to the application it woke (conn.rxTry).
 	wakes atomic.Uint64
-	// activity changes at each post and each round of the receive
-	// goroutine that received something; hotIn says the QP is in the hot
-	// list of its send CQ ([0]) and of its receive CQ ([1]) (hot.go).
-	activity atomic.Uint64
-	hotIn    [2]atomic.Bool
 
 	c        *conn   // the connection, attached by cm before the move to RTR
 	old      []*conn // connections detached by a reset, still winding down
@@ -240,7 +235,6 @@ func (q *qp) fail(ev driver.EventType) {
 }
 
 func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
-	q.warm() // before any lock: it may take a CQ's hotMu
 	// A single WR may take the short road to the socket (postNow), for
 	// which the poster becomes the transmitter first: txMu comes before
 	// q.mu.

@@ -27,6 +27,7 @@ func (c *conn) rxLoop() {
 	defer c.wg.Done()
 	defer c.running.Add(-1)
 	defer c.finish()
+	c.joinReady()
 	err := c.rxRun()
 	c.rxEnded.Store(true)
 	c.rxMu.Lock()
@@ -55,6 +56,7 @@ func (c *conn) rxLoop() {
 	// of its region still going out (revokeRead).
 	c.abort()
 	c.q.live.CompareAndSwap(c, nil)
+	c.leaveReady()
 	c.rxMu.Lock()
 	c.sk.release()
 	c.rxMu.Unlock()
@@ -82,6 +84,7 @@ func (c *conn) rxRun() error {
 	t.Stop()
 	defer t.Stop()
 	seenPolls, seenArms := c.polls.Load(), c.arms.Load()
+	var seenCQPolls [2]uint64 // the polls of the CQs' ready sets (park)
 	var spinUntil time.Time
 	for {
 		if c.rxStopped.Load() {
@@ -92,16 +95,25 @@ func (c *conn) rxRun() error {
 			return net.ErrClosed
 		}
 		frames := c.rxFrames.Load()
-		if err := c.rxTry(false); err != nil {
+		err := c.rxTry(false)
+		more := err == errBudget // more may be waiting
+		if more {
+			err = nil
+		}
+		if err != nil {
 			return err
 		}
 		if c.rxFrames.Load() != frames {
 			spinUntil = time.Now().Add(rxSpin)
-			c.q.warm()
 		}
 		// An application polls if it has polled since the last look
 		// and not armed a CQ to sleep on since.
 		polls, arms := c.polls.Load(), c.arms.Load()
+		if !more && arms == seenArms && c.parkOnCQ(&seenCQPolls) {
+			seenPolls = c.polls.Load()
+			spinUntil = time.Time{}
+			continue
+		}
 		if polls != seenPolls && arms == seenArms {
 			seenPolls = polls
 			c.stayOff(t, &seenPolls, seenArms)
@@ -115,8 +127,7 @@ func (c *conn) rxRun() error {
 			}
 			spinUntil = time.Time{}
 		}
-		err := c.sk.waitIn()
-		if err != nil {
+		if err := c.sk.waitIn(); err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				// A poller kicked the goroutine (kickRx).
 				c.sk.unkick()
@@ -166,6 +177,19 @@ func (c *conn) stayOff(t *time.Timer, seenPolls *uint64, seenArms uint64) {
 	}
 }
 
+// parkOnCQ parks the receive goroutine on a CQ of the QP whose pollers
+// read its socket from the CQ's ready set, if they have polled since
+// the goroutine's last look (seen), until they stop (cq.park); it
+// reports whether it parked.
+func (c *conn) parkOnCQ(seen *[2]uint64) bool {
+	for i, q := range c.q.cqs() {
+		if q != nil && q.ready.watching.Load() && q.park(c, &seen[i]) {
+			return true
+		}
+	}
+	return false
+}
+
 // kickRx makes the receive goroutine run a round, for a poller that
 // found the stream ended.
 func (c *conn) kickRx() {
@@ -185,7 +209,8 @@ func (c *conn) wakeRx() {
 // rxTry receives what has arrived. A poller does not wait for someone
 // else who is receiving: that one is told to look again before it stops,
 // so that nothing that arrived is left unread. It returns the error that
-// ended receiving.
+// ended receiving, or, to the receive goroutine, errBudget when a round
+// used up its budget.
 //
 // The responses the round queued go out at once, except the answers to
 // zero-length Reads (the confirmations a peer asks for behind its Sends
@@ -252,8 +277,9 @@ func (c *conn) rxTry(poller bool) error {
 			// application polls again.
 			if poller {
 				c.kickRx()
+				return nil
 			}
-			return nil
+			return errBudget
 		}
 		if err != nil {
 			return err

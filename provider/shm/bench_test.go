@@ -3,6 +3,8 @@ package shm_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -406,5 +408,87 @@ func benchSendPingPong(b *testing.B, size int) {
 	}
 	if _, err := await(s); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// BenchmarkWriteOneOfMany and BenchmarkWriteRoundRobin are goverbs
+// scale's Writes in one process: 1,000 connected QPs (or
+// GOVERBS_BENCH_QPS: under callgrind, whose slowness runs some of a
+// thousand handshakes past their timeout, fewer) whose send completions
+// share one CQ, 8-byte signaled RDMA Writes to one region
+// of the peer, 8 outstanding, completions polled in batches. OneOfMany
+// posts every Write on the first QP, RoundRobin on each QP in turn: the
+// difference is what spreading the Writes over many QPs costs. (Not
+// sub-benchmarks, for scripts/instructions.sh.)
+func BenchmarkWriteOneOfMany(b *testing.B)  { benchWriteSpread(b, benchQPs(b), 1) }
+func BenchmarkWriteRoundRobin(b *testing.B) { qps := benchQPs(b); benchWriteSpread(b, qps, qps) }
+
+// benchQPs is GOVERBS_BENCH_QPS, 1,000 if unset.
+func benchQPs(b *testing.B) int {
+	s := os.Getenv("GOVERBS_BENCH_QPS")
+	if s == "" {
+		return 1000
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		b.Fatalf("GOVERBS_BENCH_QPS=%q: give a count of QPs", s)
+	}
+	return n
+}
+
+func benchWriteSpread(b *testing.B, qps, spread int) {
+	const window = 8
+	h := verbstest.Harness{Device: "shm0", Addr: addr}
+	p := h.NewPair(b, verbstest.PairOptions{QPs: qps, Cap: verbs.QPCap{MaxSendWR: window, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	src, err := p.A.NewRegion(8, verbs.AccessLocalWrite)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dst, err := p.B.NewRegion(8, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	if err != nil {
+		b.Fatal(err)
+	}
+	wr := []verbs.SendWR{{Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled, SGList: []verbs.SGE{src.SGE(0, 8)},
+		RemoteAddr: dst.Addr, RKey: dst.RKey}}
+	cq, qs := p.A.SendCQ, p.A.QPs[:spread]
+	wc := make([]verbs.WorkCompletion, 16)
+	// Every QP has resolved the key and mapped the region before the
+	// measurement.
+	for _, qp := range qs {
+		if _, err := qp.PostSend(wr); err != nil {
+			b.Fatal(err)
+		}
+		for cq.Poll(wc[:1]) == 0 {
+		}
+	}
+	b.ReportAllocs()
+	spreadWrites(b, qs, cq, wr, wc)
+}
+
+// spreadWrites is benchWriteSpread's loop, a function of its own so that
+// callgrind can count it alone (--toggle-collect).
+//
+//go:noinline
+func spreadWrites(b *testing.B, qs []*verbs.QP, cq *verbs.CQ, wr []verbs.SendWR, wc []verbs.WorkCompletion) {
+	const window = 8
+	next, outstanding := 0, 0
+	for b.Loop() {
+		if _, err := qs[next].PostSend(wr); err != nil {
+			b.Fatal(err)
+		}
+		if next++; next == len(qs) {
+			next = 0
+		}
+		if outstanding++; outstanding == window {
+			for outstanding > 0 {
+				n := cq.Poll(wc)
+				for _, c := range wc[:n] {
+					if c.Status != verbs.WCSuccess {
+						b.Fatal(c.Status)
+					}
+				}
+				outstanding -= n
+			}
+		}
 	}
 }

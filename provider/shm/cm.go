@@ -183,20 +183,21 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 		closeFDs(fds)
 		return fail(errors.New("CQ or SRQ size out of range"))
 	}
-	if c.peerBlock, err = mapPeerSegment(fds[0], blockSize(rqN, rqSGE, cqN), true); err != nil {
+	pad := blockPad(c.remote.QPNum)
+	if c.peerBlock, err = mapPeerSegment(fds[0], pad+blockSize(rqN, rqSGE, cqN), true); err != nil {
 		closeFDs(fds[1:])
 		return fail(err)
 	}
 	// A size that is not a power of two gives no ring (nil), which must
 	// not be dereferenced: a peer chooses these numbers.
-	rq := viewRecvRing(c.peerBlock.mem, rqN, rqSGE)
+	rq := viewRecvRing(c.peerBlock.mem[pad:], rqN, rqSGE)
 	if rq == nil {
 		closeFDs(fds[1:])
 		return fail(errors.New("receive queue size is not a power of two"))
 	}
 	c.peerHdr, c.peerRecv = rq.h, rq
 	c.peerGen = rq.h.gen.Load()
-	if c.peerCQ = viewCQRing(c.peerBlock.mem[recvCQOffset(rqN, rqSGE):], cqN); c.peerCQ == nil {
+	if c.peerCQ = viewCQRing(c.peerBlock.mem[pad+recvCQOffset(rqN, rqSGE):], cqN); c.peerCQ == nil {
 		closeFDs(fds[1:])
 		return fail(errors.New("CQ or SRQ size is not a power of two"))
 	}
@@ -210,7 +211,7 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 		closeFDs(fds[3:])
 		return fail(err)
 	}
-	c.keys = viewKeyTable(c.keySeg.mem, maxKeys)
+	c.keys = viewKeyTable(c.keySeg.mem, maxKeys, grantRotation(c.remote.QPNum))
 	if h.srq() {
 		srqN, srqSGE := int(h.srqEntries()), int(h.srqSGEs())
 		if srqN <= 0 || srqN > deviceAttr.MaxSRQWR*2 || srqSGE > maxSGE {

@@ -61,14 +61,41 @@ func (m *ctrl) b() uint32  { return binary.LittleEndian.Uint32(m[8:]) }
 // conn is one QP's connection to its peer: the peer's shared structures
 // mapped here, and the control socket.
 type conn struct {
+	// The fields every WR reads (postFast), first and together: with a
+	// thousand connections used in turn, each line of a connection a WR
+	// touches is a cache miss, and these take three lines (the struct's
+	// size class keeps it 64-byte aligned).
+	peerHdr *ringHeader // the peer QP's header: state, access, attributes
+	keys    *keyTable   // the peer's grant table for this connection (keySeg)
+	peerGen uint32      // the peer QP's gen when it connected: a later one is another connection's
+	ended   atomic.Bool // done is closed
+	// dirty: arrivals wait to be absorbed (the mappings change).
+	dirty atomic.Bool
+	// revokeWant: the peer's msgRevoke waiting for an answer (0: none),
+	// given by whoever sees first that no WR is under way (answerRevoke).
+	revokeWant atomic.Uint32
+	// peerSettled: the peer's QP can raise no communication established
+	// event for a request of this connection any more (announceRequest).
+	// Guarded by q.mu.
+	peerSettled bool
+	// retired: mappings absorb replaced or dropped while a target of the
+	// WR being executed (dst) lay in them, unmapped once the WR is done
+	// (closeRetired): a WR that resolved one of its SGEs into a mapping
+	// may see it replaced while it resolves the next. Any other mapping
+	// absorb drops is unmapped at once. Guarded by q.mu.
+	retired []*segment
+	// segWaitUntil bounds the waits for segments of the WR being executed
+	// (segment), all of them together; zero between WRs. Guarded by q.mu.
+	segWaitUntil time.Time
+	// kc: the resolved keys, guarded by q.mu.
+	kc keyCache
+
 	q      *qp
 	sock   *net.UnixConn
 	pid    int
 	remote driver.ConnParam
 
 	peerBlock  *segment
-	peerHdr    *ringHeader // the peer QP's header: state, access, attributes
-	peerGen    uint32      // the peer QP's gen when it connected: a later one is another connection's
 	started    atomic.Bool // start has run: the reader answers control messages
 	peerRecv   *recvRing   // the peer's receive queue, or its SRQ
 	peerSRQ    bool
@@ -77,9 +104,8 @@ type conn struct {
 	peerNotify *cqRing   // its view
 	peerBells  doorbells // its doorbells, and the peer QP's bell in them
 	peerBell   uint32
-	peerCQ     *cqRing   // the peer QP's receive completion ring, in peerBlock
-	keySeg     *segment  // the peer's grant table for this connection, mapped read-only
-	keys       *keyTable // its view
+	peerCQ     *cqRing  // the peer QP's receive completion ring, in peerBlock
+	keySeg     *segment // the peer's grant table for this connection, mapped read-only (keys views it)
 	// keyAck hands the requester (askKey) the peer's answers to its
 	// msgGetKey: key, granted.
 	keyAck chan [2]uint32
@@ -90,10 +116,6 @@ type conn struct {
 	// q.mu.
 	refused    uint32
 	refusedSet bool
-	// peerSettled: the peer's QP can raise no communication established
-	// event for a request of this connection any more (announceRequest).
-	// Guarded by q.mu.
-	peerSettled bool
 	// guard, of the listener that accepted the connection (nil for a
 	// dialled one), counts the peer's refused keys against peerID, its
 	// user; once it refuses the peer, the connection ends.
@@ -104,15 +126,9 @@ type conn struct {
 	// serialises the requester. The reader queues what the peer sends
 	// (segments it pushes or was asked for, segments it freed) in
 	// arrivals, and the requester absorbs them.
-	segs  map[uint32]*segment
-	segRW map[uint32]bool
-	// retired: mappings absorb replaced or dropped while a target of the
-	// WR being executed (dst) lay in them, unmapped once the WR is done
-	// (closeRetired): a WR that resolved one of its SGEs into a mapping
-	// may see it replaced while it resolves the next. Any other mapping
-	// absorb drops is unmapped at once.
-	retired []*segment
-	mapped  int // bytes of the mappings in segs
+	segs   map[uint32]*segment
+	segRW  map[uint32]bool
+	mapped int // bytes of the mappings in segs
 	// The segment a requester waits for, and whether the peer refused
 	// it. Only that refusal is kept: a peer can send refusals for any
 	// number of segments.
@@ -122,11 +138,7 @@ type conn struct {
 	arriveMu     sync.Mutex
 	arrivals     []segReply // at most maxArrivals
 	overflow     bool       // arrivals were dropped: drop the mappings too
-	dirty        atomic.Bool
 	segNote      chan struct{}
-	// segWaitUntil bounds the waits for segments of the WR being executed
-	// (segment), all of them together; zero between WRs. Guarded by q.mu.
-	segWaitUntil time.Time
 
 	wmu    sync.Mutex // serialises socket writes
 	events chan ctrl
@@ -138,20 +150,15 @@ type conn struct {
 	revokeMu  sync.Mutex
 	revokeSeq uint32
 	revokeAck chan uint32
-	// revokeWant: the peer's msgRevoke waiting for an answer (0: none),
-	// given by whoever sees first that no WR is under way (answerRevoke).
-	revokeWant atomic.Uint32
-	ended      atomic.Bool // done is closed
 	// fenceMu guards fenceClosed, set once close has begun, after which
 	// lastWQE starts no goroutine (close waits for those in wg).
 	fenceMu     sync.Mutex
 	fenceClosed bool
 	// The requester's scratch space, guarded by q.mu: a Send's receive
 	// and its resolved buffers (kept here, not zeroed on the stack for
-	// every WR), and the resolved keys.
+	// every WR).
 	rent     recvEntry
 	dst      [maxSGE]remote
-	kc       keyCache
 	doneOnce sync.Once
 	wg       sync.WaitGroup
 	closing  sync.Once

@@ -230,7 +230,7 @@ func FuzzHandshake(f *testing.F) {
 		if err == nil {
 			h := hello(msg)
 			rqN, cqN := int(h.rqEntries()), int(h.cqEntries())
-			if len(c.peerBlock.mem) < blockSize(rqN, int(h.rqSGEs()), cqN) || len(c.cqSeg.mem) < headerSize ||
+			if len(c.peerBlock.mem) < blockPad(c.remote.QPNum)+blockSize(rqN, int(h.rqSGEs()), cqN) || len(c.cqSeg.mem) < headerSize ||
 				len(c.keySeg.mem) < maxKeys*keySlotSize || c.peerRecv == nil || c.peerCQ == nil || c.pid != os.Getpid() {
 				t.Fatalf("a handshake was taken with segments smaller than it declares, or no rings")
 			}

@@ -474,7 +474,7 @@ func TestHostileRecvIndicesFlushBounded(t *testing.T) {
 	p := localHarness().NewPair(t, verbstest.PairOptions{})
 	bq := driverQP(p.B.(*verbstest.Local).QPs[0])
 	bq.mu.Lock()
-	h := header(bq.conn.peerBlock.mem) // the victim's receive ring, as the attacker maps it
+	h := header(bq.conn.peerBlock.mem[blockPad(bq.conn.remote.QPNum):]) // the victim's receive ring, as the attacker maps it
 	bq.mu.Unlock()
 	rbuf := newRegion(t, p.A, 4096, verbs.AccessLocalWrite)
 	postRecv(t, p.A, 0, recv(1, rbuf.SGE(0, 64)))

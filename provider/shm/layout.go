@@ -61,9 +61,15 @@ func pow2(n int) int {
 
 // ---- completion queue ring ----
 
-// cqSlot is one completion. seq implements a bounded multi-producer queue
-// (D. Vyukov's): a producer owns slot pos when seq == pos, publishes it by
-// storing pos+1; the consumer frees it by storing pos+entries. In a QP's
+// cqSlot is one completion. The ring is a bounded multi-producer queue:
+// a producer reserves position pos by moving the header's tail from pos
+// to pos+1 (compare-and-swap), fills the slot, and publishes it by
+// storing pos+1 in seq; the consumer takes the slot when seq says so and
+// then frees it by moving the header's head past it. Only producers
+// write a slot, so the line a consumer polls moves one way, producer to
+// consumer; the consumer's head, on a line of its own, is read by a
+// producer only when the ring looks full from its last reading
+// (cqRing.seenHead). In a QP's
 // receive completion ring, a completion names the receive it completes by
 // its position in its queue (mod 2^32), not by a WRID: the owner takes
 // the WRID from its own record of what it posted there (recvLog), and the
@@ -108,6 +114,16 @@ type cqRing struct {
 	slots []cqSlot
 	mask  uint64
 	head  uint64 // consumer position, private to the owner
+	// taken is head as the consumer last published it, for the owner's
+	// own produces (pushRecv), which must not believe the shared head a
+	// peer can write; own says that this view is the owner's.
+	taken atomic.Uint64
+	own   bool
+	// seenHead is the consumers' head as this view's producer last read
+	// it (under the producer's lock: the peer's QP's, or the owner's):
+	// the head only moves forward, so an old reading says there are at
+	// least as many completions outstanding as there are.
+	seenHead uint64
 }
 
 // initCQRing lays out a fresh CQ of n (a power of two) entries in mem.
@@ -115,6 +131,7 @@ func initCQRing(mem []byte, n int) *cqRing {
 	h := header(mem)
 	h.magic, h.entries, h.entrySize = ringMagic, uint32(n), uint32(cqSlotSize)
 	r := viewCQRing(mem, n)
+	r.own = true
 	for i := range r.slots {
 		r.slots[i].seq.Store(uint64(i))
 	}
@@ -146,22 +163,29 @@ const maxProduceTries = 1 << 12
 
 // produce adds a completion, carrying the message payload inline if it is
 // not nil (at most inlineMax bytes); false if the ring is full (or
-// corrupt).
+// corrupt). The producer reads no slot: whether the one it reserves is
+// free it knows from the consumers' head, read again only when its last
+// reading (seenHead) leaves no room. The owner's view reads the head the
+// consumer keeps for it (taken) instead of the shared one, which a peer
+// may have written: a lying head would otherwise have the owner write
+// over completions not yet taken.
 func (r *cqRing) produce(wc *driver.WorkCompletion, payload *sglist.List) bool {
 	for range maxProduceTries {
 		pos := r.h.tail.Load()
-		s := &r.slots[pos&r.mask]
-		seq := s.seq.Load()
-		switch d := int64(seq - pos); {
-		case d == 0:
-			if !r.h.tail.CompareAndSwap(pos, pos+1) {
-				continue
+		if pos-r.seenHead > r.mask {
+			r.seenHead = r.consumed()
+			switch d := pos - r.seenHead; {
+			case int64(d) < 0:
+				continue // taken past the tail read: read it again
+			case d > r.mask:
+				return false // full, or a head that makes no sense
 			}
-			s.publish(wc, payload, pos)
-			return true
-		case d < 0:
-			return false
 		}
+		if !r.h.tail.CompareAndSwap(pos, pos+1) {
+			continue
+		}
+		r.slots[pos&r.mask].publish(wc, payload, pos)
+		return true
 	}
 	return false
 }
@@ -191,6 +215,15 @@ func (r *localRing) ownedBy(qpNum uint32) {
 	for i := range r.slots {
 		r.slots[i].wc.QPNum = qpNum
 	}
+}
+
+// consumed is the consumer's head, as a producer of this view may
+// believe it.
+func (r *cqRing) consumed() uint64 {
+	if r.own {
+		return r.taken.Load()
+	}
+	return r.h.head.Load()
 }
 
 // pending reports whether completions have been reserved in the ring
@@ -290,10 +323,13 @@ func (r *cqRing) peek(wc *driver.WorkCompletion) *cqSlot {
 	return s
 }
 
-// release hands the slot peek returned back to the producers.
+// release hands the slot peek returned back to the producers: the
+// peer's, through the shared head, and the owner's, through taken.
+// (Release stores: the slot has been read before either is seen.)
 func (r *cqRing) release() {
-	atomicrel.StoreUint64(&r.slots[r.head&r.mask].seq, r.head+r.mask+1)
 	r.head++
+	atomicrel.StoreUint64(&r.h.head, r.head)
+	atomicrel.StoreUint64(&r.taken, r.head)
 }
 
 // sanitizeRecv makes a receive completion read from the shared ring,
@@ -494,6 +530,12 @@ type recvRing struct {
 	// under the producer's lock: reading the shared head for every post
 	// would pull its cache line away from the consumer that moves it.
 	seenHead uint64
+	// polled is, for a QP's own queue, one past the position of the
+	// last receive whose completion Poll took: consumers claim receives
+	// in order, so the head is at least there. A queue kept full (each
+	// receive posted again as its message is polled) knows its room from
+	// it, not from the shared head, whose line every Send writes.
+	polled atomic.Uint64
 	// The owner's view only: its own record of the receives posted, and
 	// its own tail (the shared one is for the peers' accounting).
 	log  *recvLog
@@ -620,6 +662,11 @@ func (r *recvRing) produce(wr *driver.RecvWR, limit uint64) bool {
 	// that looks like too many (or like nonsense: after a reset, or if
 	// a peer wrote the head).
 	if t-r.seenHead >= limit {
+		if p := r.polled.Load(); p-r.seenHead <= t-r.seenHead {
+			r.seenHead = p
+		}
+	}
+	if t-r.seenHead >= limit {
 		r.seenHead = r.h.head.Load()
 		if t-r.seenHead >= limit || t-r.seenHead > r.mask { // full, or a corrupt head
 			return false
@@ -726,20 +773,41 @@ type keyInfo struct {
 	length uint64
 }
 
+// keyTable views a key table: slots of the keys by their index
+// (keytab.Index), each at a position turned by the table's rotation. A
+// QP's grant table turns by its QP number (grantRotation), so that the
+// slot of one region, which has the same index in every grant table,
+// lies at a different offset of each: a requester that goes round a
+// thousand connections would otherwise find every one of their slots on
+// the same few cache sets (the tables start on page boundaries), and
+// miss the cache on each.
 type keyTable struct {
 	slots []keySlot
+	rot   uint32
 }
 
-func viewKeyTable(mem []byte, n int) *keyTable {
+// viewKeyTable views the n slots in mem (n a power of two), turned by
+// rot; nil if mem is too short.
+func viewKeyTable(mem []byte, n int, rot uint32) *keyTable {
 	if len(mem) < n*keySlotSize {
 		return nil
 	}
-	return &keyTable{slots: unsafe.Slice((*keySlot)(unsafe.Pointer(&mem[0])), n)}
+	return &keyTable{slots: unsafe.Slice((*keySlot)(unsafe.Pointer(&mem[0])), n), rot: rot}
+}
+
+// grantRotation is the rotation of the grant table of the QP numbered
+// qpn: its number's bits spread over the slots, by the multiplicative
+// hash, so that consecutive QPs' tables turn far apart.
+func grantRotation(qpn uint32) uint32 { return qpn * 0x9e3779b1 >> (32 - keytab.IndexBits) }
+
+// slot is the slot of index idx.
+func (t *keyTable) slot(idx uint32) *keySlot {
+	return &t.slots[(idx+t.rot)&uint32(len(t.slots)-1)]
 }
 
 // publish writes slot idx (owner only, serialised by the owner).
 func (t *keyTable) publish(idx uint32, k keyInfo) {
-	s := &t.slots[idx]
+	s := t.slot(idx)
 	s.ver.Add(1)
 	s.key.Store(k.key)
 	s.access.Store(uint32(k.access))
@@ -762,7 +830,7 @@ func (t *keyTable) lookup(key uint32) (keyInfo, bool) {
 	if int(idx) >= len(t.slots) {
 		return keyInfo{}, false
 	}
-	s := &t.slots[idx]
+	s := t.slot(idx)
 	for range 64 {
 		v := s.ver.Load()
 		if v&1 != 0 {
@@ -784,7 +852,7 @@ func (t *keyTable) lookup(key uint32) (keyInfo, bool) {
 // current reports whether k, read by lookup, is still what its slot says:
 // the slot's sequence lock has not moved since.
 func (t *keyTable) current(k *keyInfo) bool {
-	return t.slots[keytab.Index(k.key)].ver.Load() == k.ver
+	return t.slot(keytab.Index(k.key)).ver.Load() == k.ver
 }
 
 // span checks that [addr, addr+n) lies in the region and returns its

@@ -38,7 +38,7 @@ type handed struct {
 // MMU exactly when c says it is.
 func handedTo(t *testing.T, c *conn, key, seg uint32) handed {
 	var h handed
-	s := &c.keys.slots[keytab.Index(key)]
+	s := c.keys.slot(keytab.Index(key))
 	if s.key.Load() == key && s.kind.Load() != kindNone {
 		h.granted, h.rights = true, verbs.AccessFlags(s.access.Load())&verbs.RemoteAccess
 	}

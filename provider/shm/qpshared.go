@@ -5,6 +5,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goverbs/goverbs/internal/atomicrel"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -51,6 +52,14 @@ func blockSize(rqN, sges, cN int) int {
 	return recvCQOffset(rqN, sges) + ringSize(cN, cqSlotSize)
 }
 
+// blockPad is where the block of the QP numbered qpn starts in its
+// segment: a multiple of headerSize below a page, spread by the QP number
+// (the multiplicative hash), so that the headers of many QPs' blocks,
+// which a requester going round its connections reads for every WR, lie
+// on different cache sets rather than all at the start of a page (the
+// segment's), where they would evict each other.
+func blockPad(qpn uint32) int { return int(qpn*0x9e3779b1>>28) * headerSize }
+
 func recvCQOffset(rqN, sges int) int {
 	return (ringSize(rqN, recvEntrySize(sges)) + headerSize - 1) &^ (headerSize - 1)
 }
@@ -65,7 +74,8 @@ func srqLogSize(n int) int { return 4 * n }
 // q.cap, q.srq and q.recvCQ.
 func (q *qp) newQPShared() (*qpShared, error) {
 	sges, cN := int(q.cap.MaxRecvSGE), q.recvCQ.n
-	block, err := newSegment("qp", blockSize(q.rqN, sges, cN))
+	pad := blockPad(q.num)
+	block, err := newSegment("qp", pad+blockSize(q.rqN, sges, cN))
 	if err != nil {
 		return nil, err
 	}
@@ -81,8 +91,8 @@ func (q *qp) newQPShared() (*qpShared, error) {
 	// A receive of the QP's own queue is live from its PostRecv until its
 	// completion is polled: at most as many as the queue holds, and then
 	// as many as the CQ does.
-	sh.rq = initRecvRing(block.mem, q.rqN, sges, pow2(q.rqN+cN))
-	sh.cring = initCQRing(block.mem[recvCQOffset(q.rqN, sges):], cN)
+	sh.rq = initRecvRing(block.mem[pad:], q.rqN, sges, pow2(q.rqN+cN))
+	sh.cring = initCQRing(block.mem[pad+recvCQOffset(q.rqN, sges):], cN)
 	return sh, nil
 }
 
@@ -104,7 +114,7 @@ func (sh *qpShared) close() {
 func (q *qp) adopt(sh *qpShared) {
 	q.sh = sh
 	q.block, q.grantSeg, q.grantsRO = sh.block, sh.grantSeg, sh.grantsRO
-	q.grants = viewKeyTable(sh.grantSeg.mem, maxKeys)
+	q.grants = viewKeyTable(sh.grantSeg.mem, maxKeys, grantRotation(q.num))
 	q.hdr = sh.rq.h
 	if q.srq == nil {
 		q.rq = sh.rq
@@ -362,6 +372,10 @@ func (q *qp) acceptRecv(wc *driver.WorkCompletion, s *cqSlot) bool {
 	if rec == nil {
 		q.peerLied()
 		return false
+	}
+	if !shared {
+		// The receive's own position, from this process's record.
+		atomicrel.StoreUint64(&q.sh.rq.polled, rec.state.Load())
 	}
 	wc.WRID, wc.QPNum = rec.wrid.Load(), q.num
 	q.checkInvalidated(wc)

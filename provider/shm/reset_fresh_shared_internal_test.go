@@ -39,9 +39,10 @@ func mapLikePeer(t *testing.T, q *qp) *oldPeer {
 		unix.Munmap(grants)
 	})
 	sges := int(q.cap.MaxRecvSGE)
-	return &oldPeer{block: block, grants: grants, recv: viewRecvRing(block, q.rqN, sges),
-		cring: viewCQRing(block[recvCQOffset(q.rqN, sges):], q.recvCQ.n),
-		keys:  viewKeyTable(grants, maxKeys)}
+	pad := blockPad(q.num)
+	return &oldPeer{block: block, grants: grants, recv: viewRecvRing(block[pad:], q.rqN, sges),
+		cring: viewCQRing(block[pad+recvCQOffset(q.rqN, sges):], q.recvCQ.n),
+		keys:  viewKeyTable(grants, maxKeys, grantRotation(q.num))}
 }
 
 // TestResetLeavesOldPeerNothing: A's QP is connected to B, moved to the

@@ -213,7 +213,7 @@ func TestGrantTableHoldsOnlyReachableKeys(t *testing.T) {
 	if keysIn(c.keySeg.mem)[given.RKey] {
 		t.Fatal("a deregistered key is still in the peer's table")
 	}
-	if idx := keytab.Index(given.RKey); c.keys.slots[idx].kind.Load() != kindNone {
+	if idx := keytab.Index(given.RKey); c.keys.slot(idx).kind.Load() != kindNone {
 		t.Fatalf("slot %d still describes a region", idx)
 	}
 }

@@ -1,0 +1,304 @@
+package iwarp
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goverbs/goverbs/internal/atomicrel"
+)
+
+// A CQ of many QPs (more than manyQPs) reads only the connections that
+// have something to read. It keeps an epoll instance of its own (ready)
+// in which the sockets of its QPs' live connections stay registered,
+// edge-triggered, for as long as they live: a poller that finds the CQ
+// empty asks it, without waiting, which sockets have received since it
+// last asked, and reads those, at most readyBatch of them per poll,
+// each up to pollBudget FPDUs. A poll of an empty CQ thus costs one
+// system call whatever the number of connections, and the kernel's
+// ready list, which hands back a socket once per new arrival, takes the
+// connections in turn: one that a peer floods is read no more often
+// than the others that have something, and what a poll's budget leaves
+// is the receive goroutine's (kickRx).
+//
+// While the CQ is being polled, the receive goroutines of its
+// connections park on it (park) rather than wait for their sockets in
+// the runtime's poller: a goroutine woken at every arrival would race
+// the poller for the socket and cost a thread wake-up and two epoll_ctl
+// calls per message. One timer per CQ, not one per connection, sees the
+// polls stop: once a pollGrace has passed without a poll reading the
+// ready set, it hands every parked goroutine its socket back (handBack),
+// and each waits for its socket again. An application that arms the CQ
+// (ReqNotify) wakes them at once.
+//
+// A CQ of at most manyQPs QPs reads every one of its connections when
+// empty (cq.Poll): a registration in an epoll instance is a callback the
+// kernel runs at every segment the socket receives (see sock), which a
+// lone connection's latency would pay for nothing.
+
+// manyQPs: a CQ of more QPs than this reads only its ready connections.
+const manyQPs = 4
+
+// readyBatch is how many ready connections one poll reads at most.
+const readyBatch = 32
+
+// readySet is a CQ's epoll instance and the connections registered in it.
+type readySet struct {
+	watching atomic.Bool // ep is open (set once, under mu)
+	mu       sync.Mutex  // guards ep, conns, free, closed
+	ep       int
+	conns    []*conn  // by registration number, the epoll event's data
+	free     []uint32 // registration numbers not in use
+	closed   bool     // the CQ is destroyed: no more registrations
+
+	pollMu sync.Mutex // one poller reads the set at a time
+	ev     [readyBatch]unix.EpollEvent
+	got    [readyBatch]*conn // the connections of a poll's events
+
+	// polls counts the polls that read the set; the receive goroutines
+	// park while it moves (park), and handBack lets them go once it
+	// has not moved for a pollGrace.
+	polls    atomic.Uint64
+	parkMu   sync.Mutex
+	parked   chan struct{} // closed to let the parked goroutines go; nil when none waits
+	seen     uint64        // polls at the timer's last look
+	timer    *time.Timer
+	timerSet bool
+}
+
+// readyWatch opens the CQ's ready set and registers the sockets of its
+// QPs' live connections; the connections that start later register
+// themselves (joinReady).
+func (c *cq) readyWatch() error {
+	r := &c.ready
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.watching.Load() || r.closed {
+		return nil
+	}
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		// Its pollers read nothing then: the receive goroutines do.
+		r.closed = true
+		return fmt.Errorf("iwarp: epoll for a CQ: %w", err)
+	}
+	r.ep = ep
+	r.watching.Store(true)
+	if p := c.qps.Load(); p != nil {
+		for _, q := range *p {
+			if cn := q.live.Load(); cn != nil {
+				c.joinLocked(cn)
+			}
+		}
+	}
+	return nil
+}
+
+// cqs are the QP's send CQ and its receive CQ, or nil in its place
+// when that is the send CQ.
+func (q *qp) cqs() [2]*cq {
+	if q.recvCQ == q.sendCQ {
+		return [2]*cq{q.sendCQ}
+	}
+	return [2]*cq{q.sendCQ, q.recvCQ}
+}
+
+// cqIndex is which of q's CQs c is (cqs).
+func (q *qp) cqIndex(c *cq) int {
+	if c == q.sendCQ {
+		return 0
+	}
+	return 1
+}
+
+// joinReady registers the connection's socket in the ready sets of its
+// QP's CQs that keep one; the receive goroutine calls it as it starts.
+func (cn *conn) joinReady() {
+	for _, c := range cn.q.cqs() {
+		if c != nil && c.ready.watching.Load() {
+			c.ready.mu.Lock()
+			c.joinLocked(cn)
+			c.ready.mu.Unlock()
+		}
+	}
+}
+
+// joinLocked registers cn's socket in c's ready set, unless it is
+// there. ready.mu is held, and cn's socket is open: cn's receive
+// goroutine, which releases it, leaves the set first (leaveReady).
+func (c *cq) joinLocked(cn *conn) {
+	r := &c.ready
+	i := cn.q.cqIndex(c)
+	if r.closed || cn.readyNum[i].Load() != 0 || cn.readyLeft.Load() {
+		return
+	}
+	var n uint32
+	if k := len(r.free); k > 0 {
+		n, r.free = r.free[k-1], r.free[:k-1]
+	} else {
+		n = uint32(len(r.conns))
+		r.conns = append(r.conns, nil)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(n)}
+	if err := unix.EpollCtl(r.ep, unix.EPOLL_CTL_ADD, cn.sk.fd, &ev); err != nil {
+		// The connection's receive goroutine reads for it instead: it
+		// never parks on a CQ it is not registered with.
+		r.free = append(r.free, n)
+		debugf("QP %d: not in its CQ's ready set: %v", cn.q.num, err)
+		return
+	}
+	r.conns[n] = cn
+	cn.readyNum[i].Store(n + 1)
+}
+
+// leaveReady takes the connection's socket out of the ready sets it is
+// in, for good; its receive goroutine calls it before it releases the
+// socket.
+func (cn *conn) leaveReady() {
+	cn.readyLeft.Store(true)
+	for _, c := range cn.q.cqs() {
+		if c == nil {
+			continue
+		}
+		r := &c.ready
+		r.mu.Lock()
+		i := cn.q.cqIndex(c)
+		if n := cn.readyNum[i].Load(); n != 0 {
+			cn.readyNum[i].Store(0)
+			if !r.closed {
+				unix.EpollCtl(r.ep, unix.EPOLL_CTL_DEL, cn.sk.fd, nil)
+			}
+			r.conns[n-1] = nil
+			r.free = append(r.free, n-1)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// pollReady reads the connections of the ready set that have received
+// something since the last poll asked.
+func (c *cq) pollReady() {
+	r := &c.ready
+	if !r.watching.Load() {
+		if err := c.readyWatch(); err != nil {
+			debugf("%v", err)
+		}
+		return // the goroutines read what came before
+	}
+	if !r.pollMu.TryLock() {
+		return // another poller is at it
+	}
+	atomicrel.StoreUint64(&r.polls, r.polls.Load()+1)
+	r.mu.Lock()
+	n := 0
+	if !r.closed {
+		k, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(r.ep), uintptr(unsafe.Pointer(&r.ev[0])), readyBatch, 0, 0, 0)
+		if e == 0 {
+			for _, ev := range r.ev[:k] {
+				if int(ev.Fd) >= len(r.conns) {
+					continue
+				}
+				if cn := r.conns[ev.Fd]; cn != nil {
+					r.got[n] = cn
+					n++
+				}
+			}
+		}
+	}
+	r.mu.Unlock()
+	// Outside mu, which a connection that ends takes to leave: reading
+	// one that has ended finds it closed.
+	for i, cn := range r.got[:n] {
+		cn.pollRx()
+		r.got[i] = nil
+	}
+	r.pollMu.Unlock()
+}
+
+// park keeps cn's receive goroutine off its socket while pollers read
+// the CQ's ready set, if they have since *seen (the count of their polls
+// at the goroutine's last look), and cn is registered in the set. It
+// returns false at once if not; else, true once the polls have stopped
+// (handBack), the CQ has gone, or the goroutine is woken (wakeRx).
+func (c *cq) park(cn *conn, seen *uint64) bool {
+	r := &c.ready
+	polls := r.polls.Load()
+	if polls == *seen || cn.readyNum[cn.q.cqIndex(c)].Load() == 0 {
+		*seen = polls
+		return false
+	}
+	*seen = polls
+	r.parkMu.Lock()
+	if r.parked == nil {
+		r.parked = make(chan struct{})
+	}
+	ch := r.parked
+	if !r.timerSet {
+		r.timerSet = true
+		r.seen = polls
+		if r.timer == nil {
+			r.timer = time.AfterFunc(pollGrace, r.handBack)
+		} else {
+			r.timer.Reset(pollGrace)
+		}
+	}
+	r.parkMu.Unlock()
+	select {
+	case <-ch:
+	case <-cn.rxWake:
+	}
+	*seen = r.polls.Load()
+	return true
+}
+
+// handBack lets the parked receive goroutines go once no poll has read
+// the ready set for a pollGrace; the timer looks every pollGrace while
+// goroutines are parked.
+func (r *readySet) handBack() {
+	r.parkMu.Lock()
+	defer r.parkMu.Unlock()
+	if polls := r.polls.Load(); polls != r.seen {
+		r.seen = polls
+		r.timer.Reset(pollGrace)
+		return
+	}
+	r.timerSet = false
+	if r.parked != nil {
+		close(r.parked)
+		r.parked = nil
+	}
+}
+
+// closeReady closes the ready set of a CQ destroyed, and lets its
+// parked goroutines go.
+func (c *cq) closeReady() {
+	r := &c.ready
+	r.mu.Lock()
+	if !r.closed {
+		r.closed = true
+		if r.watching.Load() {
+			unix.Close(r.ep)
+		}
+		for _, cn := range r.conns {
+			if cn != nil {
+				cn.readyNum[cn.q.cqIndex(c)].Store(0)
+			}
+		}
+		r.conns, r.free = nil, nil
+	}
+	r.mu.Unlock()
+	r.parkMu.Lock()
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	r.timerSet = false
+	if r.parked != nil {
+		close(r.parked)
+		r.parked = nil
+	}
+	r.parkMu.Unlock()
+}

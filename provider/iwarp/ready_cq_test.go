@@ -1,0 +1,159 @@
+package iwarp_test
+
+import (
+	"context"
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/provider/iwarp"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// A poller of a CQ shared by many QPs reads the connections that have
+// received something only: one that stays idle is never read by it,
+// every completion comes whoever reads it, one that receives after the
+// polls stop is read by its receive goroutine, and a connection that
+// ends leaves the CQ's ready set.
+func TestSharedCQReadsReadyConnectionsOnly(t *testing.T) {
+	const nQPs = iwarp.ManyQPs + 4
+	qpCap := verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}
+	a, b := openEnd(t, 256, false, qpCap, 4096), openEnd(t, 256, false, qpCap, 4096)
+	l, err := cm.Listen("tcp://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	aqps, bqps := []*verbs.QP{a.qp}, []*verbs.QP{b.qp}
+	for range nQPs - 1 {
+		for _, e := range []struct {
+			end *pairEnd
+			qps *[]*verbs.QP
+		}{{a, &aqps}, {b, &bqps}} {
+			qp, err := e.end.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.end.cq, RecvCQ: e.end.cq, Cap: qpCap})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { qp.Destroy() })
+			*e.qps = append(*e.qps, qp)
+		}
+	}
+	aconns := make([]*cm.Conn, nQPs)
+	for i := range nQPs {
+		aconns[i], _ = connectQPs(t, l, l.Addr(), aqps[i], bqps[i], nil, nil)
+	}
+	wc := make([]verbs.WorkCompletion, 4)
+	deadline := time.Now().Add(30 * time.Second)
+	// waitOne polls a's CQ until it yields one completion.
+	waitOne := func(what string) verbs.WorkCompletion {
+		t.Helper()
+		for a.cq.Poll(wc[:1]) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no completion", what)
+			}
+		}
+		return wc[0]
+	}
+	ready := func() int { return iwarp.ReadyConns(a.qp.Driver()) }
+
+	// The first poll of the CQ registers every live connection.
+	if n := a.cq.Poll(wc); n != 0 {
+		t.Fatalf("a completion from nowhere: %+v", wc[0])
+	}
+	if got := ready(); got != nQPs {
+		t.Fatalf("%d connections in the ready set, want %d", got, nQPs)
+	}
+	idle := []int{0, 1, 2, 4}
+	rounds := make([]uint64, len(idle))
+	for i, k := range idle {
+		rounds[i] = iwarp.PollerRounds(aqps[k].Driver())
+	}
+
+	// Writes on one QP complete; the idle ones are not read.
+	binary.NativeEndian.PutUint64(a.mr.Bytes(), 0x5ca1ab1e)
+	for i := range 50 {
+		if _, err := aqps[3].PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr() + 64, RKey: b.mr.RKey()}}); err != nil {
+			t.Fatal(err)
+		}
+		if w := waitOne("write"); w.Status != verbs.WCSuccess || w.WRID != uint64(i) || w.QPNum != aqps[3].Num() {
+			t.Fatalf("write completion %+v, want WR %d of QP %d", w, i, aqps[3].Num())
+		}
+	}
+	if got := binary.NativeEndian.Uint64(b.mr.Bytes()[64:]); got != 0x5ca1ab1e {
+		t.Fatalf("the Write placed %#x", got)
+	}
+	for i, k := range idle {
+		if got := iwarp.PollerRounds(aqps[k].Driver()); got != rounds[i] {
+			t.Fatalf("idle QP %d was read by pollers %d times", k, got-rounds[i])
+		}
+	}
+
+	// A Send to an idle QP completes.
+	if _, err := aqps[5].PostRecv([]verbs.RecvWR{{WRID: 55, SGList: []verbs.SGE{a.mr.SGE(128, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	copy(b.mr.Bytes()[256:], "to an idle connection")
+	if _, err := bqps[5].PostSend([]verbs.SendWR{{WRID: 5, Opcode: verbs.OpSend, SGList: []verbs.SGE{b.mr.SGE(256, 21)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if w := waitOne("send"); w.Status != verbs.WCSuccess || w.WRID != 55 || w.QPNum != aqps[5].Num() || w.ByteLen != 21 {
+		t.Fatalf("receive completion %+v, want WR 55 of QP %d, 21 bytes", w, aqps[5].Num())
+	}
+	if got := string(a.mr.Bytes()[128 : 128+21]); got != "to an idle connection" {
+		t.Fatalf("received %q", got)
+	}
+
+	// A Send to a QP whose receive goroutine may be parked, taken by a
+	// CQ.Wait (which arms the CQ, handing receiving back).
+	if _, err := aqps[3].PostRecv([]verbs.RecvWR{{WRID: 34, SGList: []verbs.SGE{a.mr.SGE(512, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bqps[3].PostSend([]verbs.SendWR{{WRID: 3, Opcode: verbs.OpSend, SGList: []verbs.SGE{b.mr.SGE(256, 21)}}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if n, err := a.cq.Wait(ctx, wc[:1]); err != nil || n != 1 || wc[0].Status != verbs.WCSuccess || wc[0].WRID != 34 {
+		t.Fatalf("CQ.Wait for a Send: %d completions, %v, %+v; want WR 34", n, err, wc[0])
+	}
+
+	// Once the polls stop, a Send to the QP that was busy (its receive
+	// goroutine parked while the CQ was polled) is received all the
+	// same, with nobody polling.
+	if _, err := aqps[3].PostRecv([]verbs.RecvWR{{WRID: 33, SGList: []verbs.SGE{a.mr.SGE(512, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	frames := iwarp.FramesReceived(aqps[3].Driver())
+	if _, err := bqps[3].PostSend([]verbs.SendWR{{WRID: 3, Opcode: verbs.OpSend, SGList: []verbs.SGE{b.mr.SGE(256, 21)}}}); err != nil {
+		t.Fatal(err)
+	}
+	tick := time.NewTicker(time.Millisecond)
+	for iwarp.FramesReceived(aqps[3].Driver()) == frames {
+		if time.Now().After(deadline) {
+			t.Fatal("a Send to a QP whose CQ is no longer polled was not received")
+		}
+		<-tick.C
+	}
+	tick.Stop()
+	if w := waitOne("send after the polls stopped"); w.Status != verbs.WCSuccess || w.WRID != 33 {
+		t.Fatalf("receive completion %+v, want WR 33", w)
+	}
+
+	// A connection that ends leaves the ready set; its QP destroyed,
+	// a post to it fails.
+	for _, i := range []int{6, 7} {
+		aconns[i].Close()
+		if err := aqps[i].Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := aqps[i].PostSend([]verbs.SendWR{{WRID: 7, Opcode: verbs.OpRDMAWrite,
+			SGList: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}}); err == nil {
+			t.Fatalf("a post to destroyed QP %d succeeded", i)
+		}
+	}
+	if got := ready(); got != nQPs-2 {
+		t.Fatalf("%d connections in the ready set after two ended, want %d", got, nQPs-2)
+	}
+}
