@@ -37,6 +37,10 @@ func TestDestroyAfterContextClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mw, err := pd.AllocMW(verbs.MWType2)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := ctx.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
@@ -45,8 +49,9 @@ func TestDestroyAfterContextClose(t *testing.T) {
 		f    func() error
 	}{
 		{"destroy CQ", cq.Destroy}, {"dealloc PD", pd.Dealloc}, {"destroy SRQ", srq.Destroy},
-		{"destroy QP", qp.Destroy}, {"dereg MR", mr.Dereg},
+		{"destroy QP", qp.Destroy}, {"dereg MR", mr.Dereg}, {"dealloc MW", mw.Dealloc},
 		{"destroy SRQ", srq.Destroy}, {"destroy CQ", cq.Destroy}, {"dealloc PD", pd.Dealloc},
+		{"dealloc MW", mw.Dealloc},
 	} {
 		if err := c.f(); !errors.Is(err, verbs.ErrClosed) {
 			t.Errorf("%s after the context was closed: %v, want ErrClosed", c.what, err)

@@ -106,6 +106,10 @@ func (w *MW) Dealloc() error {
 	if w.dealloc.Swap(true) {
 		return fmt.Errorf("verbs: dealloc MW: %w", ErrClosed)
 	}
+	if err := w.pd.ctx.closedErr("dealloc MW"); err != nil {
+		w.pd.users.done()
+		return err
+	}
 	if err := w.d.Dealloc(); err != nil {
 		w.dealloc.Store(false)
 		return fmt.Errorf("verbs: dealloc MW: %w", err)
