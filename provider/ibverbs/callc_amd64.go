@@ -91,7 +91,9 @@ func call3(fn, a1, a2, a3 uintptr) uintptr {
 const (
 	// cStackSize is the usable size of each C stack: many times what
 	// the data path's C functions use (a post or a poll, maybe a system
-	// call), as the 64 KiB a cgo thread's system stack starts with.
+	// call; the providers' functions have frames of a few hundred
+	// bytes), though far less than the thread stack of megabytes that
+	// runtime.cgocall runs C on.
 	cStackSize = 64 << 10
 	// cStackCount is the pool's size: more data-path calls at once than
 	// this (one per thread at most) go through runtime.cgocall.
