@@ -16,15 +16,28 @@ import (
 // libcFunc is the address of the C library's function name.
 func libcFunc(t *testing.T, name string) uintptr {
 	t.Helper()
-	h, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	p, err := libcSym(name)
 	if err != nil {
 		t.Skip(err)
 	}
-	p, err := purego.Dlsym(h, name)
+	return p
+}
+
+// libcAddr is the address of the C library's function name, or a panic.
+func libcAddr(name string) uintptr {
+	p, err := libcSym(name)
 	if err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
 	return p
+}
+
+func libcSym(name string) (uintptr, error) {
+	h, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		return 0, err
+	}
+	return purego.Dlsym(h, name)
 }
 
 // TestCallUnderSignalsAndGC runs the data path's foreign call, in C
