@@ -106,6 +106,10 @@ var cStacks cStackPool
 
 // cStackPool holds cStackCount stacks, each above an inaccessible guard
 // page, in one mapping; free has a bit set for each stack not in use.
+// Every call3 on a stack changes free atomically before and after its C
+// call: that also orders, for the race detector, Go memory written before
+// one call and read after another that saw its effect in C, as
+// runtime.cgocall does for cgo calls.
 type cStackPool struct {
 	free   atomic.Uint64
 	base   atomic.Uintptr // the mapping; 0 until mapped
