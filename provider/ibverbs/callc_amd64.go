@@ -104,8 +104,8 @@ const (
 // none (and never unmapped: it lives as long as the loaded library).
 var cStacks cStackPool
 
-// cStackPool holds cStackCount stacks, each above an inaccessible guard
-// page, in one mapping; free has a bit set for each stack not in use.
+// cStackPool holds cStackCount stacks, each above an inaccessible guard,
+// in one mapping; free has a bit set for each stack not in use.
 // Every call3 on a stack changes free atomically before and after its C
 // call: that also orders, for the race detector, Go memory written before
 // one call and read after another that saw its effect in C, as
@@ -141,9 +141,13 @@ func (p *cStackPool) top(i int) uintptr {
 	return p.base.Load() + uintptr(i+1)*(cStackSize+cStackGuard)
 }
 
-// cStackGuard is the inaccessible page below each stack, so that an
-// overflow faults instead of writing into the next.
-var cStackGuard = uintptr(unix.Getpagesize())
+// cStackGuard is the inaccessible space below each stack, so that an
+// overflow faults instead of writing into the stack below. It is as
+// large as the stack: a C function does not touch each page of its frame
+// in order (C code is not always built with stack-clash probes), so an
+// overflow by a frame of some KiB, written only at its far end, would
+// skip a single guard page. Untouched, it costs only address space.
+const cStackGuard = 64 << 10
 
 var cStackOnce sync.Once
 
@@ -151,13 +155,13 @@ var cStackOnce sync.Once
 // Mapping does not allocate on the Go heap.
 func (p *cStackPool) mapStacks() bool {
 	cStackOnce.Do(func() {
-		each := cStackSize + cStackGuard
-		m, err := unix.Mmap(-1, 0, int(cStackCount*each), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_STACK)
+		const each = cStackSize + cStackGuard
+		m, err := unix.Mmap(-1, 0, cStackCount*each, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_STACK)
 		if err != nil {
 			p.mapErr.Store(true)
 			return
 		}
-		for i := range uintptr(cStackCount) {
+		for i := range cStackCount {
 			if err := unix.Mprotect(m[i*each:i*each+cStackGuard], unix.PROT_NONE); err != nil {
 				unix.Munmap(m)
 				p.mapErr.Store(true)
