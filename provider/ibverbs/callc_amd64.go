@@ -136,10 +136,16 @@ func (p *cStackPool) take() (int, bool) {
 // put returns stack i to the pool.
 func (p *cStackPool) put(i int) { p.free.Or(1 << uint(i)) }
 
-// top is the 16-byte aligned top of stack i.
+// top is the 16-byte aligned top of stack i, cStackTopGap below its end.
 func (p *cStackPool) top(i int) uintptr {
-	return p.base.Load() + uintptr(i+1)*(cStackSize+cStackGuard)
+	return p.base.Load() + uintptr(i+1)*(cStackSize+cStackGuard) - cStackTopGap
 }
+
+// cStackTopGap is the room left above each stack's top. The runtime's
+// traceback of a goroutine that faulted in C reads ccallOn's arguments
+// above its frame, which would be the next stack's guard (a second fault
+// while printing the first) without it.
+const cStackTopGap = 64
 
 // cStackGuard is the inaccessible space below each stack, so that an
 // overflow faults instead of writing into the stack below. It is as

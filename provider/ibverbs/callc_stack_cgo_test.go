@@ -79,6 +79,9 @@ func TestStackOverflowFaults(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatalf("the child overrunning its C stack hung:\n%s", out)
 	}
+	if !strings.Contains(string(out), "overrunning stack 1") {
+		t.Fatalf("the child did not get as far as overrunning its stack:\n%s", out)
+	}
 	if strings.Contains(string(out), "overwrote") {
 		t.Fatalf("the overrun wrote into the stack below instead of faulting:\n%s", out)
 	}
@@ -106,12 +109,13 @@ func overflowStack() {
 	if held[0] != 0 || held[1] != 1 {
 		panic(fmt.Sprint("took stacks ", held, ", want 0 and 1"))
 	}
-	below := unsafe.Slice((*byte)(cptr(cStacks.top(0)-cStackSize)), cStackSize)
+	below := unsafe.Slice((*byte)(cptr(cStacks.top(0)+cStackTopGap-cStackSize)), cStackSize)
 	for i := range below {
 		below[i] = 0xa5
 	}
 	const n = cStackSize + 32<<10
 	a := cargs{fn: cheader.UseStackFunc(), a: [6]uintptr{n, n}}
+	fmt.Println("overrunning stack 1")
 	ccallOn(&a, cStacks.top(1))
 	for i, b := range below {
 		if b != 0xa5 {
