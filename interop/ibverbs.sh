@@ -22,11 +22,12 @@
 #        removal completes once the context is closed), its link taken
 #        down and up (EventPortErr, a Send that completes or fails, never
 #        hangs, EventPortActive), a connection and everything under it
-#        closed while its link is down (idle, with Sends and receives
+#        closed while its link is down, its two ends on one device or on
+#        two devices across the veth pair (idle, with Sends and receives
 #        outstanding, with an RDMA Read under way; in a user's order, QPs
 #        first, the context first, both connections at once, one side
 #        before the link returns and the other after: every call returns
-#        and the device's `rdma resource show` counts are back to what
+#        and the devices' `rdma resource show` counts are back to what
 #        they were), and a region deregistered under a pending RDMA Read
 #        and under a pending Write's target (no byte lands after the
 #        deregistration); a peer process killed with WRs outstanding is

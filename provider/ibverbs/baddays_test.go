@@ -37,6 +37,9 @@ var badIndex atomic.Int32
 // address host.
 type badDevice struct {
 	name, netdev, host string
+	// table, for a device of a pair, is the routing table that makes
+	// host local to packets arriving on netdev only.
+	table string
 }
 
 func run(t *testing.T, name string, args ...string) {
@@ -81,11 +84,54 @@ func newBadDevice(t *testing.T) *badDevice {
 	return d
 }
 
-// badRig is two QPs of one context on a bad device, connected through
-// rdma_cm: A dialled, B accepted.
+// newBadPair makes two rxe devices, one on each end of a veth pair,
+// that reach each other over the pair: each end's address is made local
+// to packets arriving on that end only (an ip rule per end), so that
+// traffic between them crosses the link, as between two hosts, rather
+// than the kernel's loopback. Taking one end down cuts the devices off
+// from each other. The test's cleanup removes both.
+func newBadPair(t *testing.T) (a, b *badDevice) {
+	a = newBadDevice(t)
+	i := badIndex.Load()
+	b = &badDevice{name: a.name + "b", netdev: fmt.Sprintf("gvbad%db", i), host: fmt.Sprintf("10.99.%d.2", i)}
+	a.table, b.table = fmt.Sprint(1000+2*i), fmt.Sprint(1001+2*i)
+	t.Cleanup(func() {
+		for _, d := range []*badDevice{a, b} {
+			exec.Command("ip", "rule", "del", "lookup", d.table).Run()
+		}
+		exec.Command("sh", "-c", "rdma link delete "+b.name).Start()
+	})
+	run(t, "ip", "addr", "add", b.host+"/24", "dev", b.netdev)
+	for _, d := range []*badDevice{a, b} {
+		d.routeOverLink(t)
+		run(t, "ip", "rule", "add", "iif", d.netdev, "lookup", d.table)
+		run(t, "sysctl", "-q", "-w", "net.ipv4.conf."+d.netdev+".accept_local=1", "net.ipv4.conf."+d.netdev+".rp_filter=0")
+	}
+	run(t, "sysctl", "-q", "-w", "net.ipv4.conf.all.rp_filter=0")
+	run(t, "rdma", "link", "add", b.name, "type", "rxe", "netdev", b.netdev)
+	return a, b
+}
+
+// routeOverLink moves the local route of a pair's device's address from
+// the main local table to the device's own. The kernel puts it back
+// each time the link comes up.
+func (d *badDevice) routeOverLink(t *testing.T) {
+	t.Helper()
+	if d.table == "" {
+		return
+	}
+	exec.Command("ip", "route", "del", "local", d.host, "table", "local").Run()
+	run(t, "ip", "route", "replace", "local", d.host, "dev", d.netdev, "table", d.table)
+}
+
+// badRig is two QPs connected through rdma_cm, A dialled and B
+// accepted: on one context of one bad device, or each on a device of
+// its own (ctxB, pdB).
 type badRig struct {
 	ctx          *verbs.Context
 	pd           *verbs.PD
+	ctxB         *verbs.Context
+	pdB          *verbs.PD
 	cqA, cqB     *verbs.CQ
 	qpA, qpB     *verbs.QP
 	connA, connB *cm.Conn
@@ -93,29 +139,42 @@ type badRig struct {
 
 var badPort atomic.Int32
 
-func connectBad(t *testing.T, d *badDevice) *badRig {
-	vctx, err := verbs.Open(d.name)
+func connectBad(t *testing.T, d *badDevice) *badRig { return connectBetween(t, d, d) }
+
+// connectBetween connects a QP on dA (A, dialling) to one on dB (B,
+// listening at dB's address).
+func connectBetween(t *testing.T, dA, dB *badDevice) *badRig {
+	vctx, err := verbs.Open(dA.name)
 	if err != nil {
-		t.Fatalf("open %s: %v", d.name, err)
+		t.Fatalf("open %s: %v", dA.name, err)
 	}
-	r := &badRig{ctx: vctx}
+	r := &badRig{ctx: vctx, ctxB: vctx}
 	if r.pd, err = vctx.AllocPD(); err != nil {
 		t.Fatal(err)
+	}
+	r.pdB = r.pd
+	if dB != dA {
+		if r.ctxB, err = verbs.Open(dB.name); err != nil {
+			t.Fatalf("open %s: %v", dB.name, err)
+		}
+		if r.pdB, err = r.ctxB.AllocPD(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if r.cqA, err = vctx.CreateCQ(16); err != nil {
 		t.Fatal(err)
 	}
-	if r.cqB, err = vctx.CreateCQ(16); err != nil {
+	if r.cqB, err = r.ctxB.CreateCQ(16); err != nil {
 		t.Fatal(err)
 	}
 	qpCap := verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}
 	if r.qpA, err = r.pd.CreateQP(verbs.QPInitAttr{SendCQ: r.cqA, RecvCQ: r.cqA, Cap: qpCap}); err != nil {
 		t.Fatal(err)
 	}
-	if r.qpB, err = r.pd.CreateQP(verbs.QPInitAttr{SendCQ: r.cqB, RecvCQ: r.cqB, Cap: qpCap}); err != nil {
+	if r.qpB, err = r.pdB.CreateQP(verbs.QPInitAttr{SendCQ: r.cqB, RecvCQ: r.cqB, Cap: qpCap}); err != nil {
 		t.Fatal(err)
 	}
-	addr := fmt.Sprintf("rdma://%s:%d", d.host, 19000+os.Getpid()%500*4+int(badPort.Add(1)))
+	addr := fmt.Sprintf("rdma://%s:%d", dB.host, 19000+os.Getpid()%500*4+int(badPort.Add(1)))
 	l, err := cm.Listen(addr)
 	if err != nil {
 		t.Fatalf("listen %s: %v", addr, err)
@@ -198,6 +257,10 @@ func (r *badRig) close(t *testing.T) []error {
 	step("destroy CQ B", r.cqB.Destroy)
 	step("dealloc PD", r.pd.Dealloc)
 	step("close the context", r.ctx.Close)
+	if r.ctxB != r.ctx {
+		step("dealloc PD B", r.pdB.Dealloc)
+		step("close context B", r.ctxB.Close)
+	}
 	return errs
 }
 
@@ -531,15 +594,23 @@ type closeDownCase struct {
 	name string
 	// load posts what is outstanding when the link goes down; post
 	// runs after the link went down.
-	load, post func(t *testing.T, r *badRig, mr *verbs.MR)
+	load, post func(t *testing.T, r *badRig, mrA, mrB *verbs.MR)
 	// upFirst brings the link up before anything is closed.
 	upFirst bool
 	order   closeOrder
+	// oneDevice runs the case on one device only: the two-device rig
+	// is slow in the VM, and its link down cuts the same paths.
+	oneDevice bool
 }
 
-// postRecvs posts two receives on each QP.
-func postRecvs(t *testing.T, r *badRig, mr *verbs.MR) {
-	for i, q := range []*verbs.QP{r.qpA, r.qpA, r.qpB, r.qpB} {
+// postRecvs posts two receives on each QP, in its own region (mrA
+// and mrB may be one region).
+func postRecvs(t *testing.T, r *badRig, mrA, mrB *verbs.MR) {
+	for i := range 4 {
+		q, mr := r.qpA, mrA
+		if i >= 2 {
+			q, mr = r.qpB, mrB
+		}
 		if _, err := q.PostRecv([]verbs.RecvWR{{WRID: uint64(10 + i), SGList: []verbs.SGE{mr.SGE(4096*i, 4096)}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -548,35 +619,34 @@ func postRecvs(t *testing.T, r *badRig, mr *verbs.MR) {
 
 // postSends posts Sends from A to B; with the link down they are
 // retried, completed or failed, whatever the device does.
-func postSends(t *testing.T, r *badRig, mr *verbs.MR) {
+func postSends(t *testing.T, r *badRig, mrA, _ *verbs.MR) {
 	for i := range 4 {
 		if _, err := r.qpA.PostSend([]verbs.SendWR{{WRID: uint64(20 + i), Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
-			SGList: []verbs.SGE{mr.SGE(64*i, 64)}}}); err != nil {
+			SGList: []verbs.SGE{mrA.SGE(64*i, 64)}}}); err != nil {
 			t.Fatalf("PostSend with the link down: %v", err)
 		}
 	}
 }
 
-// postRead posts an RDMA Read of the region's second half into its
-// first: large enough to be under way when the link goes down.
-func postRead(t *testing.T, r *badRig, mr *verbs.MR) {
-	half := mr.Len() / 2
+// postRead posts an RDMA Read of the second half of B's region into
+// the first half of A's: large enough to be under way when the link goes
+// down.
+func postRead(t *testing.T, r *badRig, mrA, mrB *verbs.MR) {
+	half := mrA.Len() / 2
 	if _, err := r.qpA.PostSend([]verbs.SendWR{{WRID: 30, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
-		SGList: []verbs.SGE{mr.SGE(0, half)}, RemoteAddr: mr.Addr() + uint64(half), RKey: mr.RKey()}}); err != nil {
+		SGList: []verbs.SGE{mrA.SGE(0, half)}, RemoteAddr: mrB.Addr() + uint64(half), RKey: mrB.RKey()}}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 var closeDownCases = []closeDownCase{
 	{name: "Idle"},
-	{name: "IdleUpFirst", upFirst: true},
-	{name: "Outstanding", load: postRecvs, post: postSends},
-	{name: "OutstandingUpFirst", load: postRecvs, post: postSends, upFirst: true},
+	{name: "Outstanding", load: postRecvs, post: postSends, oneDevice: true},
 	{name: "ReadPending", load: postRead},
-	{name: "ReadPendingUpFirst", load: postRead, upFirst: true},
+	{name: "ReadPendingUpFirst", load: postRead, upFirst: true, oneDevice: true},
 	{name: "PeerLater", load: postRecvs, post: postSends, order: peerLater},
-	{name: "QPsFirst", load: postRecvs, post: postSends, order: qpsFirst},
-	{name: "ContextFirst", load: postRead, order: contextFirst},
+	{name: "QPsFirst", load: postRecvs, post: postSends, order: qpsFirst, oneDevice: true},
+	{name: "ContextFirst", load: postRead, order: contextFirst, oneDevice: true},
 	{name: "Together", load: postRecvs, post: postSends, order: together},
 }
 
@@ -603,63 +673,106 @@ func resourceCounts(t *testing.T, dev string) map[string]string {
 	return nil
 }
 
-// cmBaseline is the device's count of kernel objects once rdma_cm has
-// bound an id to it and let it go: librdmacm keeps a context of its own
-// on each device it has bound ids to, for the life of the process.
-func cmBaseline(t *testing.T, d *badDevice) map[string]string {
+// cmBaseline is the count of kernel objects of the devices of A (which
+// reaches B's address through its own) and B (which listens on its own)
+// once rdma_cm has bound an id to each and let it go: librdmacm keeps a
+// context of its own on each device it has bound ids to, for the life
+// of the process.
+func cmBaseline(t *testing.T, dA, dB *badDevice) []map[string]string {
 	t.Helper()
 	deadline := time.Now().Add(badBound)
 	for {
 		// The device's GIDs follow its address a moment after it is
 		// made: until then rdma_cm routes the address to no device.
-		dev, err := cm.Device("rdma://" + d.host + ":1")
-		if err == nil && dev == d.name {
+		dev, err := cm.Device("rdma://" + dB.host + ":1")
+		if err == nil && dev == dA.name {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("rdma_cm does not route %s to %s within %v: %q, %v", d.host, d.name, badBound, dev, err)
+			t.Fatalf("rdma_cm does not route %s to %s within %v: %q, %v", dB.host, dA.name, badBound, dev, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return resourceCounts(t, d.name)
+	counts := []map[string]string{resourceCounts(t, dA.name)}
+	if dB != dA {
+		l, err := cm.Listen(fmt.Sprintf("rdma://%s:%d", dB.host, 19000+os.Getpid()%500*4+int(badPort.Add(1))))
+		if err != nil {
+			t.Fatalf("listen on %s: %v", dB.host, err)
+		}
+		l.Close()
+		counts = append(counts, resourceCounts(t, dB.name))
+	}
+	return counts
 }
 
 // TestBadDayCloseWithPortDown takes the link down under a connection
 // (idle, with receives and Sends outstanding, with an RDMA Read under
 // way) and tears everything down while it is down, then brings it up:
-// in a user's order (the connections, the QPs, the CQs, the region, the
-// PD, the context), QPs before connections, the context first, both
-// connections at once, or one side with the link down and the other once
-// it is up; or brings the link up first. Every call returns within
-// badBound (else the case prints every goroutine's and thread's stack),
-// and the device's kernel objects are back to their count before the
-// connection was made. Both ends are QPs of the one device, and rxe
-// loops a packet to its own address back without the link: a peer on
-// another host, which the link cuts off, is not covered.
+// in a user's order (the connections, the QPs, the CQs, the regions,
+// the PDs, the contexts), QPs before connections, the contexts first,
+// both connections at once, or one side with the link down and the
+// other once it is up; or brings the link up first. Every call returns
+// within badBound (else the case prints every goroutine's and thread's
+// stack), and the devices' kernel objects are back to their count
+// before the connection was made.
+//
+// OneDevice has both QPs on one device, whose packets to its own
+// address rxe loops back without the link; TwoDevices has them on the
+// two ends of a veth pair, and A's end goes down: what A sends,
+// rdma_cm's disconnect request included, no longer reaches B, as
+// between two hosts. In Together the two disconnect requests cross: an
+// rdma_cm id destroyed then can block the kernel's ib_cm for ever (Linux
+// 6.1), which Close avoids by waiting for the disconnect to end first.
 func TestBadDayCloseWithPortDown(t *testing.T) {
-	for _, c := range closeDownCases {
-		t.Run(c.name, func(t *testing.T) { closeWithPortDown(t, c) })
+	for _, two := range []bool{false, true} {
+		name := "OneDevice"
+		if two {
+			name = "TwoDevices"
+		}
+		t.Run(name, func(t *testing.T) {
+			for _, c := range closeDownCases {
+				if two && c.oneDevice {
+					continue
+				}
+				t.Run(c.name, func(t *testing.T) { closeWithPortDown(t, c, two) })
+			}
+		})
 	}
 }
 
-func closeWithPortDown(t *testing.T, c closeDownCase) {
-	d := newBadDevice(t)
-	before := cmBaseline(t, d)
-	r := connectBad(t, d)
-	mr, err := r.pd.AllocMR(4<<20, verbs.AccessLocalWrite|verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
+func closeWithPortDown(t *testing.T, c closeDownCase, two bool) {
+	var dA, dB *badDevice
+	if two {
+		dA, dB = newBadPair(t)
+	} else {
+		dA = newBadDevice(t)
+		dB = dA
+	}
+	before := cmBaseline(t, dA, dB)
+	r := connectBetween(t, dA, dB)
+	const access = verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite
+	mrA, err := r.pd.AllocMR(4<<20, access)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.load != nil {
-		c.load(t, r, mr)
+	mrB := mrA
+	if two {
+		if mrB, err = r.pdB.AllocMR(4<<20, access); err != nil {
+			t.Fatal(err)
+		}
 	}
-	run(t, "ip", "link", "set", d.netdev, "down")
+	if c.load != nil {
+		c.load(t, r, mrA, mrB)
+	}
+	run(t, "ip", "link", "set", dA.netdev, "down")
 	if c.post != nil {
-		c.post(t, r, mr)
+		c.post(t, r, mrA, mrB)
 	}
 	r.waitEvent(t, driver.EventPortErr)
 	up := func() {
-		run(t, "ip", "link", "set", d.netdev, "up")
+		run(t, "ip", "link", "set", dA.netdev, "up")
+		dA.routeOverLink(t)
+		dB.routeOverLink(t)
 	}
 	if c.upFirst {
 		up()
@@ -701,6 +814,9 @@ func closeWithPortDown(t *testing.T, c closeDownCase) {
 		step("close connection B", r.connB.Close)
 	case contextFirst:
 		step("close the context", r.ctx.Close)
+		if two {
+			step("close context B", r.ctxB.Close)
+		}
 		step("close connection A", r.connA.Close)
 		step("close connection B", r.connB.Close)
 	}
@@ -714,17 +830,24 @@ func closeWithPortDown(t *testing.T, c closeDownCase) {
 	}
 	step("destroy CQ A", r.cqA.Destroy)
 	step("destroy CQ B", r.cqB.Destroy)
-	step("deregister the region", mr.Dereg)
-	step("dealloc PD", r.pd.Dealloc)
-	step("close the context", r.ctx.Close)
+	step("deregister region A", mrA.Dereg)
+	step("dealloc PD A", r.pd.Dealloc)
+	step("close context A", r.ctx.Close)
+	if two {
+		step("deregister region B", mrB.Dereg)
+		step("dealloc PD B", r.pdB.Dealloc)
+		step("close context B", r.ctxB.Close)
+	}
 	if !c.upFirst && c.order != peerLater {
 		up()
 	}
-	after := resourceCounts(t, d.name)
-	for k, v := range before {
-		if after[k] != v {
-			t.Errorf("%s: %s %s after everything was closed, %s before the context was opened (%v, then %v)", d.name, k, after[k], v, before, after)
+	for i, d := range []*badDevice{dA, dB}[:len(before)] {
+		after := resourceCounts(t, d.name)
+		for k, v := range before[i] {
+			if after[k] != v {
+				t.Errorf("%s: %s %s after everything was closed, %s before the connection was made (%v, then %v)", d.name, k, after[k], v, before[i], after)
+			}
 		}
+		t.Logf("%s: %v before, %v after", d.name, before[i], after)
 	}
-	t.Logf("%s: %v before, %v after", d.name, before, after)
 }

@@ -49,6 +49,14 @@ const resolveTimeout = 5 * time.Second
 // an Accept.
 const establishTimeout = 10 * time.Second
 
+// disconnectTimeout bounds Close's wait for the end of the disconnect
+// it started (the peer's reply, or the peer's own disconnect request):
+// an rdma_cm id destroyed while its disconnect request is outstanding
+// and the peer's crosses it can block the kernel's ib_cm for ever (seen
+// on Linux 6.1 with rxe). A peer that does not answer within it (its
+// link is down, its host gone) has its id destroyed anyway.
+const disconnectTimeout = 5 * time.Second
+
 func (*provider) Schemes() []string   { return []string{"rdma"} }
 func (*provider) MaxPrivateData() int { return maxPrivateData }
 
@@ -617,22 +625,23 @@ func (r *request) Reject(privateData []byte) error {
 
 // conn is an established connection.
 type conn struct {
-	c      *cmID
-	q      *qp
-	resets uint64 // q.resets when connected: a later Reset ends the ownership
-	remote driver.ConnParam
-	done   chan struct{}
-	stop   chan struct{}
-	ended  sync.Once
-	closed sync.Once
-	wg     sync.WaitGroup
+	c       *cmID
+	q       *qp
+	resets  uint64 // q.resets when connected: a later Reset ends the ownership
+	remote  driver.ConnParam
+	done    chan struct{}
+	stop    chan struct{}
+	watched chan struct{} // closed when watch returns
+	ended   sync.Once
+	closed  sync.Once
+	wg      sync.WaitGroup
 
 	mu       sync.Mutex
 	released bool // the rdma_cm id is destroyed
 }
 
 func newConn(c *cmID, q *qp, remote driver.ConnParam) *conn {
-	k := &conn{c: c, q: q, resets: q.resets.Load(), remote: remote, done: make(chan struct{}), stop: make(chan struct{})}
+	k := &conn{c: c, q: q, resets: q.resets.Load(), remote: remote, done: make(chan struct{}), stop: make(chan struct{}), watched: make(chan struct{})}
 	q.cmConn.Store(k)
 	k.wg.Add(1)
 	go k.watch()
@@ -644,6 +653,7 @@ func newConn(c *cmID, q *qp, remote driver.ConnParam) *conn {
 // rdma_cm id: the connection is over, whether or not Close is called.
 func (k *conn) watch() {
 	defer k.wg.Done()
+	defer close(k.watched)
 	for {
 		select {
 		case ev := <-k.c.events:
@@ -651,8 +661,7 @@ func (k *conn) watch() {
 				k.q.ctx.removeDevice()
 			}
 			if ev.typ == rdmaCMEventDisconnected || ev.typ == rdmaCMEventDeviceRemoval {
-				k.end()
-				k.release(false)
+				k.release()
 				return
 			}
 		case <-k.stop:
@@ -683,23 +692,32 @@ func (q *qp) endStaleConn() {
 	}
 }
 
-// release destroys the rdma_cm id once, after disconnecting it if
-// disconnect is set.
-func (k *conn) release(disconnect bool) error {
+// release destroys the rdma_cm id once, moving the QP to the error
+// state first.
+func (k *conn) release() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.released {
+		return
+	}
+	k.released = true
+	k.end()
+	k.c.close()
+}
+
+// disconnect starts the disconnect, unless the id is released, and moves
+// the QP to the error state, which flushes its work requests.
+func (k *conn) disconnect() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.released {
 		return nil
 	}
-	k.released = true
 	var err error
-	if disconnect {
-		if e := callRC(lib.disconnect, k.c.id); e != nil && !errors.Is(e, syscall.EINVAL) {
-			err = errnoErr("rdma_disconnect", e)
-		}
+	if e := callRC(lib.disconnect, k.c.id); e != nil && !errors.Is(e, syscall.EINVAL) {
+		err = errnoErr("rdma_disconnect", e)
 	}
 	k.end()
-	k.c.close()
 	return err
 }
 
@@ -707,13 +725,26 @@ func (k *conn) RemoteParam() driver.ConnParam { return k.remote }
 func (k *conn) Done() <-chan struct{}         { return k.done }
 
 // Close disconnects, moves the QP to the error state and releases the
-// rdma_cm id.
+// rdma_cm id once the disconnect is over (the peer answered, or its own
+// disconnect crossed ours), or after disconnectTimeout.
 func (k *conn) Close() error {
 	var err error
 	k.closed.Do(func() {
+		err = k.disconnect()
+		if err == nil {
+			// watch sees the end of the disconnect and releases the
+			// id; the kernel is not asked to destroy an id whose
+			// disconnect is still under way.
+			t := time.NewTimer(disconnectTimeout)
+			select {
+			case <-k.watched:
+			case <-t.C:
+			}
+			t.Stop()
+		}
 		close(k.stop)
 		k.wg.Wait()
-		err = k.release(true)
+		k.release()
 	})
 	return err
 }
