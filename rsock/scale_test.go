@@ -116,6 +116,9 @@ func TestThousandConnections(t *testing.T) {
 	if err := <-acceptErr; err != nil && len(errs) == 0 {
 		t.Fatal(err)
 	}
+	// The first acceptor to fail reported at once: the others may still
+	// hand over a connection they had accepted before the listener closed.
+	acceptWG.Wait()
 	close(accepted)
 	for c := range accepted {
 		servers = append(servers, c)

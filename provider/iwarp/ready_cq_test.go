@@ -1,6 +1,7 @@
 package iwarp_test
 
 import (
+	"context"
 	"encoding/binary"
 	"testing"
 	"time"
@@ -102,6 +103,20 @@ func TestSharedCQReadsReadyConnectionsOnly(t *testing.T) {
 	}
 	if got := string(a.mr.Bytes()[128 : 128+21]); got != "to an idle connection" {
 		t.Fatalf("received %q", got)
+	}
+
+	// A Send to a QP whose receive goroutine may be parked, taken by a
+	// CQ.Wait (which arms the CQ, handing receiving back).
+	if _, err := aqps[3].PostRecv([]verbs.RecvWR{{WRID: 34, SGList: []verbs.SGE{a.mr.SGE(512, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bqps[3].PostSend([]verbs.SendWR{{WRID: 3, Opcode: verbs.OpSend, SGList: []verbs.SGE{b.mr.SGE(256, 21)}}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if n, err := a.cq.Wait(ctx, wc[:1]); err != nil || n != 1 || wc[0].Status != verbs.WCSuccess || wc[0].WRID != 34 {
+		t.Fatalf("CQ.Wait for a Send: %d completions, %v, %+v; want WR 34", n, err, wc[0])
 	}
 
 	// Once the polls stop, a Send to the QP that was busy (its receive

@@ -65,6 +65,16 @@
 // it as a protection error, and the QP moves to the error state (Dereg
 // waits for the Polls under way).
 //
+// The lines a Send moves between the two processors go one way each: the
+// receive entry, which the receiver wrote when it posted the receive,
+// to the sender (two entries of one buffer share a line), and the
+// completion slot's one or two lines to the receiver. None comes back
+// for each message: the receiver frees completion slots by moving its
+// head, on a line of its own that the sender reads only when its last
+// reading leaves no room, and PostRecv learns its queue's room from the
+// receives Poll has completed, not from the head the sender's Sends
+// move.
+//
 // The control plane is a Unix socket per connection (cm addresses
 // shm:///path/to.sock and shm://@abstract-name): it carries the
 // connection handshake and the memfds (SCM_RIGHTS), the rare requests a
