@@ -58,3 +58,46 @@ func TestBacklogReadWhileCQPolled(t *testing.T) {
 		t.Fatalf("receive completion %+v, want WR 77 succeeded", wc[0])
 	}
 }
+
+// A connection that starts after the polls of its CQ have stopped is
+// read by its receive goroutine with nobody polling: it stands aside for
+// polls that come after it started only. (Polls that stopped count as
+// stopped only after a grace longer than the test.)
+func TestConnectionAfterPollsStopReadAlone(t *testing.T) {
+	t.Cleanup(iwarp.SetPollGrace(time.Hour)) // runs once the connections are gone
+	const nQPs = iwarp.ManyQPs + 1
+	v := newVictimN(t, 4, nQPs)
+	for range nQPs - 1 {
+		dialHostile(t, v, false, false, false)
+	}
+	wc := make([]verbs.WorkCompletion, 4)
+	for range 100 {
+		if n := v.e.RecvCQ.Poll(wc); n != 0 {
+			t.Fatalf("a completion from nowhere: %+v", wc[0])
+		}
+	}
+	h := dialHostile(t, v, false, false, false)
+	q := v.e.QPs[nQPs-1]
+	if n, err := v.e.PostRecv(nQPs-1, []verbs.RecvWR{{WRID: 9}}); n != 1 {
+		t.Fatalf("post receive: %v", err)
+	}
+	frames := iwarp.FramesReceived(q.Driver())
+	h.send(h.fpdu(h.untagged(wire.OpSend, wire.QNSend, 0), nil))
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(20 * time.Second)
+	for iwarp.FramesReceived(q.Driver()) == frames {
+		if time.Now().After(deadline) {
+			t.Fatal("a Send to a connection that started after the polls stopped was not received")
+		}
+		<-tick.C
+	}
+	for v.e.RecvCQ.Poll(wc[:1]) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the Send received makes no completion")
+		}
+	}
+	if wc[0].Status != verbs.WCSuccess || wc[0].WRID != 9 {
+		t.Fatalf("receive completion %+v, want WR 9 succeeded", wc[0])
+	}
+}

@@ -84,7 +84,14 @@ func (c *conn) rxRun() error {
 	t.Stop()
 	defer t.Stop()
 	seenPolls, seenArms := c.polls.Load(), c.arms.Load()
-	var seenCQPolls [2]uint64 // the polls of the CQs' ready sets (park)
+	// The polls of the CQs' ready sets at the last look (park): those
+	// before the connection started are none of its concern.
+	var seenCQPolls [2]uint64
+	for i, q := range c.q.cqs() {
+		if q != nil {
+			seenCQPolls[i] = q.ready.polls.Load()
+		}
+	}
 	var spinUntil time.Time
 	for {
 		if c.rxStopped.Load() {
