@@ -407,7 +407,10 @@ bench() {
 	if [[ -n ${GOVERBS_IBVERBS_BENCH_MD:-} ]]; then
 		md="--markdown /tmp/performance-rxe.md"
 	fi
-	if "$vmsh" exec "timeout $((600 * repeat)) $work/goverbs bench -d rxe0 write_lat read_lat send_lat write_bw -s 8 -n 500 -I 0 --compare --repeat $repeat --json $md" >"$work/bench.json" 2>"$work/bench.err" &&
+	# A guest job's stderr reaches the host mixed into its stdout, so
+	# goverbs' own stderr is kept in the guest: the JSON stays JSON, and a
+	# failure shows both.
+	if "$vmsh" exec "timeout $((600 * repeat)) $work/goverbs bench -d rxe0 write_lat read_lat send_lat write_bw -s 8 -n 500 -I 0 --compare --repeat $repeat --json $md 2>/tmp/bench.err" >"$work/bench.json" 2>"$work/bench.err" &&
 		jq -e "([.results[] | select(.device == \"rxe0\") | .test] | unique) == $tests and
 			([(.comparisons // [])[] | select(.peer == \"perftest rxe0\") | .test] + [(.skipped // [])[] | select(.peer == \"perftest rxe0\") | .test] | unique) == $tests" "$work/bench.json" >/dev/null; then
 		summary+=("rxe0 bench against perftest: ok, goverbs' speed $(jq -r '[.comparisons[] | select(.peer == "perftest rxe0") | "\(.test) \(.speedup * 100 | round / 100)x"] | join(", ")' "$work/bench.json")$(jq -r '[(.skipped // [])[] | select(.peer == "perftest rxe0") | "; no perftest \(.test): \(.reason)"] | join("")' "$work/bench.json")")
@@ -423,6 +426,8 @@ bench() {
 	else
 		summary+=("rxe0 bench against perftest: FAIL")
 		cat "$work/bench.err" >&2
+		"$vmsh" exec "cat /tmp/bench.err" >&2 || true
+		tail -c 2000 "$work/bench.json" >&2
 		failed=1
 	fi
 	log "${summary[-1]}"

@@ -705,11 +705,10 @@ func (c *Conn) completeOne(wc *verbs.WorkCompletion) {
 		}
 		m, err = parseCtrl(ctrlWord(wc.Imm, &word))
 	case wc.Opcode == verbs.WCRecv && wc.Flags&verbs.WCWithImm == 0:
-		var b []byte
+		var b, data []byte
 		if b, err = verbs.Received(wc, buf); err == nil {
-			n := copy(word[:], b)
-			if m, err = parseCtrl(word[:n]); err == nil && len(b) > ctrlLen {
-				err = c.takeInline(m, b[ctrlLen:])
+			if m, data, err = parseSend(b, c.acceptInline, &word); err == nil && len(data) > 0 {
+				err = c.takeInline(data)
 			}
 		}
 	default:
@@ -726,17 +725,10 @@ func (c *Conn) completeOne(wc *verbs.WorkCompletion) {
 	c.apply(m)
 }
 
-// takeInline copies the bytes of inline data message m into the ring,
-// where an RDMA Write would have put them, if this side takes inline
-// data, m announces them, and they are within the credits it gave
-// (apply then counts them). mu is held.
-func (c *Conn) takeInline(m ctrl, data []byte) error {
-	switch {
-	case !c.acceptInline:
-		return fmt.Errorf("%w: a Send of %d bytes", errCtrl, ctrlLen+len(data))
-	case m.op() != opData || int(m.count()) != len(data):
-		return fmt.Errorf("%w: %d bytes after a control message of op %d, count %d", errCtrl, len(data), m.op(), m.count())
-	}
+// takeInline copies the bytes of an inline data message into the ring,
+// where an RDMA Write would have put them, if they are within the
+// credits this side gave (apply then counts them). mu is held.
+func (c *Conn) takeInline(data []byte) error {
 	size := uint64(len(c.ringBuf))
 	n := uint64(len(data))
 	if c.rxTail+n > c.rxCredited+size {

@@ -97,7 +97,8 @@
 //
 // A receiver checks each message against the credits it gave: data past
 // them, a count or op out of range, acks beyond its receives, a
-// completion it did not ask for — each ends that connection with
+// completion it did not ask for, inline bytes where it did not offer to
+// take them or that their data message's count does not name — each ends that connection with
 // ErrProtocol. Each connection has a protection domain of its own, whose
 // one remotely accessible region is the ring, registered for remote
 // write alone: a peer that writes anywhere else, with this connection's

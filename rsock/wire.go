@@ -163,3 +163,24 @@ func parseCtrl(b []byte) (ctrl, error) {
 	}
 	return m, nil
 }
+
+// parseSend checks the payload of a Send: a control message, followed,
+// where inline is set (the receiver takes inline data messages), by the
+// bytes of a data message that announces exactly that many, at most
+// inlineMax. The control message is copied into word (the receive
+// buffer is posted again before the message is acted on); data is a
+// view on b.
+func parseSend(b []byte, inline bool, word *[ctrlLen]byte) (m ctrl, data []byte, err error) {
+	if len(b) > ctrlLen && (!inline || len(b) > ctrlLen+inlineMax) {
+		return nil, nil, fmt.Errorf("%w: a Send of %d bytes", errCtrl, len(b))
+	}
+	n := copy(word[:], b)
+	if m, err = parseCtrl(word[:n]); err != nil {
+		return nil, nil, err
+	}
+	data = b[n:]
+	if len(data) > 0 && (m.op() != opData || int(m.count()) != len(data)) {
+		return nil, nil, fmt.Errorf("%w: %d bytes after a control message of op %d, count %d", errCtrl, len(data), m.op(), m.count())
+	}
+	return m, data, nil
+}

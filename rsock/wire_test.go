@@ -83,3 +83,45 @@ func TestParseCtrlRejectsWrongLength(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseSend checks that any Send payload either parses into a
+// control message, with inline data only where the receiver takes it,
+// only behind a data message that announces exactly its length, and at
+// most inlineMax bytes, or fails with errCtrl.
+func FuzzParseSend(f *testing.F) {
+	f.Add(ctrlBytes(makeCtrl(opCredit, 3, 100)), false)
+	f.Add(append(ctrlBytes(makeCtrl(opData, 1, 5)), "hello"...), true)
+	f.Add(append(ctrlBytes(makeCtrl(opData, 0, inlineMax)), make([]byte, inlineMax)...), true)
+	f.Add(append(ctrlBytes(makeCtrl(opData, 0, inlineMax+1)), make([]byte, inlineMax+1)...), true)
+	f.Add(append(ctrlBytes(makeCtrl(opFin, 0, 0)), 'x'), true)
+	f.Add([]byte{0x40, 0, 1}, true)
+	f.Fuzz(func(t *testing.T, b []byte, inline bool) {
+		var word [ctrlLen]byte
+		m, data, err := parseSend(b, inline, &word)
+		if err != nil {
+			if !errors.Is(err, errCtrl) {
+				t.Fatalf("error %v does not wrap errCtrl", err)
+			}
+			return
+		}
+		if len(m) != ctrlLen || !bytes.Equal(m, b[:ctrlLen]) || &m[0] != &word[0] {
+			t.Fatalf("control message %x from %x, not a copy in word", m, b)
+		}
+		if len(data) == 0 {
+			if len(b) != ctrlLen {
+				t.Fatalf("a Send of %d bytes parsed as a control message alone", len(b))
+			}
+			return
+		}
+		switch {
+		case !inline:
+			t.Fatalf("inline data taken by a receiver that does not take it: %x", b)
+		case m.op() != opData || int(m.count()) != len(data):
+			t.Fatalf("%d inline bytes behind op %d, count %d", len(data), m.op(), m.count())
+		case len(data) > inlineMax:
+			t.Fatalf("%d inline bytes, more than %d", len(data), inlineMax)
+		case !bytes.Equal(data, b[ctrlLen:]):
+			t.Fatalf("inline data %x from %x", data, b)
+		}
+	})
+}

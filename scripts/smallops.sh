@@ -48,7 +48,7 @@ compare() {
 	compare -s 64 send_lat
 } >"$tmp/ratios"
 
-scripts/instructions.sh 20000 'PostSendPoll|WriteRate' >"$tmp/instructions"
+scripts/instructions.sh 20000 'PostSendPoll|WriteRate|Floor' >"$tmp/instructions"
 
 load="$(cut -d' ' -f1-3 /proc/loadavg)"
 {

@@ -172,6 +172,8 @@ func (c *CQ) sleep(ctx context.Context, s driver.Sleeper, wc []WorkCompletion) (
 // Destroy destroys the CQ (ibv_destroy_cq). It fails with ErrBusy while a
 // QP uses it.
 func (c *CQ) Destroy() error {
+	c.ctx.life.RLock()
+	defer c.ctx.life.RUnlock()
 	if err := c.ctx.closedErr("destroy CQ"); err != nil {
 		if !c.destroyed.Swap(true) {
 			close(c.done)

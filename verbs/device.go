@@ -84,6 +84,11 @@ type Context struct {
 	attr      DeviceAttr
 	closed    chan struct{} // closed by Close, for the goroutines in CQ.Wait
 	closeOnce sync.Once
+	// life is held shared by each destroy of an object made on the
+	// context, exclusively by Close while it marks the context closed:
+	// a destroy is over before Close destroys everything, or finds the
+	// context closed.
+	life sync.RWMutex
 }
 
 // Device describes the device the context was opened on.
@@ -129,16 +134,18 @@ func (c *Context) CreateCQ(cqe int) (*CQ, error) {
 // Close closes the device and releases every resource created on it; the
 // peers of its connected QPs see their connections break, and goroutines
 // in CQ.Wait on its CQs return ErrClosed. Destroying one of those objects
-// afterwards, in any order, returns ErrClosed.
+// afterwards or while Close runs, in any order, returns ErrClosed; a
+// destroy already under way when Close is called completes first.
 func (c *Context) Close() error {
-	err := c.d.Close()
+	c.life.Lock()
 	c.closeOnce.Do(func() { close(c.closed) })
-	return err
+	c.life.Unlock()
+	return c.d.Close()
 }
 
 // closedErr is the error of destroying obj once the context is closed:
 // its Close destroyed everything made on it. It is nil while the
-// context is open.
+// context is open. The destroy holds c.life shared.
 func (c *Context) closedErr(obj string) error {
 	select {
 	case <-c.closed:

@@ -103,8 +103,14 @@ func (w *MW) Bind(wrid uint64, mr *MR, addr uint64, length uint64, access Access
 // Dealloc frees the window (ibv_dealloc_mw): access through its key
 // fails from the moment Dealloc returns.
 func (w *MW) Dealloc() error {
+	w.pd.ctx.life.RLock()
+	defer w.pd.ctx.life.RUnlock()
 	if w.dealloc.Swap(true) {
 		return fmt.Errorf("verbs: dealloc MW: %w", ErrClosed)
+	}
+	if err := w.pd.ctx.closedErr("dealloc MW"); err != nil {
+		w.pd.users.done()
+		return err
 	}
 	if err := w.d.Dealloc(); err != nil {
 		w.dealloc.Store(false)

@@ -162,6 +162,8 @@ func (p *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 // Dealloc frees the protection domain (ibv_dealloc_pd). It fails with
 // ErrBusy while regions, QPs or SRQs created on it live.
 func (p *PD) Dealloc() error {
+	p.ctx.life.RLock()
+	defer p.ctx.life.RUnlock()
 	if err := p.ctx.closedErr("dealloc PD"); err != nil {
 		return err
 	}
@@ -215,6 +217,8 @@ func (m *MR) SGE(off, n int) SGE {
 // Dereg deregisters the region (ibv_dereg_mr): later local or remote access
 // with its keys fails. AllocMR memory is released and must not be used again.
 func (m *MR) Dereg() error {
+	m.pd.ctx.life.RLock()
+	defer m.pd.ctx.life.RUnlock()
 	if m.dereg.Swap(true) {
 		return fmt.Errorf("verbs: dereg MR: %w", ErrClosed)
 	}

@@ -83,6 +83,8 @@ func (q *QP) State() QPState {
 // Destroy destroys the QP (ibv_destroy_qp). A connected peer sees the
 // connection break.
 func (q *QP) Destroy() error {
+	q.pd.ctx.life.RLock()
+	defer q.pd.ctx.life.RUnlock()
 	if q.destroyed.Swap(true) {
 		return fmt.Errorf("verbs: destroy QP: %w", ErrClosed)
 	}
@@ -130,6 +132,8 @@ func (s *SRQ) Query() (SRQAttr, error) { return s.d.Query() }
 // Destroy destroys the SRQ (ibv_destroy_srq). It fails with ErrBusy while a
 // QP uses it.
 func (s *SRQ) Destroy() error {
+	s.pd.ctx.life.RLock()
+	defer s.pd.ctx.life.RUnlock()
 	if err := s.pd.ctx.closedErr("destroy SRQ"); err != nil {
 		if !s.destroyed.Swap(true) {
 			s.pd.users.done()

@@ -91,7 +91,9 @@ func call3(fn, a1, a2, a3 uintptr) uintptr {
 const (
 	// cStackSize is the usable size of each C stack: many times what
 	// the data path's C functions use (a post or a poll, maybe a system
-	// call), as the 64 KiB a cgo thread's system stack starts with.
+	// call; the providers' functions have frames of a few hundred
+	// bytes), though far less than the thread stack of megabytes that
+	// runtime.cgocall runs C on.
 	cStackSize = 64 << 10
 	// cStackCount is the pool's size: more data-path calls at once than
 	// this (one per thread at most) go through runtime.cgocall.
@@ -102,8 +104,12 @@ const (
 // none (and never unmapped: it lives as long as the loaded library).
 var cStacks cStackPool
 
-// cStackPool holds cStackCount stacks, each above an inaccessible guard
-// page, in one mapping; free has a bit set for each stack not in use.
+// cStackPool holds cStackCount stacks, each above an inaccessible guard,
+// in one mapping; free has a bit set for each stack not in use.
+// Every call3 on a stack changes free atomically before and after its C
+// call: that also orders, for the race detector, Go memory written before
+// one call and read after another that saw its effect in C, as
+// runtime.cgocall does for cgo calls.
 type cStackPool struct {
 	free   atomic.Uint64
 	base   atomic.Uintptr // the mapping; 0 until mapped
@@ -130,14 +136,24 @@ func (p *cStackPool) take() (int, bool) {
 // put returns stack i to the pool.
 func (p *cStackPool) put(i int) { p.free.Or(1 << uint(i)) }
 
-// top is the 16-byte aligned top of stack i.
+// top is the 16-byte aligned top of stack i, cStackTopGap below its end.
 func (p *cStackPool) top(i int) uintptr {
-	return p.base.Load() + uintptr(i+1)*(cStackSize+cStackGuard)
+	return p.base.Load() + uintptr(i+1)*(cStackSize+cStackGuard) - cStackTopGap
 }
 
-// cStackGuard is the inaccessible page below each stack, so that an
-// overflow faults instead of writing into the next.
-var cStackGuard = uintptr(unix.Getpagesize())
+// cStackTopGap is the room left above each stack's top. The runtime's
+// traceback of a goroutine that faulted in C reads ccallOn's arguments
+// above its frame, which would be the next stack's guard (a second fault
+// while printing the first) without it.
+const cStackTopGap = 64
+
+// cStackGuard is the inaccessible space below each stack, so that an
+// overflow faults instead of writing into the stack below. It is as
+// large as the stack: a C function does not touch each page of its frame
+// in order (C code is not always built with stack-clash probes), so an
+// overflow by a frame of some KiB, written only at its far end, would
+// skip a single guard page. Untouched, it costs only address space.
+const cStackGuard = 64 << 10
 
 var cStackOnce sync.Once
 
@@ -145,13 +161,13 @@ var cStackOnce sync.Once
 // Mapping does not allocate on the Go heap.
 func (p *cStackPool) mapStacks() bool {
 	cStackOnce.Do(func() {
-		each := cStackSize + cStackGuard
-		m, err := unix.Mmap(-1, 0, int(cStackCount*each), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_STACK)
+		const each = cStackSize + cStackGuard
+		m, err := unix.Mmap(-1, 0, cStackCount*each, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_STACK)
 		if err != nil {
 			p.mapErr.Store(true)
 			return
 		}
-		for i := range uintptr(cStackCount) {
+		for i := range cStackCount {
 			if err := unix.Mprotect(m[i*each:i*each+cStackGuard], unix.PROT_NONE); err != nil {
 				unix.Munmap(m)
 				p.mapErr.Store(true)

@@ -20,8 +20,10 @@
 // The data path makes one foreign call per PostSend, PostRecv or Poll of a
 // batch, through the function pointers of the device context's ops table
 // (ibv_post_send, ibv_post_recv and ibv_poll_cq are inline functions in
-// verbs.h that do the same), and allocates nothing. On amd64 it makes that
-// call from the goroutine on a C stack of its own, without entering the
+// verbs.h that do the same), and on amd64 allocates nothing; on other
+// architectures each of those calls goes through purego.SyscallN, which
+// allocates its argument slice (8 bytes). On amd64 it makes that call
+// from the goroutine on a C stack of its own, without entering the
 // runtime's syscall state as cgo calls do: those functions never block,
 // and a busy-polling goroutine found in a call by the runtime's monitor
 // would otherwise have its P handed to another thread, woken for nothing

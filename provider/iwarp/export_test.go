@@ -178,6 +178,14 @@ func ReadyConns(d driver.QP) int {
 	return len(r.conns) - len(r.free)
 }
 
+// ReadyConnsRecv is ReadyConns of the receive CQ of QP d.
+func ReadyConnsRecv(d driver.QP) int {
+	r := &d.(*qp).recvCQ.ready
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.conns) - len(r.free)
+}
+
 // ManyQPs is manyQPs.
 const ManyQPs = manyQPs
 

@@ -157,3 +157,31 @@ func TestSharedCQReadsReadyConnectionsOnly(t *testing.T) {
 		t.Fatalf("%d connections in the ready set after two ended, want %d", got, nQPs-2)
 	}
 }
+
+// TestReadySetsCloseWithTheirCQs: the send CQ and the receive CQ of QPs
+// many enough for each to keep a ready set register every connection,
+// and once the connections end and the CQs are destroyed, no descriptor
+// of theirs (the epoll instances) stays open.
+func TestReadySetsCloseWithTheirCQs(t *testing.T) {
+	const nQPs = iwarp.ManyQPs + 1
+	round := func() {
+		t.Run("CQs", func(t *testing.T) {
+			v := newVictimN(t, 4, nQPs)
+			for range nQPs {
+				dialHostile(t, v, false, false, false)
+			}
+			wc := make([]verbs.WorkCompletion, 4)
+			for _, cq := range []*verbs.CQ{v.e.SendCQ, v.e.RecvCQ} {
+				if n := cq.Poll(wc); n != 0 {
+					t.Fatalf("a completion from nowhere: %+v", wc[0])
+				}
+			}
+			for i, qp := range v.e.QPs {
+				if s, r := iwarp.ReadyConns(qp.Driver()), iwarp.ReadyConnsRecv(qp.Driver()); s != nQPs || r != nQPs {
+					t.Fatalf("QP %d: %d connections in the send CQ's ready set and %d in the receive CQ's, want %d", i, s, r, nQPs)
+				}
+			}
+		})
+	}
+	leavesNoDescriptor(t, "ready sets", 5, round)
+}

@@ -84,7 +84,14 @@ func (c *conn) rxRun() error {
 	t.Stop()
 	defer t.Stop()
 	seenPolls, seenArms := c.polls.Load(), c.arms.Load()
-	var seenCQPolls [2]uint64 // the polls of the CQs' ready sets (park)
+	// The polls of the CQs' ready sets at the last look (park): those
+	// before the connection started are none of its concern.
+	var seenCQPolls [2]uint64
+	for i, q := range c.q.cqs() {
+		if q != nil {
+			seenCQPolls[i] = q.ready.polls.Load()
+		}
+	}
 	var spinUntil time.Time
 	for {
 		if c.rxStopped.Load() {
@@ -106,10 +113,17 @@ func (c *conn) rxRun() error {
 		if c.rxFrames.Load() != frames {
 			spinUntil = time.Now().Add(rxSpin)
 		}
+		if more {
+			// What is left is the goroutine's, whether or not an
+			// application polls: a CQ's ready set reports the socket
+			// again only when more arrives (ready.go), and a poller
+			// that used its own budget left the rest to this round.
+			continue
+		}
 		// An application polls if it has polled since the last look
 		// and not armed a CQ to sleep on since.
 		polls, arms := c.polls.Load(), c.arms.Load()
-		if !more && arms == seenArms && c.parkOnCQ(&seenCQPolls) {
+		if arms == seenArms && c.parkOnCQ(&seenCQPolls) {
 			seenPolls = c.polls.Load()
 			spinUntil = time.Time{}
 			continue

@@ -64,3 +64,46 @@ func TestLocalRingSecondSender(t *testing.T) {
 		t.Fatal("a CQ with two sending QPs is not shared")
 	}
 }
+
+// TestLocalRingQPNumbers: a completion names the QP whose WR it
+// completes, while the CQ's first sending QP is its only one (produceOwn
+// leaves the number the slots hold since addSender) and after a second
+// came, in every slot of the ring.
+func TestLocalRingQPNumbers(t *testing.T) {
+	c := &cq{local: newLocalRing(4)}
+	q1, q2 := &qp{num: 0x101}, &qp{num: 0x202}
+	c.addSender(q1)
+	var wc driver.WorkCompletion
+	take := func(want *qp) {
+		t.Helper()
+		c.mu.Lock()
+		q, _, ok := c.local.take(&wc)
+		c.mu.Unlock()
+		if !ok {
+			t.Fatal("no completion to take")
+		}
+		if q == nil {
+			q = c.firstSender
+		}
+		if q != want || wc.QPNum != want.num {
+			t.Fatalf("completion of QP %#x names QP %#x (%p)", want.num, wc.QPNum, q)
+		}
+	}
+	for i := range 6 { // past the ring's end
+		if !c.local.produce(q1, 0, uint64(i), driver.WCSuccess, driver.WCRDMAWrite, 0, c.shared.Load()) {
+			t.Fatal("ring full")
+		}
+		take(q1)
+	}
+	c.addSender(q2)
+	for i := range 8 {
+		q := q1
+		if i%3 != 0 {
+			q = q2
+		}
+		if !c.local.produce(q, 0, uint64(i), driver.WCSuccess, driver.WCRDMAWrite, 0, c.shared.Load()) {
+			t.Fatal("ring full")
+		}
+		take(q)
+	}
+}

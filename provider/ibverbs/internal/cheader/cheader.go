@@ -308,8 +308,33 @@ static size_t nlayouts(void) { return 0; }
 static const char *layout_name(size_t i) { return layouts[i].name; }
 static size_t layout_value(size_t i) { return layouts[i].value; }
 static int identity(int x) { return x; }
+
+#include <alloca.h>
+#include <stdint.h>
+// use_stack takes n bytes of stack and writes one byte in every stride
+// of them, from the lowest address up; it returns the sum of the bytes
+// written.
+static unsigned long use_stack(unsigned long n, unsigned long stride) {
+	volatile unsigned char *p = alloca(n);
+	unsigned long sum = 0;
+	for (unsigned long i = 0; i < n; i += stride) {
+		p[i] = (unsigned char)(i / stride);
+		sum += p[i];
+	}
+	return sum;
+}
+static uintptr_t use_stack_func(void) { return (uintptr_t)use_stack; }
 */
 import "C"
+
+// UseStackFunc is the address of a C function
+//
+//	unsigned long use_stack(unsigned long n, unsigned long stride)
+//
+// that takes n bytes of stack and writes one byte in every stride of them,
+// from the lowest address up, byte k being k mod 256; it returns the sum of
+// the bytes written. Tests call it on the provider's C stacks.
+func UseStackFunc() uintptr { return uintptr(C.use_stack_func()) }
 
 // Identity returns x from a C function, called through cgo: what
 // BenchmarkCgoCall measures, the cost of a cgo call, to set beside the
