@@ -20,10 +20,11 @@ import (
 const MaxHandshakes = 64
 
 // MaxPeerHandshakes bounds, in a queue that knows its peers (PerPeer), the
-// connections of one peer accepted and not yet handed to Accept: a
-// connection beyond it is closed at once, so that one peer's silent
-// connections leave the other slots to other peers.
-const MaxPeerHandshakes = 8
+// connections of one peer whose handshake is under way: a connection
+// beyond it is closed at once, so that one peer's silent connections
+// leave the other slots to other peers. A request whose handshake is over
+// waits for Accept in a slot of the queue's, no longer of its peer's.
+const MaxPeerHandshakes = 32
 
 // HandshakeTimeout is how long a provider's listener waits for the request
 // a connection opens with: a silent connection is closed after it.
@@ -153,14 +154,20 @@ func (q *Queue[C, R]) admit(peer string) bool {
 
 // release gives back a slot of peer's and the queue's.
 func (q *Queue[C, R]) release(peer string) {
-	if peer != "" {
-		q.mu.Lock()
-		if q.perPeer[peer]--; q.perPeer[peer] <= 0 {
-			delete(q.perPeer, peer)
-		}
-		q.mu.Unlock()
-	}
+	q.releasePeer(peer)
 	<-q.slots
+}
+
+// releasePeer gives back a slot of peer's.
+func (q *Queue[C, R]) releasePeer(peer string) {
+	if peer == "" {
+		return
+	}
+	q.mu.Lock()
+	if q.perPeer[peer]--; q.perPeer[peer] <= 0 {
+		delete(q.perPeer, peer)
+	}
+	q.mu.Unlock()
 }
 
 // errClosed is Accept's error once the queue is closed.
@@ -246,11 +253,15 @@ func (q *Queue[C, R]) handshake(c C, peer string) {
 		q.release(peer)
 		return
 	}
+	// The handshake is over: the peer's share counts handshakes under
+	// way, not requests waiting for Accept, so that a peer that opens
+	// connections faster than Accept takes them is not turned away.
+	q.releasePeer(peer)
 	select {
-	case q.reqs <- taken[R]{r, peer}:
+	case q.reqs <- taken[R]{r, ""}:
 		return // Accept frees the slot
 	case <-q.done:
 		q.discard(r)
 	}
-	q.release(peer)
+	q.release("")
 }
