@@ -25,22 +25,7 @@ func TestFaultInCIsFatal(t *testing.T) {
 	if err := load(); err != nil {
 		t.Skip(err)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestFaultInCIsFatal$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "GOVERBS_FAULT_IN_C=1", "GOTRACEBACK=single")
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Fatalf("the child faulting in C hung:\n%s", out)
-	}
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.Success() {
-		t.Fatalf("the child faulting in C exited with %v, want a crash:\n%s", err, out)
-	}
+	out := crashChild(t, "TestFaultInCIsFatal", "GOVERBS_FAULT_IN_C", "faulting in C")
 	if strings.Contains(string(out), "recovered") {
 		t.Fatalf("the fault in C became a panic the child recovered from:\n%s", out)
 	}
@@ -50,6 +35,31 @@ func TestFaultInCIsFatal(t *testing.T) {
 	if strings.Contains(string(out), "panic during panic") {
 		t.Fatalf("printing the fault in C faulted again:\n%s", out)
 	}
+}
+
+// crashChild runs test alone in a child process (this test binary again)
+// with env set to 1, and returns its output once it has crashed; it fails
+// t if the child hangs or exits without crashing. what says what the
+// child does, for the failure messages.
+func crashChild(t *testing.T, test, env, what string) []byte {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"=1", "GOTRACEBACK=single")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("the child %s hung:\n%s", what, out)
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Success() {
+		t.Fatalf("the child %s exited with %v, want a crash:\n%s", what, err, out)
+	}
+	return out
 }
 
 // faultInC makes C read address 8 (strlen of it) through call3, under a
