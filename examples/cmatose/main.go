@@ -1,7 +1,11 @@
 // Command cmatose is a goverbs peer for librdmacm's cmatose (packaged as
 // ucmatose in Debian's rdmacm-utils), written with goverbs' public API
-// only (cm and verbs) over the iWARP device tcp0, so that either end may
-// be the Linux tool on a host with an iWARP device (siw).
+// only (cm and verbs), so that either end may be the Linux tool. Over
+// goverbs' iWARP device tcp0 (the default) its peer is cmatose on a host
+// with an iWARP device (siw); with -d naming a kernel RDMA device (rxe0,
+// siw0, mlx5_0, ...), which the ibverbs provider reaches through
+// rdma-core, it connects through librdmacm (rdma://) and its peer is
+// cmatose on any device the kernel routes the address to.
 //
 // Its server is a server that speaks first: once every connection is up
 // it sends its messages before it has received anything, as cmatose's
@@ -12,6 +16,7 @@
 //
 //	cmatose -b 10.77.0.1 -c 10 -C 10       serve 10 connections, 10 messages each way
 //	cmatose -s 10.77.0.1 -c 10 -C 10       connect 10 times to such a server
+//	cmatose -d rxe0 -s 10.77.0.2           the same through rdma-core and librdmacm
 //
 // On each connection both sides post their receives before connecting
 // (iWARP has no retry for a Send that finds no receive); the server
@@ -37,12 +42,14 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/cm"
+	_ "github.com/goverbs/goverbs/provider/ibverbs" // rdma://, the kernel's devices
 	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/verbs"
 )
 
 // config is what the flags set.
 type config struct {
+	device      string // -d: the device
 	server      string // -s: connect to this server
 	bind        string // -b: serve on this address
 	port        int
@@ -57,6 +64,7 @@ type config struct {
 func main() {
 	var cfg config
 	crc := false
+	flag.StringVar(&cfg.device, "d", iwarp.DeviceName, "the `device`: tcp0, or a kernel RDMA device reached through librdmacm (rxe0, siw0, ...)")
 	flag.StringVar(&cfg.server, "s", "", "connect to the cmatose server at this address (client)")
 	flag.StringVar(&cfg.bind, "b", "", "serve on this address (server; 0.0.0.0 for all)")
 	flag.IntVar(&cfg.port, "p", 7471, "the TCP port")
@@ -68,7 +76,7 @@ func main() {
 	flag.BoolVar(&crc, "crc", false, "ask for MPA CRC32c (the peer may ask for it either way)")
 	flag.Parse()
 	if flag.NArg() > 0 || (cfg.server == "") == (cfg.bind == "") || cfg.connections < 1 || cfg.messages < 1 || cfg.size < 1 {
-		fmt.Fprintln(os.Stderr, "usage: cmatose (-s server | -b bind_address) [-p port] [-c connections] [-C messages] [-S size] [-answer] [-crc] [-timeout d]")
+		fmt.Fprintln(os.Stderr, "usage: cmatose (-s server | -b bind_address) [-d device] [-p port] [-c connections] [-C messages] [-S size] [-answer] [-crc] [-timeout d]")
 		os.Exit(2)
 	}
 	iwarp.SetCRC(crc)
@@ -82,9 +90,12 @@ func main() {
 
 // run is the server (cfg.bind) or the client (cfg.server) until ctx ends.
 func run(ctx context.Context, cfg config, out io.Writer) error {
-	dev, err := verbs.Open(iwarp.DeviceName)
+	if cfg.device == "" {
+		cfg.device = iwarp.DeviceName
+	}
+	dev, err := verbs.Open(cfg.device)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", iwarp.DeviceName, err)
+		return fmt.Errorf("open %s: %w", cfg.device, err)
 	}
 	defer dev.Close()
 	pd, err := dev.AllocPD()
@@ -110,10 +121,21 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	return dial(ctx, cfg, nodes, out)
 }
 
+// url is the cm address of host and cfg.port on cfg.device: tcp:// for
+// tcp0, rdma:// (librdmacm, which picks the kernel device the address
+// routes to) for a kernel device.
+func (cfg config) url(host string) string {
+	scheme := "tcp://"
+	if cfg.device != iwarp.DeviceName {
+		scheme = "rdma://"
+	}
+	return scheme + net.JoinHostPort(host, strconv.Itoa(cfg.port))
+}
+
 // serve accepts a connection for each node, sends first (or, with
 // cfg.answer, receives first and answers), then disconnects.
 func serve(ctx context.Context, cfg config, nodes []*node, out io.Writer) error {
-	addr := "tcp://" + net.JoinHostPort(cfg.bind, strconv.Itoa(cfg.port))
+	addr := cfg.url(cfg.bind)
 	l, err := cm.Listen(addr)
 	if err != nil {
 		return err
@@ -156,7 +178,7 @@ func serve(ctx context.Context, cfg config, nodes []*node, out io.Writer) error 
 // (or, with cfg.answer, sends first and receives the answers), and
 // waits for the server to disconnect (with cfg.answer: disconnects).
 func dial(ctx context.Context, cfg config, nodes []*node, out io.Writer) error {
-	addr := "tcp://" + net.JoinHostPort(cfg.server, strconv.Itoa(cfg.port))
+	addr := cfg.url(cfg.server)
 	fmt.Fprintf(out, "cmatose: connecting %d times to %s\n", len(nodes), addr)
 	for i, n := range nodes {
 		var err error
