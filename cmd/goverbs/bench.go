@@ -369,7 +369,6 @@ func benchRun(ctx context.Context, e *env, cfg benchConfig) error {
 		}
 		var peerResults []placed
 		var rounds []perftest.Comparison
-		skippedRun := make([]bool, len(runs)) // a peer run that failed is not tried again
 		for _, g := range testSizes(append(plans, peerParams)) {
 			for round := range cfg.repeat {
 				ours := len(rep.Results)
@@ -381,7 +380,7 @@ func benchRun(ctx context.Context, e *env, cfg benchConfig) error {
 				}
 				var theirs []*perftest.Result
 				for i, r := range runs {
-					if !g.has(r.Params) || skippedRun[i] || ctx.Err() != nil {
+					if !g.has(r.Params) || ctx.Err() != nil {
 						continue
 					}
 					if cfg.repeat > 1 {
@@ -389,9 +388,14 @@ func benchRun(ctx context.Context, e *env, cfg benchConfig) error {
 					} else {
 						prog.show("comparing: %s", r)
 					}
+					// A run that fails in one round is tried again in the
+					// next: perftest's clock calibration, say, fails now
+					// and then on an emulated machine.
 					res, skip := r.Run(ctx, cfg.timeout)
 					if skip != nil {
-						skippedRun[i] = true
+						if cfg.repeat > 1 {
+							skip.Reason = fmt.Sprintf("round %d of %d: %s", round+1, cfg.repeat, skip.Reason)
+						}
 						rep.Skipped = append(rep.Skipped, *skip)
 						continue
 					}
