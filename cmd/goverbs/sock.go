@@ -35,12 +35,15 @@ process):
   grpc_unary  a gRPC unary call of --req-size bytes each way through a
               context dialer and a net.Listener (send_lat: half the
               call, µs)
+  idle        --idle connections that each sent one byte each way and
+              then stay open and unused: the CPU the process uses over
+              --idle-time, in all and per connection (% of a core)
 
 With --compare each runs right after over Go's TCP loopback, the same
 program on net.Conn, and the ratios are printed with the goals rsock
 has: on shm0, req_resp ≤ 0.25× TCP's latency, stream ≥ 2× its
 throughput, grpc_unary ≤ 0.7× its latency; on tcp0, req_resp ≤ 1.2× and
-stream ≥ 0.9×.`
+stream ≥ 0.9×; an idle connection under 1% of a core.`
 
 type sockConfig struct {
 	devices     string
@@ -56,6 +59,8 @@ type sockConfig struct {
 	ring        int
 	spin        time.Duration
 	zeroCopyMin int
+	idle        int
+	idleTime    time.Duration
 }
 
 // sockRun is one benchmark of sock bench.
@@ -84,6 +89,8 @@ func runSock(ctx context.Context, e *env, args []string) error {
 	fs.Int(&cfg.ring, "ring", "", 0, "rsock's receive ring in `bytes` (default rsock.DefaultRingSize)")
 	fs.Duration(&cfg.spin, "spin", "", 0, "how long rsock's waiting Read or Write polls before it parks (default rsock.DefaultSpin;\nnegative: never)")
 	fs.Int(&cfg.zeroCopyMin, "zero-copy-min", "", 0, "rsock's least Write sent without a copy, in `bytes` (default rsock.DefaultZeroCopyMin;\nnegative: every Write is copied)")
+	fs.Int(&cfg.idle, "idle", "", 100, "`n` connections for idle (0: do not measure idle)")
+	fs.Duration(&cfg.idleTime, "idle-time", "", time.Second, "measure idle over this long")
 	fs.Bool(&cfg.compare, "compare", "", "also run each benchmark over Go TCP loopback and print the ratios")
 	fs.Int(&cfg.repeat, "repeat", "", 1, "with --compare, run each benchmark `n` times, rsock and TCP in turn, and give the\nmedian and range of each ratio")
 	fs.Bool(&cfg.json, "json", "", "print the results as JSON")
@@ -101,6 +108,8 @@ func runSock(ctx context.Context, e *env, args []string) error {
 		return usageError("--plot %s: the plot is a PNG; name the file FILE.png", cfg.plot)
 	case cfg.timeout <= 0:
 		return usageError("--timeout must be positive")
+	case cfg.idle < 0 || cfg.idleTime <= 0:
+		return usageError("--idle must not be negative and --idle-time must be positive")
 	case cfg.repeat < 1:
 		return usageError("--repeat %d: give at least 1", cfg.repeat)
 	case cfg.repeat > 1 && !cfg.compare:
@@ -167,6 +176,17 @@ func runSock(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	rep.Comparisons = perftest.Summarize(rounds)
+	for _, d := range devs {
+		if cfg.idle == 0 {
+			break
+		}
+		prog.show("idle: %d connections over rsock %s for %v", cfg.idle, d.Name, cfg.idleTime)
+		idle, err := sockIdle(ctx, cfg, rcfg, d)
+		if err != nil {
+			return fmt.Errorf("idle over rsock on %s: %w", d.Name, err)
+		}
+		rep.Idle = append(rep.Idle, idle)
+	}
 	prog.done()
 	if cfg.plot != "" {
 		if err := sockPlot(cfg.plot, rep); err != nil {
@@ -190,11 +210,51 @@ func runSock(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
+	if len(rep.Idle) > 0 {
+		fmt.Fprintln(e.stdout)
+		writeSockIdle(e, rep.Idle)
+	}
 	if cfg.plot != "" {
 		fmt.Fprintf(e.stdout, "\nplot: %s\n", cfg.plot)
 	}
 	fmt.Fprintf(e.stdout, "\n%d runs in %.1fs\n", len(rep.Results)+len(rep.Peers), time.Since(start).Seconds())
 	return nil
+}
+
+// sockIdle measures cfg.idle idle connections over rsock on d (both
+// ends in this process) once they have had time to stop polling.
+func sockIdle(ctx context.Context, cfg sockConfig, rcfg *rsock.Config, d verbs.DeviceInfo) (*perftest.Idle, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	defer cancel()
+	l, err := rcfg.Listen(sockAddr(d))
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	// A connection polls for a while after its last message (Spin), and
+	// a provider's receive goroutines for a while after their last
+	// arrival: a tenth of a second is many times either.
+	idle, err := perftest.MeasureIdle(ctx, l, rcfg.Dial, cfg.idle, 100*time.Millisecond, cfg.idleTime)
+	if err != nil {
+		return nil, err
+	}
+	idle.Stack, idle.Device, idle.Transport = "rsock", d.Name, d.Transport
+	return idle, nil
+}
+
+// writeSockIdle prints the idle measurements beside the goal.
+func writeSockIdle(e *env, idle []*perftest.Idle) {
+	tw := tabwriter.NewWriter(e.stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintf(tw, "idle connections, both ends in this process: CPU used while they stay open and unused\n")
+	fmt.Fprintf(tw, " device\tconnections\tseconds\tall, %% of a core\tper connection\tgoal\t\n")
+	for _, i := range idle {
+		verdict := "met"
+		if i.PerConn >= 0.01 {
+			verdict = "NOT met"
+		}
+		fmt.Fprintf(tw, " %s\t%d\t%.1f\t%.2f%%\t%.4f%%\t< 1%% (%s)\t\n", i.Device, i.Conns, i.Seconds, 100*i.Cores, 100*i.PerConn, verdict)
+	}
+	tw.Flush()
 }
 
 // sockAddr is a fresh address for device d's scheme.

@@ -25,6 +25,8 @@ type Report struct {
 	Peers       []*Result    `json:"peers,omitempty"`
 	Comparisons []Comparison `json:"comparisons,omitempty"`
 	Skipped     []Skip       `json:"skipped,omitempty"`
+	// Idle is what open, unused connections cost (goverbs sock bench).
+	Idle []*Idle `json:"idle,omitempty"`
 }
 
 // Skip is a peer, or one run of a peer, that gave no figure, and why.

@@ -1,0 +1,48 @@
+package perftest
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+)
+
+// TestMeasureIdleOverTCP measures idle TCP connections on loopback: the
+// figure covers the window and all of them, and no connection or
+// goroutine outlives the call (TestMain's goleak).
+func TestMeasureIdleOverTCP(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var d net.Dialer
+	idle, err := MeasureIdle(context.Background(), l, func(ctx context.Context, a string) (net.Conn, error) {
+		return d.DialContext(ctx, "tcp", a)
+	}, 5, time.Millisecond, 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idle.Conns != 5 || idle.Seconds < 0.02 || idle.Cores < 0 || idle.PerConn != idle.Cores/5 {
+		t.Errorf("%+v: want 5 connections over at least 20ms, the cores shared among them", *idle)
+	}
+}
+
+// TestMeasureIdleDialFails returns the dialler's error and leaves nothing
+// behind.
+func TestMeasureIdleDialFails(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	refused := errors.New("refused")
+	_, err = MeasureIdle(context.Background(), l, func(context.Context, string) (net.Conn, error) { return nil, refused }, 3, 0, time.Millisecond)
+	if !errors.Is(err, refused) {
+		t.Fatalf("got %v, want the dialler's error", err)
+	}
+	if _, err := MeasureIdle(context.Background(), l, nil, 0, 0, time.Millisecond); err == nil {
+		t.Fatal("no connections: no error")
+	}
+}
