@@ -147,7 +147,13 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 	}
 	f := &fastOps[wr.Opcode]
 	c, m, sq := q.conn, q.lastMR, q.sq
-	if f.rneed == 0 || len(wr.SGList) != 1 || wr.Flags&driver.SendInline != 0 || c == nil || m == nil || !sq.Idle() || !sq.Room() {
+	if f.rneed == 0 || len(wr.SGList) != 1 || wr.Flags&driver.SendInline != 0 || c == nil || m == nil {
+		return false
+	}
+	if !sq.Idle() {
+		return false
+	}
+	if !sq.Room() {
 		return false
 	}
 	g := &wr.SGList[0]
@@ -156,7 +162,10 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 	if m.key != g.LKey || m.access&f.need != f.need || m.ext.Revoked() || n-1 >= deviceAttr.MaxMsgSize || q.cap.MaxSendSGE == 0 {
 		return false
 	}
-	if !c.peerSettled || c.dirty.Load() || c.leftovers() {
+	if !c.peerSettled || c.dirty.Load() {
+		return false
+	}
+	if c.leftovers() {
 		return false
 	}
 	local, ok := within(m.buf, m.addr, g.Addr, n)
@@ -164,12 +173,17 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 		return false
 	}
 	h := c.peerHdr // peerUp, peerReads and allows, in line
-	if c.ended.Load() || !accepts(driver.QPState(h.state.Load())) || h.gen.Load() != c.peerGen ||
-		(f.need != 0 && h.attrs.Load()>>8&0xff == 0) {
+	if c.ended.Load() || !accepts(driver.QPState(h.state.Load())) {
+		return false
+	}
+	if h.gen.Load() != c.peerGen || (f.need != 0 && h.attrs.Load()>>8&0xff == 0) {
 		return false
 	}
 	e := c.cachedFast(wr.RKey, f.rneed != driver.AccessRemoteRead)
-	if e == nil || e.k.access&(driver.AccessFlags(h.access.Load())|^driver.RemoteAccess)&f.rneed != f.rneed || e.k.pd != h.pd.Load() {
+	if e == nil {
+		return false
+	}
+	if e.k.access&(driver.AccessFlags(h.access.Load())|^driver.RemoteAccess)&f.rneed != f.rneed || e.k.pd != h.pd.Load() {
 		return false
 	}
 	remote, ok := within(e.fastWin, e.k.addr, wr.RemoteAddr, n)
