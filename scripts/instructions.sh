@@ -63,7 +63,7 @@ go test -c -o "$tmp/shm.test" ./provider/shm
 # count runs benchmark $1 for $2 iterations under callgrind and prints the
 # total instructions executed.
 count() {
-	GOMAXPROCS=1 GOGC=off GODEBUG=asyncpreemptoff=1 \
+	GOMAXPROCS=1 GOGC=off GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off \
 		valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out" \
 		"$tmp/shm.test" -test.run='^$' -test.bench="^$1" -test.benchtime="$2x" \
 		>"$tmp/bench.out" 2>"$tmp/vg.out" || {

@@ -6,6 +6,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/goverbs/goverbs/internal/keytab"
 	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/internal/swq"
@@ -135,16 +136,24 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 // postFast is postNow's shortest road, tried first: an RDMA Write, Read
 // or atomic with one SGE, not inline, whose local key names the region
 // the QP's last WR named (lastMR) and whose remote key is in the
-// connection's cache, in a segment mapped here. Its checks are postNow's,
-// the lookups aside; it reports false, having touched nothing, for any
-// other WR or any check that fails, and postNow takes the WR.
+// connection's cache, in a segment mapped here, on a connection with
+// nothing to do between WRs (no mapping change to absorb, nothing left
+// for afterWR, the peer's QP past announceRequest). Its checks are
+// postNow's, the lookups aside; it reports false, having touched nothing,
+// for any other WR or any check that fails, and postNow takes the WR.
 func (q *qp) postFast(wr *driver.SendWR) bool {
 	if int(wr.Opcode) >= len(fastOps) {
 		return false
 	}
 	f := &fastOps[wr.Opcode]
 	c, m, sq := q.conn, q.lastMR, q.sq
-	if f.rneed == 0 || len(wr.SGList) != 1 || wr.Flags&driver.SendInline != 0 || c == nil || m == nil || !sq.Idle() || !sq.Room() {
+	if f.rneed == 0 || len(wr.SGList) != 1 || wr.Flags&driver.SendInline != 0 || c == nil || m == nil {
+		return false
+	}
+	if !sq.Idle() {
+		return false
+	}
+	if !sq.Room() {
 		return false
 	}
 	g := &wr.SGList[0]
@@ -153,23 +162,33 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 	if m.key != g.LKey || m.access&f.need != f.need || m.ext.Revoked() || n-1 >= deviceAttr.MaxMsgSize || q.cap.MaxSendSGE == 0 {
 		return false
 	}
-	local, ok := soft.Within(m.buf, m.addr, g.Addr, n)
-	if !ok || !c.peerUp() || (f.need != 0 && !c.peerReads()) || c.dirty.Load() {
+	if !c.peerSettled || c.dirty.Load() {
 		return false
 	}
-	e := c.cached(wr.RKey, f.rneed != driver.AccessRemoteRead)
-	if e == nil || !c.allows(&e.k, f.rneed) {
+	if c.leftovers() {
 		return false
 	}
-	remote, ok := e.span(wr.RemoteAddr, n) // process memory: nil win, not mapped
+	local, ok := within(m.buf, m.addr, g.Addr, n)
 	if !ok {
 		return false
 	}
-	if f.rneed == driver.AccessRemoteAtomic && (n != 8 || wr.RemoteAddr%8 != 0 || uintptr(unsafe.Pointer(&remote[0]))%8 != 0) {
+	h := c.peerHdr // peerUp, peerReads and allows, in line
+	if c.ended.Load() || !accepts(driver.QPState(h.state.Load())) {
 		return false
 	}
-	if !c.peerSettled { // announceRequest's test, in line
-		c.announceRequest()
+	if h.gen.Load() != c.peerGen || (f.need != 0 && h.attrs.Load()>>8&0xff == 0) {
+		return false
+	}
+	e := c.cachedFast(wr.RKey, f.rneed != driver.AccessRemoteRead)
+	if e == nil {
+		return false
+	}
+	if e.k.access&(driver.AccessFlags(h.access.Load())|^driver.RemoteAccess)&f.rneed != f.rneed || e.k.pd != h.pd.Load() {
+		return false
+	}
+	remote, ok := within(e.fastWin, e.k.addr, wr.RemoteAddr, n)
+	if !ok {
+		return false
 	}
 	var byteLen uint32
 	switch f.rneed {
@@ -179,11 +198,11 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 		copySmall(local, remote)
 		byteLen = uint32(n)
 	default:
+		if n != 8 || wr.RemoteAddr%8 != 0 || uintptr(unsafe.Pointer(&remote[0]))%8 != 0 {
+			return false
+		}
 		binary.NativeEndian.PutUint64(local, applyAtomic((*uint64)(unsafe.Pointer(&remote[0])), wr))
 		byteLen = 8
-	}
-	if c.leftovers() {
-		c.afterWR()
 	}
 	if seq, signaled := sq.Commit(wr); signaled {
 		// pushSend, in line: one call fewer.
@@ -194,6 +213,17 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 		}
 	}
 	return true
+}
+
+// within is soft.Within for n > 0, whose slice of buf is made without
+// the bounds checks that Within's own tests have made already: n > 0
+// puts its first byte inside buf.
+func within(buf []byte, base, addr, n uint64) ([]byte, bool) {
+	off := addr - base
+	if off >= uint64(len(buf)) || n > uint64(len(buf))-off {
+		return nil, false
+	}
+	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(buf)), off)), n), true
 }
 
 // fastOp is what postFast needs to know of an opcode it takes: the local
@@ -442,8 +472,8 @@ func (e *keyEntry) span(addr, n uint64) ([]byte, bool) {
 // re-registration change it). An entry holds the segment the key maps
 // to; absorb, which unmaps segments, forgets every entry. Guarded by q.mu.
 type keyCache struct {
-	e    [2]keyEntry
-	next int // the entry to replace
+	e    [2]keyEntry // cachedFast looks at both
+	next int         // the entry to replace
 }
 
 // keyEntry is one resolved key: the key slot as read, and the peer's
@@ -451,13 +481,20 @@ type keyCache struct {
 // win, the region's bytes in that mapping (mappedRegion), whose first byte
 // is at the key's addr, mapped false if the region starts beyond the
 // mapping: a WR's remote span is checked against them alone (span).
+//
+// slot is the key's slot in the peer's key table, whose version says
+// whether k is current; fastWin is win for postFast, nil unless the
+// region is mapped and does not wrap around the address space, so that
+// an address is in it exactly when its offset from the key's addr is.
 type keyEntry struct {
-	k      keyInfo
-	seg    *segment
-	win    []byte
-	mapped bool
-	rw     bool
-	valid  bool
+	k       keyInfo
+	slot    *keySlot
+	seg     *segment
+	win     []byte
+	fastWin []byte
+	mapped  bool
+	rw      bool
+	valid   bool
 }
 
 // cached returns the entry of key if it is still current (and maps its
@@ -473,6 +510,27 @@ func (c *conn) cached(key uint32, write bool) *keyEntry {
 		}
 	}
 	return nil
+}
+
+// cachedFast is cached for postFast: the entry of key if it is current
+// (and maps its segment writable, if write); nil otherwise, leaving a
+// stale entry for cached to drop.
+func (c *conn) cachedFast(key uint32, write bool) *keyEntry {
+	e := &c.kc.e[0]
+	if !e.names(key, write) {
+		if e = &c.kc.e[1]; !e.names(key, write) {
+			return nil
+		}
+	}
+	if e.slot.ver.Load() != e.k.ver {
+		return nil
+	}
+	return e
+}
+
+// names reports whether e holds key, mapped writable if write.
+func (e *keyEntry) names(key uint32, write bool) bool {
+	return e.k.key == key && e.valid && (e.rw || !write)
 }
 
 // resolve looks key up in the peer's key table, maps its segment, and
@@ -502,9 +560,12 @@ func (c *conn) resolve(key uint32, write bool) (*keyEntry, bool) {
 	}
 	e := &c.kc.e[c.kc.next]
 	c.kc.next = (c.kc.next + 1) % len(c.kc.e)
-	*e = keyEntry{k: k, seg: seg, rw: seg != nil && c.segRW[k.segID], valid: true}
+	*e = keyEntry{k: k, slot: c.keys.slot(keytab.Index(k.key)), seg: seg, rw: seg != nil && c.segRW[k.segID], valid: true}
 	if seg != nil {
 		e.win, e.mapped = mappedRegion(seg.mem, &k)
+		if e.mapped && k.addr+uint64(len(e.win)) >= k.addr {
+			e.fastWin = e.win
+		}
 	}
 	return e, true
 }
