@@ -76,7 +76,25 @@ var pollGrace = time.Millisecond
 // each without the thread wake-up that waiting costs, which is several
 // times the work of the request itself; the price is a processor kept
 // busy while requests come closer together than rxSpin.
+//
+// The goroutine spins only while spinning pays (spinsAfter): after an
+// FPDU that came within rxSpin of the one before it. A connection that
+// receives seldom, one of many an application's Writes go round in
+// turn, say, waits for its socket at once: were each of a thousand such
+// goroutines to spin after every FPDU, they would spend rxSpin of a
+// processor on each, for nothing, and take it from the applications.
 const rxSpin = 50 * time.Microsecond
+
+// spinsAfter reports whether the receive goroutine spins (rxSpin) after
+// it found FPDUs at now, the previous ones at last (the zero time:
+// none): only if the gap between them was shorter than rxSpin, so that
+// a spin would have found these. An FPDU found during a spin always
+// came within rxSpin of the one before it, so a stream keeps the
+// goroutine spinning, and a spin that found nothing is followed by a
+// wait; the goroutine spins again once two FPDUs come close together.
+func spinsAfter(last, now time.Time) bool {
+	return !last.IsZero() && now.Sub(last) < rxSpin
+}
 
 // rxRun receives until the stream ends, and returns why.
 func (c *conn) rxRun() error {
@@ -92,7 +110,7 @@ func (c *conn) rxRun() error {
 			seenCQPolls[i] = q.ready.polls.Load()
 		}
 	}
-	var spinUntil time.Time
+	var spinUntil, lastFrame time.Time
 	for {
 		if c.rxStopped.Load() {
 			// A disconnect stopped receiving: wait for its abort.
@@ -111,7 +129,12 @@ func (c *conn) rxRun() error {
 			return err
 		}
 		if c.rxFrames.Load() != frames {
-			spinUntil = time.Now().Add(rxSpin)
+			now := time.Now()
+			spinUntil = time.Time{}
+			if spinsAfter(lastFrame, now) {
+				spinUntil = now.Add(rxSpin)
+			}
+			lastFrame = now
 		}
 		if more {
 			// What is left is the goroutine's, whether or not an
