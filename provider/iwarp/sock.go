@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -50,13 +49,18 @@ type sock struct {
 }
 
 // watch is an epoll instance that watches the socket for one kind of
-// event, as a file the runtime's poller watches.
+// event, as a file the runtime's poller watches. One goroutine at a time
+// waits on it: the receive goroutine on in, the holder of txMu on out.
 type watch struct {
 	f      *os.File
 	rc     syscall.RawConn
 	ep     int    // f's descriptor
 	events uint32 // what it waits for
-	ev     [1]unix.EpollEvent
+	// Of the wait in progress: whether take has registered the socket,
+	// and the error of that registration.
+	added  bool
+	addErr error
+	owner  *sock                 // whose socket
 	takeFn func(fd uintptr) bool // take, as a value made once
 }
 
@@ -85,10 +89,10 @@ func newSock(nc *net.TCPConn) (*sock, error) {
 	// rather than assumed.
 	err = unix.SetNonblock(s.fd, true)
 	if err == nil {
-		err = s.in.open(s.fd, unix.EPOLLIN|unix.EPOLLRDHUP)
+		err = s.in.open(s, unix.EPOLLIN|unix.EPOLLRDHUP)
 	}
 	if err == nil {
-		err = s.out.open(s.fd, unix.EPOLLOUT)
+		err = s.out.open(s, unix.EPOLLOUT)
 	}
 	if err != nil {
 		s.release()
@@ -97,9 +101,9 @@ func newSock(nc *net.TCPConn) (*sock, error) {
 	return s, nil
 }
 
-// open makes w's epoll instance, which watches fd for events while a
-// goroutine waits (wait).
-func (w *watch) open(fd int, events uint32) error {
+// open makes w's epoll instance, which watches s's socket for events
+// while a goroutine waits (wait).
+func (w *watch) open(s *sock, events uint32) error {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("iwarp: epoll for the socket: %w", err)
@@ -119,7 +123,7 @@ func (w *watch) open(fd int, events uint32) error {
 		f.Close()
 		return err
 	}
-	w.f, w.rc, w.ep, w.events = f, rc, ep, events
+	w.f, w.rc, w.ep, w.owner, w.events = f, rc, ep, s, events
 	w.takeFn = w.take
 	return nil
 }
@@ -206,17 +210,21 @@ func (s *sock) kick() { s.in.f.SetReadDeadline(time.Unix(1, 0)) }
 func (s *sock) unkick() { s.in.f.SetReadDeadline(time.Time{}) }
 
 // wait registers the socket with w's instance and waits for w to report
-// it. Registering looks at the socket's state: what is already there is
-// reported at once. The registration goes once the wait ends, so that
-// nothing of it runs while nobody waits.
+// it, or for a wake-up that may be spurious (the caller looks at the
+// socket again either way). Registering looks at the socket's state:
+// what is already there is reported at once. The registration goes once
+// the wait ends, so that nothing of it runs while nobody waits.
 func (s *sock) wait(w *watch) error {
-	if err := s.watch(w, unix.EPOLL_CTL_ADD); err != nil {
-		return err
-	}
+	w.added, w.addErr = false, nil
 	err := w.rc.Read(w.takeFn)
-	s.watch(w, unix.EPOLL_CTL_DEL)
+	if w.addErr != nil {
+		return w.addErr
+	}
+	if w.added {
+		s.watch(w, unix.EPOLL_CTL_DEL)
+	}
 	if err == nil {
-		return nil // take found the report
+		return nil // the runtime's poller reported w
 	}
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
@@ -238,17 +246,26 @@ func (s *sock) watch(w *watch, op int) error {
 	return unix.EpollCtl(w.ep, op, s.fd, &ev)
 }
 
-// take is a wait's test of w's epoll instance fd: whether the socket's
-// registration has fired, taking the report (which disarms it). false
-// makes the wait sleep in the runtime's poller.
-func (w *watch) take(fd uintptr) bool {
-	for {
-		n, _, e := unix.Syscall6(unix.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&w.ev[0])), 1, 0, 0, 0)
-		if e == unix.EINTR {
-			continue
-		}
-		return e != 0 || n > 0
+// take is a wait's test of w's epoll instance: false makes the wait
+// sleep in the runtime's poller until the instance is readable. Its
+// first call registers the socket, after the runtime has forgotten what
+// it heard of the instance before (RawConn.Read resets it first), so
+// that the runtime learns of every report of the registration from then
+// on, one that the socket's state at registering makes included; the
+// call after a wake-up is true without asking the instance, whose report
+// the removal of the registration (wait) discards. A wake-up the runtime
+// reports for nothing costs the caller a look at the socket, not a wait
+// that never ends.
+func (w *watch) take(uintptr) bool {
+	if w.added {
+		return true
 	}
+	w.added = true
+	if w.addErr = w.owner.watch(w, unix.EPOLL_CTL_ADD); w.addErr != nil {
+		w.added = false
+		return true
+	}
+	return false
 }
 
 // read is one read of the socket that does not wait: unix.EAGAIN when
