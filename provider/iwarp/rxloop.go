@@ -159,6 +159,7 @@ func (c *conn) rxRun() error {
 		seenPolls, seenArms = polls, arms
 		if !spinUntil.IsZero() {
 			if time.Now().Before(spinUntil) {
+				c.sk.unwatchIn()
 				runtime.Gosched()
 				continue
 			}
@@ -196,6 +197,7 @@ func (c *conn) rxRun() error {
 // already fill (staying off cuts the futex calls of a long send_lat by
 // about a third).
 func (c *conn) stayOff(t *time.Timer, seenPolls *uint64, seenArms uint64) {
+	c.sk.unwatchIn()
 	wait := pollGrace
 	for {
 		t.Reset(wait)

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,12 +28,14 @@ import (
 // package's descriptor is closed once the connection starts, and two
 // epoll instances of the connection's own, which the runtime's poller
 // watches in its place, watch the socket, one for input and one for
-// room to write, each with EPOLLONESHOT: the socket wakes nothing until
-// a goroutine is about to wait for it (waitIn, waitOut), and then once.
-// The socket is in an instance only while a goroutine waits on it: a
-// registration, even one disarmed, is a callback the kernel runs for
-// every segment it delivers to the socket, in the sender's write
-// (scripts/tcpfloor shows the cost on a bare ping-pong).
+// room to write: the socket wakes nothing until a goroutine is about to
+// wait for it (waitIn, waitOut). The socket is in an instance only while
+// a goroutine waits on it, or, for input, while the receive goroutine
+// waits after each FPDU (until it spins or stands aside for a poller,
+// unwatchIn): a registration is a callback the kernel runs for every
+// segment it delivers to the socket, in the sender's write
+// (scripts/tcpfloor shows the cost on a bare ping-pong), and one that
+// stays makes every segment wake the runtime's poller.
 //
 // The descriptors stay open until release. Other system calls on fd
 // than the receiver's go between enter and exit; shutdown, after which
@@ -56,10 +59,14 @@ type watch struct {
 	rc     syscall.RawConn
 	ep     int    // f's descriptor
 	events uint32 // what it waits for
-	// Of the wait in progress: whether take has registered the socket,
-	// and the error of that registration.
-	added  bool
+	// Whether the socket is in the instance: during a wait, and after
+	// one that kept it (waitIn) until unwatchIn.
+	registered bool
+	// Of the wait in progress: whether take has not run yet, and the
+	// error of the registration it made.
+	first  bool
 	addErr error
+	ev     [1]unix.EpollEvent
 	owner  *sock                 // whose socket
 	takeFn func(fd uintptr) bool // take, as a value made once
 }
@@ -185,7 +192,22 @@ func (s *sock) closeAll() {
 
 // waitIn waits until the socket has something to read, an end or an
 // error, or until a kick (kick): os.ErrDeadlineExceeded, until unkick.
-func (s *sock) waitIn() error { return s.wait(&s.in) }
+// The socket stays registered with the input instance afterwards, so
+// that a receiver that waits after each FPDU (one of many connections
+// that each receive seldom) does not pay two epoll_ctl calls a wait;
+// unwatchIn removes it, for a receiver that goes on without waiting.
+func (s *sock) waitIn() error { return s.wait(&s.in, true) }
+
+// unwatchIn removes the socket from the input instance, where waitIn
+// left it: while it is there, every segment the socket receives makes
+// the instance readable and may wake a thread of the runtime's poller.
+// Only the receive goroutine waits for input and calls it.
+func (s *sock) unwatchIn() {
+	if s.in.registered {
+		s.in.registered = false
+		s.watch(&s.in, unix.EPOLL_CTL_DEL)
+	}
+}
 
 // waitInUntil is waitIn until deadline, which a kick brings forward.
 func (s *sock) waitInUntil(deadline time.Time) error { return s.waitUntil(&s.in, deadline) }
@@ -199,7 +221,7 @@ func (s *sock) waitUntil(w *watch, deadline time.Time) error {
 	if err := w.f.SetReadDeadline(deadline); err != nil {
 		return net.ErrClosed
 	}
-	return s.wait(w)
+	return s.wait(w, false)
 }
 
 // kick ends a waitIn in progress, or the next, at once with
@@ -212,19 +234,21 @@ func (s *sock) unkick() { s.in.f.SetReadDeadline(time.Time{}) }
 // wait registers the socket with w's instance and waits for w to report
 // it, or for a wake-up that may be spurious (the caller looks at the
 // socket again either way). Registering looks at the socket's state:
-// what is already there is reported at once. The registration goes once
-// the wait ends, so that nothing of it runs while nobody waits.
-func (s *sock) wait(w *watch) error {
-	w.added, w.addErr = false, nil
+// what is already there is reported at once. Unless keep, the
+// registration goes once the wait ends, so that nothing of it runs while
+// nobody waits.
+func (s *sock) wait(w *watch, keep bool) error {
+	w.first, w.addErr = true, nil
 	err := w.rc.Read(w.takeFn)
 	if w.addErr != nil {
 		return w.addErr
 	}
-	if w.added {
+	if w.registered && !keep {
+		w.registered = false
 		s.watch(w, unix.EPOLL_CTL_DEL)
 	}
 	if err == nil {
-		return nil // the runtime's poller reported w
+		return nil // the runtime's poller reported w, or take found it
 	}
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
@@ -235,37 +259,49 @@ func (s *sock) wait(w *watch) error {
 	return err
 }
 
-// watch adds the socket to w's instance, to report w's events once
-// (op EPOLL_CTL_ADD), or removes it (EPOLL_CTL_DEL).
+// watch adds the socket to w's instance, to report w's events each time
+// they arise (op EPOLL_CTL_ADD, edge-triggered), or removes it
+// (EPOLL_CTL_DEL).
 func (s *sock) watch(w *watch, op int) error {
 	if !s.enter() {
 		return net.ErrClosed
 	}
 	defer s.exit()
-	ev := unix.EpollEvent{Events: w.events | unix.EPOLLONESHOT}
+	ev := unix.EpollEvent{Events: w.events | unix.EPOLLET}
 	return unix.EpollCtl(w.ep, op, s.fd, &ev)
 }
 
-// take is a wait's test of w's epoll instance: false makes the wait
+// take is a wait's test of w's epoll instance fd: false makes the wait
 // sleep in the runtime's poller until the instance is readable. Its
-// first call registers the socket, after the runtime has forgotten what
-// it heard of the instance before (RawConn.Read resets it first), so
-// that the runtime learns of every report of the registration from then
-// on, one that the socket's state at registering makes included; the
-// call after a wake-up is true without asking the instance, whose report
-// the removal of the registration (wait) discards. A wake-up the runtime
-// reports for nothing costs the caller a look at the socket, not a wait
-// that never ends.
-func (w *watch) take(uintptr) bool {
-	if w.added {
+// first call comes after the runtime has forgotten what it heard of the
+// instance before (RawConn.Read resets it first). If the socket is not
+// registered, that call registers it, and the runtime learns of every
+// report of the registration from then on, one that the socket's state
+// at registering makes included; if it is (a wait kept it), the call
+// asks the instance whether anything arrived since, which the runtime
+// may have heard of before the reset (the instance reports only what is
+// still there). The call after a wake-up is true without asking. A
+// wake-up the runtime reports for nothing costs the caller a look at
+// the socket, not a wait that never ends.
+func (w *watch) take(fd uintptr) bool {
+	if !w.first {
 		return true
 	}
-	w.added = true
-	if w.addErr = w.owner.watch(w, unix.EPOLL_CTL_ADD); w.addErr != nil {
-		w.added = false
-		return true
+	w.first = false
+	if !w.registered {
+		if w.addErr = w.owner.watch(w, unix.EPOLL_CTL_ADD); w.addErr != nil {
+			return true
+		}
+		w.registered = true
+		return false
 	}
-	return false
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&w.ev[0])), 1, 0, 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		return e != 0 || n > 0
+	}
 }
 
 // read is one read of the socket that does not wait: unix.EAGAIN when
