@@ -74,26 +74,30 @@ var pollGrace = time.Millisecond
 // found an FPDU, before it waits for the socket: a responder serving a
 // stream of requests (RDMA Reads of a passive peer, say) then answers
 // each without the thread wake-up that waiting costs, which is several
-// times the work of the request itself; the price is a processor kept
-// busy while requests come closer together than rxSpin.
+// times the work of the request itself; the price is up to rxSpin of a
+// processor after each FPDU that finds no other.
 //
-// The goroutine spins only while spinning pays (spinsAfter): after an
-// FPDU that came within rxSpin of the one before it. A connection that
-// receives seldom, one of many an application's Writes go round in
-// turn, say, waits for its socket at once: were each of a thousand such
-// goroutines to spin after every FPDU, they would spend rxSpin of a
-// processor on each, for nothing, and take it from the applications.
+// The goroutine spins only after an FPDU that came within rxSpinGap of
+// the one before it (spinsAfter). A connection that receives seldom, one
+// of many an application's Writes go round in turn, say, waits for its
+// socket at once: were each of a thousand such goroutines to spin after
+// every FPDU, they would spend rxSpin of a processor on each, for
+// nothing, and take it from the applications.
 const rxSpin = 50 * time.Microsecond
+
+// rxSpinGap is the longest gap between FPDUs after which the receive
+// goroutine still spins. It is many times rxSpin: in a ping-pong whose
+// ends both wait on their CQs, each gap holds the peer's wake-up as well
+// when the peer did not spin either, so a bound of rxSpin would keep both
+// from spinning for good once one wake-up made a gap longer than it;
+// within rxSpinGap they spin again and the gaps shrink back.
+const rxSpinGap = time.Millisecond
 
 // spinsAfter reports whether the receive goroutine spins (rxSpin) after
 // it found FPDUs at now, the previous ones at last (the zero time:
-// none): only if the gap between them was shorter than rxSpin, so that
-// a spin would have found these. An FPDU found during a spin always
-// came within rxSpin of the one before it, so a stream keeps the
-// goroutine spinning, and a spin that found nothing is followed by a
-// wait; the goroutine spins again once two FPDUs come close together.
+// none): only if the gap between them was shorter than rxSpinGap.
 func spinsAfter(last, now time.Time) bool {
-	return !last.IsZero() && now.Sub(last) < rxSpin
+	return !last.IsZero() && now.Sub(last) < rxSpinGap
 }
 
 // rxRun receives until the stream ends, and returns why.
