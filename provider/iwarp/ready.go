@@ -232,6 +232,7 @@ func (c *cq) park(cn *conn, seen *uint64) bool {
 		return false
 	}
 	*seen = polls
+	cn.sk.unwatchIn()
 	r.parkMu.Lock()
 	if r.parked == nil {
 		r.parked = make(chan struct{})

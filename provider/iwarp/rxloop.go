@@ -74,9 +74,31 @@ var pollGrace = time.Millisecond
 // found an FPDU, before it waits for the socket: a responder serving a
 // stream of requests (RDMA Reads of a passive peer, say) then answers
 // each without the thread wake-up that waiting costs, which is several
-// times the work of the request itself; the price is a processor kept
-// busy while requests come closer together than rxSpin.
+// times the work of the request itself; the price is up to rxSpin of a
+// processor after each FPDU that finds no other.
+//
+// The goroutine spins only after an FPDU that came within rxSpinGap of
+// the one before it (spinsAfter). A connection that receives seldom, one
+// of many an application's Writes go round in turn, say, waits for its
+// socket at once: were each of a thousand such goroutines to spin after
+// every FPDU, they would spend rxSpin of a processor on each, for
+// nothing, and take it from the applications.
 const rxSpin = 50 * time.Microsecond
+
+// rxSpinGap is the longest gap between FPDUs after which the receive
+// goroutine still spins. It is many times rxSpin: in a ping-pong whose
+// ends both wait on their CQs, each gap holds the peer's wake-up as well
+// when the peer did not spin either, so a bound of rxSpin would keep both
+// from spinning for good once one wake-up made a gap longer than it;
+// within rxSpinGap they spin again and the gaps shrink back.
+const rxSpinGap = time.Millisecond
+
+// spinsAfter reports whether the receive goroutine spins (rxSpin) after
+// it found FPDUs at now, the previous ones at last (the zero time:
+// none): only if the gap between them was shorter than rxSpinGap.
+func spinsAfter(last, now time.Time) bool {
+	return !last.IsZero() && now.Sub(last) < rxSpinGap
+}
 
 // rxRun receives until the stream ends, and returns why.
 func (c *conn) rxRun() error {
@@ -92,7 +114,7 @@ func (c *conn) rxRun() error {
 			seenCQPolls[i] = q.ready.polls.Load()
 		}
 	}
-	var spinUntil time.Time
+	var spinUntil, lastFrame time.Time
 	for {
 		if c.rxStopped.Load() {
 			// A disconnect stopped receiving: wait for its abort.
@@ -111,7 +133,12 @@ func (c *conn) rxRun() error {
 			return err
 		}
 		if c.rxFrames.Load() != frames {
-			spinUntil = time.Now().Add(rxSpin)
+			now := time.Now()
+			spinUntil = time.Time{}
+			if spinsAfter(lastFrame, now) {
+				spinUntil = now.Add(rxSpin)
+			}
+			lastFrame = now
 		}
 		if more {
 			// What is left is the goroutine's, whether or not an
@@ -136,6 +163,7 @@ func (c *conn) rxRun() error {
 		seenPolls, seenArms = polls, arms
 		if !spinUntil.IsZero() {
 			if time.Now().Before(spinUntil) {
+				c.sk.unwatchIn()
 				runtime.Gosched()
 				continue
 			}
@@ -173,6 +201,7 @@ func (c *conn) rxRun() error {
 // already fill (staying off cuts the futex calls of a long send_lat by
 // about a third).
 func (c *conn) stayOff(t *time.Timer, seenPolls *uint64, seenArms uint64) {
+	c.sk.unwatchIn()
 	wait := pollGrace
 	for {
 		t.Reset(wait)

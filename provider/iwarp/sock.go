@@ -28,12 +28,14 @@ import (
 // package's descriptor is closed once the connection starts, and two
 // epoll instances of the connection's own, which the runtime's poller
 // watches in its place, watch the socket, one for input and one for
-// room to write, each with EPOLLONESHOT: the socket wakes nothing until
-// a goroutine is about to wait for it (waitIn, waitOut), and then once.
-// The socket is in an instance only while a goroutine waits on it: a
-// registration, even one disarmed, is a callback the kernel runs for
-// every segment it delivers to the socket, in the sender's write
-// (scripts/tcpfloor shows the cost on a bare ping-pong).
+// room to write: the socket wakes nothing until a goroutine is about to
+// wait for it (waitIn, waitOut). The socket is in an instance only while
+// a goroutine waits on it, or, for input, while the receive goroutine
+// waits after each FPDU (until it spins or stands aside for a poller,
+// unwatchIn): a registration is a callback the kernel runs for every
+// segment it delivers to the socket, in the sender's write
+// (scripts/tcpfloor shows the cost on a bare ping-pong), and one that
+// stays makes every segment wake the runtime's poller.
 //
 // The descriptors stay open until release. Other system calls on fd
 // than the receiver's go between enter and exit; shutdown, after which
@@ -50,13 +52,22 @@ type sock struct {
 }
 
 // watch is an epoll instance that watches the socket for one kind of
-// event, as a file the runtime's poller watches.
+// event, as a file the runtime's poller watches. One goroutine at a time
+// waits on it: the receive goroutine on in, the holder of txMu on out.
 type watch struct {
 	f      *os.File
 	rc     syscall.RawConn
 	ep     int    // f's descriptor
 	events uint32 // what it waits for
+	// Whether the socket is in the instance: during a wait, and after
+	// one that kept it (waitIn) until unwatchIn.
+	registered bool
+	// Of the wait in progress: whether take has not run yet, and the
+	// error of the registration it made.
+	first  bool
+	addErr error
 	ev     [1]unix.EpollEvent
+	owner  *sock                 // whose socket
 	takeFn func(fd uintptr) bool // take, as a value made once
 }
 
@@ -85,10 +96,10 @@ func newSock(nc *net.TCPConn) (*sock, error) {
 	// rather than assumed.
 	err = unix.SetNonblock(s.fd, true)
 	if err == nil {
-		err = s.in.open(s.fd, unix.EPOLLIN|unix.EPOLLRDHUP)
+		err = s.in.open(s, unix.EPOLLIN|unix.EPOLLRDHUP)
 	}
 	if err == nil {
-		err = s.out.open(s.fd, unix.EPOLLOUT)
+		err = s.out.open(s, unix.EPOLLOUT)
 	}
 	if err != nil {
 		s.release()
@@ -97,9 +108,9 @@ func newSock(nc *net.TCPConn) (*sock, error) {
 	return s, nil
 }
 
-// open makes w's epoll instance, which watches fd for events while a
-// goroutine waits (wait).
-func (w *watch) open(fd int, events uint32) error {
+// open makes w's epoll instance, which watches s's socket for events
+// while a goroutine waits (wait).
+func (w *watch) open(s *sock, events uint32) error {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("iwarp: epoll for the socket: %w", err)
@@ -119,7 +130,7 @@ func (w *watch) open(fd int, events uint32) error {
 		f.Close()
 		return err
 	}
-	w.f, w.rc, w.ep, w.events = f, rc, ep, events
+	w.f, w.rc, w.ep, w.owner, w.events = f, rc, ep, s, events
 	w.takeFn = w.take
 	return nil
 }
@@ -181,7 +192,22 @@ func (s *sock) closeAll() {
 
 // waitIn waits until the socket has something to read, an end or an
 // error, or until a kick (kick): os.ErrDeadlineExceeded, until unkick.
-func (s *sock) waitIn() error { return s.wait(&s.in) }
+// The socket stays registered with the input instance afterwards, so
+// that a receiver that waits after each FPDU (one of many connections
+// that each receive seldom) does not pay two epoll_ctl calls a wait;
+// unwatchIn removes it, for a receiver that goes on without waiting.
+func (s *sock) waitIn() error { return s.wait(&s.in, true) }
+
+// unwatchIn removes the socket from the input instance, where waitIn
+// left it: while it is there, every segment the socket receives makes
+// the instance readable and may wake a thread of the runtime's poller.
+// Only the receive goroutine waits for input and calls it.
+func (s *sock) unwatchIn() {
+	if s.in.registered {
+		s.in.registered = false
+		s.watch(&s.in, unix.EPOLL_CTL_DEL)
+	}
+}
 
 // waitInUntil is waitIn until deadline, which a kick brings forward.
 func (s *sock) waitInUntil(deadline time.Time) error { return s.waitUntil(&s.in, deadline) }
@@ -195,7 +221,7 @@ func (s *sock) waitUntil(w *watch, deadline time.Time) error {
 	if err := w.f.SetReadDeadline(deadline); err != nil {
 		return net.ErrClosed
 	}
-	return s.wait(w)
+	return s.wait(w, false)
 }
 
 // kick ends a waitIn in progress, or the next, at once with
@@ -206,17 +232,23 @@ func (s *sock) kick() { s.in.f.SetReadDeadline(time.Unix(1, 0)) }
 func (s *sock) unkick() { s.in.f.SetReadDeadline(time.Time{}) }
 
 // wait registers the socket with w's instance and waits for w to report
-// it. Registering looks at the socket's state: what is already there is
-// reported at once. The registration goes once the wait ends, so that
-// nothing of it runs while nobody waits.
-func (s *sock) wait(w *watch) error {
-	if err := s.watch(w, unix.EPOLL_CTL_ADD); err != nil {
-		return err
-	}
+// it, or for a wake-up that may be spurious (the caller looks at the
+// socket again either way). Registering looks at the socket's state:
+// what is already there is reported at once. Unless keep, the
+// registration goes once the wait ends, so that nothing of it runs while
+// nobody waits.
+func (s *sock) wait(w *watch, keep bool) error {
+	w.first, w.addErr = true, nil
 	err := w.rc.Read(w.takeFn)
-	s.watch(w, unix.EPOLL_CTL_DEL)
+	if w.addErr != nil {
+		return w.addErr
+	}
+	if w.registered && !keep {
+		w.registered = false
+		s.watch(w, unix.EPOLL_CTL_DEL)
+	}
 	if err == nil {
-		return nil // take found the report
+		return nil // the runtime's poller reported w, or take found it
 	}
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
@@ -227,21 +259,42 @@ func (s *sock) wait(w *watch) error {
 	return err
 }
 
-// watch adds the socket to w's instance, to report w's events once
-// (op EPOLL_CTL_ADD), or removes it (EPOLL_CTL_DEL).
+// watch adds the socket to w's instance, to report w's events each time
+// they arise (op EPOLL_CTL_ADD, edge-triggered), or removes it
+// (EPOLL_CTL_DEL).
 func (s *sock) watch(w *watch, op int) error {
 	if !s.enter() {
 		return net.ErrClosed
 	}
 	defer s.exit()
-	ev := unix.EpollEvent{Events: w.events | unix.EPOLLONESHOT}
+	ev := unix.EpollEvent{Events: w.events | unix.EPOLLET}
 	return unix.EpollCtl(w.ep, op, s.fd, &ev)
 }
 
-// take is a wait's test of w's epoll instance fd: whether the socket's
-// registration has fired, taking the report (which disarms it). false
-// makes the wait sleep in the runtime's poller.
+// take is a wait's test of w's epoll instance fd: false makes the wait
+// sleep in the runtime's poller until the instance is readable. Its
+// first call comes after the runtime has forgotten what it heard of the
+// instance before (RawConn.Read resets it first). If the socket is not
+// registered, that call registers it, and the runtime learns of every
+// report of the registration from then on, one that the socket's state
+// at registering makes included; if it is (a wait kept it), the call
+// asks the instance whether anything arrived since, which the runtime
+// may have heard of before the reset (the instance reports only what is
+// still there). The call after a wake-up is true without asking. A
+// wake-up the runtime reports for nothing costs the caller a look at
+// the socket, not a wait that never ends.
 func (w *watch) take(fd uintptr) bool {
+	if !w.first {
+		return true
+	}
+	w.first = false
+	if !w.registered {
+		if w.addErr = w.owner.watch(w, unix.EPOLL_CTL_ADD); w.addErr != nil {
+			return true
+		}
+		w.registered = true
+		return false
+	}
 	for {
 		n, _, e := unix.Syscall6(unix.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&w.ev[0])), 1, 0, 0, 0)
 		if e == unix.EINTR {
