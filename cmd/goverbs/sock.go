@@ -37,13 +37,14 @@ process):
               call, µs)
   idle        --idle connections that each sent one byte each way and
               then stay open and unused: the CPU the process uses over
-              --idle-time, in all and per connection (% of a core)
+              --idle-time, in all and per connection (% of a core);
+              over rsock only, with or without --compare
 
 With --compare each runs right after over Go's TCP loopback, the same
 program on net.Conn, and the ratios are printed with the goals rsock
 has: on shm0, req_resp ≤ 0.25× TCP's latency, stream ≥ 2× its
 throughput, grpc_unary ≤ 0.7× its latency; on tcp0, req_resp ≤ 1.2× and
-stream ≥ 0.9×; an idle connection under 1% of a core.`
+stream ≥ 0.9×. The goal of idle is under 1% of a core per connection.`
 
 type sockConfig struct {
 	devices     string

@@ -35,23 +35,20 @@ type Idle struct {
 // them settle for settle, and then measures the process's CPU time over
 // window while they stay open and unused. The caller fills in the
 // result's names. A process that does other work meanwhile adds it to the
-// figure: run it alone.
+// figure: run it alone. On an error MeasureIdle closes l; either way no
+// connection or goroutine of its own outlives it.
 func MeasureIdle(ctx context.Context, l net.Listener, dial func(context.Context, string) (net.Conn, error), n int, settle, window time.Duration) (*Idle, error) {
 	if n < 1 || window <= 0 {
 		return nil, fmt.Errorf("perftest: idle: %d connections over %v: give at least one over a positive window", n, window)
 	}
-	conns := make([]net.Conn, 0, 2*n)
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
 	type accepted struct {
 		c   net.Conn
 		err error
 	}
 	acc := make(chan accepted, n)
+	accepting := make(chan struct{})
 	go func() {
+		defer close(accepting)
 		for range n {
 			c, err := l.Accept()
 			acc <- accepted{c, err}
@@ -60,42 +57,51 @@ func MeasureIdle(ctx context.Context, l net.Listener, dial func(context.Context,
 			}
 		}
 	}()
+	conns := make([]net.Conn, 0, 2*n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	// fail ends the accepting goroutine (closing l) and closes what it
+	// accepted that the loop did not take.
+	fail := func(err error) (*Idle, error) {
+		l.Close()
+		<-accepting
+		close(acc)
+		for a := range acc {
+			if a.c != nil {
+				a.c.Close()
+			}
+		}
+		return nil, err
+	}
 	var b [1]byte
 	for i := range n {
 		c, err := dial(ctx, l.Addr().String())
 		if err != nil {
-			l.Close() // ends the accepting goroutine
-			return nil, fmt.Errorf("idle: connection %d of %d: %w", i+1, n, err)
+			return fail(fmt.Errorf("idle: connection %d of %d: %w", i+1, n, err))
 		}
 		conns = append(conns, c)
 		var a accepted
 		select {
 		case a = <-acc:
 		case <-ctx.Done():
-			l.Close()
-			return nil, ctx.Err()
+			return fail(ctx.Err())
 		}
 		if a.err != nil {
-			return nil, fmt.Errorf("idle: accepting connection %d of %d: %w", i+1, n, a.err)
+			return fail(fmt.Errorf("idle: accepting connection %d of %d: %w", i+1, n, a.err))
 		}
 		conns = append(conns, a.c)
 		if deadline, ok := ctx.Deadline(); ok {
 			c.SetDeadline(deadline)
 			a.c.SetDeadline(deadline)
 		}
-		if _, err := c.Write(b[:]); err != nil {
-			return nil, fmt.Errorf("idle: connection %d: %w", i+1, err)
-		}
-		if _, err := io.ReadFull(a.c, b[:]); err != nil {
-			return nil, fmt.Errorf("idle: connection %d: %w", i+1, err)
-		}
-		if _, err := a.c.Write(b[:]); err != nil {
-			return nil, fmt.Errorf("idle: connection %d: %w", i+1, err)
-		}
-		if _, err := io.ReadFull(c, b[:]); err != nil {
-			return nil, fmt.Errorf("idle: connection %d: %w", i+1, err)
+		if err := echoByte(c, a.c, b[:]); err != nil {
+			return fail(fmt.Errorf("idle: connection %d of %d: %w", i+1, n, err))
 		}
 	}
+	<-accepting
 	if err := sleepCtx(ctx, settle); err != nil {
 		return nil, err
 	}
@@ -111,6 +117,21 @@ func MeasureIdle(ctx context.Context, l net.Listener, dial func(context.Context,
 	elapsed := time.Since(t0)
 	cores := float64(cpu1-cpu0) / float64(elapsed)
 	return &Idle{Conns: n, Seconds: elapsed.Seconds(), Cores: cores, PerConn: cores / float64(n)}, nil
+}
+
+// echoByte sends b's one byte from c to s and back.
+func echoByte(c, s net.Conn, b []byte) error {
+	if _, err := c.Write(b); err != nil {
+		return err
+	}
+	if _, err := io.ReadFull(s, b); err != nil {
+		return err
+	}
+	if _, err := s.Write(b); err != nil {
+		return err
+	}
+	_, err := io.ReadFull(c, b)
+	return err
 }
 
 // sleepCtx waits d, or until ctx ends.

@@ -6,6 +6,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // TestMeasureIdleOverTCP measures idle TCP connections on loopback: the
@@ -42,7 +44,34 @@ func TestMeasureIdleDialFails(t *testing.T) {
 	if !errors.Is(err, refused) {
 		t.Fatalf("got %v, want the dialler's error", err)
 	}
+	if err := goleak.Find(); err != nil {
+		t.Fatalf("after a failed dial: %v", err)
+	}
 	if _, err := MeasureIdle(context.Background(), l, nil, 0, 0, time.Millisecond); err == nil {
 		t.Fatal("no connections: no error")
+	}
+}
+
+// TestMeasureIdleBrokenConnection returns the error of a connection that
+// fails its first exchange, and leaves no goroutine or connection behind.
+func TestMeasureIdleBrokenConnection(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var d net.Dialer
+	_, err = MeasureIdle(context.Background(), l, func(ctx context.Context, a string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, "tcp", a)
+		if err == nil {
+			c.Close() // its Write fails
+		}
+		return c, err
+	}, 3, 0, time.Millisecond)
+	if err == nil {
+		t.Fatal("a closed connection measured without error")
+	}
+	if err := goleak.Find(); err != nil {
+		t.Fatalf("left behind: %v", err)
 	}
 }
