@@ -134,7 +134,7 @@ func echoByte(c, s net.Conn, b []byte) error {
 	return err
 }
 
-// sleepCtx waits d, or until ctx ends.
+// sleepCtx waits d, or until ctx ends, and returns ctx's error then.
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -10,15 +10,23 @@ import (
 	"go.uber.org/goleak"
 )
 
-// TestMeasureIdleOverTCP measures idle TCP connections on loopback: the
-// figure covers the window and all of them, and no connection or
-// goroutine outlives the call (TestMain's goleak).
-func TestMeasureIdleOverTCP(t *testing.T) {
+// loopbackListener listens on a TCP port of the loopback, closed when the
+// test ends.
+func loopbackListener(t *testing.T) net.Listener {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// TestMeasureIdleOverTCP measures idle TCP connections on loopback: the
+// figure covers the window and all of them, and no connection or
+// goroutine outlives the call (TestMain's goleak).
+func TestMeasureIdleOverTCP(t *testing.T) {
+	l := loopbackListener(t)
 	var d net.Dialer
 	idle, err := MeasureIdle(context.Background(), l, func(ctx context.Context, a string) (net.Conn, error) {
 		return d.DialContext(ctx, "tcp", a)
@@ -34,13 +42,9 @@ func TestMeasureIdleOverTCP(t *testing.T) {
 // TestMeasureIdleDialFails returns the dialler's error and leaves nothing
 // behind.
 func TestMeasureIdleDialFails(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := loopbackListener(t)
 	refused := errors.New("refused")
-	_, err = MeasureIdle(context.Background(), l, func(context.Context, string) (net.Conn, error) { return nil, refused }, 3, 0, time.Millisecond)
+	_, err := MeasureIdle(context.Background(), l, func(context.Context, string) (net.Conn, error) { return nil, refused }, 3, 0, time.Millisecond)
 	if !errors.Is(err, refused) {
 		t.Fatalf("got %v, want the dialler's error", err)
 	}
@@ -55,13 +59,9 @@ func TestMeasureIdleDialFails(t *testing.T) {
 // TestMeasureIdleBrokenConnection returns the error of a connection that
 // fails its first exchange, and leaves no goroutine or connection behind.
 func TestMeasureIdleBrokenConnection(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := loopbackListener(t)
 	var d net.Dialer
-	_, err = MeasureIdle(context.Background(), l, func(ctx context.Context, a string) (net.Conn, error) {
+	_, err := MeasureIdle(context.Background(), l, func(ctx context.Context, a string) (net.Conn, error) {
 		c, err := d.DialContext(ctx, "tcp", a)
 		if err == nil {
 			c.Close() // its Write fails

@@ -258,14 +258,7 @@ func waitListening(ctx context.Context, port int, exited chan error) error {
 	for {
 		ok, err := listening(port)
 		if err != nil {
-			t := time.NewTimer(500 * time.Millisecond)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+			return sleepCtx(ctx, 500*time.Millisecond)
 		}
 		if ok {
 			return nil
