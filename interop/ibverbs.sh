@@ -277,41 +277,22 @@ conformance() {
 	log "${summary[-1]}"
 }
 
-# ping DEV: goverbs ping -d DEV against rping on DEV, both directions.
-ping_both() {
-	local dev=$1 count=100 size=64 port=$((7400 + RANDOM % 100)) rc
-	log "$dev: rping -s <- goverbs ping -d $dev -c, $count pings of $size bytes"
-	if "$vmsh" exec "(timeout 120 rping -s -a $guest -p $port -v -C $count -S $size >/tmp/rping-s.out 2>&1; echo \$? >/tmp/rping-s.rc) >/dev/null 2>&1 &
-		for i in \$(seq 50); do rdma resource show cm_id 2>/dev/null | grep -q 'state LISTEN' && break; sleep 0.1; done
-		timeout 120 $work/goverbs ping -d $dev -c -a $guest -p $port -C $count -S $size -v >/tmp/gping-c.out 2>&1 || exit 1
-		for i in \$(seq 100); do [ -f /tmp/rping-s.rc ] && break; sleep 0.1; done
-		n=\$(grep -c '^ping data: rdma-ping-' /tmp/gping-c.out); m=\$(grep -c '^server ping data: rdma-ping-' /tmp/rping-s.out)
-		tail -1 /tmp/gping-c.out; [ \"\$n\" = $count ] && [ \"\$m\" = $count ]" >"$work/ping1.out" 2>&1; then rc=0; else rc=$?; fi
-	record "$dev ping, goverbs client" $rc "$(tail -1 "$work/ping1.out")" "$work/ping1.out"
-	port=$((port + 1))
-	log "$dev: goverbs ping -d $dev -s <- rping -c, $count pings of $size bytes"
-	if "$vmsh" exec "(timeout 120 $work/goverbs ping -d $dev -s -a $guest -p $port -C $count -S $size >/tmp/gping-s.out 2>&1; echo \$? >/tmp/gping-s.rc) >/dev/null 2>&1 &
-		for i in \$(seq 50); do rdma resource show cm_id 2>/dev/null | grep -q 'state LISTEN' && break; sleep 0.1; done
-		timeout 120 rping -c -a $guest -p $port -v -V -C $count -S $size >/tmp/rping-c.out 2>&1 || exit 1
-		for i in \$(seq 100); do [ -f /tmp/gping-s.rc ] && break; sleep 0.1; done
-		[ \"\$(cat /tmp/gping-s.rc)\" = 0 ] || exit 1
-		n=\$(grep -c '^ping data: rdma-ping-' /tmp/rping-c.out)
-		tail -1 /tmp/gping-s.out; [ \"\$n\" = $count ]" >"$work/ping2.out" 2>&1; then rc=0; else rc=$?; fi
-	record "$dev ping, goverbs server" $rc "$(tail -1 "$work/ping2.out")" "$work/ping2.out"
-}
-
-# cm_tool DEV NAME SERVER CLIENT: SERVER and then CLIENT run in the guest
-# on DEV (PORT in each is replaced), one of them librdmacm's tool and the
-# other examples/cmatose through this provider; both must exit 0.
+# cm_tool DEV NAME SERVER CLIENT [CHECK]: SERVER and then CLIENT run in
+# the guest on DEV (PORT in each is replaced), one of them a librdmacm
+# program and the other goverbs through this provider; both must exit 0,
+# and then CHECK, a command that may read their outputs (/tmp/cms.out,
+# /tmp/cmc.out), must succeed. The last line printed (by CHECK, else the
+# client's) is the summary's detail. Each call takes the next port.
+cm_port=$((7300 + RANDOM % 50))
 cm_tool() {
-	local dev=$1 name="$dev: $2" port=$((7500 + RANDOM % 100)) rc
+	local dev=$1 name="$dev: $2" check=${5:-tail -1 /tmp/cmc.out} port=$((cm_port++)) rc
 	log "$name"
 	if "$vmsh" exec "rm -f /tmp/cms.rc; (timeout 120 ${3//PORT/$port} >/tmp/cms.out 2>&1; echo \$? >/tmp/cms.rc) >/dev/null 2>&1 &
 		for i in \$(seq 50); do rdma resource show cm_id 2>/dev/null | grep -q 'state LISTEN' && break; sleep 0.1; done
 		timeout 120 ${4//PORT/$port} >/tmp/cmc.out 2>&1 || { echo client failed; tail -5 /tmp/cmc.out; exit 1; }
 		for i in \$(seq 300); do [ -f /tmp/cms.rc ] && break; sleep 0.1; done
 		[ \"\$(cat /tmp/cms.rc 2>/dev/null)\" = 0 ] || { echo server failed; tail -5 /tmp/cms.out; exit 1; }
-		tail -1 /tmp/cmc.out" >"$work/cmtool.out" 2>&1; then rc=0; else rc=$?; fi
+		$check" >"$work/cmtool.out" 2>&1; then rc=0; else rc=$?; fi
 	record "$name" $rc "$(tail -1 "$work/cmtool.out")" "$work/cmtool.out"
 }
 
@@ -328,6 +309,20 @@ cmatose_both() {
 		"rdma_server -s $guest -p PORT" "$c -answer -s $guest -p PORT -c 1 -C 1 -S 16"
 	cm_tool "$dev" "cmatose -answer -b <- rdma_client" \
 		"$c -answer -b $guest -p PORT -c 1 -C 1 -S 16" "rdma_client -s $guest -p PORT"
+}
+
+# ping_both DEV: goverbs ping -d DEV against rping on DEV, both
+# directions, 100 pings whose data both ends check.
+ping_both() {
+	local dev=$1 count=100 size=64
+	cm_tool "$dev" "rping -s <- goverbs ping -c, $count pings of $size bytes" \
+		"rping -s -a $guest -p PORT -v -C $count -S $size" \
+		"$work/goverbs ping -d $dev -c -a $guest -p PORT -C $count -S $size -v" \
+		"[ \$(grep -c '^ping data: rdma-ping-' /tmp/cmc.out) = $count ] && [ \$(grep -c '^server ping data: rdma-ping-' /tmp/cms.out) = $count ] && tail -1 /tmp/cmc.out"
+	cm_tool "$dev" "goverbs ping -s <- rping -c, $count pings of $size bytes" \
+		"$work/goverbs ping -d $dev -s -a $guest -p PORT -C $count -S $size" \
+		"rping -c -a $guest -p PORT -v -V -C $count -S $size" \
+		"[ \$(grep -c '^ping data: rdma-ping-' /tmp/cmc.out) = $count ] && tail -1 /tmp/cms.out"
 }
 
 # ping_tcp0: goverbs on siw0 (this provider, the kernel's iWARP) against
