@@ -220,10 +220,19 @@ func (q *qp) completeInOrder() {
 
 // flush completes every executed WR not yet completed, as the move to
 // the error state does: with its own error if it failed, with success if
-// it is known done, else with WCWRFlushErr; and forgets the ORQ.
-func (r *requester) flush(q *qp) {
+// it is known done, else with WCWRFlushErr; and forgets the ORQ. A window
+// operation whose invalidation or rebind has taken effect is done once
+// its old binding is quiesced: flush stops before it (flushHeld) and
+// reports false; qp.unbound completes it, with success, and flushes the
+// rest.
+func (r *requester) flush(q *qp) bool {
 	for r.doneSeq < r.execSeq {
 		t := r.slot(r.doneSeq)
+		if t.unbinding() {
+			r.flushHeld = true
+			return false
+		}
+		r.flushHeld = false
 		seq := r.doneSeq
 		r.doneSeq++
 		status := t.status
@@ -241,6 +250,8 @@ func (r *requester) flush(q *qp) {
 	r.cur = txCursor{}
 	r.coverSeq, r.confSeq = r.execSeq, r.execSeq
 	r.failing = false
+	r.flushHeld = false
+	return true
 }
 
 // creditSent takes every executed Send and Write for confirmed (see

@@ -151,13 +151,20 @@ func (q *qp) unbound(v *mr, seq, wrid uint64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	r := &q.req
-	if seq < r.doneSeq || seq >= r.execSeq {
-		return // flushed meanwhile
+	if q.destroyed || seq < r.doneSeq || seq >= r.execSeq {
+		return // reset or destroyed meanwhile
 	}
 	t := r.slot(seq)
 	if t.wrid != wrid || !t.response || t.responded {
 		return
 	}
 	t.responded = true
+	if r.flushHeld {
+		// The QP moved to the error state meanwhile, its flush held
+		// for this WR: it completes (its binding is undone), then the
+		// rest are flushed.
+		q.flushSQ()
+		return
+	}
 	q.completeInOrder()
 }

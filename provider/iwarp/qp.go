@@ -193,14 +193,9 @@ func (q *qp) toErr() {
 	}
 	q.attr.State = driver.QPSErr
 	clear(q.mrCache[:])
-	expired := q.req.expired && q.req.cur.active
+	q.req.flushExpired = q.req.expired && q.req.cur.active
 	q.req.expired = false
-	q.req.flush(q)
-	if expired {
-		// The WR the connection timed out in, after those before it.
-		q.sq.FailNext(q, driver.WCRetryExcErr)
-	}
-	q.sq.Progress(q)
+	q.flushSQ()
 	if q.rxHeld {
 		q.rxHeld = false
 		q.completeRecv(q.rxHeldWC)
@@ -218,6 +213,23 @@ func (q *qp) toErr() {
 	if q.c != nil {
 		q.c.wakeTx()
 	}
+}
+
+// flushSQ flushes the send queue in the error state: the executed WRs,
+// the WR the connection timed out in (flushExpired), then those queued.
+// It stops before a window operation that waits for its old binding's
+// quiesce (requester.flush), and goes on once that has completed it.
+// q.mu is held.
+func (q *qp) flushSQ() {
+	if !q.req.flush(q) {
+		return
+	}
+	if q.req.flushExpired {
+		q.req.flushExpired = false
+		// The WR the connection timed out in, after those before it.
+		q.sq.FailNext(q, driver.WCRetryExcErr)
+	}
+	q.sq.Progress(q)
 }
 
 // fail moves the QP to the error state on its own, raising ev, and

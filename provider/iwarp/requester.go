@@ -35,6 +35,12 @@ type wrTrack struct {
 	to, toEnd  uint64
 }
 
+// unbinding reports whether t is a window operation that undid a binding
+// (windowOp) and waits for that binding to be quiesced (qp.unbound).
+func (t *wrTrack) unbinding() bool {
+	return (t.op == driver.WCBindMW || t.op == driver.WCLocalInv) && t.response && !t.responded && t.status == driver.WCSuccess
+}
+
 // orqKind is the kind of an outstanding request.
 type orqKind uint8
 
@@ -86,21 +92,27 @@ func (c txCursor) begun() bool { return c.active && (c.off > 0 || c.immOut || c.
 
 // requester is the requester state of a QP.
 type requester struct {
-	track      []wrTrack // by slot modulo the send queue depth
-	execSeq    uint64    // slots executed: their frames are built
-	doneSeq    uint64    // slots completed
-	confSeq    uint64    // the slots before confSeq are confirmed
-	coverSeq   uint64    // the slots before coverSeq are covered by a request's response
-	failing    bool      // a WR failed locally: stop, then move to the error state
-	expired    bool      // the connection timed out in the middle of the WR at cur (timedOut)
-	cur        txCursor
-	msn        [wire.NumQN]uint32 // MSNs sent, per queue
-	atomicID   uint32
-	ord        int // the Reads and atomics the QP may have outstanding
-	orq        [maxRdAtomic]orqEntry
-	orqHead    uint64
-	orqTail    uint64
-	uncovBytes uint64 // bytes sent since coverSeq
+	track    []wrTrack // by slot modulo the send queue depth
+	execSeq  uint64    // slots executed: their frames are built
+	doneSeq  uint64    // slots completed
+	confSeq  uint64    // the slots before confSeq are confirmed
+	coverSeq uint64    // the slots before coverSeq are covered by a request's response
+	failing  bool      // a WR failed locally: stop, then move to the error state
+	expired  bool      // the connection timed out in the middle of the WR at cur (timedOut)
+	// flushHeld: the move to the error state has completed the WRs
+	// before a window operation still quiescing the binding it undid
+	// (unbinding); the rest of the send queue is flushed after it
+	// completes (qp.unbound). flushExpired is the expired of that move.
+	flushHeld    bool
+	flushExpired bool
+	cur          txCursor
+	msn          [wire.NumQN]uint32 // MSNs sent, per queue
+	atomicID     uint32
+	ord          int // the Reads and atomics the QP may have outstanding
+	orq          [maxRdAtomic]orqEntry
+	orqHead      uint64
+	orqTail      uint64
+	uncovBytes   uint64 // bytes sent since coverSeq
 	// uncovSignaled: a signaled Send or Write is among them.
 	uncovSignaled bool
 	local         sglist.List
@@ -135,10 +147,16 @@ func (r *requester) orqLen() int { return int(r.orqTail - r.orqHead) }
 // QP moved to SQD in the middle of a message finishes it (DDP sends each
 // message of a stream whole, RFC 5041 5.3, and siw ends a stream that
 // interleaves two), so while that message's WR is under way the send
-// queue goes on as in RTS; it starts no other WR. q.mu is held.
+// queue goes on as in RTS; it starts no other WR. A QP in the error state
+// whose flush is held (flushHeld) flushes no queued WR until the window
+// operation before them completes: the queue waits as in SQD. q.mu is
+// held.
 func (q *qp) State() driver.QPState {
-	if q.attr.State == driver.QPSSQD && q.req.cur.begun() && q.c != nil {
+	switch {
+	case q.attr.State == driver.QPSSQD && q.req.cur.begun() && q.c != nil:
 		return driver.QPSRTS
+	case q.attr.State == driver.QPSErr && q.req.flushHeld:
+		return driver.QPSSQD
 	}
 	return q.attr.State
 }
