@@ -29,9 +29,16 @@ import (
 // C stack of its own and calls the function from the goroutine, as a
 // Go function that does not yield: the runtime sees a running goroutine
 // (a garbage collection waits the call's length for it, as for any
-// loop without a preemption point). The C stacks are a fixed pool
-// mapped once; when every one is in use, call3 goes through
-// runtime.cgocall.
+// loop without a preemption point). The C stacks are mapped once, one
+// for each P (GOMAXPROCS) up to cStackCount: call3 pins its goroutine to
+// its P for the call and runs C on that P's stack, which no other call
+// can be using, with no atomic operation. A P numbered beyond the stacks
+// goes through runtime.cgocall.
+//
+// Under the race detector the stacks are a pool instead, taken and given
+// back with atomic operations: those order Go memory from one call to
+// another that sees its effect in C, which the detector cannot see
+// through C (TestCallOrdersLikeCgo).
 
 // cargs is what the trampolines read: the function, six arguments, the
 // result.
@@ -47,6 +54,15 @@ var ctrampPC uintptr
 //go:linkname runtime_cgocall runtime.cgocall
 //go:noescape
 func runtime_cgocall(fn uintptr, arg unsafe.Pointer) int32
+
+// runtime_procPin pins the goroutine to its P, whose number it returns,
+// until runtime_procUnpin: nothing else runs on that P meanwhile.
+//
+//go:linkname runtime_procPin runtime.procPin
+func runtime_procPin() int
+
+//go:linkname runtime_procUnpin runtime.procUnpin
+func runtime_procUnpin()
 
 // ccallOn calls a.fn on the C stack whose top is stack (callc_amd64.s).
 //
@@ -79,12 +95,22 @@ func call(fn uintptr, args ...uintptr) uintptr {
 //go:uintptrescapes
 func call3(fn, a1, a2, a3 uintptr) uintptr {
 	a := cargs{fn: fn, a: [6]uintptr{a1, a2, a3}}
-	if i, ok := cStacks.take(); ok {
-		ccallOn(&a, cStacks.top(i))
-		cStacks.put(i)
-	} else {
-		runtime_cgocall(ctrampPC, unsafe.Pointer(&a))
+	switch {
+	case raceEnabled:
+		if i, ok := cStacks.take(); ok {
+			ccallOn(&a, cStacks.top(i))
+			cStacks.put(i)
+			return a.r1
+		}
+	case cStacks.base.Load() != 0 || cStacks.mapStacks():
+		if i := runtime_procPin(); i < cStackCount {
+			ccallOn(&a, cStacks.top(i))
+			runtime_procUnpin()
+			return a.r1
+		}
+		runtime_procUnpin()
 	}
+	runtime_cgocall(ctrampPC, unsafe.Pointer(&a))
 	return a.r1
 }
 
@@ -95,20 +121,22 @@ const (
 	// bytes), though far less than the thread stack of megabytes that
 	// runtime.cgocall runs C on.
 	cStackSize = 64 << 10
-	// cStackCount is the pool's size: more data-path calls at once than
-	// this (one per thread at most) go through runtime.cgocall.
+	// cStackCount is the number of stacks: the Ps numbered from it up
+	// (under the race detector, the pool's calls beyond it) go through
+	// runtime.cgocall.
 	cStackCount = 64
 )
 
-// cStacks is the pool of C stacks, mapped by the first call3 that finds
-// none (and never unmapped: it lives as long as the loaded library).
+// cStacks are the C stacks, mapped by the first call3 that finds none
+// (and never unmapped: they live as long as the loaded library).
 var cStacks cStackPool
 
 // cStackPool holds cStackCount stacks, each above an inaccessible guard,
-// in one mapping; free has a bit set for each stack not in use.
-// Every call3 on a stack changes free atomically before and after its C
-// call: that also orders, for the race detector, Go memory written before
-// one call and read after another that saw its effect in C, as
+// in one mapping: stack i is P i's. Under the race detector they are a
+// pool instead, free having a bit set for each stack not in use: every
+// call3 on a stack changes free atomically before and after its C call,
+// which also orders, for the race detector, Go memory written before one
+// call and read after another that saw its effect in C, as
 // runtime.cgocall does for cgo calls.
 type cStackPool struct {
 	free   atomic.Uint64

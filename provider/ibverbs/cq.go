@@ -23,9 +23,35 @@ type cq struct {
 	watcher *fdWatcher
 	overrun atomic.Bool
 
-	mu   sync.Mutex // the scratch array and the destroyed flag
+	mu   sync.Mutex // the scratch array, the destroyed flag and last
 	dead bool
 	wcs  [pollBatch]ibvWC
+	// last is the QP of the latest completion polled, looked up by its
+	// number without the device's map and its lock; a QP's Destroy
+	// clears it (forget).
+	last *qp
+}
+
+// qpOf returns the QP numbered num, nil if it is no longer. q.mu is held.
+func (q *cq) qpOf(num uint32) *qp {
+	if p := q.last; p != nil && p.num == num {
+		return p
+	}
+	q.ctx.qpsMu.RLock()
+	p := q.ctx.qpByNum[num]
+	q.ctx.qpsMu.RUnlock()
+	q.last = p
+	return p
+}
+
+// forget drops p from the cache of qpOf: p is destroyed, and its number
+// may be the kernel's to give to another.
+func (q *cq) forget(p *qp) {
+	q.mu.Lock()
+	if q.last == p {
+		q.last = nil
+	}
+	q.mu.Unlock()
 }
 
 func (c *devContext) CreateCQ(cqe int, userCtx any) (driver.CQ, error) {
@@ -96,9 +122,7 @@ func (q *cq) Poll(wc []driver.WorkCompletion) int {
 		w := &wc[i]
 		fromIBV(w, &q.wcs[i])
 		q.ctx.invalidated(w, &q.wcs[i])
-		q.ctx.qpsMu.RLock()
-		p := q.ctx.qpByNum[w.QPNum]
-		q.ctx.qpsMu.RUnlock()
+		p := q.qpOf(w.QPNum)
 		if p == nil {
 			continue
 		}

@@ -26,6 +26,7 @@ type qp struct {
 	num     uint32
 	cap     driver.QPCap
 	srq     *srq
+	cqs     [2]*cq // send, receive: their caches of the QP (cq.last)
 	userCtx any
 	state   atomic.Uint32 // driver.QPState, as last set or queried
 	gone    atomic.Bool   // destroyed; set with sendMu and recvMu held
@@ -116,7 +117,7 @@ func (d *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	if err != nil {
 		return nil, errnoErr("ibv_create_qp", err)
 	}
-	q := &qp{pd: d, ctx: c, p: p, num: *(*uint32)(cptr(p + offQPNum)), cap: a.Cap, srq: s, userCtx: a.UserCtx}
+	q := &qp{pd: d, ctx: c, p: p, num: *(*uint32)(cptr(p + offQPNum)), cap: a.Cap, srq: s, cqs: [2]*cq{send, recv}, userCtx: a.UserCtx}
 	q.attr.Cap = a.Cap
 	q.sigAll = a.SigAll
 	q.sqMarks = make([]uint64, max(a.Cap.MaxSendWR, 1))
@@ -154,7 +155,7 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 		free := int(uint64(q.cap.MaxSendWR) - (q.sqPosted.Load() - q.sqRetired.Load()))
 		batch := wrs[posted:min(len(wrs), posted+postBatch)]
 		var refused error
-		n := 0
+		n, binds := 0, false
 		for i := range batch {
 			wr := &batch[i]
 			if i >= free {
@@ -184,6 +185,7 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 			var bw *mw
 			var bm *mr
 			if wr.Opcode == driver.OpBindMW {
+				binds = true
 				var err error
 				if bw, bm, err = q.bindTarget(wr); err != nil {
 					refused = err
@@ -216,7 +218,9 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 			// before it returns.
 			first := q.sqPosted.Load()
 			q.sentWRs(batch[:n])
-			q.bindPosted(batch[:n], first)
+			if binds {
+				q.bindPosted(batch[:n], first)
+			}
 			q.sendBad = 0
 			r := int32(call3(q.ctx.postSend, q.p, uintptr(unsafe.Pointer(&q.swr[0])), uintptr(unsafe.Pointer(&q.sendBad))))
 			runtime.KeepAlive(batch)
@@ -548,6 +552,9 @@ func (q *qp) Destroy() error {
 	q.ctx.qpsMu.Lock()
 	delete(q.ctx.qpByNum, q.num)
 	q.ctx.qpsMu.Unlock()
+	for _, c := range q.cqs {
+		c.forget(q)
+	}
 	q.pd.mu.Lock()
 	delete(q.pd.qps, q)
 	q.pd.mu.Unlock()
