@@ -220,36 +220,38 @@ func (q *qp) completeInOrder() {
 
 // flush completes every executed WR not yet completed, as the move to
 // the error state does: with its own error if it failed, with success if
-// it is known done, else with WCWRFlushErr; and forgets the ORQ. A window
-// operation whose invalidation or rebind has taken effect is done once
-// its old binding is quiesced: flush stops before it (flushHeld) and
-// reports false; qp.unbound completes it, with success, and flushes the
-// rest.
+// it is known done, else with WCWRFlushErr; and forgets the ORQ and the
+// transmitter's place. A window operation whose invalidation or rebind
+// has taken effect is done once its old binding is quiesced: flush
+// completes the WRs before it and reports false (flushHeld), the outcome
+// of those after it settled; qp.unbound completes it, with success, and
+// calls flush again for the rest.
 func (r *requester) flush(q *qp) bool {
-	for r.doneSeq < r.execSeq {
-		t := r.slot(r.doneSeq)
-		if t.unbinding() {
-			r.flushHeld = true
-			return false
+	for seq := r.doneSeq; seq < r.execSeq; seq++ {
+		t := r.slot(seq)
+		if t.status != driver.WCSuccess || t.unbinding() {
+			continue
 		}
-		r.flushHeld = false
-		seq := r.doneSeq
-		r.doneSeq++
-		status := t.status
-		if status == driver.WCSuccess {
-			done := (t.response && t.responded) || (!t.response && (t.confirmed || seq < r.confSeq))
-			if !done {
-				status = driver.WCWRFlushErr
-			}
-		}
-		if status != driver.WCSuccess || t.signaled {
-			q.Complete(seq, driver.WorkCompletion{WRID: t.wrid, Status: status, Opcode: t.op, ByteLen: t.byteLen})
+		if done := (t.response && t.responded) || (!t.response && (t.confirmed || seq < r.confSeq)); !done {
+			t.status = driver.WCWRFlushErr
 		}
 	}
 	r.orqHead, r.orqTail = 0, 0
 	r.cur = txCursor{}
 	r.coverSeq, r.confSeq = r.execSeq, r.execSeq
 	r.failing = false
+	for r.doneSeq < r.execSeq {
+		t := r.slot(r.doneSeq)
+		if t.unbinding() {
+			r.flushHeld = true
+			return false
+		}
+		seq := r.doneSeq
+		r.doneSeq++
+		if t.status != driver.WCSuccess || t.signaled {
+			q.Complete(seq, driver.WorkCompletion{WRID: t.wrid, Status: t.status, Opcode: t.op, ByteLen: t.byteLen})
+		}
+	}
 	r.flushHeld = false
 	return true
 }

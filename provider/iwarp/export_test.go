@@ -197,3 +197,27 @@ func PollerRounds(d driver.QP) uint64 {
 	}
 	return 0
 }
+
+// HoldQuiesce keeps every quiesce (a Dereg, a window's unbinding) waiting
+// for q's connection, as a placement under way on it does, until release
+// is called.
+func HoldQuiesce(q driver.QP) (release func()) {
+	c := q.(*qp).live.Load()
+	c.rxBusy.Add(1)
+	return func() { c.rxBusy.Add(-1) }
+}
+
+// Unbinding reports whether q's send queue has a window operation
+// waiting for its old binding's quiesce.
+func Unbinding(q driver.QP) bool {
+	p := q.(*qp)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := &p.req
+	for seq := r.doneSeq; seq < r.execSeq; seq++ {
+		if r.slot(seq).unbinding() {
+			return true
+		}
+	}
+	return false
+}

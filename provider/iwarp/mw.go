@@ -162,8 +162,12 @@ func (q *qp) unbound(v *mr, seq, wrid uint64) {
 	if r.flushHeld {
 		// The QP moved to the error state meanwhile, its flush held
 		// for this WR: it completes (its binding is undone), then the
-		// rest are flushed.
+		// rest are flushed, and the transmitter (which may wait for an
+		// empty send queue to end the connection) looks again.
 		q.flushSQ()
+		if q.c != nil {
+			q.c.wakeTx()
+		}
 		return
 	}
 	q.completeInOrder()

@@ -2,9 +2,11 @@ package iwarp_test
 
 import (
 	"bytes"
+	"runtime"
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/provider/iwarp/wire"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/verbstest"
@@ -91,4 +93,44 @@ func TestNoPlacementThroughWindowAfterDereg(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestLocalInvCompletesBeforeFlush: a QP moved to the error state while
+// its OpLocalInv waits for the old binding's quiesce completes nothing
+// until the quiesce ends; then the invalidation, which took effect,
+// completes with success, and the Send posted after it is flushed, in
+// that order.
+func TestLocalInvCompletesBeforeFlush(t *testing.T) {
+	v := newVictimN(t, 4, 2)
+	g := guard(t, v, 4096, verbs.AccessLocalWrite|verbs.RemoteAccess|verbs.AccessMWBind)
+	dialHostile(t, v, false, false, false)
+	dialHostile(t, v, false, false, false)
+	_, key := boundWindow(t, v, g)
+	release := iwarp.HoldQuiesce(v.e.QPs[1].Driver())
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
+	if n, err := v.e.PostSend(0, []verbs.SendWR{{WRID: 2, Opcode: verbs.OpLocalInv, Flags: verbs.SendSignaled, InvalidateRKey: key}}); n != 1 {
+		t.Fatalf("post local invalidate: %v", err)
+	}
+	for !iwarp.Unbinding(v.e.QPs[0].Driver()) {
+		runtime.Gosched()
+	}
+	if err := v.e.QPs[0].Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := v.e.PostSend(0, []verbs.SendWR{{WRID: 3, Opcode: verbs.OpSend, Flags: verbs.SendSignaled}}); n != 1 {
+		t.Fatalf("post send: %v", err)
+	}
+	if wcs, err := v.e.Completions(verbstest.SendCQ, 0, 0); len(wcs) != 0 || err != nil {
+		t.Fatalf("completions while the invalidation quiesces: %+v, %v; want none", wcs, err)
+	}
+	release()
+	release = nil
+	wcs, err := v.e.Completions(verbstest.SendCQ, 2, 10*time.Second)
+	if err != nil || len(wcs) != 2 || wcs[0].WRID != 2 || wcs[0].Status != verbs.WCSuccess || wcs[1].WRID != 3 || wcs[1].Status != verbs.WCWRFlushErr {
+		t.Fatalf("completions: %+v, %v; want the LocalInv done, then the Send flushed", wcs, err)
+	}
 }
