@@ -28,13 +28,14 @@ type cq struct {
 	wcs  [pollBatch]ibvWC
 	// last is the QP of the latest completion polled, looked up by its
 	// number without the device's map and its lock; a QP's Destroy
-	// clears it (forget).
+	// clears it (forget), and a destroyed QP is never taken from it
+	// (its number may be another's by then).
 	last *qp
 }
 
 // qpOf returns the QP numbered num, nil if it is no longer. q.mu is held.
 func (q *cq) qpOf(num uint32) *qp {
-	if p := q.last; p != nil && p.num == num {
+	if p := q.last; p != nil && p.num == num && !p.gone.Load() {
 		return p
 	}
 	q.ctx.qpsMu.RLock()
@@ -109,11 +110,18 @@ func (q *cq) Poll(wc []driver.WorkCompletion) int {
 		return 0
 	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	got := q.pollLocked(wc[:n])
+	q.mu.Unlock()
+	return got
+}
+
+// pollLocked is Poll for len(wc) completions, at most pollBatch; q.mu is
+// held.
+func (q *cq) pollLocked(wc []driver.WorkCompletion) int {
 	if q.dead {
 		return 0
 	}
-	got := int(int32(call3(q.ctx.pollCQ, q.p, uintptr(n), uintptr(unsafe.Pointer(&q.wcs[0])))))
+	got := int(int32(call3(q.ctx.pollCQ, q.p, uintptr(len(wc)), uintptr(unsafe.Pointer(&q.wcs[0])))))
 	if got < 0 {
 		q.overrun.Store(true)
 		return 0

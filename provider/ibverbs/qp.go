@@ -141,45 +141,37 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 			return 0, fmt.Errorf("%w: PostSend needs RTS (the QP is in %v)", driver.ErrInvalidState, driver.QPState(q.state.Load()))
 		}
 	}
-	caps := q.ctx.attr.Caps
 	q.sendMu.Lock()
-	defer q.sendMu.Unlock()
+	n, err := q.postSendLocked(wrs)
+	q.sendMu.Unlock()
+	return n, err
+}
+
+// postSendLocked is PostSend past its state check; sendMu is held.
+func (q *qp) postSendLocked(wrs []driver.SendWR) (int, error) {
 	if q.gone.Load() {
 		return 0, driver.ErrClosed
 	}
 	if q.ctx.removed.Load() {
 		return 0, q.ctx.removedErr()
 	}
+	if len(wrs) == 1 && wrs[0].Opcode != driver.OpBindMW {
+		return q.postOne(&wrs[0])
+	}
 	posted := 0
 	for posted < len(wrs) {
-		free := int(uint64(q.cap.MaxSendWR) - (q.sqPosted.Load() - q.sqRetired.Load()))
+		free := q.sendRoom()
 		batch := wrs[posted:min(len(wrs), posted+postBatch)]
 		var refused error
 		n, binds := 0, false
 		for i := range batch {
 			wr := &batch[i]
 			if i >= free {
-				refused = fmt.Errorf("%w: %d send WRs outstanding", driver.ErrQueueFull, q.cap.MaxSendWR)
+				refused = q.sendQueueFull()
 				break
 			}
-			if err := driver.CheckSendWR(wr, &q.cap, caps&driver.CapMemoryWindows != 0); err != nil {
+			if err := q.checkSend(wr); err != nil {
 				refused = err
-				break
-			}
-			if wr.Opcode.IsAtomic() && caps&driver.CapAtomics == 0 {
-				refused = fmt.Errorf("%w: %s has no atomics", driver.ErrUnsupported, q.ctx.name)
-				break
-			}
-			if wr.Opcode == driver.OpRDMARead && len(wr.SGList) > q.ctx.maxSGERd {
-				refused = fmt.Errorf("%w: %s scatters an RDMA Read into at most %d SGEs", driver.ErrUnsupported, q.ctx.name, q.ctx.maxSGERd)
-				break
-			}
-			if wr.Flags&driver.SendInline != 0 && !q.pd.inlineOK(wr.SGList) {
-				refused = fmt.Errorf("%w: an inline payload must lie in a registered region of the QP's PD, with its lkey", driver.ErrInvalidArg)
-				break
-			}
-			if wr.Opcode.HasImm() && caps&driver.CapImmData == 0 {
-				refused = fmt.Errorf("%w: %s has no immediate data (%v)", driver.ErrUnsupported, q.ctx.name, wr.Opcode)
 				break
 			}
 			var bw *mw
@@ -239,6 +231,79 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 		}
 	}
 	return posted, nil
+}
+
+// postOne is postSendLocked for one WR that binds no window, the
+// latency path: the batch's bookkeeping left out.
+func (q *qp) postOne(wr *driver.SendWR) (int, error) {
+	if q.sendRoom() <= 0 {
+		return 0, q.sendQueueFull()
+	}
+	if err := q.checkSend(wr); err != nil {
+		return 0, err
+	}
+	c := &q.swr[0]
+	toIBVSend(c, wr)
+	c.next = 0
+	one := unsafe.Slice(wr, 1)
+	q.sentWRs(one) // before the call, as postSendLocked does
+	q.sendBad = 0
+	r := int32(call3(q.ctx.postSend, q.p, uintptr(unsafe.Pointer(c)), uintptr(unsafe.Pointer(&q.sendBad))))
+	runtime.KeepAlive(wr)
+	if r == 0 {
+		return 1, nil
+	}
+	k := 1
+	if q.sendBad != 0 {
+		k = 0
+		q.unsent(one)
+	}
+	return k, postErr("post_send", r)
+}
+
+// sendRoom is how many more send WRs the QP takes; sendMu is held.
+func (q *qp) sendRoom() int {
+	return int(uint64(q.cap.MaxSendWR) - (q.sqPosted.Load() - q.sqRetired.Load()))
+}
+
+// sendQueueFull is the error of a post beyond sendRoom.
+func (q *qp) sendQueueFull() error {
+	return fmt.Errorf("%w: %d send WRs outstanding", driver.ErrQueueFull, q.cap.MaxSendWR)
+}
+
+// checkSend refuses a send WR the QP or its device cannot take, before
+// the device sees it.
+func (q *qp) checkSend(wr *driver.SendWR) error {
+	caps := q.ctx.attr.Caps
+	if err := driver.CheckSendWR(wr, &q.cap, caps&driver.CapMemoryWindows != 0); err != nil {
+		return err
+	}
+	if wr.Opcode.IsAtomic() && caps&driver.CapAtomics == 0 {
+		return fmt.Errorf("%w: %s has no atomics", driver.ErrUnsupported, q.ctx.name)
+	}
+	if wr.Opcode == driver.OpRDMARead && len(wr.SGList) > q.ctx.maxSGERd {
+		return fmt.Errorf("%w: %s scatters an RDMA Read into at most %d SGEs", driver.ErrUnsupported, q.ctx.name, q.ctx.maxSGERd)
+	}
+	if wr.Flags&driver.SendInline != 0 && !q.pd.inlineOK(wr.SGList) {
+		return fmt.Errorf("%w: an inline payload must lie in a registered region of the QP's PD, with its lkey", driver.ErrInvalidArg)
+	}
+	if wr.Opcode.HasImm() && caps&driver.CapImmData == 0 {
+		return fmt.Errorf("%w: %s has no immediate data (%v)", driver.ErrUnsupported, q.ctx.name, wr.Opcode)
+	}
+	return nil
+}
+
+// toIBVRecv fills a struct ibv_recv_wr, the last of its list, from w.
+func toIBVRecv(c *ibvRecvWR, w *driver.RecvWR) {
+	c.wrID = w.WRID
+	c.sgList = uintptr(unsafe.Pointer(unsafe.SliceData(w.SGList)))
+	c.numSGE = int32(len(w.SGList))
+	if c.numSGE == 0 {
+		// A receive of no SGEs takes only empty messages, as one of a
+		// single empty SGE does; siw refuses the former.
+		c.sgList, c.numSGE = uintptr(unsafe.Pointer(&emptySGE)), 1
+	}
+	c.next = 0
 }
 
 // toIBVSend fills a struct ibv_send_wr from w.
@@ -312,6 +377,25 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 // postRecvs posts receives to a QP or an SRQ through fn, in batches of
 // postBatch, one call each.
 func postRecvs(fn, obj uintptr, scratch *[postBatch]ibvRecvWR, bad *uintptr, wrs []driver.RecvWR, maxSGE uint32, op string) (int, error) {
+	if len(wrs) == 1 {
+		// One receive, the latency path: the batch's bookkeeping left
+		// out.
+		wr := &wrs[0]
+		if err := driver.CheckRecvWR(wr, maxSGE); err != nil {
+			return 0, err
+		}
+		toIBVRecv(&scratch[0], wr)
+		*bad = 0
+		r := int32(call3(fn, obj, uintptr(unsafe.Pointer(&scratch[0])), uintptr(unsafe.Pointer(bad))))
+		runtime.KeepAlive(wr)
+		switch {
+		case r == 0:
+			return 1, nil
+		case *bad != 0:
+			return 0, postErr(op, r)
+		}
+		return 1, postErr(op, r) // as postRecvs counts a failure that names no WR
+	}
 	posted := 0
 	for posted < len(wrs) {
 		batch := wrs[posted:min(len(wrs), posted+postBatch)]
@@ -324,15 +408,7 @@ func postRecvs(fn, obj uintptr, scratch *[postBatch]ibvRecvWR, bad *uintptr, wrs
 				break
 			}
 			c := &scratch[i]
-			c.wrID = wr.WRID
-			c.sgList = uintptr(unsafe.Pointer(unsafe.SliceData(wr.SGList)))
-			c.numSGE = int32(len(wr.SGList))
-			if c.numSGE == 0 {
-				// A receive of no SGEs takes only empty messages, as
-				// one of a single empty SGE does; siw refuses the former.
-				c.sgList, c.numSGE = uintptr(unsafe.Pointer(&emptySGE)), 1
-			}
-			c.next = 0
+			toIBVRecv(c, wr)
 			if i > 0 {
 				scratch[i-1].next = uintptr(unsafe.Pointer(c))
 			}
@@ -530,6 +606,20 @@ func (q *qp) Query() (driver.QPAttr, error) {
 }
 
 func (q *qp) Destroy() error {
+	if err := q.destroy(); err != nil {
+		return err
+	}
+	// Once q.mu is released (Poll takes it, in errored, with its CQ's
+	// lock held) and q is out of the device's map (a Poll that looks it
+	// up again finds nothing).
+	for _, c := range q.cqs {
+		c.forget(q)
+	}
+	return nil
+}
+
+// destroy is Destroy but for the CQs' caches of the QP.
+func (q *qp) destroy() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.dead {
@@ -550,11 +640,11 @@ func (q *qp) Destroy() error {
 	}
 	q.ctx.disown(q.p)
 	q.ctx.qpsMu.Lock()
-	delete(q.ctx.qpByNum, q.num)
-	q.ctx.qpsMu.Unlock()
-	for _, c := range q.cqs {
-		c.forget(q)
+	if q.ctx.qpByNum[q.num] == q {
+		// (A QP created since may have the number already.)
+		delete(q.ctx.qpByNum, q.num)
 	}
+	q.ctx.qpsMu.Unlock()
 	q.pd.mu.Lock()
 	delete(q.pd.qps, q)
 	q.pd.mu.Unlock()
@@ -563,15 +653,21 @@ func (q *qp) Destroy() error {
 
 // sentWRs records WRs handed to the device.
 func (q *qp) sentWRs(wrs []driver.SendWR) {
-	q.sqMu.Lock()
 	for i := range wrs {
+		if !q.sigAll && wrs[i].Flags&driver.SendSignaled == 0 {
+			// No mark: sqMu, which orders the marks with sendDone's
+			// reading of them, is not needed (sendMu orders the count).
+			q.sqPosted.Add(1)
+			continue
+		}
+		q.sqMu.Lock()
 		n := q.sqPosted.Add(1)
-		if (q.sigAll || wrs[i].Flags&driver.SendSignaled != 0) && q.sqLen < len(q.sqMarks) {
+		if q.sqLen < len(q.sqMarks) {
 			q.sqMarks[(q.sqHead+q.sqLen)%len(q.sqMarks)] = n
 			q.sqLen++
 		}
+		q.sqMu.Unlock()
 	}
-	q.sqMu.Unlock()
 }
 
 // unsent takes back the count of WRs the device refused, the last ones
