@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/verbs"
 	"go.uber.org/goleak"
 )
 
@@ -164,5 +167,131 @@ func TestParseTest(t *testing.T) {
 	}
 	if _, err := parseTest("atomic_lat"); err == nil {
 		t.Error("parseTest(atomic_lat) succeeded")
+	}
+}
+
+// fakeClient is a perftest client that says what a test gives it: it
+// connects to the server at addr (tcp0) and sends msgs on the control
+// connection, each answered by the server, the test's connection made
+// after the first five. It returns when every message has been answered
+// or one is not; the error is its own failure to connect.
+func fakeClient(ctx context.Context, addr string, test test, msgs [][]byte) error {
+	dev, err := verbs.Open("tcp0")
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return err
+	}
+	defer pd.Dealloc()
+	c, err := newCtrl(pd)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	if c.conn, err = c.ep.Dial(ctx, addr, &cm.Param{}); err != nil {
+		return err
+	}
+	for i, m := range msgs {
+		if i == 5 {
+			d, err := newDataEP(pd, config{test: test, iters: 10, size: 2})
+			if err != nil {
+				return err
+			}
+			defer d.close()
+			if d.conn, err = d.ep.Dial(ctx, addr, &cm.Param{}); err != nil {
+				return err
+			}
+		}
+		if err := c.send(ctx, m); err != nil {
+			return nil
+		}
+		// The server's answers are as long as the client's messages.
+		if _, err := c.recv(ctx, len(m)); err != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// serveFake runs a perftestpeer server of test against fakeClient with
+// msgs and returns the server's error.
+func serveFake(t *testing.T, test test, msgs [][]byte) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addrs := make(chan string, 1)
+	cfg := config{test: test, iters: 10, size: 2, bind: "127.0.0.1", ready: func(a string) { addrs <- a }}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, cfg, io.Discard) }()
+	select {
+	case a := <-addrs:
+		if err := fakeClient(ctx, a, test, msgs); err != nil {
+			cancel()
+			t.Errorf("the fake client: %v", err)
+		}
+	case err := <-done:
+		t.Fatalf("server: %v", err)
+	}
+	// The client has closed its connections: a server still waiting for
+	// it sees them end.
+	return <-done
+}
+
+// params are a perftest client's first messages, as perftest sends them.
+func params() [][]byte {
+	return [][]byte{encodeVersion("6.06"), be32(4096), be32(64), []byte("3\x00"), dest{}.encode()}
+}
+
+// TestPeerAreaChanged: a peer whose area is not the same in the four
+// handshakes before the test is refused.
+func TestPeerAreaChanged(t *testing.T) {
+	msgs := append(params(), dest{}.encode())
+	for i := range 4 {
+		d := dest{qpn: 7, rkey: 0x1234, vaddr: 0x10000}
+		if i == 2 {
+			d.vaddr += 64
+		}
+		msgs = append(msgs, d.encode())
+	}
+	err := serveFake(t, writeLat, msgs)
+	if err == nil || !strings.Contains(err.Error(), "handshake 3 of 4 before the test: the peer's area changed") {
+		t.Errorf("server: %v, want a refusal of the changed area", err)
+	}
+}
+
+// TestControlMessageSize: a control message of another size than
+// perftest's is refused.
+func TestControlMessageSize(t *testing.T) {
+	for _, tc := range []struct {
+		i    int
+		msg  []byte
+		want string
+	}{
+		{0, []byte("6.06\x00"), "the version exchange: the peer's control message has 5 bytes, want 16"},
+		{3, []byte("3"), "the MTU exchange: the peer's control message has 1 bytes, want 2"},
+		{4, make([]byte, destLen-8), "the handshake before the test's connection: the peer's control message has 48 bytes, want 56"},
+	} {
+		msgs := params()
+		msgs[tc.i] = tc.msg
+		err := serveFake(t, sendLat, msgs[:tc.i+1])
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("message %d of %d bytes: server: %v, want %q", tc.i, len(tc.msg), err, tc.want)
+		}
+	}
+}
+
+// TestWrappingArea: a peer's area that would wrap around the address
+// space is refused before anything is written to it.
+func TestWrappingArea(t *testing.T) {
+	msgs := append(params(), dest{}.encode())
+	for range 4 {
+		msgs = append(msgs, dest{rkey: 1, vaddr: ^uint64(0)}.encode())
+	}
+	err := serveFake(t, writeLat, msgs)
+	if err == nil || !strings.Contains(err.Error(), "wraps around the address space") {
+		t.Errorf("server: %v, want a refusal of the wrapping area", err)
 	}
 }
