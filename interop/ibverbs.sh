@@ -12,7 +12,11 @@
 #        own iWARP (tcp0) on the host, both directions; and
 #        examples/cmatose -d DEV against librdmacm's ucmatose (10
 #        connections, 10 messages each way, either side serving) and its
-#        rdma_server and rdma_client, both directions;
+#        rdma_server and rdma_client, both directions; and
+#        examples/perftestpeer -d DEV against perftest's ib_send_lat -R,
+#        ib_write_lat -R and ib_read_lat -R (rdma_cm), either side
+#        serving, 100 iterations of 64 bytes: both exit 0, perftest's
+#        client prints its result row and perftestpeer its count;
 #     3. on rxe0, goverbs kv (put, one-sided get, delete) and an rlog of
 #        three members;
 #     3b. on rxe0, a Send with immediate data from goverbs to a peer that
@@ -192,6 +196,7 @@ trap 'exit 130' INT TERM
 log "building goverbs and the provider's test binary (CGO_ENABLED=0)"
 CGO_ENABLED=0 go build -buildvcs=false -o "$work/goverbs" ./cmd/goverbs
 CGO_ENABLED=0 go build -buildvcs=false -o "$work/cmatose" ./examples/cmatose
+CGO_ENABLED=0 go build -buildvcs=false -o "$work/perftestpeer" ./examples/perftestpeer
 CGO_ENABLED=0 go test -buildvcs=false -c -o "$work/ibverbs.test" ./provider/ibverbs
 
 log "vm.sh setup in $base (packages, kernel, siw.ko)"
@@ -309,6 +314,37 @@ cmatose_both() {
 		"rdma_server -s $guest -p PORT" "$c -answer -s $guest -p PORT -c 1 -C 1 -S 16"
 	cm_tool "$dev" "cmatose -answer -b <- rdma_client" \
 		"$c -answer -b $guest -p PORT -c 1 -C 1 -S 16" "rdma_client -s $guest -p PORT"
+}
+
+# perftest_both DEV: examples/perftestpeer -d DEV against perftest's
+# latency tools with -R on DEV, either side serving, 100 iterations of
+# 64 bytes. perftest's client prints a result row (#bytes #iterations
+# t_min t_max t_typical ...), which must be there, with figures or,
+# when perftest could not calibrate its clock (in the emulated guest it
+# sometimes cannot, against itself too), "inf"; perftestpeer prints the
+# count it checked (a server of read_lat, which sees no Read, that it
+# served them).
+perftest_both() {
+	local dev=$1 n=100 size=64 t
+	local p="$work/perftestpeer -d $1 -n $n -size $size"
+	local row="awk '/^ *$size +$n +/ {t = \$5 == \"inf\" ? \"inf (uncalibrated clock)\" : \$5 \" us\"; print \"perftest t_typical \" t; ok=1} END {exit !ok}'"
+	for t in send_lat write_lat read_lat; do
+		if [[ $t == read_lat ]]; then
+			# perftest's read_lat server prints no result row.
+			cm_tool "$dev" "ib_$t -R <- perftestpeer $t, $n iterations of $size bytes" \
+				"ib_$t -R -d $dev -n $n -s $size -p PORT" "$p -s $guest -p PORT $t" \
+				"grep '$n iterations of $size bytes: ok' /tmp/cmc.out"
+		else
+			cm_tool "$dev" "ib_$t -R <- perftestpeer $t, $n iterations of $size bytes" \
+				"ib_$t -R -d $dev -n $n -s $size -p PORT" "$p -s $guest -p PORT $t" \
+				"grep -q '$n iterations of $size bytes: ok' /tmp/cmc.out && $row /tmp/cms.out"
+		fi
+		local done="grep -q '$n iterations of $size bytes: ok' /tmp/cms.out"
+		[[ $t == read_lat ]] && done="grep -q 'served the client.s Reads of $size bytes: ok' /tmp/cms.out"
+		cm_tool "$dev" "perftestpeer $t <- ib_$t -R, $n iterations of $size bytes" \
+			"$p -b $guest -p PORT $t" "ib_$t -R -d $dev -n $n -s $size -p PORT $guest" \
+			"$done && $row /tmp/cmc.out"
+	done
 }
 
 # ping_both DEV: goverbs ping -d DEV against rping on DEV, both
@@ -479,6 +515,7 @@ for dev in $devices; do
 	if step conformance; then conformance "$dev"; fi
 	if step ping; then ping_both "$dev"; fi
 	if step ping; then cmatose_both "$dev"; fi
+	if step ping; then perftest_both "$dev"; fi
 	if step ping && [[ $dev == siw0 ]]; then ping_tcp0; fi
 	if step kv && [[ $dev == rxe0 ]]; then kv; fi
 	if step rlog && [[ $dev == rxe0 ]]; then rlog; fi

@@ -37,7 +37,11 @@
 // QP must be on the device the kernel routes the address to (cm.Device
 // names it). The provider creates its QPs itself and moves them through
 // Init, RTR and RTS with the attributes rdma_init_qp_attr gives, so the
-// peer may be any rdma_cm program (rping, rdma_server, perftest -R).
+// peer may be any rdma_cm program. interop/ibverbs.sh connects goverbs
+// programs on rxe and siw, each side serving in turn, to librdmacm's
+// rping, ucmatose, rdma_server and rdma_client, and to perftest's
+// ib_send_lat, ib_write_lat and ib_read_lat run with -R
+// (examples/perftestpeer).
 //
 // What a device lacks, as its attributes and transport say, is refused
 // with ErrUnsupported at post time before it reaches the device: on iWARP
