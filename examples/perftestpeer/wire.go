@@ -103,7 +103,7 @@ func checkVersion(b []byte) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("the peer's version %q is not a number", v)
 	}
-	if f < minVersion || f > maxVersion {
+	if !(f >= minVersion && f <= maxVersion) { // NaN too
 		return "", fmt.Errorf("the peer is perftest %s: this program speaks the exchange of perftest %.2f to %.2f", v, minVersion, maxVersion)
 	}
 	return v, nil
