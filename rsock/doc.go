@@ -105,7 +105,8 @@
 // key or another's, fails at its own side.
 //
 // Large writes: a Write of at least Config.ZeroCopyMin bytes (64 KiB by
-// default) is not copied. Its buffer is registered for local access
+// default; 256 KiB on iWARP, where Write then waits for the peer's
+// confirmation) is not copied. Its buffer is registered for local access
 // alone, and the RDMA Writes into the peer's ring read it there; the last
 // of them is signaled, and Write returns once it has completed, so the
 // caller may reuse the buffer at once. The registration is kept for the

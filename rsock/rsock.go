@@ -25,8 +25,13 @@ const (
 	// before it parks.
 	DefaultSpin = 20 * time.Microsecond
 	// DefaultZeroCopyMin is the least Write a zero Config sends without
-	// copying it.
+	// copying it, except on iWARP devices.
 	DefaultZeroCopyMin = 64 << 10
+	// DefaultZeroCopyMinIWARP is the least Write a zero Config sends
+	// without copying it on iWARP devices (tcp0). There a zero-copy Write
+	// returns only once the peer has confirmed its last RDMA Write, a
+	// round trip that costs more than the copy of a smaller Write.
+	DefaultZeroCopyMinIWARP = 256 << 10
 )
 
 // ctrlRecvs is how many receives each side posts for control messages:
@@ -59,9 +64,10 @@ type Config struct {
 	// ZeroCopyMin is the least Write, in bytes, that is not copied: the
 	// device reads the caller's buffer, registered while that Write
 	// lasts and kept registered, for the next Write of the same buffer,
-	// until a Write of another or Close (0: DefaultZeroCopyMin; negative:
-	// every Write is copied). Smaller Writes are copied into a staging
-	// buffer, from which the device reads them after Write returned.
+	// until a Write of another or Close (0: DefaultZeroCopyMin, and
+	// DefaultZeroCopyMinIWARP on iWARP devices; negative: every Write is
+	// copied). Smaller Writes are copied into a staging buffer, from
+	// which the device reads them after Write returned.
 	ZeroCopyMin int
 
 	noImm bool // tests: notify by Send even where the device has immediate data
@@ -88,8 +94,12 @@ func (cfg *Config) spin() time.Duration {
 	return cfg.Spin
 }
 
-func (cfg *Config) zeroCopyMin() int {
+// zeroCopyMin is the least Write sent without a copy over a device of
+// the transport, 0 for none.
+func (cfg *Config) zeroCopyMin(transport string) int {
 	switch {
+	case cfg.ZeroCopyMin == 0 && transport == "iwarp":
+		return DefaultZeroCopyMinIWARP
 	case cfg.ZeroCopyMin == 0:
 		return DefaultZeroCopyMin
 	case cfg.ZeroCopyMin < 0:
@@ -259,7 +269,7 @@ func newConn(dev string, cfg *Config, peer hello) (_ *Conn, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{dev: d, spin: cfg.spin(), zcMin: cfg.zeroCopyMin(), recvs: ctrlRecvs, sqDepth: 2*signalEvery + 8,
+	c := &Conn{dev: d, spin: cfg.spin(), zcMin: cfg.zeroCopyMin(d.attr.Transport), recvs: ctrlRecvs, sqDepth: 2*signalEvery + 8,
 		closing: make(chan struct{}), rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1)}
 	c.acceptImm = notifiesByImm(&d.attr) && !cfg.noImm
 	// A side whose peer sends control messages as Sends takes a small

@@ -77,6 +77,43 @@ func TestZeroCopyWrites(t *testing.T) {
 	}
 }
 
+// TestZeroCopyDefault checks which Writes a zero Config sends without a
+// copy: from DefaultZeroCopyMin bytes, and on iWARP (tcp), where such a
+// Write waits for the peer's confirmation, from DefaultZeroCopyMinIWARP.
+func TestZeroCopyDefault(t *testing.T) {
+	for _, scheme := range providers {
+		t.Run(scheme, func(t *testing.T) {
+			d, a := pair(t, scheme, &Config{})
+			defer d.Close()
+			defer a.Close()
+			least := DefaultZeroCopyMin
+			if scheme == "tcp" {
+				least = DefaultZeroCopyMinIWARP
+			}
+			drained := make(chan error, 1)
+			go func() {
+				_, err := io.Copy(io.Discard, a)
+				drained <- err
+			}()
+			for _, n := range []int{DefaultZeroCopyMin, DefaultZeroCopyMinIWARP} {
+				if _, err := d.Write(make([]byte, n)); err != nil {
+					t.Fatal(err)
+				}
+				d.writeMu.Lock()
+				zc := d.zcMR != nil && len(d.zcBuf) == n
+				d.writeMu.Unlock()
+				if zc != (n >= least) {
+					t.Errorf("a Write of %d bytes: sent without a copy %v, want %v", n, zc, n >= least)
+				}
+			}
+			d.CloseWrite()
+			if err := <-drained; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // TestZeroCopyWriteAfterClose checks that a zero-copy Write on a closed
 // connection fails with net.ErrClosed and leaves nothing registered.
 func TestZeroCopyWriteAfterClose(t *testing.T) {
