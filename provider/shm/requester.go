@@ -193,15 +193,15 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 	var byteLen uint32
 	switch f.rneed {
 	case driver.AccessRemoteWrite:
-		copySmall(remote, local)
+		copySpan(remote, local, n)
 	case driver.AccessRemoteRead:
-		copySmall(local, remote)
+		copySpan(local, remote, n)
 		byteLen = uint32(n)
 	default:
-		if n != 8 || wr.RemoteAddr%8 != 0 || uintptr(unsafe.Pointer(&remote[0]))%8 != 0 {
+		if n != 8 || wr.RemoteAddr%8 != 0 || uintptr(remote)%8 != 0 {
 			return false
 		}
-		binary.NativeEndian.PutUint64(local, applyAtomic((*uint64)(unsafe.Pointer(&remote[0])), wr))
+		binary.NativeEndian.PutUint64(unsafe.Slice((*byte)(local), 8), applyAtomic((*uint64)(remote), wr))
 		byteLen = 8
 	}
 	if seq, signaled := sq.Commit(wr); signaled {
@@ -215,15 +215,27 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 	return true
 }
 
-// within is soft.Within for n > 0, whose slice of buf is made without
-// the bounds checks that Within's own tests have made already: n > 0
-// puts its first byte inside buf.
-func within(buf []byte, base, addr, n uint64) ([]byte, bool) {
+// within is soft.Within for n > 0, reporting the first byte of the span
+// rather than a slice of it: the n bytes from the pointer returned are
+// buf's (n > 0 puts the first inside buf), and no slice is made, nor its
+// length checked again.
+func within(buf []byte, base, addr, n uint64) (unsafe.Pointer, bool) {
 	off := addr - base
 	if off >= uint64(len(buf)) || n > uint64(len(buf))-off {
 		return nil, false
 	}
-	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(buf)), off)), n), true
+	return unsafe.Add(unsafe.Pointer(unsafe.SliceData(buf)), off), true
+}
+
+// copySpan copies the n bytes at src to dst, spans that within returned:
+// one load and one store for the 8 bytes of a word-sized operation, a
+// call of memmove otherwise.
+func copySpan(dst, src unsafe.Pointer, n uint64) {
+	if n == 8 {
+		*(*[8]byte)(dst) = *(*[8]byte)(src)
+	} else {
+		copy(unsafe.Slice((*byte)(dst), n), unsafe.Slice((*byte)(src), n))
+	}
 }
 
 // fastOp is what postFast needs to know of an opcode it takes: the local
