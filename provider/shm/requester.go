@@ -145,9 +145,9 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 	if int(wr.Opcode) >= len(fastOps) {
 		return false
 	}
-	f := &fastOps[wr.Opcode]
-	c, m, sq := q.conn, q.lastMR, q.sq
-	if f.rneed == 0 || len(wr.SGList) != 1 || wr.Flags&driver.SendInline != 0 || c == nil || m == nil {
+	f := fastOps[wr.Opcode]
+	c, m, sq, sgl := q.conn, q.lastMR, q.sq, wr.SGList
+	if f.rneed == 0 || len(sgl) != 1 || wr.Flags&driver.SendInline != 0 || c == nil || m == nil {
 		return false
 	}
 	if !sq.Idle() {
@@ -156,16 +156,29 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 	if !sq.Room() {
 		return false
 	}
-	g := &wr.SGList[0]
+	g := &sgl[0]
 	n := uint64(g.Length)
 	// n-1 wraps for 0: a zero-length WR takes the long road.
-	if m.key != g.LKey || m.access&f.need != f.need || m.ext.Revoked() || n-1 >= deviceAttr.MaxMsgSize || q.cap.MaxSendSGE == 0 {
+	if m.key != g.LKey || m.access&f.need != f.need || n-1 >= deviceAttr.MaxMsgSize || q.cap.MaxSendSGE == 0 {
 		return false
 	}
-	if !c.peerSettled || c.dirty.Load() {
+	if m.ext.Revoked() {
 		return false
 	}
-	if c.leftovers() {
+	if !c.peerSettled {
+		return false
+	}
+	if c.dirty.Load() {
+		return false
+	}
+	// c.leftovers, one test at a time.
+	if len(c.retired) > 0 {
+		return false
+	}
+	if !c.segWaitUntil.IsZero() {
+		return false
+	}
+	if c.revokeWant.Load() != 0 {
 		return false
 	}
 	local, ok := within(m.buf, m.addr, g.Addr, n)
@@ -173,10 +186,16 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 		return false
 	}
 	h := c.peerHdr // peerUp, peerReads and allows, in line
-	if c.ended.Load() || !accepts(driver.QPState(h.state.Load())) {
+	if c.ended.Load() {
 		return false
 	}
-	if h.gen.Load() != c.peerGen || (f.need != 0 && h.attrs.Load()>>8&0xff == 0) {
+	if !accepts(driver.QPState(h.state.Load())) {
+		return false
+	}
+	if h.gen.Load() != c.peerGen {
+		return false
+	}
+	if f.need != 0 && h.attrs.Load()>>8&0xff == 0 {
 		return false
 	}
 	e := c.cachedFast(wr.RKey, f.rneed != driver.AccessRemoteRead)
@@ -206,7 +225,7 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 	}
 	if seq, signaled := sq.Commit(wr); signaled {
 		// pushSend, in line: one call fewer.
-		if cq := q.sendCQ; cq.destroyed.Load() || cq.shared.Load() || !cq.local.produceOwn(seq, wr.WRID, driver.WCSuccess, f.wc, byteLen) {
+		if cq := q.sendCQ; cq.notOwn.Load() || !cq.local.produceOwn(seq, wr.WRID, driver.WCSuccess, f.wc, byteLen) {
 			cq.pushSendSlow(q, seq, wr.WRID, driver.WCSuccess, f.wc, byteLen)
 		} else {
 			cq.ring.notify(false, false)
