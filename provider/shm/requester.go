@@ -142,12 +142,12 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 // postNow's, the lookups aside; it reports false, having touched nothing,
 // for any other WR or any check that fails, and postNow takes the WR.
 func (q *qp) postFast(wr *driver.SendWR) bool {
-	if int(wr.Opcode) >= len(fastOps) {
-		return false
+	if int(wr.Opcode) >= len(fastOps) || fastOps[wr.Opcode].rneed == 0 {
+		return false // Sends, above all, leave here
 	}
 	f := fastOps[wr.Opcode]
 	c, m, sq, sgl := q.conn, q.lastMR, q.sq, wr.SGList
-	if f.rneed == 0 || len(sgl) != 1 || wr.Flags&driver.SendInline != 0 || c == nil || m == nil {
+	if len(sgl) != 1 || wr.Flags&driver.SendInline != 0 || c == nil || m == nil {
 		return false
 	}
 	if !sq.Idle() {
