@@ -64,6 +64,9 @@ type cq struct {
 	stop      atomic.Bool
 	waiter    sync.WaitGroup
 	destroyed atomic.Bool
+	// notOwn is set with destroyed and with shared: a producer that
+	// finds it clear may use produceOwn, which one load tells.
+	notOwn atomic.Bool
 }
 
 func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
@@ -92,7 +95,7 @@ func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 // private ring. A lost one (a full ring: the overrun is recorded and
 // raised) moves q to the error state. q.mu is held.
 func (c *cq) pushSend(q *qp, seq, wrid uint64, st driver.WCStatus, op driver.WCOpcode, n uint32) {
-	if c.destroyed.Load() || c.shared.Load() || !c.local.produceOwn(seq, wrid, st, op, n) {
+	if c.notOwn.Load() || !c.local.produceOwn(seq, wrid, st, op, n) {
 		c.pushSendSlow(q, seq, wrid, st, op, n)
 		return
 	}
@@ -128,6 +131,7 @@ func (c *cq) addSender(q *qp) {
 		c.firstSender = q
 	case !c.shared.Load():
 		c.shared.Store(true)
+		c.notOwn.Store(true)
 		c.firstSender.mu.Lock()
 		c.firstSender.mu.Unlock()
 	}
@@ -152,7 +156,24 @@ func (c *cq) Poll(wc []driver.WorkCompletion) int {
 	c.mu.Lock()
 	n := 0
 	// Destroy sets destroyed before it takes c.mu to unmap the ring.
-	if !c.destroyed.Load() {
+	if c.destroyed.Load() {
+		// Nothing to take.
+	} else if len(c.recvWatch) == 0 {
+		// A CQ of send completions only: its private ring alone, as far
+		// as its producers have reserved slots in it.
+		r := c.local
+		for n < len(wc) && r.head != r.tail.Load() {
+			q, seq, ok := r.take(&wc[n])
+			if !ok {
+				break
+			}
+			if q == nil {
+				q = c.firstSender
+			}
+			q.sq.Retire(seq)
+			n++
+		}
+	} else {
 		for n < len(wc) {
 			if q, seq, ok := c.local.take(&wc[n]); ok {
 				if q == nil {
@@ -342,6 +363,7 @@ func (c *cq) Destroy() error {
 	if c.destroyed.Swap(true) {
 		return driver.ErrClosed
 	}
+	c.notOwn.Store(true)
 	c.stop.Store(true)
 	// No waiter starts from now on, and one starting now has been added
 	// to c.waiter once this returns.

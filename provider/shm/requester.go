@@ -142,12 +142,12 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 // postNow's, the lookups aside; it reports false, having touched nothing,
 // for any other WR or any check that fails, and postNow takes the WR.
 func (q *qp) postFast(wr *driver.SendWR) bool {
-	if int(wr.Opcode) >= len(fastOps) {
-		return false
+	if int(wr.Opcode) >= len(fastOps) || fastOps[wr.Opcode].rneed == 0 {
+		return false // Sends, above all, leave here
 	}
-	f := &fastOps[wr.Opcode]
-	c, m, sq := q.conn, q.lastMR, q.sq
-	if f.rneed == 0 || len(wr.SGList) != 1 || wr.Flags&driver.SendInline != 0 || c == nil || m == nil {
+	f := fastOps[wr.Opcode]
+	c, m, sq, sgl := q.conn, q.lastMR, q.sq, wr.SGList
+	if len(sgl) != 1 || wr.Flags&driver.SendInline != 0 || c == nil || m == nil {
 		return false
 	}
 	if !sq.Idle() {
@@ -156,16 +156,29 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 	if !sq.Room() {
 		return false
 	}
-	g := &wr.SGList[0]
+	g := &sgl[0]
 	n := uint64(g.Length)
 	// n-1 wraps for 0: a zero-length WR takes the long road.
-	if m.key != g.LKey || m.access&f.need != f.need || m.ext.Revoked() || n-1 >= deviceAttr.MaxMsgSize || q.cap.MaxSendSGE == 0 {
+	if m.key != g.LKey || m.access&f.need != f.need || n-1 >= deviceAttr.MaxMsgSize || q.cap.MaxSendSGE == 0 {
 		return false
 	}
-	if !c.peerSettled || c.dirty.Load() {
+	if m.ext.Revoked() {
 		return false
 	}
-	if c.leftovers() {
+	if !c.peerSettled {
+		return false
+	}
+	if c.dirty.Load() {
+		return false
+	}
+	// c.leftovers, one test at a time.
+	if len(c.retired) > 0 {
+		return false
+	}
+	if !c.segWaitUntil.IsZero() {
+		return false
+	}
+	if c.revokeWant.Load() != 0 {
 		return false
 	}
 	local, ok := within(m.buf, m.addr, g.Addr, n)
@@ -173,10 +186,16 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 		return false
 	}
 	h := c.peerHdr // peerUp, peerReads and allows, in line
-	if c.ended.Load() || !accepts(driver.QPState(h.state.Load())) {
+	if c.ended.Load() {
 		return false
 	}
-	if h.gen.Load() != c.peerGen || (f.need != 0 && h.attrs.Load()>>8&0xff == 0) {
+	if !accepts(driver.QPState(h.state.Load())) {
+		return false
+	}
+	if h.gen.Load() != c.peerGen {
+		return false
+	}
+	if f.need != 0 && h.attrs.Load()>>8&0xff == 0 {
 		return false
 	}
 	e := c.cachedFast(wr.RKey, f.rneed != driver.AccessRemoteRead)
@@ -193,20 +212,20 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 	var byteLen uint32
 	switch f.rneed {
 	case driver.AccessRemoteWrite:
-		copySmall(remote, local)
+		copySpan(remote, local, n)
 	case driver.AccessRemoteRead:
-		copySmall(local, remote)
+		copySpan(local, remote, n)
 		byteLen = uint32(n)
 	default:
-		if n != 8 || wr.RemoteAddr%8 != 0 || uintptr(unsafe.Pointer(&remote[0]))%8 != 0 {
+		if n != 8 || wr.RemoteAddr%8 != 0 || uintptr(remote)%8 != 0 {
 			return false
 		}
-		binary.NativeEndian.PutUint64(local, applyAtomic((*uint64)(unsafe.Pointer(&remote[0])), wr))
+		binary.NativeEndian.PutUint64(unsafe.Slice((*byte)(local), 8), applyAtomic((*uint64)(remote), wr))
 		byteLen = 8
 	}
 	if seq, signaled := sq.Commit(wr); signaled {
 		// pushSend, in line: one call fewer.
-		if cq := q.sendCQ; cq.destroyed.Load() || cq.shared.Load() || !cq.local.produceOwn(seq, wr.WRID, driver.WCSuccess, f.wc, byteLen) {
+		if cq := q.sendCQ; cq.notOwn.Load() || !cq.local.produceOwn(seq, wr.WRID, driver.WCSuccess, f.wc, byteLen) {
 			cq.pushSendSlow(q, seq, wr.WRID, driver.WCSuccess, f.wc, byteLen)
 		} else {
 			cq.ring.notify(false, false)
@@ -215,15 +234,27 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 	return true
 }
 
-// within is soft.Within for n > 0, whose slice of buf is made without
-// the bounds checks that Within's own tests have made already: n > 0
-// puts its first byte inside buf.
-func within(buf []byte, base, addr, n uint64) ([]byte, bool) {
+// within is soft.Within for n > 0, reporting the first byte of the span
+// rather than a slice of it: the n bytes from the pointer returned are
+// buf's (n > 0 puts the first inside buf), and no slice is made, nor its
+// length checked again.
+func within(buf []byte, base, addr, n uint64) (unsafe.Pointer, bool) {
 	off := addr - base
 	if off >= uint64(len(buf)) || n > uint64(len(buf))-off {
 		return nil, false
 	}
-	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(buf)), off)), n), true
+	return unsafe.Add(unsafe.Pointer(unsafe.SliceData(buf)), off), true
+}
+
+// copySpan copies the n bytes at src to dst, spans that within returned:
+// one load and one store for the 8 bytes of a word-sized operation, a
+// call of memmove otherwise.
+func copySpan(dst, src unsafe.Pointer, n uint64) {
+	if n == 8 {
+		*(*[8]byte)(dst) = *(*[8]byte)(src)
+	} else {
+		copy(unsafe.Slice((*byte)(dst), n), unsafe.Slice((*byte)(src), n))
+	}
 }
 
 // fastOp is what postFast needs to know of an opcode it takes: the local
