@@ -38,6 +38,12 @@ func (q *cq) qpOf(num uint32) *qp {
 	if p := q.last; p != nil && p.num == num && !p.gone.Load() {
 		return p
 	}
+	return q.lookUp(num)
+}
+
+// lookUp is qpOf when the cache does not have the QP: the device's map,
+// whose answer the cache keeps. q.mu is held.
+func (q *cq) lookUp(num uint32) *qp {
 	q.ctx.qpsMu.RLock()
 	p := q.ctx.qpByNum[num]
 	q.ctx.qpsMu.RUnlock()

@@ -246,7 +246,11 @@ func (q *qp) postOne(wr *driver.SendWR) (int, error) {
 	toIBVSend(c, wr)
 	c.next = 0
 	one := unsafe.Slice(wr, 1)
-	q.sentWRs(one) // before the call, as postSendLocked does
+	if !q.sigAll && wr.Flags&driver.SendSignaled == 0 {
+		q.sqPosted.Add(1) // as sentWRs counts it, in line
+	} else {
+		q.sentWRs(one) // before the call, as postSendLocked does
+	}
 	q.sendBad = 0
 	r := int32(call3(q.ctx.postSend, q.p, uintptr(unsafe.Pointer(c)), uintptr(unsafe.Pointer(&q.sendBad))))
 	runtime.KeepAlive(wr)
