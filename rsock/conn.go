@@ -101,6 +101,8 @@ type Conn struct {
 	// rxCredited+len(ring).
 	rxHead, rxTail, rxCredited uint64
 	rxFin                      bool
+	// flushed: a completion came back flushed (take, settleFlush).
+	flushed bool
 	// Send side: Write sent txSent bytes and the peer has freed txFreed.
 	txSent, txFreed uint64
 	credits         int    // control messages the peer can take now
@@ -455,34 +457,38 @@ func (c *Conn) Close() error {
 }
 
 // linger ends the stream and waits, up to closeLinger, until every send
-// has left, so that the disconnect flushes none of them. pollMu is held.
+// has left, so that the disconnect flushes none of them. The end of the
+// stream needs a receive credit and a slot of the send queue: while it
+// has neither (the data before it took them), linger polls for the
+// credits the reading peer returns, and sends it then. pollMu is held.
 func (c *Conn) linger() {
-	c.mu.Lock()
-	if c.err == nil && !c.finSent && c.credits >= 1 && c.sendsOut+2 <= c.sqDepth {
-		c.postCtrl(opFin, 0)
-		c.finSent = true
-	}
-	// Only a signaled work request's completion retires the slots
-	// before it: with none under way, there is nothing to wait for.
-	if c.unsignaled == c.sendsOut {
-		c.mu.Unlock()
-		return
-	}
-	c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), closeLinger)
-	defer cancel()
+	var ctx context.Context
 	for {
 		c.mu.Lock()
-		done := c.err != nil || c.sendsOut == c.unsignaled
+		if c.err == nil && !c.finSent && c.credits >= 1 && c.sendsOut+2 <= c.sqDepth {
+			c.postCtrl(opFin, 0)
+			c.finSent = true
+		}
+		// The end of the stream is signaled: its completion retires
+		// every slot before it.
+		done := c.err != nil || c.finSent && c.sendsOut == c.unsignaled
 		c.mu.Unlock()
 		if done {
 			return
+		}
+		if ctx == nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.Background(), closeLinger)
+			defer cancel()
 		}
 		n, err := c.cq.Wait(ctx, c.wcs[:])
 		if err != nil {
 			return
 		}
 		c.complete(n)
+		if c.flushPending() {
+			c.settleFlush() // Close takes nothing more
+		}
 	}
 }
 
@@ -641,7 +647,37 @@ func (c *Conn) take() int {
 		return 0
 	}
 	c.complete(n)
+	for c.flushPending() {
+		// Take what is left before the connection fails for the flush.
+		k := c.cq.Poll(c.wcs[:])
+		if k == 0 {
+			c.settleFlush()
+			break
+		}
+		c.complete(k)
+		n += k
+	}
 	return n
+}
+
+// flushPending reports whether a completion was flushed and the
+// connection has not failed yet.
+func (c *Conn) flushPending() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.flushed && c.err == nil
+}
+
+// settleFlush fails a connection whose QP flushed a completion, once the
+// completions before the flush are taken, and wakes its waits.
+func (c *Conn) settleFlush() {
+	c.mu.Lock()
+	if c.flushed {
+		c.fail(ErrReset)
+	}
+	c.mu.Unlock()
+	nudge(c.rwake)
+	nudge(c.wwake)
 }
 
 // complete acts on the first n completions of wcs and wakes the
@@ -663,7 +699,11 @@ func (c *Conn) completeOne(wc *verbs.WorkCompletion) {
 	if wc.Status != verbs.WCSuccess {
 		switch wc.Status {
 		case verbs.WCWRFlushErr:
-			c.fail(ErrReset)
+			// The QP is in the error state; what the peer delivered
+			// before it went may still be in the CQ (a send's flush can
+			// come before the receive of its end of stream): the
+			// connection fails once those are taken (settleFlush).
+			c.flushed = true
 		case verbs.WCRetryExcErr, verbs.WCRNRRetryExcErr, verbs.WCRespTimeoutErr, verbs.WCFatalErr, verbs.WCGeneralErr:
 			c.fail(fmt.Errorf("%w (completion status %v)", ErrReset, wc.Status))
 		default:
