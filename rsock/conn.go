@@ -836,7 +836,9 @@ func (c *Conn) afterPost() {
 // half the ring is consumed and not yet credited, receives once half of
 // them are owed (or force). mu is held.
 func (c *Conn) sendCredits(force bool) {
-	if c.err != nil || c.credits < 1 || c.sendsOut+2 > c.sqDepth {
+	if c.err != nil || c.closed || c.credits < 1 || c.sendsOut+2 > c.sqDepth {
+		// (A closed connection reads no more: its last credit is
+		// the end of stream's, which carries the acknowledgements.)
 		return
 	}
 	free := c.rxHead - c.rxCredited
