@@ -485,8 +485,7 @@ func (c *Conn) linger() {
 		if err != nil {
 			return
 		}
-		c.complete(n)
-		if c.flushPending() {
+		if c.complete(n) {
 			c.settleFlush() // Close takes nothing more
 		}
 	}
@@ -646,26 +645,17 @@ func (c *Conn) take() int {
 		}
 		return 0
 	}
-	c.complete(n)
-	for c.flushPending() {
+	for pending := c.complete(n); pending; {
 		// Take what is left before the connection fails for the flush.
 		k := c.cq.Poll(c.wcs[:])
 		if k == 0 {
 			c.settleFlush()
 			break
 		}
-		c.complete(k)
+		pending = c.complete(k)
 		n += k
 	}
 	return n
-}
-
-// flushPending reports whether a completion was flushed and the
-// connection has not failed yet.
-func (c *Conn) flushPending() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.flushed && c.err == nil
 }
 
 // settleFlush fails a connection whose QP flushed a completion, once the
@@ -682,16 +672,19 @@ func (c *Conn) settleFlush() {
 
 // complete acts on the first n completions of wcs and wakes the
 // connection's waits; it does not disconnect a connection they broke
-// (afterPost). pollMu is held.
-func (c *Conn) complete(n int) {
+// (afterPost). flushPending: one came back flushed and the connection
+// has not failed yet (settleFlush). pollMu is held.
+func (c *Conn) complete(n int) (flushPending bool) {
 	c.mu.Lock()
 	for i := range c.wcs[:n] {
 		c.completeOne(&c.wcs[i])
 	}
 	c.sendCredits(false)
+	flushPending = c.flushed && c.err == nil
 	c.mu.Unlock()
 	nudge(c.rwake)
 	nudge(c.wwake)
+	return flushPending
 }
 
 // completeOne acts on one completion. mu is held.
