@@ -101,8 +101,6 @@ type Conn struct {
 	// rxCredited+len(ring).
 	rxHead, rxTail, rxCredited uint64
 	rxFin                      bool
-	// flushed: a completion came back flushed (take, settleFlush).
-	flushed bool
 	// Send side: Write sent txSent bytes and the peer has freed txFreed.
 	txSent, txFreed uint64
 	credits         int    // control messages the peer can take now
@@ -114,6 +112,11 @@ type Conn struct {
 	err             error       // the connection is broken
 	failed          atomic.Bool // err is set
 	closed          bool
+	// ending: the connection fails with ErrReset once the completions
+	// the CQ holds are taken (take, settleEnd), so that a Read still
+	// returns what the peer sent before: a completion came back
+	// flushed, or the peer is gone (progress).
+	ending atomic.Bool
 
 	closing      chan struct{} // closed by Close
 	rwake, wwake chan struct{} // a reader, a writer: something changed
@@ -264,6 +267,9 @@ func (c *Conn) write(b []byte, src *verbs.MR) (sent int, last uint64, err error)
 			err := c.err
 			c.mu.Unlock()
 			return sent, last, c.opError("write", err)
+		case c.ending.Load():
+			c.mu.Unlock()
+			return sent, last, c.opError("write", ErrReset)
 		case sent == len(b):
 			c.mu.Unlock()
 			return sent, last, nil
@@ -486,7 +492,7 @@ func (c *Conn) linger() {
 			return
 		}
 		if c.complete(n) {
-			c.settleFlush() // Close takes nothing more
+			c.settleEnd() // Close takes nothing more
 		}
 	}
 }
@@ -596,19 +602,26 @@ func (c *Conn) spinWait(ctx *waitCtx, dl *deadline, d time.Duration) (start time
 	}
 }
 
-// progress notices a connection that has ended, so that a Write that
-// need not wait still sees a peer that is gone. (It does not poll the
-// completion queue: on tcp0 a poll reads the socket, a system call that
-// a Write with room in the ring would pay each time.)
+// progress notices a peer that is gone, so that a Write that need not
+// wait still sees it. The connection ends (ending): it fails once the
+// completions of what the peer sent before it went are taken, here if
+// no wait polls the CQ now, else by the wait that does, which it wakes.
+// (Otherwise it does not poll the completion queue: on tcp0 a poll reads
+// the socket, a system call that a Write with room in the ring would pay
+// each time.)
 func (c *Conn) progress() {
 	select {
 	case <-c.cmc.Done():
-		c.mu.Lock()
-		c.fail(ErrReset)
-		c.mu.Unlock()
-		c.afterPost()
 	default:
+		return
 	}
+	c.ending.Store(true)
+	if c.pollMu.TryLock() {
+		c.poll()
+		c.pollMu.Unlock()
+	}
+	nudge(c.rwake)
+	nudge(c.wwake)
 }
 
 func nudge(ch chan struct{}) {
@@ -643,13 +656,17 @@ func (c *Conn) take() int {
 			nudge(c.wwake)
 			return 1
 		}
+		if c.ending.Load() && !c.failed.Load() {
+			c.settleEnd()
+			return 1
+		}
 		return 0
 	}
 	for pending := c.complete(n); pending; {
-		// Take what is left before the connection fails for the flush.
+		// Take what is left before the connection fails.
 		k := c.cq.Poll(c.wcs[:])
 		if k == 0 {
-			c.settleFlush()
+			c.settleEnd()
 			break
 		}
 		pending = c.complete(k)
@@ -658,11 +675,11 @@ func (c *Conn) take() int {
 	return n
 }
 
-// settleFlush fails a connection whose QP flushed a completion, once the
-// completions before the flush are taken, and wakes its waits.
-func (c *Conn) settleFlush() {
+// settleEnd fails a connection that is ending, once the completions
+// before its end are taken, and wakes its waits.
+func (c *Conn) settleEnd() {
 	c.mu.Lock()
-	if c.flushed {
+	if c.ending.Load() {
 		c.fail(ErrReset)
 	}
 	c.mu.Unlock()
@@ -672,19 +689,19 @@ func (c *Conn) settleFlush() {
 
 // complete acts on the first n completions of wcs and wakes the
 // connection's waits; it does not disconnect a connection they broke
-// (afterPost). flushPending: one came back flushed and the connection
-// has not failed yet (settleFlush). pollMu is held.
-func (c *Conn) complete(n int) (flushPending bool) {
+// (afterPost). endPending: the connection is ending and has not failed
+// yet (settleEnd). pollMu is held.
+func (c *Conn) complete(n int) (endPending bool) {
 	c.mu.Lock()
 	for i := range c.wcs[:n] {
 		c.completeOne(&c.wcs[i])
 	}
 	c.sendCredits(false)
-	flushPending = c.flushed && c.err == nil
+	endPending = c.ending.Load() && c.err == nil
 	c.mu.Unlock()
 	nudge(c.rwake)
 	nudge(c.wwake)
-	return flushPending
+	return endPending
 }
 
 // completeOne acts on one completion. mu is held.
@@ -695,8 +712,8 @@ func (c *Conn) completeOne(wc *verbs.WorkCompletion) {
 			// The QP is in the error state; what the peer delivered
 			// before it went may still be in the CQ (a send's flush can
 			// come before the receive of its end of stream): the
-			// connection fails once those are taken (settleFlush).
-			c.flushed = true
+			// connection fails once those are taken (settleEnd).
+			c.ending.Store(true)
 		case verbs.WCRetryExcErr, verbs.WCRNRRetryExcErr, verbs.WCRespTimeoutErr, verbs.WCFatalErr, verbs.WCGeneralErr:
 			c.fail(fmt.Errorf("%w (completion status %v)", ErrReset, wc.Status))
 		default:

@@ -3,6 +3,7 @@ package rsock
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -187,6 +188,48 @@ func TestAbruptDisconnectIsReset(t *testing.T) {
 			}
 			d.Close()
 		})
+	}
+}
+
+// TestWriteToPeerThatLeftKeepsWhatItSent checks that a Write which
+// finds the peer gone does not cost a Read the bytes and the end of
+// stream the peer sent before it went, which the completion queue still
+// holds: the Write fails with ErrReset, the Read returns them and
+// io.EOF, or ErrReset after them where the peer ended no stream.
+func TestWriteToPeerThatLeftKeepsWhatItSent(t *testing.T) {
+	for _, scheme := range providers {
+		for _, ended := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/ended=%v", scheme, ended), func(t *testing.T) {
+				d, a := pair(t, scheme, &Config{})
+				defer a.Close()
+				if _, err := d.Write([]byte("last words")); err != nil {
+					t.Fatal(err)
+				}
+				if ended {
+					d.Close()
+				} else {
+					d.cmc.Close()
+					defer d.Close()
+				}
+				select {
+				case <-a.cmc.Done():
+				case <-time.After(20 * time.Second):
+					t.Fatal("the peer's disconnect was not seen in 20 s")
+				}
+				if _, err := a.Write([]byte("x")); !errors.Is(err, ErrReset) {
+					t.Errorf("Write to a peer that left: %v, want ErrReset", err)
+				}
+				a.SetReadDeadline(time.Now().Add(20 * time.Second))
+				b, err := io.ReadAll(a)
+				want := error(nil)
+				if !ended {
+					want = ErrReset
+				}
+				if string(b) != "last words" || !errors.Is(err, want) {
+					t.Errorf("ReadAll: %q, %v; want the bytes and %v", b, err, want)
+				}
+			})
+		}
 	}
 }
 
