@@ -399,6 +399,7 @@ func maxChunk(ring uint64) uint64 { return max(ring/4, 1) }
 func (c *Conn) CloseWrite() error {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	c.progress()
 	for {
 		c.mu.Lock()
 		switch {
@@ -412,6 +413,9 @@ func (c *Conn) CloseWrite() error {
 			err := c.err
 			c.mu.Unlock()
 			return c.opError("close", err)
+		case c.ending.Load():
+			c.mu.Unlock()
+			return c.opError("close", ErrReset)
 		}
 		if c.credits >= 1 && c.sendsOut+2 <= c.sqDepth {
 			c.postCtrl(opFin, 0)
@@ -471,13 +475,14 @@ func (c *Conn) linger() {
 	var ctx context.Context
 	for {
 		c.mu.Lock()
-		if c.err == nil && !c.finSent && c.credits >= 1 && c.sendsOut+2 <= c.sqDepth {
+		ending := c.ending.Load() // no peer to take the end of the stream
+		if c.err == nil && !ending && !c.finSent && c.credits >= 1 && c.sendsOut+2 <= c.sqDepth {
 			c.postCtrl(opFin, 0)
 			c.finSent = true
 		}
 		// The end of the stream is signaled: its completion retires
 		// every slot before it.
-		done := c.err != nil || c.finSent && c.sendsOut == c.unsignaled
+		done := c.err != nil || ending || c.finSent && c.sendsOut == c.unsignaled
 		c.mu.Unlock()
 		if done {
 			return
@@ -611,6 +616,8 @@ func (c *Conn) spinWait(ctx *waitCtx, dl *deadline, d time.Duration) (start time
 // each time.)
 func (c *Conn) progress() {
 	select {
+	case <-c.closing:
+		return // the caller reports net.ErrClosed
 	case <-c.cmc.Done():
 	default:
 		return
@@ -646,6 +653,11 @@ func (c *Conn) poll() int {
 // which may last the provider's linger. It returns how many it took (1
 // for a CQ that failed). pollMu is held, or the caller is that helper.
 func (c *Conn) take() int {
+	// Whether the connection was ending before the poll: set after it
+	// (progress), it may follow completions the poll did not see yet.
+	// Set before, it follows every completion the peer's end left in
+	// the CQ (cm's Done closes once the QP is in the error state).
+	ending := c.ending.Load()
 	n := c.cq.Poll(c.wcs[:])
 	if n == 0 {
 		if err := c.cq.Err(); err != nil {
@@ -656,7 +668,10 @@ func (c *Conn) take() int {
 			nudge(c.wwake)
 			return 1
 		}
-		if c.ending.Load() && !c.failed.Load() {
+		if afterEmptyPoll != nil {
+			afterEmptyPoll(c)
+		}
+		if ending && !c.failed.Load() {
 			c.settleEnd()
 			return 1
 		}
@@ -674,6 +689,11 @@ func (c *Conn) take() int {
 	}
 	return n
 }
+
+// afterEmptyPoll, set by tests only, runs in take after a poll found
+// the CQ empty: what happens there (the peer's last messages, its end)
+// must not cost a Read what the CQ holds.
+var afterEmptyPoll func(*Conn)
 
 // settleEnd fails a connection that is ending, once the completions
 // before its end are taken, and wakes its waits.

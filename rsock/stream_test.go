@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -170,7 +171,9 @@ func TestCloseReleasesEverything(t *testing.T) {
 func TestAbruptDisconnectIsReset(t *testing.T) {
 	for _, scheme := range providers {
 		t.Run(scheme, func(t *testing.T) {
-			d, a := pair(t, scheme, &Config{})
+			// A Write without a copy returns once the bytes have left:
+			// the disconnect cannot flush them.
+			d, a := pair(t, scheme, &Config{ZeroCopyMin: 1})
 			defer a.Close()
 			if _, err := d.Write([]byte("last words")); err != nil {
 				t.Fatal(err)
@@ -200,7 +203,9 @@ func TestWriteToPeerThatLeftKeepsWhatItSent(t *testing.T) {
 	for _, scheme := range providers {
 		for _, ended := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/ended=%v", scheme, ended), func(t *testing.T) {
-				d, a := pair(t, scheme, &Config{})
+				// A Write without a copy returns once the bytes have
+				// left: the peer's disconnect cannot flush them.
+				d, a := pair(t, scheme, &Config{ZeroCopyMin: 1})
 				defer a.Close()
 				if _, err := d.Write([]byte("last words")); err != nil {
 					t.Fatal(err)
@@ -230,6 +235,90 @@ func TestWriteToPeerThatLeftKeepsWhatItSent(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestPeerEndsWhileReadFindsNothing checks the same when everything
+// happens between a Read's poll of an empty CQ and what it does next:
+// the peer's last bytes, its end, and a Write that finds it gone.
+func TestPeerEndsWhileReadFindsNothing(t *testing.T) {
+	for _, scheme := range providers {
+		for _, ended := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/ended=%v", scheme, ended), func(t *testing.T) {
+				d, a := pair(t, scheme, &Config{ZeroCopyMin: 1}) // as above
+				defer a.Close()
+				if !ended {
+					defer d.Close()
+				}
+				var fired atomic.Bool
+				var werr error
+				afterEmptyPoll = func(c *Conn) {
+					if c != a || !fired.CompareAndSwap(false, true) {
+						return
+					}
+					if _, err := d.Write([]byte("last words")); err != nil {
+						t.Error(err)
+					}
+					if ended {
+						d.Close()
+					} else {
+						d.cmc.Close()
+					}
+					select {
+					case <-a.cmc.Done():
+					case <-time.After(20 * time.Second):
+						t.Error("the peer's disconnect was not seen in 20 s")
+					}
+					_, werr = a.Write([]byte("x"))
+				}
+				defer func() { afterEmptyPoll = nil }()
+				a.SetReadDeadline(time.Now().Add(20 * time.Second))
+				b, err := io.ReadAll(a)
+				afterEmptyPoll = nil
+				if !fired.Load() {
+					t.Fatal("the Read never found the CQ empty")
+				}
+				if !errors.Is(werr, ErrReset) {
+					t.Errorf("Write to a peer that left: %v, want ErrReset", werr)
+				}
+				want := error(nil)
+				if !ended {
+					want = ErrReset
+				}
+				if string(b) != "last words" || !errors.Is(err, want) {
+					t.Errorf("ReadAll: %q, %v; want the bytes and %v", b, err, want)
+				}
+			})
+		}
+	}
+}
+
+// TestCloseWriteToPeerThatLeft checks that CloseWrite, like Write, sees a
+// peer that is gone, while a Read waits on the CQ.
+func TestCloseWriteToPeerThatLeft(t *testing.T) {
+	for _, scheme := range providers {
+		t.Run(scheme, func(t *testing.T) {
+			d, a := pair(t, scheme, &Config{})
+			defer a.Close()
+			read := make(chan error, 1)
+			go func() {
+				_, err := io.ReadAll(a)
+				read <- err
+			}()
+			d.cmc.Close()
+			defer d.Close()
+			select {
+			case <-a.cmc.Done():
+			case <-time.After(20 * time.Second):
+				t.Fatal("the peer's disconnect was not seen in 20 s")
+			}
+			if err := a.CloseWrite(); !errors.Is(err, ErrReset) {
+				t.Errorf("CloseWrite to a peer that left: %v, want ErrReset", err)
+			}
+			if err := <-read; !errors.Is(err, ErrReset) {
+				t.Errorf("Read from a peer that left: %v, want ErrReset", err)
+			}
+		})
 	}
 }
 
