@@ -23,9 +23,12 @@ type cq struct {
 	watcher *fdWatcher
 	overrun atomic.Bool
 
-	mu   sync.Mutex // the scratch array, the destroyed flag and last
+	mu   sync.Mutex // the scratch array, the destroyed flag, last and poll
 	dead bool
 	wcs  [pollBatch]ibvWC
+	// poll is the device's poll_cq with its arguments: the CQ, the
+	// number of completions (set for each call), wcs; prepare sets it.
+	poll cargs
 	// last is the QP of the latest completion polled, looked up by its
 	// number without the device's map and its lock; a QP's Destroy
 	// clears it (forget), and a destroyed QP is never taken from it
@@ -78,6 +81,7 @@ func (c *devContext) CreateCQ(cqe int, userCtx any) (driver.CQ, error) {
 		return nil, errnoErr("ibv_create_cq", err)
 	}
 	q := &cq{ctx: c, p: p, channel: ch, userCtx: userCtx, notify: make(chan struct{}, 1)}
+	q.prepare()
 	fd := int(*(*int32)(cptr(ch + offCompChannelFD)))
 	if q.watcher, err = watchFD(fd, q.event); err != nil {
 		call(lib.destroyCQ, p)
@@ -86,6 +90,11 @@ func (c *devContext) CreateCQ(cqe int, userCtx any) (driver.CQ, error) {
 	}
 	c.own(p, q)
 	return q, nil
+}
+
+// prepare binds the CQ's poll_cq to its arguments, once p is set.
+func (q *cq) prepare() {
+	q.poll = cargs{fn: q.ctx.pollCQ, a: [6]uintptr{q.p, 0, uintptr(unsafe.Pointer(&q.wcs[0]))}}
 }
 
 // event takes one completion event from the channel, acks it and sends
@@ -127,7 +136,8 @@ func (q *cq) pollLocked(wc []driver.WorkCompletion) int {
 	if q.dead {
 		return 0
 	}
-	got := int(int32(call3(q.ctx.pollCQ, q.p, uintptr(len(wc)), uintptr(unsafe.Pointer(&q.wcs[0])))))
+	q.poll.a[1] = uintptr(len(wc))
+	got := int(int32(ccall(&q.poll)))
 	if got < 0 {
 		q.overrun.Store(true)
 		return 0

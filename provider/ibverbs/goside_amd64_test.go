@@ -36,6 +36,8 @@ func newGoSide(tb testing.TB) *goSide {
 	cp := driver.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}
 	g.q = &qp{pd: &pd{ctx: c}, ctx: c, p: uintptr(unsafe.Pointer(&g.mem[0])), num: 7, cap: cp, cqs: [2]*cq{g.cq, g.cq}}
 	g.q.sqMarks = make([]uint64, cp.MaxSendWR)
+	g.cq.prepare()
+	g.q.prepare()
 	g.q.state.Store(uint32(driver.QPSRTS))
 	c.qpByNum[g.q.num] = g.q
 	g.cq.wcs[0] = ibvWC{wrID: 0x100, status: uint32(driver.WCSuccess), opcode: uint32(driver.WCRecv), byteLen: 8, qpNum: g.q.num, srcQP: 9}

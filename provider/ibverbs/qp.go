@@ -57,6 +57,10 @@ type qp struct {
 	recvMu  sync.Mutex
 	rwr     [postBatch]ibvRecvWR
 	recvBad uintptr // post_recv's bad_wr
+	// sendCall and recvCall are the device's post_send and post_recv
+	// with their arguments: the QP, the list (swr, rwr), the bad WR
+	// (sendBad, recvBad); prepare sets them.
+	sendCall, recvCall cargs
 
 	mu      sync.Mutex // attr, errAttr, dead, granted, grantSet
 	attr    driver.QPAttr
@@ -121,12 +125,20 @@ func (d *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	q.attr.Cap = a.Cap
 	q.sigAll = a.SigAll
 	q.sqMarks = make([]uint64, max(a.Cap.MaxSendWR, 1))
+	q.prepare()
 	d.qps[q] = struct{}{}
 	c.own(p, q)
 	c.qpsMu.Lock()
 	c.qpByNum[q.num] = q
 	c.qpsMu.Unlock()
 	return q, nil
+}
+
+// prepare sets what the data path derives from the QP's fields, once
+// they are set: its foreign calls, bound to their arguments.
+func (q *qp) prepare() {
+	q.sendCall = cargs{fn: q.ctx.postSend, a: [6]uintptr{q.p, uintptr(unsafe.Pointer(&q.swr[0])), uintptr(unsafe.Pointer(&q.sendBad))}}
+	q.recvCall = cargs{fn: q.ctx.postRecv, a: [6]uintptr{q.p, uintptr(unsafe.Pointer(&q.rwr[0])), uintptr(unsafe.Pointer(&q.recvBad))}}
 }
 
 func (q *qp) Num() uint32 { return q.num }
@@ -214,7 +226,7 @@ func (q *qp) postSendLocked(wrs []driver.SendWR) (int, error) {
 				q.bindPosted(batch[:n], first)
 			}
 			q.sendBad = 0
-			r := int32(call3(q.ctx.postSend, q.p, uintptr(unsafe.Pointer(&q.swr[0])), uintptr(unsafe.Pointer(&q.sendBad))))
+			r := int32(ccall(&q.sendCall))
 			runtime.KeepAlive(batch)
 			k := n
 			if r != 0 && q.sendBad != 0 {
@@ -252,7 +264,7 @@ func (q *qp) postOne(wr *driver.SendWR) (int, error) {
 		q.sentWRs(one) // before the call, as postSendLocked does
 	}
 	q.sendBad = 0
-	r := int32(call3(q.ctx.postSend, q.p, uintptr(unsafe.Pointer(c)), uintptr(unsafe.Pointer(&q.sendBad))))
+	r := int32(ccall(&q.sendCall))
 	runtime.KeepAlive(wr)
 	if r == 0 {
 		return 1, nil
@@ -366,7 +378,7 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 		take = wrs[:max(free, 0)]
 		full = fmt.Errorf("%w: %d receives outstanding", driver.ErrQueueFull, q.cap.MaxRecvWR)
 	}
-	n, err := postRecvs(q.ctx.postRecv, q.p, &q.rwr, &q.recvBad, take, q.cap.MaxRecvSGE, "post_recv")
+	n, err := postRecvs(&q.recvCall, &q.rwr, &q.recvBad, take, q.cap.MaxRecvSGE, "post_recv")
 	q.rqPosted.Add(uint64(n))
 	if err == nil {
 		err = full
@@ -378,9 +390,10 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 	return n, err
 }
 
-// postRecvs posts receives to a QP or an SRQ through fn, in batches of
-// postBatch, one call each.
-func postRecvs(fn, obj uintptr, scratch *[postBatch]ibvRecvWR, bad *uintptr, wrs []driver.RecvWR, maxSGE uint32, op string) (int, error) {
+// postRecvs posts receives to a QP or an SRQ through post, whose
+// arguments are scratch's first WR and bad, in batches of postBatch, one
+// call each.
+func postRecvs(post *cargs, scratch *[postBatch]ibvRecvWR, bad *uintptr, wrs []driver.RecvWR, maxSGE uint32, op string) (int, error) {
 	if len(wrs) == 1 {
 		// One receive, the latency path: the batch's bookkeeping left
 		// out.
@@ -390,7 +403,7 @@ func postRecvs(fn, obj uintptr, scratch *[postBatch]ibvRecvWR, bad *uintptr, wrs
 		}
 		toIBVRecv(&scratch[0], wr)
 		*bad = 0
-		r := int32(call3(fn, obj, uintptr(unsafe.Pointer(&scratch[0])), uintptr(unsafe.Pointer(bad))))
+		r := int32(ccall(post))
 		runtime.KeepAlive(wr)
 		switch {
 		case r == 0:
@@ -420,7 +433,7 @@ func postRecvs(fn, obj uintptr, scratch *[postBatch]ibvRecvWR, bad *uintptr, wrs
 		}
 		if n > 0 {
 			*bad = 0
-			r := int32(call3(fn, obj, uintptr(unsafe.Pointer(&scratch[0])), uintptr(unsafe.Pointer(bad))))
+			r := int32(ccall(post))
 			runtime.KeepAlive(batch)
 			if r != 0 {
 				k := n
