@@ -90,7 +90,9 @@ func BenchmarkGoSideWriteLat(b *testing.B) {
 			g := newGoSide(b)
 			buf := make([]byte, 64)
 			g.q.cap.MaxInlineData = 64
-			g.q.pd.byLKey = map[uint32]*mr{1: {pd: g.q.pd, buf: buf, lkey: 1}}
+			g.q.pd.byLKey = map[uint32]*mr{}
+			g.q.pd.addRegion(&mr{pd: g.q.pd, buf: buf, lkey: 1})
+			g.q.prepare()
 			g.cq.wcs[0] = ibvWC{wrID: 0x200, status: uint32(driver.WCSuccess), opcode: uint32(driver.WCRDMAWrite), qpNum: g.q.num}
 			sge := []driver.SGE{{Addr: uint64(uintptr(unsafe.Pointer(&buf[56]))), Length: 8, LKey: 1}}
 			wr := []driver.SendWR{{WRID: 0x200, Opcode: driver.OpRDMAWrite, Flags: bc.flags, SGList: sge, RemoteAddr: 0x1000, RKey: 2}}

@@ -61,6 +61,16 @@ type qp struct {
 	// with their arguments: the QP, the list (swr, rwr), the bad WR
 	// (sendBad, recvBad); prepare sets them.
 	sendCall, recvCall cargs
+	// plainOps has a bit for each opcode whose send WRs the QP and its
+	// device take with no check but their SGE count against MaxSendSGE;
+	// inlineOps those of them that may be inline (they read local
+	// memory). prepare sets them; checkSend's quick path reads them.
+	plainOps, inlineOps uint32
+	// inlineMR is the region the latest inline payload of one SGE lay
+	// in, found when the PD's regions counted inlineGen; sendMu guards
+	// both.
+	inlineMR  *mr
+	inlineGen uint64
 
 	mu      sync.Mutex // attr, errAttr, dead, granted, grantSet
 	attr    driver.QPAttr
@@ -135,10 +145,30 @@ func (d *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 }
 
 // prepare sets what the data path derives from the QP's fields, once
-// they are set: its foreign calls, bound to their arguments.
+// they are set: its foreign calls, bound to their arguments, and the
+// opcodes of checkSend's quick path.
 func (q *qp) prepare() {
 	q.sendCall = cargs{fn: q.ctx.postSend, a: [6]uintptr{q.p, uintptr(unsafe.Pointer(&q.swr[0])), uintptr(unsafe.Pointer(&q.sendBad))}}
 	q.recvCall = cargs{fn: q.ctx.postRecv, a: [6]uintptr{q.p, uintptr(unsafe.Pointer(&q.rwr[0])), uintptr(unsafe.Pointer(&q.recvBad))}}
+	caps := q.ctx.attr.Caps
+	plain := uint32(1<<driver.OpSend | 1<<driver.OpRDMAWrite)
+	if caps&driver.CapImmData != 0 {
+		plain |= 1<<driver.OpSendWithImm | 1<<driver.OpRDMAWriteWithImm
+	}
+	if caps&driver.CapMemoryWindows != 0 {
+		plain |= 1 << driver.OpSendWithInv
+	}
+	if q.ctx.maxSGERd >= int(q.cap.MaxSendSGE) {
+		// Within MaxSendSGE, a Read's SGEs are within the device's
+		// limit too.
+		plain |= 1 << driver.OpRDMARead
+	}
+	q.plainOps, q.inlineOps = plain, 0
+	for op := range driver.Opcode(32) {
+		if plain&(1<<op) != 0 && op.ReadsLocal() {
+			q.inlineOps |= 1 << op
+		}
+	}
 }
 
 func (q *qp) Num() uint32 { return q.num }
@@ -288,8 +318,54 @@ func (q *qp) sendQueueFull() error {
 }
 
 // checkSend refuses a send WR the QP or its device cannot take, before
-// the device sees it.
+// the device sees it; sendMu is held. Its quick path takes the WRs of
+// the opcodes prepare found needing no more than an SGE count (and,
+// inline, a payload of one SGE within MaxInlineData in the region of the
+// QP's cache), which checkSendAll takes too; checkSendAll checks the
+// rest.
 func (q *qp) checkSend(wr *driver.SendWR) error {
+	if op := wr.Opcode; q.plainOps&(1<<op) != 0 && len(wr.SGList) <= int(q.cap.MaxSendSGE) {
+		if wr.Flags&driver.SendInline == 0 {
+			return nil
+		}
+		if q.inlineOps&(1<<op) != 0 && len(wr.SGList) == 1 && wr.SGList[0].Length <= q.cap.MaxInlineData && q.inlineCached(&wr.SGList[0]) {
+			return nil
+		}
+	}
+	return q.checkSendAll(wr)
+}
+
+// inlineCached reports whether g lies in inlineMR, with its lkey, and
+// the PD's regions are unchanged since it was found; sendMu is held.
+func (q *qp) inlineCached(g *driver.SGE) bool {
+	m := q.inlineMR
+	return m != nil && m.lkey == g.LKey && q.inlineGen == q.pd.regions.Load() && m.holds(g)
+}
+
+// inlineOK is pd.inlineOK, which an inline payload of one SGE that is
+// not empty passes with inlineCached, or else keeps the region it lies in
+// as inlineMR; sendMu is held.
+func (q *qp) inlineOK(sg []driver.SGE) bool {
+	if len(sg) != 1 || sg[0].Length == 0 {
+		return q.pd.inlineOK(sg)
+	}
+	g := &sg[0]
+	if q.inlineCached(g) {
+		return true
+	}
+	d := q.pd
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	m := d.byLKey[g.LKey]
+	if m == nil || !m.holds(g) {
+		return false
+	}
+	q.inlineMR, q.inlineGen = m, d.regions.Load()
+	return true
+}
+
+// checkSendAll is checkSend without its quick path.
+func (q *qp) checkSendAll(wr *driver.SendWR) error {
 	caps := q.ctx.attr.Caps
 	if err := driver.CheckSendWR(wr, &q.cap, caps&driver.CapMemoryWindows != 0); err != nil {
 		return err
@@ -300,7 +376,7 @@ func (q *qp) checkSend(wr *driver.SendWR) error {
 	if wr.Opcode == driver.OpRDMARead && len(wr.SGList) > q.ctx.maxSGERd {
 		return fmt.Errorf("%w: %s scatters an RDMA Read into at most %d SGEs", driver.ErrUnsupported, q.ctx.name, q.ctx.maxSGERd)
 	}
-	if wr.Flags&driver.SendInline != 0 && !q.pd.inlineOK(wr.SGList) {
+	if wr.Flags&driver.SendInline != 0 && !q.inlineOK(wr.SGList) {
 		return fmt.Errorf("%w: an inline payload must lie in a registered region of the QP's PD, with its lkey", driver.ErrInvalidArg)
 	}
 	if wr.Opcode.HasImm() && caps&driver.CapImmData == 0 {
