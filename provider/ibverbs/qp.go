@@ -183,22 +183,26 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 			return 0, fmt.Errorf("%w: PostSend needs RTS (the QP is in %v)", driver.ErrInvalidState, driver.QPState(q.state.Load()))
 		}
 	}
+	var n int
+	var err error
 	q.sendMu.Lock()
-	n, err := q.postSendLocked(wrs)
+	if len(wrs) == 1 && wrs[0].Opcode != driver.OpBindMW {
+		n, err = q.postOne(&wrs[0])
+	} else {
+		n, err = q.postSendLocked(wrs)
+	}
 	q.sendMu.Unlock()
 	return n, err
 }
 
-// postSendLocked is PostSend past its state check; sendMu is held.
+// postSendLocked is PostSend past its state check, for any number of WRs;
+// sendMu is held.
 func (q *qp) postSendLocked(wrs []driver.SendWR) (int, error) {
 	if q.gone.Load() {
 		return 0, driver.ErrClosed
 	}
 	if q.ctx.removed.Load() {
 		return 0, q.ctx.removedErr()
-	}
-	if len(wrs) == 1 && wrs[0].Opcode != driver.OpBindMW {
-		return q.postOne(&wrs[0])
 	}
 	posted := 0
 	for posted < len(wrs) {
@@ -278,6 +282,12 @@ func (q *qp) postSendLocked(wrs []driver.SendWR) (int, error) {
 // postOne is postSendLocked for one WR that binds no window, the
 // latency path: the batch's bookkeeping left out.
 func (q *qp) postOne(wr *driver.SendWR) (int, error) {
+	if q.gone.Load() {
+		return 0, driver.ErrClosed
+	}
+	if q.ctx.removed.Load() {
+		return 0, q.ctx.removedErr()
+	}
 	if q.sendRoom() <= 0 {
 		return 0, q.sendQueueFull()
 	}
@@ -287,11 +297,11 @@ func (q *qp) postOne(wr *driver.SendWR) (int, error) {
 	c := &q.swr[0]
 	toIBVSend(c, wr)
 	c.next = 0
-	one := unsafe.Slice(wr, 1)
+	// Counted before the call, as postSendLocked does.
 	if !q.sigAll && wr.Flags&driver.SendSignaled == 0 {
-		q.sqPosted.Add(1) // as sentWRs counts it, in line
+		q.sqPosted.Add(1)
 	} else {
-		q.sentWRs(one) // before the call, as postSendLocked does
+		q.sentSignaled()
 	}
 	q.sendBad = 0
 	r := int32(ccall(&q.sendCall))
@@ -302,7 +312,7 @@ func (q *qp) postOne(wr *driver.SendWR) (int, error) {
 	k := 1
 	if q.sendBad != 0 {
 		k = 0
-		q.unsent(one)
+		q.unsent(unsafe.Slice(wr, 1))
 	}
 	return k, postErr("post_send", r)
 }
@@ -406,17 +416,28 @@ func toIBVSend(c *ibvSendWR, w *driver.SendWR) {
 	c.opcode = uint32(w.Opcode)
 	c.sendFlags = uint32(w.Flags)
 	c.immData = 0
+	c.remoteAddr = w.RemoteAddr
+	c.compareAdd, c.swap, c.atomicRKey = uint64(w.RKey), 0, 0
+	if sendExtraOps&(1<<w.Opcode) != 0 {
+		toIBVSendExtra(c, w)
+	}
+}
+
+// sendExtraOps are the opcodes whose WRs carry more than toIBVSend
+// converts for every WR: immediate data, an rkey to invalidate, an
+// atomic's operands.
+const sendExtraOps = 1<<driver.OpSendWithImm | 1<<driver.OpRDMAWriteWithImm | 1<<driver.OpSendWithInv |
+	1<<driver.OpLocalInv | 1<<driver.OpAtomicCmpAndSwp | 1<<driver.OpAtomicFetchAndAdd
+
+// toIBVSendExtra converts what the WRs of sendExtraOps carry.
+func toIBVSendExtra(c *ibvSendWR, w *driver.SendWR) {
 	switch {
 	case w.Opcode.HasImm():
 		putNetOrder(&c.immData, w.Imm)
 	case w.Opcode == driver.OpSendWithInv || w.Opcode == driver.OpLocalInv:
 		c.immData = w.InvalidateRKey
-	}
-	c.remoteAddr = w.RemoteAddr
-	if w.Opcode.IsAtomic() {
+	case w.Opcode.IsAtomic():
 		c.compareAdd, c.swap, c.atomicRKey = w.CompareAdd, w.Swap, w.RKey
-	} else {
-		c.compareAdd, c.swap, c.atomicRKey = uint64(w.RKey), 0, 0
 	}
 }
 
@@ -448,17 +469,25 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 		q.recvMu.Unlock()
 		return 0, q.ctx.removedErr()
 	}
-	take := wrs
-	var full error
-	if free := int(uint64(q.cap.MaxRecvWR) - (q.rqPosted.Load() - q.rqDone.Load())); len(take) > free {
-		take = wrs[:max(free, 0)]
-		full = fmt.Errorf("%w: %d receives outstanding", driver.ErrQueueFull, q.cap.MaxRecvWR)
+	var n int
+	var err error
+	free := int(uint64(q.cap.MaxRecvWR) - (q.rqPosted.Load() - q.rqDone.Load()))
+	if len(wrs) == 1 && free > 0 {
+		// One receive, with room for it: the latency path.
+		n, err = postRecv(&q.recvCall, &q.rwr[0], &q.recvBad, &wrs[0], q.cap.MaxRecvSGE, "post_recv")
+	} else {
+		take := wrs
+		var full error
+		if len(take) > free {
+			take = wrs[:max(free, 0)]
+			full = fmt.Errorf("%w: %d receives outstanding", driver.ErrQueueFull, q.cap.MaxRecvWR)
+		}
+		n, err = postRecvs(&q.recvCall, &q.rwr, &q.recvBad, take, q.cap.MaxRecvSGE, "post_recv")
+		if err == nil {
+			err = full
+		}
 	}
-	n, err := postRecvs(&q.recvCall, &q.rwr, &q.recvBad, take, q.cap.MaxRecvSGE, "post_recv")
 	q.rqPosted.Add(uint64(n))
-	if err == nil {
-		err = full
-	}
 	q.recvMu.Unlock()
 	if n > 0 && driver.QPState(q.state.Load()) == driver.QPSErr {
 		q.errored() // flush what was just posted
@@ -471,23 +500,7 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 // call each.
 func postRecvs(post *cargs, scratch *[postBatch]ibvRecvWR, bad *uintptr, wrs []driver.RecvWR, maxSGE uint32, op string) (int, error) {
 	if len(wrs) == 1 {
-		// One receive, the latency path: the batch's bookkeeping left
-		// out.
-		wr := &wrs[0]
-		if err := driver.CheckRecvWR(wr, maxSGE); err != nil {
-			return 0, err
-		}
-		toIBVRecv(&scratch[0], wr)
-		*bad = 0
-		r := int32(ccall(post))
-		runtime.KeepAlive(wr)
-		switch {
-		case r == 0:
-			return 1, nil
-		case *bad != 0:
-			return 0, postErr(op, r)
-		}
-		return 1, postErr(op, r) // as postRecvs counts a failure that names no WR
+		return postRecv(post, &scratch[0], bad, &wrs[0], maxSGE, op)
 	}
 	posted := 0
 	for posted < len(wrs) {
@@ -525,6 +538,25 @@ func postRecvs(post *cargs, scratch *[postBatch]ibvRecvWR, bad *uintptr, wrs []d
 		}
 	}
 	return posted, nil
+}
+
+// postRecv is postRecvs for one receive, the latency path: the batch's
+// bookkeeping left out. c is the first WR of the scratch list.
+func postRecv(post *cargs, c *ibvRecvWR, bad *uintptr, wr *driver.RecvWR, maxSGE uint32, op string) (int, error) {
+	if err := driver.CheckRecvWR(wr, maxSGE); err != nil {
+		return 0, err
+	}
+	toIBVRecv(c, wr)
+	*bad = 0
+	r := int32(ccall(post))
+	runtime.KeepAlive(wr)
+	switch {
+	case r == 0:
+		return 1, nil
+	case *bad != 0:
+		return 0, postErr(op, r)
+	}
+	return 1, postErr(op, r) // as postRecvs counts a failure that names no WR
 }
 
 // Modify checks the transition as every provider does, then makes it on
@@ -753,14 +785,23 @@ func (q *qp) sentWRs(wrs []driver.SendWR) {
 			q.sqPosted.Add(1)
 			continue
 		}
-		q.sqMu.Lock()
-		n := q.sqPosted.Add(1)
-		if q.sqLen < len(q.sqMarks) {
-			q.sqMarks[(q.sqHead+q.sqLen)%len(q.sqMarks)] = n
-			q.sqLen++
-		}
-		q.sqMu.Unlock()
+		q.sentSignaled()
 	}
+}
+
+// sentSignaled records a signaled WR handed to the device, and its mark.
+func (q *qp) sentSignaled() {
+	q.sqMu.Lock()
+	n := q.sqPosted.Add(1)
+	if q.sqLen < len(q.sqMarks) {
+		i := q.sqHead + q.sqLen
+		if i >= len(q.sqMarks) {
+			i -= len(q.sqMarks)
+		}
+		q.sqMarks[i] = n
+		q.sqLen++
+	}
+	q.sqMu.Unlock()
 }
 
 // unsent takes back the count of WRs the device refused, the last ones
@@ -789,17 +830,25 @@ func (q *qp) sendDone(ok bool) {
 	switch {
 	case ok && q.sqLen > 0:
 		q.sqRetired.Store(q.sqMarks[q.sqHead])
-		q.sqHead = (q.sqHead + 1) % len(q.sqMarks)
-		q.sqLen--
+		q.dropMark()
 	case !ok:
 		r := q.sqRetired.Add(1)
 		if q.sqLen > 0 && q.sqMarks[q.sqHead] <= r {
-			q.sqHead = (q.sqHead + 1) % len(q.sqMarks)
-			q.sqLen--
+			q.dropMark()
 		}
 	}
-	q.bindsRetired(ok)
+	if q.mwq.size > 0 {
+		q.bindsRetired(ok)
+	}
 	q.sqMu.Unlock()
+}
+
+// dropMark drops the oldest of the marks, sqLen > 0; sqMu is held.
+func (q *qp) dropMark() {
+	if q.sqHead++; q.sqHead == len(q.sqMarks) {
+		q.sqHead = 0
+	}
+	q.sqLen--
 }
 
 // resetQueues empties the occupancy: a QP moved to Reset has empty
