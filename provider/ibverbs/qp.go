@@ -291,8 +291,10 @@ func (q *qp) postOne(wr *driver.SendWR) (int, error) {
 	if q.sendRoom() <= 0 {
 		return 0, q.sendQueueFull()
 	}
-	if err := q.checkSend(wr); err != nil {
-		return 0, err
+	if !q.sendQuick(wr) {
+		if err := q.checkSendAll(wr); err != nil {
+			return 0, err
+		}
 	}
 	c := &q.swr[0]
 	toIBVSend(c, wr)
@@ -334,15 +336,20 @@ func (q *qp) sendQueueFull() error {
 // QP's cache), which checkSendAll takes too; checkSendAll checks the
 // rest.
 func (q *qp) checkSend(wr *driver.SendWR) error {
-	if op := wr.Opcode; q.plainOps&(1<<op) != 0 && len(wr.SGList) <= int(q.cap.MaxSendSGE) {
-		if wr.Flags&driver.SendInline == 0 {
-			return nil
-		}
-		if q.inlineOps&(1<<op) != 0 && len(wr.SGList) == 1 && wr.SGList[0].Length <= q.cap.MaxInlineData && q.inlineCached(&wr.SGList[0]) {
-			return nil
-		}
+	if q.sendQuick(wr) {
+		return nil
 	}
 	return q.checkSendAll(wr)
+}
+
+// sendQuick is checkSend's quick path: it reports whether wr passes it.
+func (q *qp) sendQuick(wr *driver.SendWR) bool {
+	op := wr.Opcode
+	if q.plainOps&(1<<op) == 0 || len(wr.SGList) > int(q.cap.MaxSendSGE) {
+		return false
+	}
+	return wr.Flags&driver.SendInline == 0 ||
+		q.inlineOps&(1<<op) != 0 && len(wr.SGList) == 1 && wr.SGList[0].Length <= q.cap.MaxInlineData && q.inlineCached(&wr.SGList[0])
 }
 
 // inlineCached reports whether g lies in inlineMR, with its lkey, and
@@ -473,8 +480,21 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 	var err error
 	free := int(uint64(q.cap.MaxRecvWR) - (q.rqPosted.Load() - q.rqDone.Load()))
 	if len(wrs) == 1 && free > 0 {
-		// One receive, with room for it: the latency path.
-		n, err = postRecv(&q.recvCall, &q.rwr[0], &q.recvBad, &wrs[0], q.cap.MaxRecvSGE, "post_recv")
+		// One receive, with room for it: the latency path, postRecv's
+		// in line.
+		wr := &wrs[0]
+		if err = driver.CheckRecvWR(wr, q.cap.MaxRecvSGE); err == nil {
+			toIBVRecv(&q.rwr[0], wr)
+			q.recvBad = 0
+			r := int32(ccall(&q.recvCall))
+			runtime.KeepAlive(wr)
+			if n = 1; r != 0 {
+				if q.recvBad != 0 {
+					n = 0
+				}
+				err = postErr("post_recv", r)
+			}
+		}
 	} else {
 		take := wrs
 		var full error
