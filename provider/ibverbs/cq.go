@@ -47,8 +47,8 @@ func (q *cq) lookUp(num uint32) *qp {
 	return p
 }
 
-// forget drops p from last: p is destroyed, and its number
-// may be the kernel's to give to another.
+// forget drops p from last: p is destroyed, and its number may be the
+// kernel's to give to another.
 func (q *cq) forget(p *qp) {
 	q.mu.Lock()
 	if q.last == p {
