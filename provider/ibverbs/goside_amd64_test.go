@@ -1,6 +1,7 @@
 package ibverbs
 
 import (
+	"fmt"
 	"testing"
 	"unsafe"
 
@@ -110,5 +111,45 @@ func BenchmarkGoSideWriteLat(b *testing.B) {
 				b.Fatalf("%d send WRs posted, %d retired", q.sqPosted.Load(), q.sqRetired.Load())
 			}
 		})
+	}
+}
+
+// TestGoSideAllocatesNothing: send_lat's and write_lat's iterations, a
+// Send, an inline RDMA Write and a receive posted, and their completions
+// polled, allocate nothing on the provider's side.
+func TestGoSideAllocatesNothing(t *testing.T) {
+	g := newGoSide(t)
+	buf := make([]byte, 64)
+	g.q.cap.MaxInlineData = 64
+	g.q.pd.byLKey = map[uint32]*mr{}
+	g.q.pd.addRegion(&mr{pd: g.q.pd, buf: buf, lkey: 1})
+	g.q.prepare()
+	sge := []driver.SGE{{Addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), Length: 8, LKey: 1}}
+	send := []driver.SendWR{{WRID: 0x200, Opcode: driver.OpSend, SGList: sge}}
+	write := []driver.SendWR{{WRID: 0x300, Opcode: driver.OpRDMAWrite, Flags: driver.SendSignaled | driver.SendInline, SGList: sge, RemoteAddr: 0x1000, RKey: 2}}
+	recv := []driver.RecvWR{{WRID: 0x100, SGList: sge}}
+	wc := make([]driver.WorkCompletion, 1)
+	var failure string
+	allocs := testing.AllocsPerRun(200, func() {
+		for _, wr := range [][]driver.SendWR{send, write} {
+			if n, err := g.q.PostSend(wr); n != 1 && failure == "" {
+				failure = fmt.Sprintf("PostSend of %v: %v", wr[0].Opcode, err)
+			}
+		}
+		if g.cq.Poll(wc) != 1 && failure == "" {
+			failure = "Poll took no completion"
+		}
+		if n, err := g.q.PostRecv(recv); n != 1 && failure == "" {
+			failure = fmt.Sprintf("PostRecv: %v", err)
+		}
+		// What the completions of the signaled WRs would retire.
+		g.q.sqRetired.Store(g.q.sqPosted.Load())
+		g.q.sqHead, g.q.sqLen = 0, 0
+	})
+	if failure != "" {
+		t.Fatal(failure)
+	}
+	if allocs != 0 {
+		t.Fatalf("a Send, an inline Write, a Poll and a PostRecv allocate %v times, want 0", allocs)
 	}
 }
