@@ -40,14 +40,6 @@ import (
 // another that sees its effect in C, which the detector cannot see
 // through C (TestCallOrdersLikeCgo).
 
-// cargs is what the trampolines read: the function, six arguments, the
-// result.
-type cargs struct {
-	fn uintptr
-	a  [6]uintptr
-	r1 uintptr
-}
-
 // ctrampPC is the address of ctramp (callc_amd64.s).
 var ctrampPC uintptr
 
@@ -64,7 +56,8 @@ func runtime_procPin() int
 //go:linkname runtime_procUnpin runtime.procUnpin
 func runtime_procUnpin()
 
-// ccallOn calls a.fn on the C stack whose top is stack (callc_amd64.s).
+// ccallOn calls a.fn with the first three of a.a on the C stack whose
+// top is stack, and stores its result in a.r1 (callc_amd64.s).
 //
 //go:noescape
 func ccallOn(a *cargs, stack uintptr)
@@ -95,22 +88,50 @@ func call(fn uintptr, args ...uintptr) uintptr {
 //go:uintptrescapes
 func call3(fn, a1, a2, a3 uintptr) uintptr {
 	a := cargs{fn: fn, a: [6]uintptr{a1, a2, a3}}
+	return ccall(&a)
+}
+
+// ccall is call3 with its function and arguments in a (the first three
+// of a.a): the posts and polls keep theirs ready in their QP, SRQ or CQ
+// (a ccall's arguments are moved from memory once, in ccallOn). It
+// returns the result, which it also leaves in a.r1. The memory the
+// arguments point to must stay alive and in place for the call: the
+// heap, or a caller's frame (a goroutine's stack does not move while it
+// runs C, which it does as a Go function that does not yield).
+func ccall(a *cargs) uintptr {
+	if !raceEnabled {
+		if base := cStacks.base.Load(); base != 0 {
+			if i := runtime_procPin(); i < cStackCount {
+				ccallOn(a, stackTop(base, i))
+				runtime_procUnpin()
+				return a.r1
+			}
+			runtime_procUnpin()
+		}
+	}
+	return ccallSlow(a)
+}
+
+// ccallSlow is ccall without a C stack at hand: the pool not mapped yet,
+// a P numbered beyond the stacks, or the race detector on (the pool's
+// stacks are then taken and given back atomically).
+func ccallSlow(a *cargs) uintptr {
 	switch {
 	case raceEnabled:
 		if i, ok := cStacks.take(); ok {
-			ccallOn(&a, cStacks.top(i))
+			ccallOn(a, cStacks.top(i))
 			cStacks.put(i)
 			return a.r1
 		}
 	case cStacks.base.Load() != 0 || cStacks.mapStacks():
 		if i := runtime_procPin(); i < cStackCount {
-			ccallOn(&a, cStacks.top(i))
+			ccallOn(a, cStacks.top(i))
 			runtime_procUnpin()
 			return a.r1
 		}
 		runtime_procUnpin()
 	}
-	runtime_cgocall(ctrampPC, unsafe.Pointer(&a))
+	runtime_cgocall(ctrampPC, unsafe.Pointer(a))
 	return a.r1
 }
 
@@ -165,8 +186,11 @@ func (p *cStackPool) take() (int, bool) {
 func (p *cStackPool) put(i int) { p.free.Or(1 << uint(i)) }
 
 // top is the 16-byte aligned top of stack i, cStackTopGap below its end.
-func (p *cStackPool) top(i int) uintptr {
-	return p.base.Load() + uintptr(i+1)*(cStackSize+cStackGuard) - cStackTopGap
+func (p *cStackPool) top(i int) uintptr { return stackTop(p.base.Load(), i) }
+
+// stackTop is top for the pool mapped at base.
+func stackTop(base uintptr, i int) uintptr {
+	return base + uintptr(i+1)*(cStackSize+cStackGuard) - cStackTopGap
 }
 
 // cStackTopGap is the room left above each stack's top. The runtime's

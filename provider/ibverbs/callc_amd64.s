@@ -30,12 +30,13 @@ DATA ·ctrampPC(SB)/8, $ctramp<>(SB)
 
 // func ccallOn(a *cargs, stack uintptr)
 //
-// ccallOn calls the C function of a on the C stack whose 16-byte aligned
-// top is stack, from the goroutine itself: no system stack, no syscall
-// state. BX (the cargs) and R12 (the goroutine's SP) are callee-saved in
-// the System V ABI, so they survive the call. Being assembly, it is never
-// preempted asynchronously; a signal is handled on the signal stack. The
-// ABI wrapper restores the g register and X15 on the way back to Go.
+// ccallOn calls the C function of a with its first three arguments on
+// the C stack whose 16-byte aligned top is stack, from the goroutine
+// itself: no system stack, no syscall state. BX (the cargs) and R12 (the
+// goroutine's SP) are callee-saved in the System V ABI, so they survive
+// the call. Being assembly, it is never preempted asynchronously; a
+// signal is handled on the signal stack. The ABI wrapper restores the g
+// register and X15 on the way back to Go.
 TEXT ·ccallOn(SB), NOSPLIT|NOFRAME, $0-16
 	MOVQ a+0(FP), BX
 	MOVQ stack+8(FP), AX
@@ -44,9 +45,6 @@ TEXT ·ccallOn(SB), NOSPLIT|NOFRAME, $0-16
 	MOVQ 8(BX), DI
 	MOVQ 16(BX), SI
 	MOVQ 24(BX), DX
-	MOVQ 32(BX), CX
-	MOVQ 40(BX), R8
-	MOVQ 48(BX), R9
 	MOVQ 0(BX), R10
 	XORL AX, AX
 	CALL R10

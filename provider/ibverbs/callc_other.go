@@ -14,6 +14,13 @@ func call(fn uintptr, args ...uintptr) uintptr {
 	return r
 }
 
+// ccall calls a.fn with the first three of a.a, stores the result in a.r1
+// and returns it.
+func ccall(a *cargs) uintptr {
+	a.r1, _, _ = purego.SyscallN(a.fn, a.a[0], a.a[1], a.a[2])
+	return a.r1
+}
+
 // call3 is call with three arguments.
 //
 //go:uintptrescapes

@@ -23,9 +23,12 @@ type cq struct {
 	watcher *fdWatcher
 	overrun atomic.Bool
 
-	mu   sync.Mutex // the scratch array, the destroyed flag and last
+	mu   sync.Mutex // the scratch array, the destroyed flag, last and poll
 	dead bool
 	wcs  [pollBatch]ibvWC
+	// poll is the device's poll_cq with its arguments: the CQ, the
+	// number of completions (set for each call), wcs; prepare sets it.
+	poll cargs
 	// last is the QP of the latest completion polled, looked up by its
 	// number without the device's map and its lock; a QP's Destroy
 	// clears it (forget), and a destroyed QP is never taken from it
@@ -33,16 +36,9 @@ type cq struct {
 	last *qp
 }
 
-// qpOf returns the QP numbered num, nil if it is no longer. q.mu is held.
-func (q *cq) qpOf(num uint32) *qp {
-	if p := q.last; p != nil && p.num == num && !p.gone.Load() {
-		return p
-	}
-	return q.lookUp(num)
-}
-
-// lookUp is qpOf when the cache does not have the QP: the device's map,
-// whose answer the cache keeps. q.mu is held.
+// lookUp returns the QP numbered num, nil if it is no longer, when last
+// is not that QP: the device's map, whose answer last keeps. q.mu is
+// held.
 func (q *cq) lookUp(num uint32) *qp {
 	q.ctx.qpsMu.RLock()
 	p := q.ctx.qpByNum[num]
@@ -51,8 +47,8 @@ func (q *cq) lookUp(num uint32) *qp {
 	return p
 }
 
-// forget drops p from the cache of qpOf: p is destroyed, and its number
-// may be the kernel's to give to another.
+// forget drops p from last: p is destroyed, and its number may be the
+// kernel's to give to another.
 func (q *cq) forget(p *qp) {
 	q.mu.Lock()
 	if q.last == p {
@@ -78,6 +74,7 @@ func (c *devContext) CreateCQ(cqe int, userCtx any) (driver.CQ, error) {
 		return nil, errnoErr("ibv_create_cq", err)
 	}
 	q := &cq{ctx: c, p: p, channel: ch, userCtx: userCtx, notify: make(chan struct{}, 1)}
+	q.prepare()
 	fd := int(*(*int32)(cptr(ch + offCompChannelFD)))
 	if q.watcher, err = watchFD(fd, q.event); err != nil {
 		call(lib.destroyCQ, p)
@@ -86,6 +83,11 @@ func (c *devContext) CreateCQ(cqe int, userCtx any) (driver.CQ, error) {
 	}
 	c.own(p, q)
 	return q, nil
+}
+
+// prepare binds the CQ's poll_cq to its arguments, once p is set.
+func (q *cq) prepare() {
+	q.poll = cargs{fn: q.ctx.pollCQ, a: [6]uintptr{q.p, 0, uintptr(unsafe.Pointer(&q.wcs[0]))}}
 }
 
 // event takes one completion event from the channel, acks it and sends
@@ -116,29 +118,27 @@ func (q *cq) Poll(wc []driver.WorkCompletion) int {
 		return 0
 	}
 	q.mu.Lock()
-	got := q.pollLocked(wc[:n])
-	q.mu.Unlock()
-	return got
-}
-
-// pollLocked is Poll for len(wc) completions, at most pollBatch; q.mu is
-// held.
-func (q *cq) pollLocked(wc []driver.WorkCompletion) int {
 	if q.dead {
+		q.mu.Unlock()
 		return 0
 	}
-	got := int(int32(call3(q.ctx.pollCQ, q.p, uintptr(len(wc)), uintptr(unsafe.Pointer(&q.wcs[0])))))
+	q.poll.a[1] = uintptr(n)
+	got := int(int32(ccall(&q.poll)))
 	if got < 0 {
 		q.overrun.Store(true)
-		return 0
+		got = 0
 	}
 	for i := range got {
-		w := &wc[i]
-		fromIBV(w, &q.wcs[i])
-		q.ctx.invalidated(w, &q.wcs[i])
-		p := q.qpOf(w.QPNum)
-		if p == nil {
-			continue
+		w, c := &wc[i], &q.wcs[i]
+		fromIBV(w, c)
+		q.ctx.invalidated(w, c)
+		p := q.last
+		if p == nil || p.num != w.QPNum || p.gone.Load() {
+			// A destroyed QP is never taken from last: its number may
+			// be another's by then.
+			if p = q.lookUp(w.QPNum); p == nil {
+				continue
+			}
 		}
 		// The opcode of a failed completion is not defined by the verbs;
 		// rxe and siw set it, and the queue accounting relies on that.
@@ -158,6 +158,7 @@ func (q *cq) pollLocked(wc []driver.WorkCompletion) int {
 			p.errored()
 		}
 	}
+	q.mu.Unlock()
 	return got
 }
 

@@ -128,6 +128,14 @@ func loadLibs(l *libs, verbsName, cmName string) (verbsErr, cmErr error) {
 	})
 }
 
+// cargs is a foreign call: the function, up to six arguments, the result
+// (the trampolines of callc_amd64.s read it).
+type cargs struct {
+	fn uintptr
+	a  [6]uintptr
+	r1 uintptr
+}
+
 // callErrno calls fn and returns its result and the errno the call left.
 // The thread is locked around both so that errno is the call's own.
 //

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -26,8 +27,12 @@ type pd struct {
 	// the device reads at post time, must lie in one (as on every
 	// provider), so that a bad address is refused rather than read.
 	byLKey map[uint32]*mr
-	qps    map[*qp]struct{}
-	srqs   map[*srq]struct{}
+	// regions counts the changes of byLKey (addRegion, dropRegion): a
+	// QP's cache of the region an inline payload lay in holds while it
+	// is unchanged.
+	regions atomic.Uint64
+	qps     map[*qp]struct{}
+	srqs    map[*srq]struct{}
 	// mws are the PD's memory windows, byRKey the same by current key
 	// (mw.go); nil until the first AllocMW.
 	mws    map[*mw]struct{}
@@ -110,7 +115,7 @@ func (d *pd) register(buf []byte, access driver.AccessFlags, a *alloc) (*mr, err
 		d.ctx.mu.Unlock()
 	}
 	d.mrs[m] = struct{}{}
-	d.byLKey[m.lkey] = m
+	d.addRegion(m)
 	return m, nil
 }
 
@@ -175,9 +180,7 @@ func (m *mr) dereg() error {
 	}
 	m.dead = true
 	delete(m.pd.mrs, m)
-	if m.pd.byLKey[m.lkey] == m {
-		delete(m.pd.byLKey, m.lkey)
-	}
+	m.pd.dropRegion(m)
 	m.pin.Unpin()
 	if m.in != nil {
 		m.pd.ctx.release(m.in)
@@ -235,6 +238,20 @@ func destroyEach[T interface{ Destroy() error }](objs []T) {
 	}
 }
 
+// addRegion makes m findable by its lkey; d.mu is held.
+func (d *pd) addRegion(m *mr) {
+	d.byLKey[m.lkey] = m
+	d.regions.Add(1)
+}
+
+// dropRegion makes m, deregistered, no longer findable; d.mu is held.
+func (d *pd) dropRegion(m *mr) {
+	if d.byLKey[m.lkey] == m {
+		delete(d.byLKey, m.lkey)
+	}
+	d.regions.Add(1)
+}
+
 // inlineOK reports whether every SGE of an inline payload lies inside a
 // live region of the PD with the SGE's local key.
 func (d *pd) inlineOK(sg []driver.SGE) bool {
@@ -245,14 +262,16 @@ func (d *pd) inlineOK(sg []driver.SGE) bool {
 		if g.Length == 0 {
 			continue
 		}
-		m := d.byLKey[g.LKey]
-		if m == nil {
-			return false
-		}
-		start := uint64(uintptr(unsafe.Pointer(&m.buf[0])))
-		if g.Addr < start || g.Addr+uint64(g.Length) > start+uint64(len(m.buf)) || g.Addr+uint64(g.Length) < g.Addr {
+		if m := d.byLKey[g.LKey]; m == nil || !m.holds(g) {
 			return false
 		}
 	}
 	return true
+}
+
+// holds reports whether g's bytes lie inside m (its lkey aside).
+func (m *mr) holds(g *driver.SGE) bool {
+	start := uint64(uintptr(unsafe.Pointer(&m.buf[0])))
+	end := g.Addr + uint64(g.Length)
+	return g.Addr >= start && end <= start+uint64(len(m.buf)) && end >= g.Addr
 }

@@ -57,6 +57,20 @@ type qp struct {
 	recvMu  sync.Mutex
 	rwr     [postBatch]ibvRecvWR
 	recvBad uintptr // post_recv's bad_wr
+	// sendCall and recvCall are the device's post_send and post_recv
+	// with their arguments: the QP, the list (swr, rwr), the bad WR
+	// (sendBad, recvBad); prepare sets them.
+	sendCall, recvCall cargs
+	// plainOps has a bit for each opcode whose send WRs the QP and its
+	// device take with no check but their SGE count against MaxSendSGE;
+	// inlineOps those of them that may be inline (they read local
+	// memory). prepare sets them; checkSend's quick path reads them.
+	plainOps, inlineOps uint32
+	// inlineMR is the region the latest inline payload of one SGE lay
+	// in, found when the PD's regions counted inlineGen; sendMu guards
+	// both.
+	inlineMR  *mr
+	inlineGen uint64
 
 	mu      sync.Mutex // attr, errAttr, dead, granted, grantSet
 	attr    driver.QPAttr
@@ -121,12 +135,40 @@ func (d *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	q.attr.Cap = a.Cap
 	q.sigAll = a.SigAll
 	q.sqMarks = make([]uint64, max(a.Cap.MaxSendWR, 1))
+	q.prepare()
 	d.qps[q] = struct{}{}
 	c.own(p, q)
 	c.qpsMu.Lock()
 	c.qpByNum[q.num] = q
 	c.qpsMu.Unlock()
 	return q, nil
+}
+
+// prepare sets what the data path derives from the QP's fields, once
+// they are set: its foreign calls, bound to their arguments, and the
+// opcodes of checkSend's quick path.
+func (q *qp) prepare() {
+	q.sendCall = cargs{fn: q.ctx.postSend, a: [6]uintptr{q.p, uintptr(unsafe.Pointer(&q.swr[0])), uintptr(unsafe.Pointer(&q.sendBad))}}
+	q.recvCall = cargs{fn: q.ctx.postRecv, a: [6]uintptr{q.p, uintptr(unsafe.Pointer(&q.rwr[0])), uintptr(unsafe.Pointer(&q.recvBad))}}
+	caps := q.ctx.attr.Caps
+	plain := uint32(1<<driver.OpSend | 1<<driver.OpRDMAWrite)
+	if caps&driver.CapImmData != 0 {
+		plain |= 1<<driver.OpSendWithImm | 1<<driver.OpRDMAWriteWithImm
+	}
+	if caps&driver.CapMemoryWindows != 0 {
+		plain |= 1 << driver.OpSendWithInv
+	}
+	if q.ctx.maxSGERd >= int(q.cap.MaxSendSGE) {
+		// Within MaxSendSGE, a Read's SGEs are within the device's
+		// limit too.
+		plain |= 1 << driver.OpRDMARead
+	}
+	q.plainOps, q.inlineOps = plain, 0
+	for op := range driver.Opcode(32) {
+		if plain&(1<<op) != 0 && op.ReadsLocal() {
+			q.inlineOps |= 1 << op
+		}
+	}
 }
 
 func (q *qp) Num() uint32 { return q.num }
@@ -141,22 +183,26 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 			return 0, fmt.Errorf("%w: PostSend needs RTS (the QP is in %v)", driver.ErrInvalidState, driver.QPState(q.state.Load()))
 		}
 	}
+	var n int
+	var err error
 	q.sendMu.Lock()
-	n, err := q.postSendLocked(wrs)
+	if len(wrs) == 1 && wrs[0].Opcode != driver.OpBindMW {
+		n, err = q.postOne(&wrs[0])
+	} else {
+		n, err = q.postSendLocked(wrs)
+	}
 	q.sendMu.Unlock()
 	return n, err
 }
 
-// postSendLocked is PostSend past its state check; sendMu is held.
+// postSendLocked is PostSend past its state check, for any number of WRs;
+// sendMu is held.
 func (q *qp) postSendLocked(wrs []driver.SendWR) (int, error) {
 	if q.gone.Load() {
 		return 0, driver.ErrClosed
 	}
 	if q.ctx.removed.Load() {
 		return 0, q.ctx.removedErr()
-	}
-	if len(wrs) == 1 && wrs[0].Opcode != driver.OpBindMW {
-		return q.postOne(&wrs[0])
 	}
 	posted := 0
 	for posted < len(wrs) {
@@ -214,7 +260,7 @@ func (q *qp) postSendLocked(wrs []driver.SendWR) (int, error) {
 				q.bindPosted(batch[:n], first)
 			}
 			q.sendBad = 0
-			r := int32(call3(q.ctx.postSend, q.p, uintptr(unsafe.Pointer(&q.swr[0])), uintptr(unsafe.Pointer(&q.sendBad))))
+			r := int32(ccall(&q.sendCall))
 			runtime.KeepAlive(batch)
 			k := n
 			if r != 0 && q.sendBad != 0 {
@@ -236,23 +282,31 @@ func (q *qp) postSendLocked(wrs []driver.SendWR) (int, error) {
 // postOne is postSendLocked for one WR that binds no window, the
 // latency path: the batch's bookkeeping left out.
 func (q *qp) postOne(wr *driver.SendWR) (int, error) {
+	if q.gone.Load() {
+		return 0, driver.ErrClosed
+	}
+	if q.ctx.removed.Load() {
+		return 0, q.ctx.removedErr()
+	}
 	if q.sendRoom() <= 0 {
 		return 0, q.sendQueueFull()
 	}
-	if err := q.checkSend(wr); err != nil {
-		return 0, err
+	if !q.sendQuick(wr) {
+		if err := q.checkSendAll(wr); err != nil {
+			return 0, err
+		}
 	}
 	c := &q.swr[0]
 	toIBVSend(c, wr)
 	c.next = 0
-	one := unsafe.Slice(wr, 1)
+	// Counted before the call, as postSendLocked does.
 	if !q.sigAll && wr.Flags&driver.SendSignaled == 0 {
-		q.sqPosted.Add(1) // as sentWRs counts it, in line
+		q.sqPosted.Add(1)
 	} else {
-		q.sentWRs(one) // before the call, as postSendLocked does
+		q.sentSignaled()
 	}
 	q.sendBad = 0
-	r := int32(call3(q.ctx.postSend, q.p, uintptr(unsafe.Pointer(c)), uintptr(unsafe.Pointer(&q.sendBad))))
+	r := int32(ccall(&q.sendCall))
 	runtime.KeepAlive(wr)
 	if r == 0 {
 		return 1, nil
@@ -260,7 +314,7 @@ func (q *qp) postOne(wr *driver.SendWR) (int, error) {
 	k := 1
 	if q.sendBad != 0 {
 		k = 0
-		q.unsent(one)
+		q.unsent(unsafe.Slice(wr, 1))
 	}
 	return k, postErr("post_send", r)
 }
@@ -276,8 +330,59 @@ func (q *qp) sendQueueFull() error {
 }
 
 // checkSend refuses a send WR the QP or its device cannot take, before
-// the device sees it.
+// the device sees it; sendMu is held. Its quick path takes the WRs of
+// the opcodes prepare found needing no more than an SGE count (and,
+// inline, a payload of one SGE within MaxInlineData in the region of the
+// QP's cache), which checkSendAll takes too; checkSendAll checks the
+// rest.
 func (q *qp) checkSend(wr *driver.SendWR) error {
+	if q.sendQuick(wr) {
+		return nil
+	}
+	return q.checkSendAll(wr)
+}
+
+// sendQuick is checkSend's quick path: it reports whether wr passes it.
+func (q *qp) sendQuick(wr *driver.SendWR) bool {
+	op := wr.Opcode
+	if q.plainOps&(1<<op) == 0 || len(wr.SGList) > int(q.cap.MaxSendSGE) {
+		return false
+	}
+	return wr.Flags&driver.SendInline == 0 ||
+		q.inlineOps&(1<<op) != 0 && len(wr.SGList) == 1 && wr.SGList[0].Length <= q.cap.MaxInlineData && q.inlineCached(&wr.SGList[0])
+}
+
+// inlineCached reports whether g lies in inlineMR, with its lkey, and
+// the PD's regions are unchanged since it was found; sendMu is held.
+func (q *qp) inlineCached(g *driver.SGE) bool {
+	m := q.inlineMR
+	return m != nil && m.lkey == g.LKey && q.inlineGen == q.pd.regions.Load() && m.holds(g)
+}
+
+// inlineOK is pd.inlineOK, which an inline payload of one SGE that is
+// not empty passes with inlineCached, or else keeps the region it lies in
+// as inlineMR; sendMu is held.
+func (q *qp) inlineOK(sg []driver.SGE) bool {
+	if len(sg) != 1 || sg[0].Length == 0 {
+		return q.pd.inlineOK(sg)
+	}
+	g := &sg[0]
+	if q.inlineCached(g) {
+		return true
+	}
+	d := q.pd
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	m := d.byLKey[g.LKey]
+	if m == nil || !m.holds(g) {
+		return false
+	}
+	q.inlineMR, q.inlineGen = m, d.regions.Load()
+	return true
+}
+
+// checkSendAll is checkSend without its quick path.
+func (q *qp) checkSendAll(wr *driver.SendWR) error {
 	caps := q.ctx.attr.Caps
 	if err := driver.CheckSendWR(wr, &q.cap, caps&driver.CapMemoryWindows != 0); err != nil {
 		return err
@@ -288,7 +393,7 @@ func (q *qp) checkSend(wr *driver.SendWR) error {
 	if wr.Opcode == driver.OpRDMARead && len(wr.SGList) > q.ctx.maxSGERd {
 		return fmt.Errorf("%w: %s scatters an RDMA Read into at most %d SGEs", driver.ErrUnsupported, q.ctx.name, q.ctx.maxSGERd)
 	}
-	if wr.Flags&driver.SendInline != 0 && !q.pd.inlineOK(wr.SGList) {
+	if wr.Flags&driver.SendInline != 0 && !q.inlineOK(wr.SGList) {
 		return fmt.Errorf("%w: an inline payload must lie in a registered region of the QP's PD, with its lkey", driver.ErrInvalidArg)
 	}
 	if wr.Opcode.HasImm() && caps&driver.CapImmData == 0 {
@@ -318,17 +423,28 @@ func toIBVSend(c *ibvSendWR, w *driver.SendWR) {
 	c.opcode = uint32(w.Opcode)
 	c.sendFlags = uint32(w.Flags)
 	c.immData = 0
+	c.remoteAddr = w.RemoteAddr
+	c.compareAdd, c.swap, c.atomicRKey = uint64(w.RKey), 0, 0
+	if sendExtraOps&(1<<w.Opcode) != 0 {
+		toIBVSendExtra(c, w)
+	}
+}
+
+// sendExtraOps are the opcodes whose WRs carry more than toIBVSend
+// converts for every WR: immediate data, an rkey to invalidate, an
+// atomic's operands.
+const sendExtraOps = 1<<driver.OpSendWithImm | 1<<driver.OpRDMAWriteWithImm | 1<<driver.OpSendWithInv |
+	1<<driver.OpLocalInv | 1<<driver.OpAtomicCmpAndSwp | 1<<driver.OpAtomicFetchAndAdd
+
+// toIBVSendExtra converts what the WRs of sendExtraOps carry.
+func toIBVSendExtra(c *ibvSendWR, w *driver.SendWR) {
 	switch {
 	case w.Opcode.HasImm():
 		putNetOrder(&c.immData, w.Imm)
 	case w.Opcode == driver.OpSendWithInv || w.Opcode == driver.OpLocalInv:
 		c.immData = w.InvalidateRKey
-	}
-	c.remoteAddr = w.RemoteAddr
-	if w.Opcode.IsAtomic() {
+	case w.Opcode.IsAtomic():
 		c.compareAdd, c.swap, c.atomicRKey = w.CompareAdd, w.Swap, w.RKey
-	} else {
-		c.compareAdd, c.swap, c.atomicRKey = uint64(w.RKey), 0, 0
 	}
 }
 
@@ -360,17 +476,38 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 		q.recvMu.Unlock()
 		return 0, q.ctx.removedErr()
 	}
-	take := wrs
-	var full error
-	if free := int(uint64(q.cap.MaxRecvWR) - (q.rqPosted.Load() - q.rqDone.Load())); len(take) > free {
-		take = wrs[:max(free, 0)]
-		full = fmt.Errorf("%w: %d receives outstanding", driver.ErrQueueFull, q.cap.MaxRecvWR)
+	var n int
+	var err error
+	free := int(uint64(q.cap.MaxRecvWR) - (q.rqPosted.Load() - q.rqDone.Load()))
+	if len(wrs) == 1 && free > 0 {
+		// One receive, with room for it: the latency path, postRecv's
+		// in line.
+		wr := &wrs[0]
+		if err = driver.CheckRecvWR(wr, q.cap.MaxRecvSGE); err == nil {
+			toIBVRecv(&q.rwr[0], wr)
+			q.recvBad = 0
+			r := int32(ccall(&q.recvCall))
+			runtime.KeepAlive(wr)
+			if n = 1; r != 0 {
+				if q.recvBad != 0 {
+					n = 0
+				}
+				err = postErr("post_recv", r)
+			}
+		}
+	} else {
+		take := wrs
+		var full error
+		if len(take) > free {
+			take = wrs[:max(free, 0)]
+			full = fmt.Errorf("%w: %d receives outstanding", driver.ErrQueueFull, q.cap.MaxRecvWR)
+		}
+		n, err = postRecvs(&q.recvCall, &q.rwr, &q.recvBad, take, q.cap.MaxRecvSGE, "post_recv")
+		if err == nil {
+			err = full
+		}
 	}
-	n, err := postRecvs(q.ctx.postRecv, q.p, &q.rwr, &q.recvBad, take, q.cap.MaxRecvSGE, "post_recv")
 	q.rqPosted.Add(uint64(n))
-	if err == nil {
-		err = full
-	}
 	q.recvMu.Unlock()
 	if n > 0 && driver.QPState(q.state.Load()) == driver.QPSErr {
 		q.errored() // flush what was just posted
@@ -378,27 +515,12 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 	return n, err
 }
 
-// postRecvs posts receives to a QP or an SRQ through fn, in batches of
-// postBatch, one call each.
-func postRecvs(fn, obj uintptr, scratch *[postBatch]ibvRecvWR, bad *uintptr, wrs []driver.RecvWR, maxSGE uint32, op string) (int, error) {
+// postRecvs posts receives to a QP or an SRQ through post, whose
+// arguments are scratch's first WR and bad, in batches of postBatch, one
+// call each.
+func postRecvs(post *cargs, scratch *[postBatch]ibvRecvWR, bad *uintptr, wrs []driver.RecvWR, maxSGE uint32, op string) (int, error) {
 	if len(wrs) == 1 {
-		// One receive, the latency path: the batch's bookkeeping left
-		// out.
-		wr := &wrs[0]
-		if err := driver.CheckRecvWR(wr, maxSGE); err != nil {
-			return 0, err
-		}
-		toIBVRecv(&scratch[0], wr)
-		*bad = 0
-		r := int32(call3(fn, obj, uintptr(unsafe.Pointer(&scratch[0])), uintptr(unsafe.Pointer(bad))))
-		runtime.KeepAlive(wr)
-		switch {
-		case r == 0:
-			return 1, nil
-		case *bad != 0:
-			return 0, postErr(op, r)
-		}
-		return 1, postErr(op, r) // as postRecvs counts a failure that names no WR
+		return postRecv(post, &scratch[0], bad, &wrs[0], maxSGE, op)
 	}
 	posted := 0
 	for posted < len(wrs) {
@@ -420,7 +542,7 @@ func postRecvs(fn, obj uintptr, scratch *[postBatch]ibvRecvWR, bad *uintptr, wrs
 		}
 		if n > 0 {
 			*bad = 0
-			r := int32(call3(fn, obj, uintptr(unsafe.Pointer(&scratch[0])), uintptr(unsafe.Pointer(bad))))
+			r := int32(ccall(post))
 			runtime.KeepAlive(batch)
 			if r != 0 {
 				k := n
@@ -436,6 +558,25 @@ func postRecvs(fn, obj uintptr, scratch *[postBatch]ibvRecvWR, bad *uintptr, wrs
 		}
 	}
 	return posted, nil
+}
+
+// postRecv is postRecvs for one receive, the latency path: the batch's
+// bookkeeping left out. c is the first WR of the scratch list.
+func postRecv(post *cargs, c *ibvRecvWR, bad *uintptr, wr *driver.RecvWR, maxSGE uint32, op string) (int, error) {
+	if err := driver.CheckRecvWR(wr, maxSGE); err != nil {
+		return 0, err
+	}
+	toIBVRecv(c, wr)
+	*bad = 0
+	r := int32(ccall(post))
+	runtime.KeepAlive(wr)
+	switch {
+	case r == 0:
+		return 1, nil
+	case *bad != 0:
+		return 0, postErr(op, r)
+	}
+	return 1, postErr(op, r) // as postRecvs counts a failure that names no WR
 }
 
 // Modify checks the transition as every provider does, then makes it on
@@ -664,14 +805,23 @@ func (q *qp) sentWRs(wrs []driver.SendWR) {
 			q.sqPosted.Add(1)
 			continue
 		}
-		q.sqMu.Lock()
-		n := q.sqPosted.Add(1)
-		if q.sqLen < len(q.sqMarks) {
-			q.sqMarks[(q.sqHead+q.sqLen)%len(q.sqMarks)] = n
-			q.sqLen++
-		}
-		q.sqMu.Unlock()
+		q.sentSignaled()
 	}
+}
+
+// sentSignaled records a signaled WR handed to the device, and its mark.
+func (q *qp) sentSignaled() {
+	q.sqMu.Lock()
+	n := q.sqPosted.Add(1)
+	if q.sqLen < len(q.sqMarks) {
+		i := q.sqHead + q.sqLen
+		if i >= len(q.sqMarks) {
+			i -= len(q.sqMarks)
+		}
+		q.sqMarks[i] = n
+		q.sqLen++
+	}
+	q.sqMu.Unlock()
 }
 
 // unsent takes back the count of WRs the device refused, the last ones
@@ -700,17 +850,25 @@ func (q *qp) sendDone(ok bool) {
 	switch {
 	case ok && q.sqLen > 0:
 		q.sqRetired.Store(q.sqMarks[q.sqHead])
-		q.sqHead = (q.sqHead + 1) % len(q.sqMarks)
-		q.sqLen--
+		q.dropMark()
 	case !ok:
 		r := q.sqRetired.Add(1)
 		if q.sqLen > 0 && q.sqMarks[q.sqHead] <= r {
-			q.sqHead = (q.sqHead + 1) % len(q.sqMarks)
-			q.sqLen--
+			q.dropMark()
 		}
 	}
-	q.bindsRetired(ok)
+	if q.mwq.size > 0 {
+		q.bindsRetired(ok)
+	}
 	q.sqMu.Unlock()
+}
+
+// dropMark drops the oldest of the marks, sqLen > 0; sqMu is held.
+func (q *qp) dropMark() {
+	if q.sqHead++; q.sqHead == len(q.sqMarks) {
+		q.sqHead = 0
+	}
+	q.sqLen--
 }
 
 // resetQueues empties the occupancy: a QP moved to Reset has empty

@@ -23,9 +23,10 @@ type srq struct {
 	// Query's answer where the device has no ibv_query_srq (siw).
 	limit atomic.Uint32
 
-	mu  sync.Mutex // rwr, and the SRQ's life
-	rwr [postBatch]ibvRecvWR
-	bad uintptr // post_srq_recv's bad_wr
+	mu   sync.Mutex // rwr, and the SRQ's life
+	rwr  [postBatch]ibvRecvWR
+	bad  uintptr // post_srq_recv's bad_wr
+	post cargs   // post_srq_recv with its arguments: the SRQ, rwr, bad
 }
 
 func (d *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
@@ -50,6 +51,7 @@ func (d *pd) CreateSRQ(a driver.SRQInitAttr) (driver.SRQ, error) {
 	// ibv_create_srq reports the sizes the device gave, which may be
 	// larger than asked for: the SRQ holds that many.
 	s := &srq{pd: d, p: p, maxSGE: ia.attr.maxSGE, entries: ia.attr.maxWR, userCtx: a.UserCtx}
+	s.post = cargs{fn: c.postSRQRecv, a: [6]uintptr{p, uintptr(unsafe.Pointer(&s.rwr[0])), uintptr(unsafe.Pointer(&s.bad))}}
 	d.srqs[s] = struct{}{}
 	c.own(p, s)
 	return s, nil
@@ -64,7 +66,7 @@ func (s *srq) PostRecv(wrs []driver.RecvWR) (int, error) {
 	if s.pd.ctx.removed.Load() {
 		return 0, s.pd.ctx.removedErr()
 	}
-	return postRecvs(s.pd.ctx.postSRQRecv, s.p, &s.rwr, &s.bad, wrs, s.maxSGE, "post_srq_recv")
+	return postRecvs(&s.post, &s.rwr, &s.bad, wrs, s.maxSGE, "post_srq_recv")
 }
 
 func (s *srq) Modify(a driver.SRQAttr, mask driver.SRQAttrMask) error {

@@ -35,7 +35,13 @@ func CheckSendWR(wr *SendWR, cap *QPCap, mw bool) error {
 // its queue.
 func CheckRecvWR(wr *RecvWR, maxSGE uint32) error {
 	if len(wr.SGList) > int(maxSGE) {
-		return fmt.Errorf("%w: %d SGEs, the queue takes %d", ErrInvalidArg, len(wr.SGList), maxSGE)
+		return recvSGEsErr(len(wr.SGList), maxSGE)
 	}
 	return nil
+}
+
+// recvSGEsErr is CheckRecvWR's error, apart so that CheckRecvWR is
+// inlined in the posts.
+func recvSGEsErr(n int, maxSGE uint32) error {
+	return fmt.Errorf("%w: %d SGEs, the queue takes %d", ErrInvalidArg, n, maxSGE)
 }
