@@ -124,11 +124,20 @@ type Conn struct {
 	rctx, wctx   waitCtx // CQ waits bounded by rdl, wdl
 	disconnect   sync.Once
 
-	wcs  [32]verbs.WorkCompletion
-	swr  [2]verbs.SendWR
-	sge  [2]verbs.SGE
-	rwr  [1]verbs.RecvWR
-	rsge [1]verbs.SGE
+	wcs [32]verbs.WorkCompletion
+	// The work requests of the next post (flush): swr[:nwr], each with
+	// its SGE at the same index of sge, nctl of them Sends with their
+	// control word in the send buffer; plan, the data messages it is to
+	// carry (planData), at most maxList of them: listMax, or as many
+	// control words as the send buffer holds when data messages are Sends.
+	swr     [2 * listMax]verbs.SendWR
+	sge     [2 * listMax]verbs.SGE
+	nwr     int
+	nctl    int
+	plan    [listMax]chunk
+	maxList int
+	rwr     [1]verbs.RecvWR
+	rsge    [1]verbs.SGE
 }
 
 // Addr is the address of one end of a connection: the URL of the
@@ -274,46 +283,57 @@ func (c *Conn) write(b []byte, src *verbs.MR) (sent int, last uint64, err error)
 			c.mu.Unlock()
 			return sent, last, nil
 		}
-		window := c.peerSize - (c.txSent - c.txFreed)
-		if window > 0 && c.credits >= 2 && c.sendsOut+2 <= c.sqDepth {
-			off := c.txSent % c.peerSize
-			n := min(window, uint64(len(b)-sent), c.peerSize-off, maxChunk(c.peerSize))
-			if src != nil {
-				// The last work request reading src is signaled, so that
-				// its completion says when the device is done with b.
-				end := sent+int(n) == len(b)
-				c.postData(src.SGE(sent, int(n)), off, n, end)
+		k := c.planData(len(b) - sent)
+		if k == 0 {
+			c.mu.Unlock()
+			c.wait(&c.wctx, c.wwake, c.rwake)
+			continue
+		}
+		if src != nil {
+			// The last work request reading src is signaled, so that
+			// its completion says when the device is done with b.
+			for _, ch := range c.plan[:k] {
+				end := sent+int(ch.n) == len(b)
+				c.queueData(src.SGE(sent, int(ch.n)), ch.off, ch.n, end)
 				if end {
 					last = c.posted
 				}
-				sent += int(n)
-				c.mu.Unlock()
-				c.afterPost()
-				continue
+				sent += int(ch.n)
 			}
-			if int(n) <= c.inlineMax {
-				// One Send carries the bytes with their data message.
-				c.postInline(b[sent : sent+int(n)])
-				sent += int(n)
-				c.mu.Unlock()
-				c.afterPost()
-				continue
-			}
+			c.flush()
 			c.mu.Unlock()
-			// The staging bytes are free: the peer has consumed what was
-			// there, so the RDMA Write that carried them is complete.
-			copy(c.stage[off:off+n], b[sent:])
-			c.mu.Lock()
-			if c.err == nil && !c.closed {
-				c.postData(c.stageMR.SGE(int(off), int(n)), off, n, false)
-				sent += int(n)
-			}
+			c.afterPost()
+			continue
+		}
+		if ch := c.plan[0]; k == 1 && int(ch.n) <= c.inlineMax {
+			// One Send carries the bytes with their data message.
+			c.postInline(b[sent : sent+int(ch.n)])
+			sent += int(ch.n)
 			c.mu.Unlock()
 			c.afterPost()
 			continue
 		}
 		c.mu.Unlock()
-		c.wait(&c.wctx, c.wwake, c.rwake)
+		// The staging bytes are free: the peer has consumed what was
+		// there, so the RDMA Write that carried them is complete.
+		at := sent
+		for _, ch := range c.plan[:k] {
+			copy(c.stage[ch.off:ch.off+ch.n], b[at:])
+			at += int(ch.n)
+		}
+		c.mu.Lock()
+		// A Read may have spent a credit or send queue slots on a credit
+		// message meanwhile: what no longer fits waits for the next round.
+		for _, ch := range c.plan[:k] {
+			if c.err != nil || c.closed || c.credits < 1 || c.sendsOut+2 > c.sqDepth {
+				break
+			}
+			c.queueData(c.stageMR.SGE(int(ch.off), int(ch.n)), ch.off, ch.n, false)
+			sent += int(ch.n)
+		}
+		c.flush()
+		c.mu.Unlock()
+		c.afterPost()
 	}
 }
 
@@ -878,21 +898,60 @@ func (c *Conn) sendCredits(force bool) {
 	}
 }
 
-// postData sends the n bytes of src to offset off of the peer's ring
-// with their data message, signaled if signal. mu is held; the caller
-// checked the credits.
-func (c *Conn) postData(src verbs.SGE, off, n uint64, signal bool) {
+// chunk is one data message a post carries: n bytes at offset off of
+// the peer's ring.
+type chunk struct{ off, n uint64 }
+
+// listMax bounds the data messages one post carries: the chunks of a
+// window go to the device as one list of work requests, which the
+// provider writes with one system call on tcp0, where each would
+// otherwise be a post and a write of its own.
+const listMax = 8
+
+// planData plans in c.plan the data messages of the next post, for rest
+// bytes still to send: chunks of maxChunk, up to the free ring window,
+// while a credit is left besides each one's and the send queue holds
+// it. It returns how many (0: the Write must wait). mu is held.
+func (c *Conn) planData(rest int) int {
+	k := 0
+	sent, credits, slots := c.txSent, c.credits, c.sendsOut
+	per := 1
+	if !c.useImm {
+		per = 2
+	}
+	for k < c.maxList && rest > 0 && credits >= 2 && slots+2 <= c.sqDepth {
+		window := c.peerSize - (sent - c.txFreed)
+		if window == 0 {
+			break
+		}
+		off := sent % c.peerSize
+		n := min(window, uint64(rest), c.peerSize-off, maxChunk(c.peerSize))
+		c.plan[k] = chunk{off, n}
+		k++
+		sent += n
+		rest -= int(n)
+		credits--
+		slots += per
+	}
+	return k
+}
+
+// queueData queues the work requests that send the n bytes of src to
+// offset off of the peer's ring with their data message, signaled if
+// signal; flush posts them. mu is held; the caller checked the credits.
+func (c *Conn) queueData(src verbs.SGE, off, n uint64, signal bool) {
 	acks := c.takeAcks()
 	w := makeCtrl(opData, acks, uint32(n))
-	c.sge[0] = src
+	i := c.nwr
+	c.sge[i] = src
 	if c.useImm {
-		c.swr[0] = verbs.SendWR{Opcode: verbs.OpRDMAWriteWithImm, SGList: c.sge[:1],
+		c.swr[i] = verbs.SendWR{Opcode: verbs.OpRDMAWriteWithImm, SGList: c.sge[i : i+1],
 			Imm: w, RemoteAddr: c.peerAddr + off, RKey: c.peerKey}
-		c.post(1, signal)
+		c.queue(1, signal)
 	} else {
-		c.swr[0] = verbs.SendWR{Opcode: verbs.OpRDMAWrite, SGList: c.sge[:1], RemoteAddr: c.peerAddr + off, RKey: c.peerKey}
-		c.swr[1] = c.sendWR(w, nil)
-		c.post(2, signal)
+		c.swr[i] = verbs.SendWR{Opcode: verbs.OpRDMAWrite, SGList: c.sge[i : i+1], RemoteAddr: c.peerAddr + off, RKey: c.peerKey}
+		c.swr[i+1] = c.sendWR(w, nil, i+1)
+		c.queue(2, signal)
 	}
 	c.txSent += n
 }
@@ -904,28 +963,35 @@ func (c *Conn) postCtrl(op uint8, count uint32) {
 	if c.useImm {
 		c.swr[0] = verbs.SendWR{Opcode: verbs.OpRDMAWriteWithImm, Imm: w, RemoteAddr: c.peerAddr, RKey: c.peerKey}
 	} else {
-		c.swr[0] = c.sendWR(w, nil)
+		c.swr[0] = c.sendWR(w, nil, 0)
 	}
 	// The end of the stream is signaled, so that Close can wait for
 	// every send before it.
-	c.post(1, op == opFin)
+	c.queue(1, op == opFin)
+	c.flush()
 }
 
-// sendWR is the inline Send of control word w followed by data.
-func (c *Conn) sendWR(w uint32, data []byte) verbs.SendWR {
+// sendWR is the inline Send of control word w followed by data, work
+// request i of the next post, its SGE sge[i]. The Sends of one post each have
+// their control word in a slot of the send buffer of their own; one with
+// data is posted alone.
+func (c *Conn) sendWR(w uint32, data []byte, i int) verbs.SendWR {
 	var b [ctrlLen]byte
 	ctrlWord(w, &b)
-	copy(c.sendBuf, b[:])
-	copy(c.sendBuf[ctrlLen:], data)
-	c.sge[1] = c.ctl.SGE(c.recvs*c.recvSlot, ctrlLen+len(data))
-	return verbs.SendWR{Opcode: verbs.OpSend, SGList: c.sge[1:2], Flags: verbs.SendInline}
+	at := c.nctl * ctrlLen
+	c.nctl++
+	copy(c.sendBuf[at:], b[:])
+	copy(c.sendBuf[at+ctrlLen:], data)
+	c.sge[i] = c.ctl.SGE(c.recvs*c.recvSlot+at, ctrlLen+len(data))
+	return verbs.SendWR{Opcode: verbs.OpSend, SGList: c.sge[i : i+1], Flags: verbs.SendInline}
 }
 
 // postInline sends data, at most inlineMax bytes, inside the Send of
 // its data message. mu is held; the caller checked the credits.
 func (c *Conn) postInline(data []byte) {
-	c.swr[0] = c.sendWR(makeCtrl(opData, c.takeAcks(), uint32(len(data))), data)
-	c.post(1, false)
+	c.swr[0] = c.sendWR(makeCtrl(opData, c.takeAcks(), uint32(len(data))), data, 0)
+	c.queue(1, false)
+	c.flush()
 	c.txSent += uint64(len(data))
 }
 
@@ -945,21 +1011,33 @@ func (c *Conn) takeAcks() int {
 // not wait for a completion while the previous round's is on its way.
 const signalEvery = 32
 
-// post posts the first n work requests of swr, signaling the last if
-// signal or if signalEvery slots have gone unsignaled; a signaled work
-// request's ID is the number of slots its completion retires. mu is held.
-func (c *Conn) post(n int, signal bool) {
+// queue adds the n work requests of a message, from swr[c.nwr], to the
+// next post, signaling the last if signal or if signalEvery slots have
+// gone unsignaled; a signaled work request's ID is the number of slots
+// its completion retires. mu is held.
+func (c *Conn) queue(n int, signal bool) {
 	c.unsignaled += n
+	c.nwr += n
 	if signal || c.unsignaled >= signalEvery {
-		c.swr[n-1].Flags |= verbs.SendSignaled
-		c.swr[n-1].WRID = uint64(c.unsignaled)
+		c.swr[c.nwr-1].Flags |= verbs.SendSignaled
+		c.swr[c.nwr-1].WRID = uint64(c.unsignaled)
 		c.unsignaled = 0
 	}
 	c.sendsOut += n
 	c.posted += uint64(n)
+}
+
+// flush posts the work requests queued. mu is held.
+func (c *Conn) flush() {
+	n := c.nwr
+	c.nwr, c.nctl = 0, 0
+	if n == 0 {
+		return
+	}
 	if _, err := c.qp.PostSend(c.swr[:n]); err != nil {
 		c.fail(fmt.Errorf("%w: %w", ErrReset, err))
 	}
+	clear(c.swr[:n])
 }
 
 // postRecv posts receive idx. mu is held.

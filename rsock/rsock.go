@@ -352,6 +352,10 @@ func (c *Conn) setPeer(h hello) (err error) {
 	c.peerRecvs = int(h.recvs())
 	c.credits = c.peerRecvs
 	c.useImm = h.flags()&flagAcceptsImm != 0 && notifiesByImm(&c.dev.attr)
+	c.maxList = listMax
+	if !c.useImm {
+		c.maxList = min(listMax, len(c.sendBuf)/ctrlLen)
+	}
 	if !c.useImm && h.flags()&flagAcceptsInline != 0 {
 		c.inlineMax = c.sendInline - ctrlLen
 	}
