@@ -66,11 +66,14 @@ type qp struct {
 	// inlineOps those of them that may be inline (they read local
 	// memory). prepare sets them; checkSend's quick path reads them.
 	plainOps, inlineOps uint32
-	// inlineMR is the region the latest inline payload of one SGE lay
-	// in, found when the PD's regions counted inlineGen; sendMu guards
-	// both.
-	inlineMR  *mr
-	inlineGen uint64
+	// inlineLKey and [inlineStart, inlineEnd) are the lkey and bytes of
+	// the region the latest inline payload of one SGE lay in, found when
+	// the PD's regions counted inlineGen (inlineEnd 0: none). Its bounds,
+	// not the region: a deregistered region's memory is not kept alive.
+	// sendMu guards them.
+	inlineLKey             uint32
+	inlineStart, inlineEnd uint64
+	inlineGen              uint64
 
 	mu      sync.Mutex // attr, errAttr, dead, granted, grantSet
 	attr    driver.QPAttr
@@ -352,16 +355,18 @@ func (q *qp) sendQuick(wr *driver.SendWR) bool {
 		q.inlineOps&(1<<op) != 0 && len(wr.SGList) == 1 && wr.SGList[0].Length <= q.cap.MaxInlineData && q.inlineCached(&wr.SGList[0])
 }
 
-// inlineCached reports whether g lies in inlineMR, with its lkey, and
-// the PD's regions are unchanged since it was found; sendMu is held.
+// inlineCached reports whether g lies in the region the QP keeps the
+// bounds of, with its lkey, and the PD's regions are unchanged since it
+// was found; sendMu is held.
 func (q *qp) inlineCached(g *driver.SGE) bool {
-	m := q.inlineMR
-	return m != nil && m.lkey == g.LKey && q.inlineGen == q.pd.regions.Load() && m.holds(g)
+	end := g.Addr + uint64(g.Length)
+	return q.inlineEnd != 0 && q.inlineLKey == g.LKey && q.inlineGen == q.pd.regions.Load() &&
+		g.Addr >= q.inlineStart && end <= q.inlineEnd && end >= g.Addr
 }
 
 // inlineOK is pd.inlineOK, which an inline payload of one SGE that is
-// not empty passes with inlineCached, or else keeps the region it lies in
-// as inlineMR; sendMu is held.
+// not empty passes with inlineCached, or else keeps the bounds of the
+// region it lies in; sendMu is held.
 func (q *qp) inlineOK(sg []driver.SGE) bool {
 	if len(sg) != 1 || sg[0].Length == 0 {
 		return q.pd.inlineOK(sg)
@@ -377,7 +382,8 @@ func (q *qp) inlineOK(sg []driver.SGE) bool {
 	if m == nil || !m.holds(g) {
 		return false
 	}
-	q.inlineMR, q.inlineGen = m, d.regions.Load()
+	start := uint64(uintptr(unsafe.Pointer(&m.buf[0])))
+	q.inlineLKey, q.inlineStart, q.inlineEnd, q.inlineGen = m.lkey, start, start+uint64(len(m.buf)), d.regions.Load()
 	return true
 }
 

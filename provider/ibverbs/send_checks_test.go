@@ -2,8 +2,10 @@ package ibverbs
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 	"unsafe"
+	"weak"
 
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -129,8 +131,9 @@ func TestInlineCacheFollowsRegions(t *testing.T) {
 			t.Fatalf("an inline payload in region 1: %v", err)
 		}
 	}
-	if r.q.inlineMR != r.regionA {
-		t.Fatalf("the QP's cache holds %p, want region 1 (%p)", r.q.inlineMR, r.regionA)
+	if start := uint64(uintptr(unsafe.Pointer(&r.regionA.buf[0]))); r.q.inlineLKey != r.regionA.lkey ||
+		r.q.inlineStart != start || r.q.inlineEnd != start+uint64(len(r.regionA.buf)) {
+		t.Fatalf("the QP's cache holds lkey %d [%#x, %#x), want region 1's", r.q.inlineLKey, r.q.inlineStart, r.q.inlineEnd)
 	}
 	d.dropRegion(r.regionA)
 	if err := r.q.checkSend(wr); err == nil {
@@ -146,4 +149,27 @@ func TestInlineCacheFollowsRegions(t *testing.T) {
 	if err := r.q.checkSend(wr); err != nil {
 		t.Fatalf("an inline payload inside the new region: %v", err)
 	}
+}
+
+// TestInlineCacheKeepsNoRegionAlive: what a QP keeps of the region its
+// last inline payload lay in does not keep the region's memory alive
+// once the region is deregistered.
+func TestInlineCacheKeepsNoRegionAlive(t *testing.T) {
+	r := newCheckRig(driver.CapImmData, 1, driver.QPCap{MaxSendWR: 8, MaxSendSGE: 1, MaxInlineData: 64})
+	big := make([]byte, 1<<20)
+	gone := weak.Make(&big[0])
+	m := &mr{pd: r.q.pd, buf: big, lkey: 7}
+	r.q.pd.addRegion(m)
+	wr := &driver.SendWR{Opcode: driver.OpRDMAWrite, Flags: driver.SendInline, SGList: []driver.SGE{sge(big, 0, 8, 7)}}
+	if err := r.q.checkSend(wr); err != nil {
+		t.Fatal(err)
+	}
+	r.q.pd.dropRegion(m)
+	m, big, wr = nil, nil, nil
+	runtime.GC()
+	runtime.GC()
+	if gone.Value() != nil {
+		t.Fatal("the memory of a deregistered region is still reachable from the QP that sent inline from it")
+	}
+	runtime.KeepAlive(r)
 }
