@@ -143,7 +143,8 @@ func (q *cq) Poll(wc []driver.WorkCompletion) int {
 		// The opcode of a failed completion is not defined by the verbs;
 		// rxe and siw set it, and the queue accounting relies on that.
 		if w.Opcode >= driver.WCRecv {
-			if p.srq == nil {
+			if p.srq == nil && p.rqDone.Load() < p.rqPosted.Load() {
+				// (Not a flush of a receive posted before a reset.)
 				p.rqDone.Add(1)
 			}
 			if w.Status == driver.WCSuccess && w.SrcQP == 0 {

@@ -492,11 +492,16 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 		if err = driver.CheckRecvWR(wr, q.cap.MaxRecvSGE); err == nil {
 			toIBVRecv(&q.rwr[0], wr)
 			q.recvBad = 0
+			// Counted before the call: Poll may take its completion
+			// before the call returns, and counts no more completions
+			// than receives posted.
+			q.rqPosted.Add(1)
 			r := int32(ccall(&q.recvCall))
 			runtime.KeepAlive(wr)
 			if n = 1; r != 0 {
 				if q.recvBad != 0 {
 					n = 0
+					q.rqPosted.Add(^uint64(0))
 				}
 				err = postErr("post_recv", r)
 			}
@@ -508,12 +513,13 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 			take = wrs[:max(free, 0)]
 			full = fmt.Errorf("%w: %d receives outstanding", driver.ErrQueueFull, q.cap.MaxRecvWR)
 		}
+		q.rqPosted.Add(uint64(len(take))) // as above, less what was not posted
 		n, err = postRecvs(&q.recvCall, &q.rwr, &q.recvBad, take, q.cap.MaxRecvSGE, "post_recv")
+		q.rqPosted.Add(-uint64(len(take) - n))
 		if err == nil {
 			err = full
 		}
 	}
-	q.rqPosted.Add(uint64(n))
 	q.recvMu.Unlock()
 	if n > 0 && driver.QPState(q.state.Load()) == driver.QPSErr {
 		q.errored() // flush what was just posted
@@ -620,10 +626,15 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 		}
 	}
 	if next == driver.QPSReset {
-		q.resetQueues()
+		// Counted before the move: a disconnect that ends the QP's
+		// connection meanwhile leaves it as the reset makes it.
+		q.resets.Add(1)
 	}
 	if err := callInt(lib.modifyQP, q.p, uintptr(unsafe.Pointer(a)), uintptr(m)); err != nil {
 		return errnoErr(fmt.Sprintf("ibv_modify_qp %v to %v", cur, next), err)
+	}
+	if next == driver.QPSReset {
+		q.resetQueues()
 	}
 	driver.ApplyAttr(&q.attr, attr, mask)
 	q.attr.State = next
@@ -857,7 +868,10 @@ func (q *qp) sendDone(ok bool) {
 	case ok && q.sqLen > 0:
 		q.sqRetired.Store(q.sqMarks[q.sqHead])
 		q.dropMark()
-	case !ok:
+	case !ok && q.sqRetired.Load() < q.sqPosted.Load():
+		// (A flush of a WR posted before the QP was reset, which the
+		// device leaves in the CQ, finds the queue counted empty: it
+		// retires nothing.)
 		r := q.sqRetired.Add(1)
 		if q.sqLen > 0 && q.sqMarks[q.sqHead] <= r {
 			q.dropMark()
@@ -880,7 +894,6 @@ func (q *qp) dropMark() {
 // resetQueues empties the occupancy: a QP moved to Reset has empty
 // queues.
 func (q *qp) resetQueues() {
-	q.resets.Add(1)
 	q.sqMu.Lock()
 	q.sqPosted.Store(0)
 	q.sqRetired.Store(0)

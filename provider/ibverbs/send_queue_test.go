@@ -58,3 +58,25 @@ func TestSendQueueRetiresAcrossMarkRing(t *testing.T) {
 		t.Fatalf("%d WRs posted, %d retired", q.sqPosted.Load(), q.sqRetired.Load())
 	}
 }
+
+// TestStaleFlushesAfterResetRetireNothing: the flushes of WRs posted
+// before a Reset, which rxe and siw leave in the CQ, find the queues
+// counted empty and retire nothing: the room never exceeds the queue.
+func TestStaleFlushesAfterResetRetireNothing(t *testing.T) {
+	const depth = 4
+	q := &qp{cap: driver.QPCap{MaxSendWR: depth}, sqMarks: make([]uint64, depth)}
+	sig := []driver.SendWR{{Opcode: driver.OpSend, Flags: driver.SendSignaled}}
+	q.sentWRs(sig)
+	q.sentWRs(sig)
+	q.resetQueues()
+	q.sendDone(false)
+	q.sendDone(false)
+	if room := q.sendRoom(); room != depth {
+		t.Fatalf("room for %d send WRs on an empty queue of %d", room, depth)
+	}
+	q.sentWRs(sig)
+	q.sendDone(false)
+	if room := q.sendRoom(); room != depth {
+		t.Fatalf("room for %d send WRs once the one posted since the reset is retired, on a queue of %d", room, depth)
+	}
+}
