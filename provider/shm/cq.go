@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/atomicrel"
 	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/internal/spin"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -153,16 +154,55 @@ func (c *cq) markOverrun() {
 }
 
 func (c *cq) Poll(wc []driver.WorkCompletion) int {
-	c.mu.Lock()
+	// The common case in line: a CQ of one QP's send completions only,
+	// whose completions name no QP (localRing.produceOwn). Anything else
+	// is pollLocked's, which takes the completions from wc[n] on; the
+	// calls out of line are the last thing done, so that nothing need be
+	// kept on the stack around them.
+	if !c.mu.TryLock() {
+		return c.pollWait(wc)
+	}
+	// Destroy sets destroyed before it takes c.mu to unmap the ring.
+	if c.destroyed.Load() || len(c.recvWatch) != 0 {
+		return c.pollLocked(wc, 0)
+	}
+	r := c.local
 	n := 0
+	for n < len(wc) {
+		pos := r.head
+		s := r.at(pos)
+		if s.seq.Load() != pos+1 {
+			break
+		}
+		if s.q != nil {
+			return c.pollLocked(wc, n)
+		}
+		wc[n] = s.wc
+		c.firstSender.sq.Retire(s.retire)
+		atomicrel.StoreUint64(&s.seq, pos+r.mask+1)
+		r.head = pos + 1
+		n++
+	}
+	c.mu.Unlock()
+	return n
+}
+
+// pollWait is Poll once c.mu is found held: it waits for it.
+func (c *cq) pollWait(wc []driver.WorkCompletion) int {
+	c.mu.Lock()
+	return c.pollLocked(wc, 0)
+}
+
+// pollLocked is Poll with c.mu held, the completions taken into wc[:n]
+// already; it releases c.mu.
+func (c *cq) pollLocked(wc []driver.WorkCompletion, n int) int {
 	// Destroy sets destroyed before it takes c.mu to unmap the ring.
 	if c.destroyed.Load() {
 		// Nothing to take.
 	} else if len(c.recvWatch) == 0 {
-		// A CQ of send completions only: its private ring alone, as far
-		// as its producers have reserved slots in it.
+		// A CQ of send completions only: its private ring alone.
 		r := c.local
-		for n < len(wc) && r.head != r.tail.Load() {
+		for n < len(wc) {
 			q, seq, ok := r.take(&wc[n])
 			if !ok {
 				break

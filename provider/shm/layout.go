@@ -43,6 +43,18 @@ type ringHeader struct {
 	_         [9]uint32
 }
 
+// qpWords returns a QP block's state and access (the first word) and
+// its attrs and pd (the second), each pair read at once, as they lie in
+// memory.
+func (h *ringHeader) qpWords() (uint64, uint64) {
+	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&h.state))), atomic.LoadUint64((*uint64)(unsafe.Pointer(&h.attrs)))
+}
+
+// qpWords reads state with access, and attrs with pd, as aligned words.
+var _ = [1]struct{}{}[unsafe.Offsetof(ringHeader{}.state)%8+unsafe.Offsetof(ringHeader{}.attrs)%8+
+	unsafe.Offsetof(ringHeader{}.access)-unsafe.Offsetof(ringHeader{}.state)-4+
+	unsafe.Offsetof(ringHeader{}.pd)-unsafe.Offsetof(ringHeader{}.attrs)-4]
+
 var errGarbage = errors.New("shm: inconsistent shared memory from the peer")
 
 func header(mem []byte) *ringHeader { return (*ringHeader)(unsafe.Pointer(&mem[0])) }
@@ -385,6 +397,12 @@ type localSlot struct {
 	wc     driver.WorkCompletion
 	q      *qp
 	retire uint64 // the send slot the completion frees
+}
+
+// at returns the slot of position pos. (slots holds mask+1 of them, so
+// that pos&mask indexes it: no bounds check is needed.)
+func (r *localRing) at(pos uint64) *localSlot {
+	return (*localSlot)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(r.slots)), uintptr(pos&r.mask)*unsafe.Sizeof(localSlot{})))
 }
 
 func newLocalRing(n int) *localRing {

@@ -276,8 +276,9 @@ func (q *qp) fail(ev driver.EventType) {
 
 func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 	q.mu.Lock()
-	// One WR on the short road (postFast) takes no more than this.
-	if len(wrs) == 1 && q.sendsNow() && q.postFast(&wrs[0]) {
+	// One WR on the short road (postFast, in line) takes no more than
+	// this.
+	if len(wrs) == 1 && q.sendsNow() && (q.postPath(&wrs[0]) || q.fillFast(&wrs[0]) && q.postPath(&wrs[0])) {
 		q.mu.Unlock()
 		return 1, nil
 	}
