@@ -9,6 +9,7 @@ import (
 	"github.com/goverbs/goverbs/internal/atomicrel"
 	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/internal/spin"
+	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -50,6 +51,7 @@ type cq struct {
 	// whose ring does not name their QP (localRing.produce).
 	sendersMu   sync.Mutex
 	firstSender *qp
+	firstSQ     *swq.Queue // firstSender's send queue, for Poll
 	shared      atomic.Bool
 
 	notifyOnce sync.Once
@@ -129,7 +131,7 @@ func (c *cq) addSender(q *qp) {
 	switch {
 	case c.firstSender == nil:
 		c.local.ownedBy(q.num)
-		c.firstSender = q
+		c.firstSender, c.firstSQ = q, q.sq
 	case !c.shared.Load():
 		c.shared.Store(true)
 		c.notOwn.Store(true)
@@ -178,10 +180,13 @@ func (c *cq) Poll(wc []driver.WorkCompletion) int {
 			return c.pollLocked(wc, n)
 		}
 		wc[n] = s.wc
-		c.firstSender.sq.Retire(s.retire)
+		c.firstSQ.Retire(s.retire)
 		atomicrel.StoreUint64(&s.seq, pos+r.mask+1)
 		r.head = pos + 1
 		n++
+		if r.tail.Load() == pos+1 {
+			break // no further completion reserved: one load, not the next slot's
+		}
 	}
 	c.mu.Unlock()
 	return n

@@ -209,13 +209,14 @@ func (r *cqRing) produce(wc *driver.WorkCompletion, payload *sglist.List) bool {
 // (ownedBy).
 func (r *localRing) produceOwn(retire, wrid uint64, st driver.WCStatus, op driver.WCOpcode, n uint32) bool {
 	pos := r.tail.Load()
-	s := &r.slots[pos&r.mask]
+	s := r.at(pos)
 	if s.seq.Load() != pos {
 		return false // full
 	}
 	s.wc.WRID, s.wc.Status, s.wc.Opcode, s.wc.ByteLen, s.retire = wrid, st, op, n, retire
-	atomicrel.StoreUint64(&r.tail, pos+1)
-	atomicrel.StoreUint64(&s.seq, pos+1)
+	pos++
+	atomicrel.StoreUint64(&r.tail, pos)
+	atomicrel.StoreUint64(&s.seq, pos)
 	return true
 }
 

@@ -276,9 +276,12 @@ func (q *qp) fail(ev driver.EventType) {
 
 func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 	q.mu.Lock()
-	// One WR on the short road (postFast, in line) takes no more than
-	// this.
-	if len(wrs) == 1 && q.sendsNow() && (q.postPath(&wrs[0]) || q.fillFast(&wrs[0]) && q.postPath(&wrs[0])) {
+	// One WR on postFast's shortest road (postPath) takes no more than
+	// this; postSendLocked tries the rest of postFast. Of sendsNow, the
+	// state alone: a destroyed QP is in the error state, and one waiting
+	// to retry receiver-not-ready has that WR queued, which postPath's
+	// test that the queue is idle refuses.
+	if len(wrs) == 1 && q.attr.State == driver.QPSRTS && q.postPath(&wrs[0]) {
 		q.mu.Unlock()
 		return 1, nil
 	}

@@ -173,14 +173,14 @@ type fastPath struct {
 	ver         uint32
 	gen         uint32    // the peer QP's gen when it connected
 	hdr         [2]uint64 // the peer QP header's words as checked (ringHeader.qpWords)
-	wc          driver.WCOpcode
 }
 
 // postPath performs wr through the fastPath of its opcode, if wr has its
 // keys and checks out; it reports false, having touched nothing, if not.
 func (q *qp) postPath(wr *driver.SendWR) bool {
-	c, op := q.conn, uint(wr.Opcode)
-	if c == nil || op >= uint(len(c.kc.fast)) || len(wr.SGList) != 1 {
+	op := wr.Opcode
+	c := q.conn
+	if c == nil || int(op) >= len(c.kc.fast) || len(wr.SGList) != 1 {
 		return false
 	}
 	t, g := &c.kc.fast[op], &wr.SGList[0]
@@ -190,40 +190,64 @@ func (q *qp) postPath(wr *driver.SendWR) bool {
 	if c.hold.Load() != 0 || t.mr.ext.Revoked() {
 		return false
 	}
-	// The spans, in the two regions (a zero-length WR takes the long
-	// road).
+	// The spans, in the two regions (a zero-length WR takes the
+	// long road).
 	n := uint64(g.Length)
 	loff, roff := g.Addr-t.laddr, wr.RemoteAddr-t.raddr
 	if !inSpan(loff, n, t.llen) || !inSpan(roff, n, t.rlen) {
 		return false
 	}
+	// One test at a time: each compiles to a compare and a branch.
 	h := c.peerHdr
-	if w0, w1 := h.qpWords(); w0 != t.hdr[0] || w1 != t.hdr[1] || h.gen.Load() != t.gen || t.slot.ver.Load() != t.ver {
+	w0, w1 := h.qpWords()
+	if w0 != t.hdr[0] {
+		return false
+	}
+	if w1 != t.hdr[1] {
+		return false
+	}
+	if h.gen.Load() != t.gen {
+		return false
+	}
+	if t.slot.ver.Load() != t.ver {
 		return false
 	}
 	sq := q.sq
-	if !sq.Idle() || !sq.Room() {
+	if !sq.Idle() {
+		return false
+	}
+	if !sq.Room() {
 		return false
 	}
 	local, remote := unsafe.Add(t.local, loff), unsafe.Add(t.remote, roff)
 	var byteLen uint32
-	switch wr.Opcode {
+	wc := driver.WCRDMAWrite
+	switch op {
 	case driver.OpRDMAWrite:
 		copySpan(remote, local, n)
 	case driver.OpRDMARead:
 		copySpan(local, remote, n)
-		byteLen = uint32(n)
+		byteLen, wc = uint32(n), driver.WCRDMARead
+	case driver.OpAtomicFetchAndAdd:
+		if n != 8 || uintptr(remote)%8 != 0 {
+			return false
+		}
+		add := wr.CompareAdd
+		*(*uint64)(local) = atomic.AddUint64((*uint64)(remote), add) - add
+		byteLen, wc = 8, driver.WCFetchAdd
 	default:
 		if n != 8 || uintptr(remote)%8 != 0 {
 			return false
 		}
-		binary.NativeEndian.PutUint64(unsafe.Slice((*byte)(local), 8), applyAtomic((*uint64)(remote), wr))
-		byteLen = 8
+		*(*uint64)(local) = applyAtomic((*uint64)(remote), wr)
+		byteLen, wc = 8, driver.WCCompSwap
 	}
-	if seq, signaled := sq.Commit(wr); signaled {
+	// From here on, q, wr, byteLen and wc alone, loaded again: a copy
+	// that calls memmove then keeps only them across the call.
+	if seq, signaled := q.sq.Commit(wr); signaled {
 		// pushSend, in line: one call fewer.
-		if cq := q.sendCQ; cq.notOwn.Load() || !cq.local.produceOwn(seq, wr.WRID, driver.WCSuccess, t.wc, byteLen) {
-			cq.pushSendSlow(q, seq, wr.WRID, driver.WCSuccess, t.wc, byteLen)
+		if cq := q.sendCQ; cq.notOwn.Load() || !cq.local.produceOwn(seq, wr.WRID, driver.WCSuccess, wc, byteLen) {
+			cq.pushSendSlow(q, seq, wr.WRID, driver.WCSuccess, wc, byteLen)
 		} else {
 			cq.ring.notify(false, false)
 		}
@@ -272,7 +296,7 @@ func (q *qp) fillFast(wr *driver.SendWR) bool {
 	c.kc.fast[wr.Opcode] = fastPath{mr: m, lkey: m.key, rkey: e.k.key,
 		local: unsafe.Pointer(unsafe.SliceData(m.buf)), laddr: m.addr, llen: min(uint64(len(m.buf)), deviceAttr.MaxMsgSize),
 		remote: remote, raddr: e.k.addr, rlen: uint64(len(e.fastWin)),
-		slot: e.slot, ver: e.k.ver, gen: c.peerGen, hdr: [2]uint64{w0, w1}, wc: f.wc}
+		slot: e.slot, ver: e.k.ver, gen: c.peerGen, hdr: [2]uint64{w0, w1}}
 	return true
 }
 
