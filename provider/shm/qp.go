@@ -281,11 +281,14 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 	// state alone: a destroyed QP is in the error state, and one waiting
 	// to retry receiver-not-ready has that WR queued, which postPath's
 	// test that the queue is idle refuses.
-	if len(wrs) == 1 && q.attr.State == driver.QPSRTS && q.postPath(&wrs[0]) {
-		q.mu.Unlock()
-		return 1, nil
+	if len(wrs) == 1 && q.attr.State == driver.QPSRTS {
+		if q.postPath(&wrs[0]) {
+			q.mu.Unlock()
+			return 1, nil
+		}
+		return q.postSendLocked(wrs, true)
 	}
-	return q.postSendLocked(wrs)
+	return q.postSendLocked(wrs, false)
 }
 
 // sendsNow reports whether the QP performs WRs as they are posted: it is
@@ -294,13 +297,18 @@ func (q *qp) sendsNow() bool {
 	return !q.destroyed && q.attr.State == driver.QPSRTS && !q.rnr.Waiting()
 }
 
-// postSendLocked is PostSend once q.mu is held, which it releases.
-func (q *qp) postSendLocked(wrs []driver.SendWR) (int, error) {
+// postSendLocked is PostSend once q.mu is held, which it releases; tried
+// says that postPath refused wrs[0] already.
+func (q *qp) postSendLocked(wrs []driver.SendWR, tried bool) (int, error) {
 	// While nothing waits in the queue, the WRs that can be performed at
-	// once are (postNow); the first that cannot, and all after it, are
-	// queued.
+	// once are (postFast, postNow); the first that cannot, and all after
+	// it, are queued.
 	i := 0
-	for i < len(wrs) && q.sendsNow() && (q.postFast(&wrs[i]) || q.postNow(&wrs[i])) {
+	for i < len(wrs) && q.sendsNow() {
+		if wr := &wrs[i]; !q.postFast(wr, tried) && !q.postNow(wr) {
+			break
+		}
+		tried = false
 		i++
 	}
 	if i < len(wrs) {
