@@ -33,6 +33,10 @@ type cq struct {
 	recvQPs   []*qp
 	recvWatch []recvWatch
 	recvNext  int
+	// ownOnly: no QP completes receives here (recvWatch is empty) and
+	// the CQ is not destroyed, so that Poll takes its send completions
+	// alone, in line. Guarded by mu.
+	ownOnly bool
 	// bells: the doorbells in the CQ's segment, which say which QPs
 	// have receive completions waiting; rb, the QPs they stand for and
 	// those queued for Poll (doorbell.go). rb is guarded by mu.
@@ -79,7 +83,7 @@ func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 		return nil, err
 	}
 	q := &cq{ctx: c, userCtx: userCtx, seg: seg, ring: notifyRing(seg.mem), bells: viewDoorbells(seg.mem), local: newLocalRing(n), n: n,
-		notify: make(chan struct{}, 1), nudge: make(chan struct{}, 1)}
+		notify: make(chan struct{}, 1), nudge: make(chan struct{}, 1), ownOnly: true}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := soft.Admit(c.closed, len(c.cqs), deviceAttr.MaxCQ); err != nil {
@@ -164,8 +168,7 @@ func (c *cq) Poll(wc []driver.WorkCompletion) int {
 	if !c.mu.TryLock() {
 		return c.pollWait(wc)
 	}
-	// Destroy sets destroyed before it takes c.mu to unmap the ring.
-	if c.destroyed.Load() || len(c.recvWatch) != 0 {
+	if !c.ownOnly {
 		return c.pollLocked(wc, 0)
 	}
 	r := c.local
@@ -421,6 +424,7 @@ func (c *cq) Destroy() error {
 	delete(c.ctx.cqs, c)
 	c.ctx.mu.Unlock()
 	c.mu.Lock()
+	c.ownOnly = false
 	c.seg.close()
 	c.mu.Unlock()
 	return nil
