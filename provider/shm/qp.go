@@ -305,7 +305,12 @@ func (q *qp) postSendLocked(wrs []driver.SendWR, tried bool) (int, error) {
 	// it, are queued.
 	i := 0
 	for i < len(wrs) && q.sendsNow() {
-		if wr := &wrs[i]; !q.postFast(wr, tried) && !q.postNow(wr) {
+		// postFast, in line: a Send, which it does not take, calls
+		// nothing on its way to postNow.
+		wr := &wrs[i]
+		fast := int(wr.Opcode) < len(fastOps) && fastOps[wr.Opcode].rneed != 0 &&
+			(!tried && q.postPath(wr) || q.fillFast(wr) && q.postPath(wr))
+		if !fast && !q.postNow(wr) {
 			break
 		}
 		tried = false

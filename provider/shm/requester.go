@@ -142,13 +142,8 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 // (lastMR) and the connection's cache of remote keys. Its checks are
 // postNow's, the lookups aside; it reports false, having touched
 // nothing, for any other WR or any check that fails, and postNow takes
-// the WR. tried says that postPath refused wr already.
-func (q *qp) postFast(wr *driver.SendWR, tried bool) bool {
-	if int(wr.Opcode) >= len(fastOps) || fastOps[wr.Opcode].rneed == 0 {
-		return false // Sends, above all, leave here, and call nothing
-	}
-	return !tried && q.postPath(wr) || q.fillFast(wr) && q.postPath(wr)
-}
+// the WR. PostSend tries postPath alone for a single WR, and
+// postSendLocked all of postFast, in line.
 
 // fastPath is what postFast keeps of the WRs of one opcode that took it:
 // their local and remote keys, and what those resolved to once every
