@@ -3,9 +3,10 @@
 // the counterpart of the pthread spinlocks that rdma-core's providers take
 // there.
 //
-// An uncontended Lock and Unlock cost one locked instruction, where
-// sync.Mutex costs two: Unlock is a release store, since no waiter sleeps
-// on the lock that it would have to wake. A waiter spins briefly, then
+// An uncontended Lock and Unlock cost one locked instruction (an
+// exchange, which needs no comparison), where sync.Mutex costs two:
+// Unlock is a release store, since no waiter sleeps on the lock that it
+// would have to wake. A waiter spins briefly, then
 // yields its processor, then sleeps in short naps, so a holder that is
 // descheduled or blocked does not leave it burning a core. Use it only
 // where the lock is held for a bounded, short time; sync.Mutex is the
@@ -37,7 +38,7 @@ const (
 
 // Lock locks l, waiting until it is free.
 func (l *Lock) Lock() {
-	if !l.state.CompareAndSwap(0, 1) {
+	if l.state.Swap(1) != 0 {
 		l.lockSlow()
 	}
 }
@@ -45,7 +46,7 @@ func (l *Lock) Lock() {
 func (l *Lock) lockSlow() {
 	nap := minNap
 	for i := 0; ; i++ {
-		if l.state.Load() == 0 && l.state.CompareAndSwap(0, 1) {
+		if l.state.Load() == 0 && l.state.Swap(1) == 0 {
 			return
 		}
 		switch {
@@ -60,7 +61,7 @@ func (l *Lock) lockSlow() {
 }
 
 // TryLock locks l if it is free and reports whether it did.
-func (l *Lock) TryLock() bool { return l.state.CompareAndSwap(0, 1) }
+func (l *Lock) TryLock() bool { return l.state.Swap(1) == 0 }
 
 // Unlock unlocks l. Unlocking a lock that is not held is a run-time
 // error, as with sync.Mutex.

@@ -69,23 +69,32 @@ type conn struct {
 	keys    *keyTable   // the peer's grant table for this connection (keySeg)
 	peerGen uint32      // the peer QP's gen when it connected: a later one is another connection's
 	ended   atomic.Bool // done is closed
-	// dirty: arrivals wait to be absorbed (the mappings change).
-	dirty atomic.Bool
+	// hold is zero while nothing stands between two WRs of the
+	// requester: it has one bit (hold*) for each thing that postFast
+	// would otherwise test on its own. Each bit is set by setHold after
+	// the state it stands for, and cleared by whoever deals with that
+	// state before it looks at the state, so that a bit is never clear
+	// while its state wants dealing with (a bit left set for a state
+	// already dealt with costs one WR on the long road, which clears
+	// it).
+	hold atomic.Uint32
 	// revokeWant: the peer's msgRevoke waiting for an answer (0: none),
 	// given by whoever sees first that no WR is under way (answerRevoke).
 	revokeWant atomic.Uint32
 	// peerSettled: the peer's QP can raise no communication established
-	// event for a request of this connection any more (announceRequest).
-	// Guarded by q.mu.
+	// event for a request of this connection any more (announceRequest);
+	// holdUnsettled until it is. Guarded by q.mu.
 	peerSettled bool
 	// retired: mappings absorb replaced or dropped while a target of the
 	// WR being executed (dst) lay in them, unmapped once the WR is done
 	// (closeRetired): a WR that resolved one of its SGEs into a mapping
 	// may see it replaced while it resolves the next. Any other mapping
-	// absorb drops is unmapped at once. Guarded by q.mu.
+	// absorb drops is unmapped at once. holdRetired while it is not
+	// empty. Guarded by q.mu.
 	retired []*segment
 	// segWaitUntil bounds the waits for segments of the WR being executed
-	// (segment), all of them together; zero between WRs. Guarded by q.mu.
+	// (segment), all of them together; zero between WRs, holdSegWait
+	// while it is not (waitDeadline). Guarded by q.mu.
 	segWaitUntil time.Time
 	// kc: the resolved keys, guarded by q.mu.
 	kc keyCache
@@ -164,6 +173,23 @@ type conn struct {
 	closing  sync.Once
 }
 
+// The bits of conn.hold.
+const (
+	holdUnsettled = 1 << iota // peerSettled is false
+	holdDirty                 // arrivals wait to be absorbed (the mappings change)
+	holdRetired               // retired is not empty
+	holdSegWait               // segWaitUntil is not zero
+	holdRevoke                // revokeWant may be set
+	holdEnded                 // ended is set
+)
+
+// setHold sets bits of c.hold, once the state they stand for is set.
+func (c *conn) setHold(bits uint32) { c.hold.Or(bits) }
+
+// clearHold clears bits of c.hold and reports which of them were set;
+// the caller then deals with the state they stand for.
+func (c *conn) clearHold(bits uint32) uint32 { return c.hold.And(^bits) & bits }
+
 // maxArrivals bounds the segments received and not yet absorbed by the
 // requester.
 const maxArrivals = 1024
@@ -220,11 +246,17 @@ func (c *conn) announceRequest() {
 	switch driver.QPState(c.peerHdr.state.Load()) {
 	case driver.QPSRTR:
 		c.sendCtrl(msgCommEst, 0, 0)
-		c.peerSettled = true
+		c.settle()
 	case driver.QPSReset, driver.QPSInit:
 	default:
-		c.peerSettled = true
+		c.settle()
 	}
+}
+
+// settle records that the peer's QP is past RTR (peerSettled).
+func (c *conn) settle() {
+	c.peerSettled = true
+	c.clearHold(holdUnsettled)
 }
 
 // peerBroke handles a peer whose shared memory made no sense: the
@@ -320,7 +352,7 @@ func (c *conn) reader() {
 			}
 			c.arrivals = append(c.arrivals, r)
 			c.arriveMu.Unlock()
-			c.dirty.Store(true)
+			c.setHold(holdDirty)
 			select {
 			case c.segNote <- struct{}{}:
 			default:
@@ -359,6 +391,7 @@ func (c *conn) handleEvents() {
 			}
 		case msgRevoke:
 			c.revokeWant.Store(m.a())
+			c.setHold(holdRevoke)
 			c.awaitRevokeAnswer()
 		case msgOverrun:
 			// Only from the QP's current connection: a peer of one
@@ -388,6 +421,7 @@ func (c *conn) withQP(f func(q *qp)) {
 func (c *conn) finish() {
 	c.doneOnce.Do(func() {
 		c.ended.Store(true)
+		c.setHold(holdEnded)
 		close(c.done)
 	})
 }

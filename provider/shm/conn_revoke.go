@@ -38,6 +38,7 @@ func (c *conn) awaitRevokeAnswer() {
 // answerRevoke answers a msgRevoke waiting for it. q.mu is held, and no
 // WR is under way.
 func (c *conn) answerRevoke() {
+	c.clearHold(holdRevoke)
 	if seq := c.revokeWant.Swap(0); seq != 0 {
 		c.kc = keyCache{}
 		c.sendCtrl(msgRevoked, seq, 0)

@@ -68,7 +68,7 @@ func (c *conn) pushShareable() {
 
 // absorb applies the segments the peer sent or freed; q.mu is held.
 func (c *conn) absorb() {
-	if !c.dirty.Load() || !c.dirty.Swap(false) {
+	if c.hold.Load()&holdDirty == 0 || c.clearHold(holdDirty) == 0 {
 		return
 	}
 	c.kc = keyCache{}
@@ -182,6 +182,7 @@ func (c *conn) retire(id uint32, s *segment) {
 	delete(c.segRW, id)
 	if c.targets(s) {
 		c.retired = append(c.retired, s)
+		c.setHold(holdRetired)
 		return
 	}
 	s.close()
@@ -209,6 +210,7 @@ func (c *conn) targets(s *segment) bool {
 // closeRetired unmaps the mappings absorb retired; q.mu is held, and no
 // WR is being executed.
 func (c *conn) closeRetired() {
+	c.clearHold(holdRetired)
 	for i, s := range c.retired {
 		s.close()
 		c.retired[i] = nil
@@ -263,10 +265,23 @@ const segWait = 2 * time.Second
 // this is its first, and returns a timer that fires when it runs out.
 // q.mu is held.
 func (c *conn) waitTimer() *time.Timer {
+	return time.NewTimer(time.Until(c.waitDeadline()))
+}
+
+// waitDeadline is the end of the WR's bound on waits for the peer,
+// which starts (segWaitUntil) at its first wait. q.mu is held.
+func (c *conn) waitDeadline() time.Time {
 	if c.segWaitUntil.IsZero() {
 		c.segWaitUntil = time.Now().Add(segWait)
+		c.setHold(holdSegWait)
 	}
-	return time.NewTimer(time.Until(c.segWaitUntil))
+	return c.segWaitUntil
+}
+
+// endWait ends the WR's bound on waits for the peer. q.mu is held.
+func (c *conn) endWait() {
+	c.clearHold(holdSegWait)
+	c.segWaitUntil = time.Time{}
 }
 
 // procCopy copies between local memory b and the peer's process memory

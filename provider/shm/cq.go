@@ -6,8 +6,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goverbs/goverbs/internal/atomicrel"
 	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/internal/spin"
+	"github.com/goverbs/goverbs/internal/swq"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
 
@@ -31,6 +33,10 @@ type cq struct {
 	recvQPs   []*qp
 	recvWatch []recvWatch
 	recvNext  int
+	// ownOnly: no QP completes receives here (recvWatch is empty) and
+	// the CQ is not destroyed, so that Poll takes its send completions
+	// alone, in line. Guarded by mu.
+	ownOnly bool
 	// bells: the doorbells in the CQ's segment, which say which QPs
 	// have receive completions waiting; rb, the QPs they stand for and
 	// those queued for Poll (doorbell.go). rb is guarded by mu.
@@ -49,6 +55,7 @@ type cq struct {
 	// whose ring does not name their QP (localRing.produce).
 	sendersMu   sync.Mutex
 	firstSender *qp
+	firstSQ     *swq.Queue // firstSender's send queue, for Poll
 	shared      atomic.Bool
 
 	notifyOnce sync.Once
@@ -76,7 +83,7 @@ func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 		return nil, err
 	}
 	q := &cq{ctx: c, userCtx: userCtx, seg: seg, ring: notifyRing(seg.mem), bells: viewDoorbells(seg.mem), local: newLocalRing(n), n: n,
-		notify: make(chan struct{}, 1), nudge: make(chan struct{}, 1)}
+		notify: make(chan struct{}, 1), nudge: make(chan struct{}, 1), ownOnly: true}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := soft.Admit(c.closed, len(c.cqs), deviceAttr.MaxCQ); err != nil {
@@ -128,7 +135,7 @@ func (c *cq) addSender(q *qp) {
 	switch {
 	case c.firstSender == nil:
 		c.local.ownedBy(q.num)
-		c.firstSender = q
+		c.firstSender, c.firstSQ = q, q.sq
 	case !c.shared.Load():
 		c.shared.Store(true)
 		c.notOwn.Store(true)
@@ -153,16 +160,57 @@ func (c *cq) markOverrun() {
 }
 
 func (c *cq) Poll(wc []driver.WorkCompletion) int {
-	c.mu.Lock()
+	// The common case in line: a CQ of one QP's send completions only,
+	// whose completions name no QP (localRing.produceOwn). Anything else
+	// is pollLocked's, which takes the completions from wc[n] on; the
+	// calls out of line are the last thing done, so that nothing need be
+	// kept on the stack around them.
+	if !c.mu.TryLock() {
+		return c.pollWait(wc)
+	}
+	if !c.ownOnly {
+		return c.pollLocked(wc, 0)
+	}
+	r := c.local
 	n := 0
+	for n < len(wc) {
+		pos := r.head
+		s := r.at(pos)
+		if s.seq.Load() != pos+1 {
+			break
+		}
+		if s.q != nil {
+			return c.pollLocked(wc, n)
+		}
+		wc[n] = s.wc
+		c.firstSQ.Retire(s.retire)
+		atomicrel.StoreUint64(&s.seq, pos+r.mask+1)
+		r.head = pos + 1
+		n++
+		if r.tail.Load() == pos+1 {
+			break // no further completion reserved: one load, not the next slot's
+		}
+	}
+	c.mu.Unlock()
+	return n
+}
+
+// pollWait is Poll once c.mu is found held: it waits for it.
+func (c *cq) pollWait(wc []driver.WorkCompletion) int {
+	c.mu.Lock()
+	return c.pollLocked(wc, 0)
+}
+
+// pollLocked is Poll with c.mu held, the completions taken into wc[:n]
+// already; it releases c.mu.
+func (c *cq) pollLocked(wc []driver.WorkCompletion, n int) int {
 	// Destroy sets destroyed before it takes c.mu to unmap the ring.
 	if c.destroyed.Load() {
 		// Nothing to take.
 	} else if len(c.recvWatch) == 0 {
-		// A CQ of send completions only: its private ring alone, as far
-		// as its producers have reserved slots in it.
+		// A CQ of send completions only: its private ring alone.
 		r := c.local
-		for n < len(wc) && r.head != r.tail.Load() {
+		for n < len(wc) {
 			q, seq, ok := r.take(&wc[n])
 			if !ok {
 				break
@@ -376,6 +424,7 @@ func (c *cq) Destroy() error {
 	delete(c.ctx.cqs, c)
 	c.ctx.mu.Unlock()
 	c.mu.Lock()
+	c.ownOnly = false
 	c.seg.close()
 	c.mu.Unlock()
 	return nil

@@ -43,6 +43,18 @@ type ringHeader struct {
 	_         [9]uint32
 }
 
+// qpWords returns a QP block's state and access (the first word) and
+// its attrs and pd (the second), each pair read at once, as they lie in
+// memory.
+func (h *ringHeader) qpWords() (uint64, uint64) {
+	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&h.state))), atomic.LoadUint64((*uint64)(unsafe.Pointer(&h.attrs)))
+}
+
+// qpWords reads state with access, and attrs with pd, as aligned words.
+var _ = [1]struct{}{}[unsafe.Offsetof(ringHeader{}.state)%8+unsafe.Offsetof(ringHeader{}.attrs)%8+
+	unsafe.Offsetof(ringHeader{}.access)-unsafe.Offsetof(ringHeader{}.state)-4+
+	unsafe.Offsetof(ringHeader{}.pd)-unsafe.Offsetof(ringHeader{}.attrs)-4]
+
 var errGarbage = errors.New("shm: inconsistent shared memory from the peer")
 
 func header(mem []byte) *ringHeader { return (*ringHeader)(unsafe.Pointer(&mem[0])) }
@@ -197,13 +209,14 @@ func (r *cqRing) produce(wc *driver.WorkCompletion, payload *sglist.List) bool {
 // (ownedBy).
 func (r *localRing) produceOwn(retire, wrid uint64, st driver.WCStatus, op driver.WCOpcode, n uint32) bool {
 	pos := r.tail.Load()
-	s := &r.slots[pos&r.mask]
+	s := r.at(pos)
 	if s.seq.Load() != pos {
 		return false // full
 	}
 	s.wc.WRID, s.wc.Status, s.wc.Opcode, s.wc.ByteLen, s.retire = wrid, st, op, n, retire
-	atomicrel.StoreUint64(&r.tail, pos+1)
-	atomicrel.StoreUint64(&s.seq, pos+1)
+	pos++
+	atomicrel.StoreUint64(&r.tail, pos)
+	atomicrel.StoreUint64(&s.seq, pos)
 	return true
 }
 
@@ -385,6 +398,12 @@ type localSlot struct {
 	wc     driver.WorkCompletion
 	q      *qp
 	retire uint64 // the send slot the completion frees
+}
+
+// at returns the slot of position pos. (slots holds mask+1 of them, so
+// that pos&mask indexes it: no bounds check is needed.)
+func (r *localRing) at(pos uint64) *localSlot {
+	return (*localSlot)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(r.slots)), uintptr(pos&r.mask)*unsafe.Sizeof(localSlot{})))
 }
 
 func newLocalRing(n int) *localRing {

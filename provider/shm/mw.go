@@ -2,7 +2,6 @@ package shm
 
 import (
 	"sync/atomic"
-	"time"
 
 	"github.com/goverbs/goverbs/internal/grant"
 	"github.com/goverbs/goverbs/internal/keytab"
@@ -293,10 +292,7 @@ func (c *conn) askInvalidate(key uint32) bool {
 		<-c.invAck // an answer that came too late for an earlier ask
 	}
 	c.sendCtrl(msgInvalidate, key, 0)
-	if c.segWaitUntil.IsZero() {
-		c.segWaitUntil = time.Now().Add(segWait)
-	}
-	t := time.NewTimer(time.Until(c.segWaitUntil))
+	t := c.waitTimer()
 	defer t.Stop()
 	for {
 		select {

@@ -276,12 +276,19 @@ func (q *qp) fail(ev driver.EventType) {
 
 func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 	q.mu.Lock()
-	// One WR on the short road (postFast) takes no more than this.
-	if len(wrs) == 1 && q.sendsNow() && q.postFast(&wrs[0]) {
-		q.mu.Unlock()
-		return 1, nil
+	// One WR on postFast's shortest road (postPath) takes no more than
+	// this; postSendLocked tries the rest of postFast. Of sendsNow, the
+	// state alone: a destroyed QP is in the error state, and one waiting
+	// to retry receiver-not-ready has that WR queued, which postPath's
+	// test that the queue is idle refuses.
+	if len(wrs) == 1 && q.attr.State == driver.QPSRTS {
+		if q.postPath(&wrs[0]) {
+			q.mu.Unlock()
+			return 1, nil
+		}
+		return q.postSendLocked(wrs, true)
 	}
-	return q.postSendLocked(wrs)
+	return q.postSendLocked(wrs, false)
 }
 
 // sendsNow reports whether the QP performs WRs as they are posted: it is
@@ -290,13 +297,23 @@ func (q *qp) sendsNow() bool {
 	return !q.destroyed && q.attr.State == driver.QPSRTS && !q.rnr.Waiting()
 }
 
-// postSendLocked is PostSend once q.mu is held, which it releases.
-func (q *qp) postSendLocked(wrs []driver.SendWR) (int, error) {
+// postSendLocked is PostSend once q.mu is held, which it releases; tried
+// says that postPath refused wrs[0] already.
+func (q *qp) postSendLocked(wrs []driver.SendWR, tried bool) (int, error) {
 	// While nothing waits in the queue, the WRs that can be performed at
-	// once are (postNow); the first that cannot, and all after it, are
-	// queued.
+	// once are (postFast, postNow); the first that cannot, and all after
+	// it, are queued.
 	i := 0
-	for i < len(wrs) && q.sendsNow() && (q.postFast(&wrs[i]) || q.postNow(&wrs[i])) {
+	for i < len(wrs) && q.sendsNow() {
+		// postFast, in line: a Send, which it does not take, calls
+		// nothing on its way to postNow.
+		wr := &wrs[i]
+		fast := int(wr.Opcode) < len(fastOps) && fastOps[wr.Opcode].rneed != 0 &&
+			(!tried && q.postPath(wr) || q.fillFast(wr) && q.postPath(wr))
+		if !fast && !q.postNow(wr) {
+			break
+		}
+		tried = false
 		i++
 	}
 	if i < len(wrs) {

@@ -223,6 +223,7 @@ func (c *cq) watchRecvs() {
 	}
 	c.recvNext = 0
 	c.rb.reset(c.recvQPs)
+	c.ownOnly = len(c.recvWatch) == 0 && !c.destroyed.Load()
 }
 
 // addRecvQP has Poll take q's receive completions, before q can be

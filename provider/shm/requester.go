@@ -3,7 +3,6 @@ package shm
 import (
 	"encoding/binary"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/goverbs/goverbs/internal/keytab"
@@ -134,99 +133,119 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 }
 
 // postFast is postNow's shortest road, tried first: an RDMA Write, Read
-// or atomic with one SGE, not inline, whose local key names the region
-// the QP's last WR named (lastMR) and whose remote key is in the
-// connection's cache, in a segment mapped here, on a connection with
-// nothing to do between WRs (no mapping change to absorb, nothing left
-// for afterWR, the peer's QP past announceRequest). Its checks are
-// postNow's, the lookups aside; it reports false, having touched nothing,
-// for any other WR or any check that fails, and postNow takes the WR.
-func (q *qp) postFast(wr *driver.SendWR) bool {
-	if int(wr.Opcode) >= len(fastOps) || fastOps[wr.Opcode].rneed == 0 {
-		return false // Sends, above all, leave here
-	}
-	f := fastOps[wr.Opcode]
-	c, m, sq, sgl := q.conn, q.lastMR, q.sq, wr.SGList
-	if len(sgl) != 1 || wr.Flags&driver.SendInline != 0 || c == nil || m == nil {
+// or atomic with one SGE, not inline, whose local and remote keys are
+// those of the last WR of its opcode that took it (the connection's
+// fastPath for the opcode), on a connection with nothing to do between
+// WRs (hold: no mapping change to absorb, nothing left for afterWR, the
+// peer's QP past announceRequest). A WR whose keys are not those fills
+// the fastPath first (fillFast), from the region the QP's last WR named
+// (lastMR) and the connection's cache of remote keys. Its checks are
+// postNow's, the lookups aside; it reports false, having touched
+// nothing, for any other WR or any check that fails, and postNow takes
+// the WR. PostSend tries postPath alone for a single WR, and
+// postSendLocked all of postFast, in line.
+
+// fastPath is what postFast keeps of the WRs of one opcode that took it:
+// their local and remote keys, and what those resolved to once every
+// check that does not depend on a WR's addresses and length passed. A
+// WR with the same keys is checked against it: the local region still
+// registered, the remote key's slot in the peer's key table at the same
+// version, the peer QP's header as it was (its state, rights, responder
+// depth, PD and gen: any change, and the WR takes the long road, which
+// checks them again), and the WR's spans in the two regions. It is
+// guarded by q.mu, and forgotten with the rest of the key cache whenever
+// a mapping goes (absorb, revocations, close): remote points into one.
+type fastPath struct {
+	mr         *mr    // the local region (nil: none)
+	lkey, rkey uint32 // the WRs' keys
+	// local: the region's first byte, at address laddr, llen bytes of
+	// it (at most the largest message: a WR within them is no longer).
+	local       unsafe.Pointer
+	laddr, llen uint64
+	// remote: the remote region's first byte in its mapping, at address
+	// raddr, and rlen bytes of it (keyEntry.fastWin); an atomic's is
+	// aligned as raddr is, modulo 8.
+	remote      unsafe.Pointer
+	raddr, rlen uint64
+	slot        *keySlot // the remote key's slot, at version ver
+	ver         uint32
+	gen         uint32    // the peer QP's gen when it connected
+	hdr         [2]uint64 // the peer QP header's words as checked (ringHeader.qpWords)
+}
+
+// postPath performs wr through the fastPath of its opcode, if wr has its
+// keys and checks out; it reports false, having touched nothing, if not.
+func (q *qp) postPath(wr *driver.SendWR) bool {
+	op := wr.Opcode
+	c := q.conn
+	if c == nil || int(op) >= len(c.kc.fast) || len(wr.SGList) != 1 {
 		return false
 	}
+	t, g := &c.kc.fast[op], &wr.SGList[0]
+	if t.mr == nil || t.lkey != g.LKey || t.rkey != wr.RKey || wr.Flags&driver.SendInline != 0 {
+		return false
+	}
+	if c.hold.Load() != 0 || t.mr.ext.Revoked() {
+		return false
+	}
+	// The spans, in the two regions (a zero-length WR takes the
+	// long road).
+	n := uint64(g.Length)
+	loff, roff := g.Addr-t.laddr, wr.RemoteAddr-t.raddr
+	if !inSpan(loff, n, t.llen) || !inSpan(roff, n, t.rlen) {
+		return false
+	}
+	// One test at a time: each compiles to a compare and a branch.
+	h := c.peerHdr
+	w0, w1 := h.qpWords()
+	if w0 != t.hdr[0] {
+		return false
+	}
+	if w1 != t.hdr[1] {
+		return false
+	}
+	if h.gen.Load() != t.gen {
+		return false
+	}
+	if t.slot.ver.Load() != t.ver {
+		return false
+	}
+	sq := q.sq
 	if !sq.Idle() {
 		return false
 	}
 	if !sq.Room() {
 		return false
 	}
-	g := &sgl[0]
-	n := uint64(g.Length)
-	// n-1 wraps for 0: a zero-length WR takes the long road.
-	if m.key != g.LKey || m.access&f.need != f.need || n-1 >= deviceAttr.MaxMsgSize || q.cap.MaxSendSGE == 0 {
-		return false
-	}
-	if m.ext.Revoked() {
-		return false
-	}
-	if !c.peerSettled {
-		return false
-	}
-	if c.dirty.Load() {
-		return false
-	}
-	// c.leftovers, one test at a time.
-	if len(c.retired) > 0 {
-		return false
-	}
-	if !c.segWaitUntil.IsZero() {
-		return false
-	}
-	if c.revokeWant.Load() != 0 {
-		return false
-	}
-	local, ok := within(m.buf, m.addr, g.Addr, n)
-	if !ok {
-		return false
-	}
-	h := c.peerHdr // peerUp, peerReads and allows, in line
-	if c.ended.Load() {
-		return false
-	}
-	if !accepts(driver.QPState(h.state.Load())) {
-		return false
-	}
-	if h.gen.Load() != c.peerGen {
-		return false
-	}
-	if f.need != 0 && h.attrs.Load()>>8&0xff == 0 {
-		return false
-	}
-	e := c.cachedFast(wr.RKey, f.rneed != driver.AccessRemoteRead)
-	if e == nil {
-		return false
-	}
-	if e.k.access&(driver.AccessFlags(h.access.Load())|^driver.RemoteAccess)&f.rneed != f.rneed || e.k.pd != h.pd.Load() {
-		return false
-	}
-	remote, ok := within(e.fastWin, e.k.addr, wr.RemoteAddr, n)
-	if !ok {
-		return false
-	}
+	local, remote := unsafe.Add(t.local, loff), unsafe.Add(t.remote, roff)
 	var byteLen uint32
-	switch f.rneed {
-	case driver.AccessRemoteWrite:
+	wc := driver.WCRDMAWrite
+	switch op {
+	case driver.OpRDMAWrite:
 		copySpan(remote, local, n)
-	case driver.AccessRemoteRead:
+	case driver.OpRDMARead:
 		copySpan(local, remote, n)
-		byteLen = uint32(n)
-	default:
-		if n != 8 || wr.RemoteAddr%8 != 0 || uintptr(remote)%8 != 0 {
+		byteLen, wc = uint32(n), driver.WCRDMARead
+	case driver.OpAtomicFetchAndAdd:
+		if n != 8 || uintptr(remote)%8 != 0 {
 			return false
 		}
-		binary.NativeEndian.PutUint64(unsafe.Slice((*byte)(local), 8), applyAtomic((*uint64)(remote), wr))
-		byteLen = 8
+		add := wr.CompareAdd
+		*(*uint64)(local) = atomic.AddUint64((*uint64)(remote), add) - add
+		byteLen, wc = 8, driver.WCFetchAdd
+	default:
+		if n != 8 || uintptr(remote)%8 != 0 {
+			return false
+		}
+		*(*uint64)(local) = applyAtomic((*uint64)(remote), wr)
+		byteLen, wc = 8, driver.WCCompSwap
 	}
-	if seq, signaled := sq.Commit(wr); signaled {
+	// From here on, q, wr, byteLen and wc alone, loaded again: a copy
+	// that calls memmove then keeps only them across the call.
+	if seq, signaled := q.sq.Commit(wr); signaled {
 		// pushSend, in line: one call fewer.
-		if cq := q.sendCQ; cq.notOwn.Load() || !cq.local.produceOwn(seq, wr.WRID, driver.WCSuccess, f.wc, byteLen) {
-			cq.pushSendSlow(q, seq, wr.WRID, driver.WCSuccess, f.wc, byteLen)
+		if cq := q.sendCQ; cq.notOwn.Load() || !cq.local.produceOwn(seq, wr.WRID, driver.WCSuccess, wc, byteLen) {
+			cq.pushSendSlow(q, seq, wr.WRID, driver.WCSuccess, wc, byteLen)
 		} else {
 			cq.ring.notify(false, false)
 		}
@@ -234,19 +253,57 @@ func (q *qp) postFast(wr *driver.SendWR) bool {
 	return true
 }
 
-// within is soft.Within for n > 0, reporting the first byte of the span
-// rather than a slice of it: the n bytes from the pointer returned are
-// buf's (n > 0 puts the first inside buf), and no slice is made, nor its
-// length checked again.
-func within(buf []byte, base, addr, n uint64) (unsafe.Pointer, bool) {
-	off := addr - base
-	if off >= uint64(len(buf)) || n > uint64(len(buf))-off {
-		return nil, false
+// fillFast fills the fastPath of wr's opcode for wr's keys, if wr is one
+// postFast takes and every check that does not depend on its addresses
+// and length passes, without lookups: the local key names the region the
+// QP's last WR named, the remote key is in the connection's cache, its
+// region is mapped, and the connection has nothing to do between WRs. It
+// reports whether it did.
+func (q *qp) fillFast(wr *driver.SendWR) bool {
+	if int(wr.Opcode) >= len(fastOps) || fastOps[wr.Opcode].rneed == 0 {
+		return false // Sends, above all, leave here
 	}
-	return unsafe.Add(unsafe.Pointer(unsafe.SliceData(buf)), off), true
+	f := fastOps[wr.Opcode]
+	c, m, sgl := q.conn, q.lastMR, wr.SGList
+	if len(sgl) != 1 || wr.Flags&driver.SendInline != 0 || c == nil || m == nil || q.cap.MaxSendSGE == 0 {
+		return false
+	}
+	g := &sgl[0]
+	if m.key != g.LKey || m.access&f.need != f.need || m.ext.Revoked() || c.hold.Load() != 0 {
+		return false
+	}
+	h := c.peerHdr // peerUp (ended is in hold), peerReads and allows
+	w0, w1 := h.qpWords()
+	var v [4]uint32 // the four fields, as they lie in the words
+	*(*[2]uint64)(unsafe.Pointer(&v)) = [2]uint64{w0, w1}
+	state, access, attrs, pd := v[0], v[1], v[2], v[3]
+	if !accepts(driver.QPState(state)) || h.gen.Load() != c.peerGen || f.need != 0 && attrs>>8&0xff == 0 {
+		return false
+	}
+	e := c.cachedFast(wr.RKey, f.rneed != driver.AccessRemoteRead)
+	if e == nil || len(e.fastWin) == 0 {
+		return false
+	}
+	if e.k.access&(driver.AccessFlags(access)|^driver.RemoteAccess)&f.rneed != f.rneed || e.k.pd != pd {
+		return false
+	}
+	remote := unsafe.Pointer(unsafe.SliceData(e.fastWin))
+	if f.rneed == driver.AccessRemoteAtomic && uint64(uintptr(remote))%8 != e.k.addr%8 {
+		return false
+	}
+	c.kc.fast[wr.Opcode] = fastPath{mr: m, lkey: m.key, rkey: e.k.key,
+		local: unsafe.Pointer(unsafe.SliceData(m.buf)), laddr: m.addr, llen: min(uint64(len(m.buf)), deviceAttr.MaxMsgSize),
+		remote: remote, raddr: e.k.addr, rlen: uint64(len(e.fastWin)),
+		slot: e.slot, ver: e.k.ver, gen: c.peerGen, hdr: [2]uint64{w0, w1}}
+	return true
 }
 
-// copySpan copies the n bytes at src to dst, spans that within returned:
+// inSpan reports whether the n bytes at offset off of a span of size
+// bytes lie in it, as soft.Within does for n > 0; false for n == 0 (n-1
+// wraps), which postFast leaves to the long road.
+func inSpan(off, n, size uint64) bool { return off < size && n-1 < size-off }
+
+// copySpan copies the n bytes at src to dst, spans that inSpan accepted:
 // one load and one store for the 8 bytes of a word-sized operation, a
 // call of memmove otherwise.
 func copySpan(dst, src unsafe.Pointer, n uint64) {
@@ -307,18 +364,19 @@ func (q *qp) afterWR() {
 
 // leftovers reports whether the WR just executed left work for afterWR.
 func (c *conn) leftovers() bool {
-	return len(c.retired) > 0 || !c.segWaitUntil.IsZero() || c.revokeWant.Load() != 0
+	return c.hold.Load()&(holdRetired|holdSegWait|holdRevoke) != 0
 }
 
 // afterWR is qp.afterWR when there is something to do.
 func (c *conn) afterWR() {
-	if len(c.retired) > 0 {
+	h := c.hold.Load()
+	if h&holdRetired != 0 {
 		c.closeRetired()
 	}
-	if !c.segWaitUntil.IsZero() {
-		c.segWaitUntil = time.Time{}
+	if h&holdSegWait != 0 {
+		c.endWait()
 	}
-	if c.revokeWant.Load() != 0 {
+	if h&holdRevoke != 0 {
 		c.answerRevoke()
 	}
 }
@@ -442,7 +500,7 @@ type remote struct {
 // t. (t is filled in place: a returned struct read back with wider loads
 // than it was stored with stalls the CPU.)
 func (c *conn) target(t *remote, key uint32, addr, n uint64, need driver.AccessFlags, write bool) bool {
-	if c.dirty.Load() {
+	if c.hold.Load()&holdDirty != 0 {
 		c.absorb() // the mappings change: this forgets the cached keys
 	}
 	e := c.cached(key, write)
@@ -505,6 +563,9 @@ func (e *keyEntry) span(addr, n uint64) ([]byte, bool) {
 type keyCache struct {
 	e    [2]keyEntry // cachedFast looks at both
 	next int         // the entry to replace
+	// fast: postFast's resolved keys, by opcode, which the entries'
+	// mappings outlive only as long as they are cached.
+	fast [len(fastOps)]fastPath
 }
 
 // keyEntry is one resolved key: the key slot as read, and the peer's

@@ -209,7 +209,7 @@ func TestPeerMappingsBounded(t *testing.T) {
 			id++
 		}
 		vc.arriveMu.Unlock()
-		vc.dirty.Store(true)
+		vc.setHold(holdDirty)
 		postSend(t, p.A, 0, rdma(uint64(round), verbs.OpRDMARead, local.SGE(0, 64), target, 0))
 		if wcs := waitWCs(t, p.A, verbstest.SendCQ, 1); wcs[0].Status != verbs.WCSuccess {
 			t.Fatalf("round %d: Read completed with %v", round, wcs[0].Status)
@@ -334,7 +334,7 @@ func TestRepeatedSegmentKeepsMapping(t *testing.T) {
 		vc.arriveMu.Lock()
 		vc.arrivals = append(vc.arrivals, segReply{id: id, fd: fd, writable: writable})
 		vc.arriveMu.Unlock()
-		vc.dirty.Store(true)
+		vc.setHold(holdDirty)
 	}
 	push(writable)
 	read(2)

@@ -390,7 +390,7 @@ func TestReceiveBuffersOfOnePeerOnly(t *testing.T) {
 		for _, write := range []bool{true, false} {
 			aq.mu.Lock()
 			_, got := c.segment(segIDs[other], write)
-			c.segWaitUntil = time.Time{}
+			c.endWait()
 			aq.mu.Unlock()
 			if got {
 				t.Fatalf("peer %d was handed the other peer's receive segment (writable: %v)", i, write)

@@ -1,0 +1,125 @@
+package shm
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/driver"
+	"github.com/goverbs/goverbs/verbs/verbstest"
+)
+
+// TestFastPathRechecksWhatItKept: once WRs have taken postFast's road and
+// it keeps their keys' resolution (fastPath), a WR with the same keys
+// still fails, touching nothing, when anything that resolution assumed
+// changed since: the peer QP's state, generation, rights or responder
+// depth (changed by the peer, or written into its header by a lying one),
+// either region deregistered, or a span beyond either region.
+func TestFastPathRechecksWhatItKept(t *testing.T) {
+	const size = 64
+	for _, tc := range []struct {
+		name   string
+		op     verbs.Opcode
+		change func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (local verbs.SGE, off int)
+		want   verbs.WCStatus
+	}{
+		{"peer QP in Reset", verbs.OpRDMAWrite, func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (verbs.SGE, int) {
+			peerHeader(t, p).state.Store(uint32(driver.QPSReset))
+			return src.SGE(0, 8), 0
+		}, verbs.WCWRFlushErr},
+		{"peer QP reset since", verbs.OpRDMAWrite, func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (verbs.SGE, int) {
+			peerHeader(t, p).gen.Add(1)
+			return src.SGE(0, 8), 0
+		}, verbs.WCWRFlushErr},
+		{"peer QP without remote writes", verbs.OpRDMAWrite, func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (verbs.SGE, int) {
+			if err := p.B.(*verbstest.Local).QPs[0].Modify(&verbs.QPAttr{AccessFlags: verbs.AccessLocalWrite | verbs.AccessRemoteRead}, verbs.QPAttrAccessFlags); err != nil {
+				t.Fatal(err)
+			}
+			return src.SGE(0, 8), 0
+		}, verbs.WCRemAccessErr},
+		{"peer QP's PD changed", verbs.OpRDMAWrite, func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (verbs.SGE, int) {
+			peerHeader(t, p).pd.Add(1)
+			return src.SGE(0, 8), 0
+		}, verbs.WCRemAccessErr},
+		{"peer QP without responder depth", verbs.OpRDMARead, func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (verbs.SGE, int) {
+			peerHeader(t, p).attrs.And(^uint32(0xff00))
+			return src.SGE(0, 8), 0
+		}, verbs.WCRemInvReqErr},
+		{"remote region deregistered", verbs.OpRDMAWrite, func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (verbs.SGE, int) {
+			if err := p.B.DeregRegion(tgt.ID); err != nil {
+				t.Fatal(err)
+			}
+			return src.SGE(0, 8), 0
+		}, verbs.WCRemAccessErr},
+		{"local region deregistered", verbs.OpRDMAWrite, func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (verbs.SGE, int) {
+			if err := p.A.DeregRegion(src.ID); err != nil {
+				t.Fatal(err)
+			}
+			return src.SGE(0, 8), 0
+		}, verbs.WCLocProtErr},
+		{"beyond the remote region", verbs.OpRDMAWrite, func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (verbs.SGE, int) {
+			return src.SGE(0, 8), size - 4
+		}, verbs.WCRemAccessErr},
+		{"beyond the local region", verbs.OpRDMAWrite, func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (verbs.SGE, int) {
+			return src.SGE(size-4, 8), 0
+		}, verbs.WCLocProtErr},
+		{"remote atomic misaligned", verbs.OpAtomicFetchAndAdd, func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (verbs.SGE, int) {
+			return src.SGE(0, 8), 4
+		}, verbs.WCRemInvReqErr},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := localHarness().NewPair(t, verbstest.PairOptions{})
+			src := newRegion(t, p.A, size, verbs.AccessLocalWrite)
+			tgt := newRegion(t, p.B, size, verbs.AccessLocalWrite|verbs.RemoteAccess)
+			fill(t, p.A, src, 0, pattern(1, size))
+			fill(t, p.B, tgt, 0, pattern(2, size))
+			// The first WR resolves the keys, the second fills the
+			// fastPath, the third takes it.
+			for i := range 3 {
+				postSend(t, p.A, 0, atomicWR(uint64(i), tc.op, src.SGE(8*i, 8), tgt, 8*i, 1, 0))
+				expectWC(t, waitWCs(t, p.A, verbstest.SendCQ, 1)[0], uint64(i), verbs.WCSuccess)
+			}
+			if !fastPathKept(p, tc.op) {
+				t.Fatal("postFast keeps nothing of the WRs' keys: the test tests nothing")
+			}
+			before, local := contents(t, p.B, tgt, 0, size), contents(t, p.A, src, 0, size)
+			sge, off := tc.change(t, p, src, tgt)
+			fill(t, p.A, src, 0, pattern(3, size))
+			local = contents(t, p.A, src, 0, size)
+			postSend(t, p.A, 0, atomicWR(9, tc.op, sge, tgt, off, 1, 0))
+			expectWC(t, waitWCs(t, p.A, verbstest.SendCQ, 1)[0], 9, tc.want)
+			if tc.name != "remote region deregistered" {
+				if after := contents(t, p.B, tgt, 0, size); !bytes.Equal(after, before) {
+					t.Errorf("the failed WR changed the remote region: %x, was %x", after, before)
+				}
+				expectCanaries(t, p.B, tgt)
+			}
+			if tc.name != "local region deregistered" {
+				if after := contents(t, p.A, src, 0, size); !bytes.Equal(after, local) {
+					t.Errorf("the failed WR changed the local region: %x, was %x", after, local)
+				}
+				expectCanaries(t, p.A, src)
+			}
+		})
+	}
+}
+
+// peerHeader is the header of B's QP as A's connection maps it, which a
+// peer writes.
+func peerHeader(t *testing.T, p *verbstest.Pair) *ringHeader {
+	q := driverQP(p.A.QPs[0])
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.conn == nil {
+		t.Fatal("A's QP has no connection")
+	}
+	return q.conn.peerHdr
+}
+
+// fastPathKept reports whether A's QP keeps a fastPath for op.
+func fastPathKept(p *verbstest.Pair, op verbs.Opcode) bool {
+	q := driverQP(p.A.QPs[0])
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.conn != nil && q.conn.kc.fast[op].mr != nil
+}
