@@ -61,7 +61,11 @@ func (l *Lock) lockSlow() {
 }
 
 // TryLock locks l if it is free and reports whether it did.
-func (l *Lock) TryLock() bool { return l.state.Swap(1) == 0 }
+func (l *Lock) TryLock() bool {
+	// A held lock is seen with a load: a failed try does not take the
+	// lock's cache line from its holder.
+	return l.state.Load() == 0 && l.state.Swap(1) == 0
+}
 
 // Unlock unlocks l. Unlocking a lock that is not held is a run-time
 // error, as with sync.Mutex.
