@@ -207,32 +207,11 @@ func TestWriteToPeerThatLeftKeepsWhatItSent(t *testing.T) {
 				// left: the peer's disconnect cannot flush them.
 				d, a := pair(t, scheme, &Config{ZeroCopyMin: 1})
 				defer a.Close()
-				if _, err := d.Write([]byte("last words")); err != nil {
-					t.Fatal(err)
-				}
-				if ended {
-					d.Close()
-				} else {
-					d.cmc.Close()
-					defer d.Close()
-				}
-				select {
-				case <-a.cmc.Done():
-				case <-time.After(20 * time.Second):
-					t.Fatal("the peer's disconnect was not seen in 20 s")
-				}
-				if _, err := a.Write([]byte("x")); !errors.Is(err, ErrReset) {
-					t.Errorf("Write to a peer that left: %v, want ErrReset", err)
-				}
+				defer d.Close()
+				werr := lastWordsAndLeave(t, d, a, ended)
 				a.SetReadDeadline(time.Now().Add(20 * time.Second))
 				b, err := io.ReadAll(a)
-				want := error(nil)
-				if !ended {
-					want = ErrReset
-				}
-				if string(b) != "last words" || !errors.Is(err, want) {
-					t.Errorf("ReadAll: %q, %v; want the bytes and %v", b, err, want)
-				}
+				expectLastWords(t, ended, werr, b, err)
 			})
 		}
 	}
@@ -247,29 +226,13 @@ func TestPeerEndsWhileReadFindsNothing(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/ended=%v", scheme, ended), func(t *testing.T) {
 				d, a := pair(t, scheme, &Config{ZeroCopyMin: 1}) // as above
 				defer a.Close()
-				if !ended {
-					defer d.Close()
-				}
+				defer d.Close()
 				var fired atomic.Bool
 				var werr error
 				afterEmptyPoll = func(c *Conn) {
-					if c != a || !fired.CompareAndSwap(false, true) {
-						return
+					if c == a && fired.CompareAndSwap(false, true) {
+						werr = lastWordsAndLeave(t, d, a, ended)
 					}
-					if _, err := d.Write([]byte("last words")); err != nil {
-						t.Error(err)
-					}
-					if ended {
-						d.Close()
-					} else {
-						d.cmc.Close()
-					}
-					select {
-					case <-a.cmc.Done():
-					case <-time.After(20 * time.Second):
-						t.Error("the peer's disconnect was not seen in 20 s")
-					}
-					_, werr = a.Write([]byte("x"))
 				}
 				defer func() { afterEmptyPoll = nil }()
 				a.SetReadDeadline(time.Now().Add(20 * time.Second))
@@ -278,18 +241,47 @@ func TestPeerEndsWhileReadFindsNothing(t *testing.T) {
 				if !fired.Load() {
 					t.Fatal("the Read never found the CQ empty")
 				}
-				if !errors.Is(werr, ErrReset) {
-					t.Errorf("Write to a peer that left: %v, want ErrReset", werr)
-				}
-				want := error(nil)
-				if !ended {
-					want = ErrReset
-				}
-				if string(b) != "last words" || !errors.Is(err, want) {
-					t.Errorf("ReadAll: %q, %v; want the bytes and %v", b, err, want)
-				}
+				expectLastWords(t, ended, werr, b, err)
 			})
 		}
+	}
+}
+
+// lastWordsAndLeave has d write "last words" and leave, ending its
+// stream first if ended, waits until a sees it gone, and returns the
+// error of a Write on a then.
+func lastWordsAndLeave(t *testing.T, d, a *Conn, ended bool) error {
+	if _, err := d.Write([]byte("last words")); err != nil {
+		t.Error(err)
+	}
+	if ended {
+		d.Close()
+	} else {
+		d.cmc.Close()
+	}
+	select {
+	case <-a.cmc.Done():
+	case <-time.After(20 * time.Second):
+		t.Error("the peer's disconnect was not seen in 20 s")
+	}
+	_, err := a.Write([]byte("x"))
+	return err
+}
+
+// expectLastWords checks that the Write after the peer left failed with
+// ErrReset (werr) and that a Read got its last words and then io.EOF, or
+// ErrReset if it ended no stream.
+func expectLastWords(t *testing.T, ended bool, werr error, b []byte, err error) {
+	t.Helper()
+	if !errors.Is(werr, ErrReset) {
+		t.Errorf("Write to a peer that left: %v, want ErrReset", werr)
+	}
+	want := error(nil)
+	if !ended {
+		want = ErrReset
+	}
+	if string(b) != "last words" || !errors.Is(err, want) {
+		t.Errorf("ReadAll: %q, %v; want the bytes and %v", b, err, want)
 	}
 }
 
