@@ -23,7 +23,12 @@ import (
 // length, to the zero-length Read's sink. RFC 5040 makes a Read Response
 // exactly as long as its Read; tcp0 accepts this one longer answer to a
 // zero-length Read only, from a peer other than goverbs, as one message in
-// order from the sink's Tagged Offset, and places none of it.
+// order from the sink's Tagged Offset, and places none of it. Under MPA
+// CRC it does not check the CRCs of that answer either: siw sends the
+// stale buffer without copying it (a Read Response is an unsignaled WR,
+// which siw transmits from the pages themselves), so when the buffer's
+// owner writes it meanwhile, as an application that reads into it does,
+// the bytes that leave no longer match the CRC siw computed.
 const oversizedAnswerMax = 1<<32 - 1
 
 // rxReadResponseBegin checks a Read Response segment against the Read

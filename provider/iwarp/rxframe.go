@@ -70,7 +70,8 @@ type rxState struct {
 	got              int
 	trailer          [3 + wire.CRCLen]byte
 	// Where its payload goes (rxBegin): dst from offset skip; discard:
-	// it is dropped (into drainBuf).
+	// it is siw's answer to a zero-length Read, dropped (into drainBuf)
+	// with its CRC unchecked (see oversizedAnswerMax).
 	dst      [maxSGE + 1][]byte
 	ndst     int
 	skip     uint64
@@ -379,12 +380,15 @@ func (rx *rxState) lookAhead() {
 var readRequestFPDU = wire.FPDULen(wire.HeaderLen(wire.OpReadRequest) - wire.LenFieldLen)
 
 // rxCheckCRC checks the MPA CRC of the FPDU with headers h, its payload
-// in place and its trailer in rx.trailer, when CRCs are in use.
+// in place and its trailer in rx.trailer, when CRCs are in use: all but
+// a segment of siw's answer to a zero-length Read, which is dropped and
+// whose CRC siw may have computed over other bytes (see
+// oversizedAnswerMax); its headers were checked against the Read.
 func (c *conn) rxCheckCRC(h wire.Hdr) error {
-	if !c.crc {
+	rx := &c.rx
+	if !c.crc || rx.discard {
 		return nil
 	}
-	rx := &c.rx
 	crc := crc32.Update(0, wire.Castagnoli, h)
 	off, n := rx.skip, rx.plen
 	for i := 0; i < rx.ndst && n > 0; i++ {

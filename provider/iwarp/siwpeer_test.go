@@ -162,9 +162,11 @@ func expectSendDone(t *testing.T, e *verbstest.Local, id uint64, want verbs.WCSt
 
 // TestOversizedAnswerToZeroLengthRead: siw answers a zero-length Read
 // that waited behind another of its messages with the buffer of that
-// message, in many segments at the Read's sink. The Sends the Read
-// confirms complete, nothing is placed, and the stream goes on; an answer
-// whose segments are out of order still ends it.
+// message, in many segments at the Read's sink, and under CRC sends them
+// from a buffer its owner may be writing, so that some segments' CRCs do
+// not match. The Sends the Read confirms complete, nothing is placed,
+// and the stream goes on; an answer whose segments are out of order
+// still ends it, and so does a bad CRC on any other FPDU.
 func TestOversizedAnswerToZeroLengthRead(t *testing.T) {
 	for _, crc := range []bool{false, true} {
 		t.Run(fmt.Sprintf("crc=%v", crc), func(t *testing.T) {
@@ -188,7 +190,12 @@ func TestOversizedAnswerToZeroLengthRead(t *testing.T) {
 				if i == 0 {
 					for off := 0; off < len(stale); off += seg {
 						end := min(off+seg, len(stale))
-						answer = append(answer, h.readResponse(rr.SinkSTag(), rr.SinkTO()+uint64(off), end == len(stale), stale[off:end])...)
+						b := h.readResponse(rr.SinkSTag(), rr.SinkTO()+uint64(off), end == len(stale), stale[off:end])
+						if crc && off > 0 {
+							// Written after siw computed the CRC.
+							b[wire.TaggedLen+7] ^= 0x5a
+						}
+						answer = append(answer, b...)
 					}
 				} else {
 					answer = h.readResponse(rr.SinkSTag(), rr.SinkTO(), true, nil)
@@ -201,6 +208,18 @@ func TestOversizedAnswerToZeroLengthRead(t *testing.T) {
 			}
 			if s, err := e.QPState(0); s != verbs.QPSRTS || err != nil {
 				t.Fatalf("QP in %v (%v) after the answers, want RTS", s, err)
+			}
+			if crc {
+				// A Send whose bytes are not those its CRC covers.
+				if _, err := e.PostRecv(0, []verbs.RecvWR{{WRID: 7, SGList: []verbs.SGE{{Addr: r.Addr, Length: 64, LKey: r.LKey}}}}); err != nil {
+					t.Fatal(err)
+				}
+				b := h.fpdu(h.untagged(wire.OpSend, wire.QNSend, 16), make([]byte, 16))
+				b[len(b)-wire.CRCLen-1] ^= 1
+				h.send(b)
+				h.expectTerminate(wire.LayerLLP, wire.LLPMPAError, wire.LLPCRCError)
+				expectError(t, e)
+				return
 			}
 
 			// Out of order: the second segment skips ahead.
