@@ -117,6 +117,7 @@ check_guest() {
 fail() {
 	log "FAIL: $*"
 	failed=1
+	[[ $casefail == 1 ]] || casewhy=$* # the first reason, for the summary
 	casefail=1
 }
 
@@ -148,7 +149,7 @@ record() {
 		log "ok: $1 (${took}s)"
 		results+=("ok    $1 (${took}s)")
 	else
-		results+=("FAIL  $1 (${took}s)")
+		results+=("FAIL  $1 (${took}s): ${casewhy#"$1: "}")
 	fi
 }
 
