@@ -255,7 +255,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 
 // write sends b, from src (b registered) or, when src is nil, through
 // the staging buffer. last is the count of slots posted once the last
-// work request that reads src was, 0 if none was. writeMu is held.
+// work request that reads src was, 0 if none was: Write waits until it
+// is retired, whether write sent all of b or stopped before. writeMu is
+// held.
 func (c *Conn) write(b []byte, src *verbs.MR) (sent int, last uint64, err error) {
 	for {
 		if c.wdl.passed() {
@@ -291,15 +293,20 @@ func (c *Conn) write(b []byte, src *verbs.MR) (sent int, last uint64, err error)
 		}
 		if src != nil {
 			// The last work request reading src is signaled, so that
-			// its completion says when the device is done with b.
-			for _, ch := range c.plan[:k] {
+			// its completion says when the device is done with b. So is
+			// the last of each post while a write deadline is set: a
+			// Write that stops before its end with its connection up (the
+			// deadline passed) waits for it as well, and one that stops
+			// otherwise (Close, a broken connection or a peer gone) ends
+			// the connection if the device may still read b
+			// (awaitRetired).
+			dl := c.wdl.at.Load() != 0
+			for i, ch := range c.plan[:k] {
 				end := sent+int(ch.n) == len(b)
-				c.queueData(src.SGE(sent, int(ch.n)), ch.off, ch.n, end)
-				if end {
-					last = c.posted
-				}
+				c.queueData(src.SGE(sent, int(ch.n)), ch.off, ch.n, end || dl && i == k-1)
 				sent += int(ch.n)
 			}
+			last = c.posted
 			c.flush()
 			c.mu.Unlock()
 			c.afterPost()
