@@ -328,11 +328,16 @@ func (c *Conn) write(b []byte, src *verbs.MR) (sent int, last uint64, err error)
 			copy(c.stage[ch.off:ch.off+ch.n], b[at:])
 			at += int(ch.n)
 		}
+		if afterStage != nil {
+			afterStage(c)
+		}
 		c.mu.Lock()
 		// A Read may have spent a credit or send queue slots on a credit
-		// message meanwhile: what no longer fits waits for the next round.
+		// message meanwhile: what no longer fits, a credit left besides
+		// each data message's as planData leaves it, waits for the next
+		// round.
 		for _, ch := range c.plan[:k] {
-			if c.err != nil || c.closed || c.credits < 1 || c.sendsOut+2 > c.sqDepth {
+			if c.err != nil || c.closed || c.credits < 2 || c.sendsOut+2 > c.sqDepth {
 				break
 			}
 			c.queueData(c.stageMR.SGE(int(ch.off), int(ch.n)), ch.off, ch.n, false)
@@ -343,6 +348,12 @@ func (c *Conn) write(b []byte, src *verbs.MR) (sent int, last uint64, err error)
 		c.afterPost()
 	}
 }
+
+// afterStage, set by tests only, runs in write once it has copied a
+// post's bytes into the staging buffer, before it takes mu again to post
+// them: what a Read does meanwhile (a credit message) must not make the
+// post spend credits or send queue slots it may not.
+var afterStage func(*Conn)
 
 // zeroCopySource returns b registered for the device to read, when the
 // Write of b goes without a copy: at least zcMin bytes, and the device
