@@ -301,21 +301,23 @@ func (c *Conn) write(b []byte, src *verbs.MR) (sent int, last uint64, err error)
 			// the connection if the device may still read b
 			// (awaitRetired).
 			dl := c.wdl.at.Load() != 0
+			at := sent
 			for i, ch := range c.plan[:k] {
-				end := sent+int(ch.n) == len(b)
-				c.queueData(src.SGE(sent, int(ch.n)), ch.off, ch.n, end || dl && i == k-1)
-				sent += int(ch.n)
+				end := at+int(ch.n) == len(b)
+				c.queueData(src.SGE(at, int(ch.n)), ch.off, ch.n, end || dl && i == k-1)
+				at += int(ch.n)
 			}
 			last = c.posted
-			c.flush()
+			sent += c.flushData(k)
 			c.mu.Unlock()
 			c.afterPost()
 			continue
 		}
 		if ch := c.plan[0]; k == 1 && int(ch.n) <= c.inlineMax {
 			// One Send carries the bytes with their data message.
-			c.postInline(b[sent : sent+int(ch.n)])
-			sent += int(ch.n)
+			if c.postInline(b[sent : sent+int(ch.n)]) {
+				sent += int(ch.n)
+			}
 			c.mu.Unlock()
 			c.afterPost()
 			continue
@@ -336,14 +338,15 @@ func (c *Conn) write(b []byte, src *verbs.MR) (sent int, last uint64, err error)
 		// message meanwhile: what no longer fits, a credit left besides
 		// each data message's as planData leaves it, waits for the next
 		// round.
+		j := 0
 		for _, ch := range c.plan[:k] {
 			if c.err != nil || c.closed || c.credits < 2 || c.sendsOut+2 > c.sqDepth {
 				break
 			}
 			c.queueData(c.stageMR.SGE(int(ch.off), int(ch.n)), ch.off, ch.n, false)
-			sent += int(ch.n)
+			j++
 		}
-		c.flush()
+		sent += c.flushData(j)
 		c.mu.Unlock()
 		c.afterPost()
 	}
@@ -1005,12 +1008,13 @@ func (c *Conn) sendWR(w uint32, data []byte, i int) verbs.SendWR {
 }
 
 // postInline sends data, at most inlineMax bytes, inside the Send of
-// its data message. mu is held; the caller checked the credits.
-func (c *Conn) postInline(data []byte) {
+// its data message, and reports whether the device took it. mu is held;
+// the caller checked the credits.
+func (c *Conn) postInline(data []byte) bool {
 	c.swr[0] = c.sendWR(makeCtrl(opData, c.takeAcks(), uint32(len(data))), data, 0)
 	c.queue(1, false)
-	c.flush()
 	c.txSent += uint64(len(data))
+	return c.flush() == 1
 }
 
 func (c *Conn) takeAcks() int {
@@ -1045,17 +1049,38 @@ func (c *Conn) queue(n int, signal bool) {
 	c.posted += uint64(n)
 }
 
-// flush posts the work requests queued. mu is held.
-func (c *Conn) flush() {
+// flush posts the work requests queued and returns how many the device
+// took: all of them, unless it refused one, which breaks the connection.
+// mu is held.
+func (c *Conn) flush() int {
 	n := c.nwr
 	c.nwr, c.nctl = 0, 0
 	if n == 0 {
-		return
+		return 0
 	}
-	if _, err := c.qp.PostSend(c.swr[:n]); err != nil {
+	took, err := c.qp.PostSend(c.swr[:n])
+	if err != nil {
 		c.fail(fmt.Errorf("%w: %w", ErrReset, err))
 	}
 	clear(c.swr[:n])
+	return took
+}
+
+// flushData posts the k data messages queued, the first k chunks of
+// plan, and returns how many bytes they carry that the device took: the
+// bytes of the messages it took whole (a Write returns no more than it
+// sent when the device refused the rest of the list). mu is held.
+func (c *Conn) flushData(k int) int {
+	per := 2
+	if c.useImm {
+		per = 1
+	}
+	took := c.flush() / per
+	n := 0
+	for _, ch := range c.plan[:min(k, took)] {
+		n += int(ch.n)
+	}
+	return n
 }
 
 // postRecv posts receive idx. mu is held.
