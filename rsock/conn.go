@@ -294,12 +294,12 @@ func (c *Conn) write(b []byte, src *verbs.MR) (sent int, last uint64, err error)
 		if src != nil {
 			// The last work request reading src is signaled, so that
 			// its completion says when the device is done with b. So is
-			// the last of each post while a write deadline is set: a
-			// Write that stops before its end with its connection up (the
-			// deadline passed) waits for it as well, and one that stops
-			// otherwise (Close, a broken connection or a peer gone) ends
-			// the connection if the device may still read b
-			// (awaitRetired).
+			// the last of each post while a write deadline is set, so
+			// that a Write whose deadline passes before its end, its
+			// connection up, knows whether the device is done with what
+			// it posted. Write waits for the last posted either way; if
+			// it cannot know (a Write closed, or whose connection broke,
+			// before its end), it ends the connection (awaitRetired).
 			dl := c.wdl.at.Load() != 0
 			at := sent
 			for i, ch := range c.plan[:k] {
