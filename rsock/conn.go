@@ -255,7 +255,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 
 // write sends b, from src (b registered) or, when src is nil, through
 // the staging buffer. last is the count of slots posted once the last
-// work request that reads src was, 0 if none was. writeMu is held.
+// work request that reads src was, 0 if none was: Write waits until it
+// is retired, whether write sent all of b or stopped before. writeMu is
+// held.
 func (c *Conn) write(b []byte, src *verbs.MR) (sent int, last uint64, err error) {
 	for {
 		if c.wdl.passed() {
@@ -291,24 +293,31 @@ func (c *Conn) write(b []byte, src *verbs.MR) (sent int, last uint64, err error)
 		}
 		if src != nil {
 			// The last work request reading src is signaled, so that
-			// its completion says when the device is done with b.
-			for _, ch := range c.plan[:k] {
-				end := sent+int(ch.n) == len(b)
-				c.queueData(src.SGE(sent, int(ch.n)), ch.off, ch.n, end)
-				if end {
-					last = c.posted
-				}
-				sent += int(ch.n)
+			// its completion says when the device is done with b. So is
+			// the last of each post while a write deadline is set, so
+			// that a Write whose deadline passes before its end, its
+			// connection up, knows whether the device is done with what
+			// it posted. Write waits for the last posted either way; if
+			// it cannot know (a Write closed, or whose connection broke,
+			// before its end), it ends the connection (awaitRetired).
+			dl := c.wdl.at.Load() != 0
+			at := sent
+			for i, ch := range c.plan[:k] {
+				end := at+int(ch.n) == len(b)
+				c.queueData(src.SGE(at, int(ch.n)), ch.off, ch.n, end || dl && i == k-1)
+				at += int(ch.n)
 			}
-			c.flush()
+			last = c.posted
+			sent += c.flushData(k)
 			c.mu.Unlock()
 			c.afterPost()
 			continue
 		}
 		if ch := c.plan[0]; k == 1 && int(ch.n) <= c.inlineMax {
 			// One Send carries the bytes with their data message.
-			c.postInline(b[sent : sent+int(ch.n)])
-			sent += int(ch.n)
+			if c.postInline(b[sent : sent+int(ch.n)]) {
+				sent += int(ch.n)
+			}
 			c.mu.Unlock()
 			c.afterPost()
 			continue
@@ -321,21 +330,33 @@ func (c *Conn) write(b []byte, src *verbs.MR) (sent int, last uint64, err error)
 			copy(c.stage[ch.off:ch.off+ch.n], b[at:])
 			at += int(ch.n)
 		}
+		if afterStage != nil {
+			afterStage(c)
+		}
 		c.mu.Lock()
 		// A Read may have spent a credit or send queue slots on a credit
-		// message meanwhile: what no longer fits waits for the next round.
+		// message meanwhile: what no longer fits, a credit left besides
+		// each data message's as planData leaves it, waits for the next
+		// round.
+		j := 0
 		for _, ch := range c.plan[:k] {
-			if c.err != nil || c.closed || c.credits < 1 || c.sendsOut+2 > c.sqDepth {
+			if c.err != nil || c.closed || c.credits < 2 || c.sendsOut+2 > c.sqDepth {
 				break
 			}
 			c.queueData(c.stageMR.SGE(int(ch.off), int(ch.n)), ch.off, ch.n, false)
-			sent += int(ch.n)
+			j++
 		}
-		c.flush()
+		sent += c.flushData(j)
 		c.mu.Unlock()
 		c.afterPost()
 	}
 }
+
+// afterStage, set by tests only, runs in write once it has copied a
+// post's bytes into the staging buffer, before it takes mu again to post
+// them: what a Read does meanwhile (a credit message) must not make the
+// post spend credits or send queue slots it may not.
+var afterStage func(*Conn)
 
 // zeroCopySource returns b registered for the device to read, when the
 // Write of b goes without a copy: at least zcMin bytes, and the device
@@ -987,12 +1008,13 @@ func (c *Conn) sendWR(w uint32, data []byte, i int) verbs.SendWR {
 }
 
 // postInline sends data, at most inlineMax bytes, inside the Send of
-// its data message. mu is held; the caller checked the credits.
-func (c *Conn) postInline(data []byte) {
+// its data message, and reports whether the device took it. mu is held;
+// the caller checked the credits.
+func (c *Conn) postInline(data []byte) bool {
 	c.swr[0] = c.sendWR(makeCtrl(opData, c.takeAcks(), uint32(len(data))), data, 0)
 	c.queue(1, false)
-	c.flush()
 	c.txSent += uint64(len(data))
+	return c.flush() == 1
 }
 
 func (c *Conn) takeAcks() int {
@@ -1027,17 +1049,38 @@ func (c *Conn) queue(n int, signal bool) {
 	c.posted += uint64(n)
 }
 
-// flush posts the work requests queued. mu is held.
-func (c *Conn) flush() {
+// flush posts the work requests queued and returns how many the device
+// took: all of them, unless it refused one, which breaks the connection.
+// mu is held.
+func (c *Conn) flush() int {
 	n := c.nwr
 	c.nwr, c.nctl = 0, 0
 	if n == 0 {
-		return
+		return 0
 	}
-	if _, err := c.qp.PostSend(c.swr[:n]); err != nil {
+	took, err := c.qp.PostSend(c.swr[:n])
+	if err != nil {
 		c.fail(fmt.Errorf("%w: %w", ErrReset, err))
 	}
 	clear(c.swr[:n])
+	return took
+}
+
+// flushData posts the k data messages queued, the first k chunks of
+// plan, and returns how many bytes they carry that the device took: the
+// bytes of the messages it took whole (a Write returns no more than it
+// sent when the device refused the rest of the list). mu is held.
+func (c *Conn) flushData(k int) int {
+	per := 2
+	if c.useImm {
+		per = 1
+	}
+	took := c.flush() / per
+	n := 0
+	for _, ch := range c.plan[:min(k, took)] {
+		n += int(ch.n)
+	}
+	return n
 }
 
 // postRecv posts receive idx. mu is held.

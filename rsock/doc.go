@@ -111,10 +111,14 @@
 // of them is signaled, and Write returns once it has completed, so the
 // caller may reuse the buffer at once. The registration is kept for the
 // next Write of the same buffer, as a stream's writes usually reuse one,
-// until a Write of another buffer or Close. A large Write whose deadline
-// passes, or whose connection is closed, before the device has read its
-// buffer ends the connection (the device must not read the buffer after
-// Write returned). The wire is the same either way: the peer sees the
+// until a Write of another buffer or Close. A large Write that stops
+// before its end returns, like one that ends, once the device has read
+// what it posted: while a write deadline is set, the last data message
+// of each post is signaled too, so that a Write whose deadline passes
+// while it waits for the reader knows whether the device is done. A
+// large Write whose deadline passes, or whose connection is closed,
+// before the device has read its buffer ends the connection (the device
+// must not read the buffer after Write returned). The wire is the same either way: the peer sees the
 // same RDMA Writes into its ring, with the same control messages. rsock
 // does not place bytes into the reader's own buffer (rsocket and SMC-R
 // do not either: the receiver's ring is the only memory a peer writes).

@@ -71,6 +71,10 @@ type Config struct {
 	ZeroCopyMin int
 
 	noImm bool // tests: notify by Send even where the device has immediate data
+	// tests: the QP's send queue holds this many work requests, fewer
+	// than the connection plans for, so that the device takes a post in
+	// part (0: as many as it plans for)
+	qpSendWR int
 }
 
 func (cfg *Config) ringSize() (int, error) {
@@ -310,8 +314,12 @@ func newConn(dev string, cfg *Config, peer hello) (_ *Conn, err error) {
 	if c.cq, err = d.ctx.CreateCQ(c.recvs + c.sqDepth + 1); err != nil {
 		return nil, err
 	}
+	sendWR := c.sqDepth
+	if cfg.qpSendWR > 0 {
+		sendWR = cfg.qpSendWR
+	}
 	if c.qp, err = c.pd.CreateQP(verbs.QPInitAttr{SendCQ: c.cq, RecvCQ: c.cq, Cap: verbs.QPCap{
-		MaxSendWR: uint32(c.sqDepth), MaxRecvWR: uint32(c.recvs), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: uint32(c.sendInline)}}); err != nil {
+		MaxSendWR: uint32(sendWR), MaxRecvWR: uint32(c.recvs), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: uint32(c.sendInline)}}); err != nil {
 		return nil, err
 	}
 	if err = c.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, Port: 1, AccessFlags: verbs.AccessLocalWrite | verbs.AccessRemoteWrite},
