@@ -93,6 +93,10 @@ type Client struct {
 	// GETs served by one Read of the record where it was last found;
 	// Reconnects the times the client dialled the server again.
 	TornReads, FallbackGets, CachedGets, Reconnects atomic.Int64
+
+	// tornRead, if set, is called after each torn read a GET counts
+	// (tests set it before using the client).
+	tornRead func()
 }
 
 // recordLoc is where a key's record was last found, and its version.
@@ -401,6 +405,9 @@ func (c *Client) get(key []byte) ([]byte, error) {
 			return v, err
 		}
 		c.TornReads.Add(1)
+		if c.tornRead != nil {
+			c.tornRead()
+		}
 	}
 	c.FallbackGets.Add(1)
 	r, err := c.rpc(opGet, key, nil)

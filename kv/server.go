@@ -69,6 +69,13 @@ type Config struct {
 	// a time, yielding in between, so that tests can race GETs with
 	// PUTs.
 	slowWrites bool
+	// slotTorn, with slowWrites, is called each time the server has
+	// written the first word of an index slot and not the rest: until it
+	// returns, the slot's version has moved on and its CRC has not, and
+	// as the bytes that changed lie within 32 bits, which a CRC-32 always
+	// detects, every read of the slot is torn. Tests block in it to read
+	// a torn slot for certain.
+	slotTorn func()
 	// noWindows makes the server hand out its regions' own keys, as it
 	// does on a device without memory windows.
 	noWindows bool
@@ -909,7 +916,7 @@ func (s *Server) put(key, val []byte) (uint8, int) {
 		if rec, ok = s.alloc(recordLen(len(key), len(val))); !ok {
 			return statusFull, 0
 		}
-		s.write(rec.Bytes()[:recordLen(len(key), len(val))], func(b []byte) { record(b).set(s.version, key, val) })
+		s.write(rec.Bytes()[:recordLen(len(key), len(val))], func(b []byte) { record(b).set(s.version, key, val) }, nil)
 		next.setHeap(s.version, h, len(key), len(val), rec.Addr(), recordLen(len(key), len(val)), s.heapRegion(rec))
 	}
 	if found {
@@ -999,12 +1006,13 @@ func (s *Server) alloc(n int) (mempool.Buf, bool) {
 
 // writeSlot copies a prepared slot into the index.
 func (s *Server) writeSlot(dst, src slot) {
-	s.write(dst, func(b []byte) { copy(b, src) })
+	s.write(dst, func(b []byte) { copy(b, src) }, s.cfg.slotTorn)
 }
 
 // write fills dst with fill: directly, or — with slowWrites — through a
-// private copy written out a few bytes at a time.
-func (s *Server) write(dst []byte, fill func([]byte)) {
+// private copy written out a few bytes at a time, calling torn (if not
+// nil) once the first 4 bytes are written.
+func (s *Server) write(dst []byte, fill func([]byte), torn func()) {
 	if !s.cfg.slowWrites {
 		fill(dst)
 		return
@@ -1014,6 +1022,9 @@ func (s *Server) write(dst []byte, fill func([]byte)) {
 	fill(tmp)
 	for i := 0; i < len(tmp); i += 4 {
 		copy(dst[i:min(i+4, len(tmp))], tmp[i:])
+		if i == 0 && torn != nil {
+			torn()
+		}
 		runtime.Gosched()
 	}
 }

@@ -49,6 +49,11 @@ func CRC() bool { return crcWanted.Load() }
 // context sets no deadline.
 const setupTimeout = 10 * time.Second
 
+// handshakeTimeout is how long a listener waits for the MPA Request a
+// connection opens with before it closes the connection (a variable for
+// tests).
+var handshakeTimeout = acceptq.HandshakeTimeout
+
 // rtrTimeout bounds how long a responder in peer-to-peer mode waits for
 // the initiator's RTR once it has sent its MPA Reply (a variable for
 // tests): as long as a listener waits for a request, so that a half-open
@@ -135,10 +140,10 @@ func (l *listener) Accept(ctx context.Context) (driver.ConnRequest, error) {
 }
 
 // handshake reads the MPA Request of nc; a peer that is not an iWARP
-// one, or asks for markers, or is silent for acceptq.HandshakeTimeout, is
-// turned away.
+// one, or asks for markers, or is silent for handshakeTimeout, is turned
+// away.
 func handshake(nc *net.TCPConn) (*request, bool) {
-	req, err := readFrame(context.Background(), nc, time.Now().Add(acceptq.HandshakeTimeout))
+	req, err := readFrame(context.Background(), nc, time.Now().Add(handshakeTimeout))
 	switch {
 	case err != nil || !req.IsRequest():
 		return nil, false // not an iWARP peer, or a broken one

@@ -35,6 +35,12 @@ func SetRTRTimeout(d time.Duration) (restore func()) {
 	return set(&rtrTimeout, d)
 }
 
+// SetHandshakeTimeout sets how long a listener waits for a connection's
+// MPA Request; it returns a function that restores the default.
+func SetHandshakeTimeout(d time.Duration) (restore func()) {
+	return set(&handshakeTimeout, d)
+}
+
 // SetPollGrace sets how long the receive goroutine stays off the socket
 // after it has seen an application poll; it returns a function that
 // restores the default. Every receive goroutine reads it: call both

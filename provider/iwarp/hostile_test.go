@@ -38,7 +38,8 @@ type victim struct {
 func newVictim(t testing.TB, ird uint8) *victim { return newVictimN(t, ird, 1) }
 
 // newVictimN is newVictim with n QPs, accepting a connection each, in
-// order; each dialHostile takes the next.
+// order; each dialHostile takes the next. It accepts until the test
+// ends, however long the test takes to dial.
 func newVictimN(t testing.TB, ird uint8, n int) *victim {
 	t.Helper()
 	opts := verbstest.PairOptions{QPs: n}.Defaults()
@@ -52,8 +53,12 @@ func newVictimN(t testing.TB, ird uint8, n int) *victim {
 		t.Fatalf("listen: %v", err)
 	}
 	v := &victim{e: e, l: l, accepted: make(chan error, n)}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
 	t.Cleanup(func() {
+		cancel()
 		l.Close()
+		<-stopped // and conn and more are set for good
 		if v.conn != nil {
 			v.conn.Close()
 		}
@@ -66,8 +71,7 @@ func newVictimN(t testing.TB, ird uint8, n int) *victim {
 		e.Close()
 	})
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
+		defer close(stopped)
 		for i := range n {
 			req, err := l.Accept(ctx)
 			var c *cm.Conn

@@ -59,14 +59,16 @@ func openEnd(tb testing.TB, cqDepth int, twoCQs bool, qpCap verbs.QPCap, size in
 
 // connectQPs connects a, dialling dialAddr, to b, accepting on l, with
 // the parameters given (nil for the defaults); the connections close
-// when the test ends.
+// when the test ends. A failure names both sides' errors: a listener
+// that drops the connection fails the dial with a bare EOF, and says why
+// only to its Accept.
 func connectQPs(tb testing.TB, l *cm.Listener, dialAddr string, a, b *verbs.QP, dial, accept *cm.Param) (ca, cb *cm.Conn) {
 	tb.Helper()
+	actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer acancel()
 	done := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		req, err := l.Accept(ctx)
+		req, err := l.Accept(actx)
 		if err == nil {
 			cb, err = req.Accept(b, accept)
 		}
@@ -76,9 +78,15 @@ func connectQPs(tb testing.TB, l *cm.Listener, dialAddr string, a, b *verbs.QP, 
 	defer cancel()
 	ca, err := cm.Dial(ctx, dialAddr, a, dial)
 	if err != nil {
-		tb.Fatalf("dial %s: %v", dialAddr, err)
+		acancel() // an Accept still waiting has nothing to wait for
+		aerr := <-done
+		if aerr == nil {
+			cb.Close()
+		}
+		tb.Fatalf("dial %s: %v (the accepting side: %v)", dialAddr, err, aerr)
 	}
 	if err := <-done; err != nil {
+		ca.Close()
 		tb.Fatalf("accept: %v", err)
 	}
 	tb.Cleanup(func() {
