@@ -227,7 +227,7 @@ conformance() {
 	"$vmsh" exec "cd /tmp && GOVERBS_IBVERBS_DEVICE=$dev GOVERBS_IBVERBS_HOST=$guest timeout 1800 $work/ibverbs.test -test.run '$remote' -test.v -test.timeout 30m 2>&1" >"$out" 2>&1 || true
 	log "$dev: the cases that need both endpoints in one process"
 	"$vmsh" exec "cd /tmp && GOVERBS_IBVERBS_DEVICE=$dev GOVERBS_IBVERBS_HOST=$guest timeout 600 $work/ibverbs.test -test.run '$inproc' -test.v -test.timeout 10m 2>&1" >"$out.inproc" 2>&1 || true
-	local pass=0 skip=0 fail=0 dev_fail=0 line res name reason key
+	local pass=0 skip=0 fail=0 dev_fail=0 line res name reason key others=()
 	# A case is "TestConformance/Group/Name"; the in-process run stands
 	# for the remote run's skips of the cases it runs.
 	declare -A result=() why=()
@@ -271,6 +271,7 @@ conformance() {
 				echo "  FAIL $name (device deviation: ${deviations[$key]})"
 			else
 				fail=$((fail + 1))
+				others+=("$name")
 				echo "  FAIL $name"
 				grep -A4 -E "^=== RUN\s+TestConformance(InProcess)?/$name\$" "$out" "$out.inproc" | grep -E '\.go:[0-9]+:' | head -3 | sed 's/^/       /' || true
 				failed=1
@@ -278,7 +279,7 @@ conformance() {
 			;;
 		esac
 	done
-	summary+=("$dev conformance: $pass passed, $skip skipped, $dev_fail failed as the device deviates, $fail failed otherwise")
+	summary+=("$dev conformance: $pass passed, $skip skipped, $dev_fail failed as the device deviates, $fail failed otherwise${others[*]:+ (${others[*]})}")
 	log "${summary[-1]}"
 }
 
