@@ -9,6 +9,14 @@
 // A release store is not a fence: a later load of the same goroutine may
 // be performed before the store is visible. Where a handshake needs that
 // order (a producer that checks whether a consumer armed a wake-up after
-// publishing), use sync/atomic's Store. Load what StoreUint64 and
-// StoreUint32 store with the atomic type's Load.
+// publishing), use sync/atomic's Store, or have the other side, the one
+// that arms the wake-up and then checks for work, call Fence between the
+// two. Load what StoreUint64 and StoreUint32 store with the atomic type's
+// Load.
 package atomicrel
+
+import "sync/atomic"
+
+// atomicSwap is a sequentially consistent read-modify-write of a word of
+// the caller's: a full fence for the caller's own accesses.
+func atomicSwap(w *uint32) { atomic.SwapUint32(w, 1) }

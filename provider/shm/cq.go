@@ -323,6 +323,10 @@ func (c *cq) arm(solicitedOnly bool) (uint32, error) {
 	// store was visible is reserved already (see cqRing.pending): notify
 	// for it now. (At worst the notification comes for a completion that
 	// was there before the arming, which the caller's next poll takes.)
+	// The private ring's producer publishes with a plain release store
+	// and then loads the arming, which x86 may perform first: Fence makes
+	// that producer either see the arming or have its store seen here.
+	atomicrel.Fence()
 	if c.local.pending(solicitedOnly) || c.recvPending(solicitedOnly) {
 		c.ring.fire(a)
 	}
