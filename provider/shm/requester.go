@@ -176,9 +176,12 @@ type fastPath struct {
 // postPath performs wr through the fastPath of its opcode, if wr has its
 // keys and checks out; it reports false, having touched nothing, if not.
 func (q *qp) postPath(wr *driver.SendWR) bool {
-	op := wr.Opcode
 	c := q.conn
-	if c == nil || int(op) >= len(c.kc.fast) || len(wr.SGList) != 1 {
+	if c == nil {
+		return false
+	}
+	op := wr.Opcode // wr is read after q: no test of wr for nil of its own
+	if int(op) >= len(c.kc.fast) || len(wr.SGList) != 1 {
 		return false
 	}
 	t, g := &c.kc.fast[op], &wr.SGList[0]
@@ -193,8 +196,8 @@ func (q *qp) postPath(wr *driver.SendWR) bool {
 	if !inSpan(loff, n, t.llen) || !inSpan(roff, n, t.rlen) {
 		return false
 	}
-	if c.hold.Load() != 0 || t.mr.ext.Revoked() {
-		return false
+	if c.hold.Load()|t.mr.ext.RevokedWord() != 0 {
+		return false // the connection holds WRs, or the region was deregistered
 	}
 	// One test at a time: each compiles to a compare and a branch.
 	h := c.peerHdr
