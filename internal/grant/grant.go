@@ -75,14 +75,18 @@ type Extent struct {
 	Len     uint64
 	Access  driver.AccessFlags
 	PD      any
-	revoked atomic.Bool
+	revoked atomic.Uint32 // 1 once revoked
 }
 
 // Revoke marks the region revoked: the check refuses it from then on.
-func (x *Extent) Revoke() { x.revoked.Store(true) }
+func (x *Extent) Revoke() { x.revoked.Store(1) }
 
 // Revoked reports whether the region was revoked.
-func (x *Extent) Revoked() bool { return x.revoked.Load() }
+func (x *Extent) Revoked() bool { return x.revoked.Load() != 0 }
+
+// RevokedWord is Revoked as a word, nonzero once the region was revoked,
+// for a caller that ORs it with words of its own into one test.
+func (x *Extent) RevokedWord() uint32 { return x.revoked.Load() }
 
 // Entry is the value a key table holds for a key: a region (MR, with its
 // Extent in X, so that the check reads it without a call) or a window.
@@ -227,7 +231,7 @@ func CheckLocal[R Region](tab *keytab.Table[Entry[R]], key uint32, pd any, addr,
 // check is Check of the region of x: its fields compared in place.
 func (x *Extent) check(pd any, addr, n uint64, need driver.AccessFlags) Fault {
 	switch {
-	case x.revoked.Load():
+	case x.Revoked():
 		return BadKey
 	case !same(x.PD, pd):
 		return NotAssoc
@@ -252,7 +256,7 @@ func checkWindow[R Region](w *Window[R], key uint32, pd, qp any, addr, n uint64,
 		return zero, Rights
 	case !inside(addr, n, b.addr, b.length):
 		return zero, Bounds
-	case b.x.revoked.Load():
+	case b.x.Revoked():
 		return zero, BadKey
 	}
 	return b.mr, OK

@@ -67,6 +67,12 @@ func (l *Lock) TryLock() bool {
 	return l.state.Load() == 0 && l.state.Swap(1) == 0
 }
 
+// TrySwap is TryLock without its load: it swaps the lock held at once
+// and reports whether it was free. It suits a lock that is expected to be
+// free and whose caller, if the swap finds it held, waits for it (Lock),
+// as Lock's own first swap does.
+func (l *Lock) TrySwap() bool { return l.state.Swap(1) == 0 }
+
 // Unlock unlocks l. Unlocking a lock that is not held is a run-time
 // error, as with sync.Mutex.
 func (l *Lock) Unlock() {

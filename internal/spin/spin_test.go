@@ -76,3 +76,20 @@ func BenchmarkLockUnlock(b *testing.B) {
 		l.Unlock()
 	}
 }
+
+// TestTrySwap: TrySwap takes a free lock, and on a held one fails and
+// leaves it held by its holder, whose Unlock then frees it.
+func TestTrySwap(t *testing.T) {
+	var l Lock
+	if !l.TrySwap() {
+		t.Fatal("TrySwap failed on a free lock")
+	}
+	if l.TrySwap() || l.TryLock() {
+		t.Fatal("a held lock was taken again")
+	}
+	l.Unlock()
+	if !l.TryLock() {
+		t.Fatal("the lock is not free after its holder's Unlock")
+	}
+	l.Unlock()
+}

@@ -160,39 +160,44 @@ func (c *cq) markOverrun() {
 }
 
 func (c *cq) Poll(wc []driver.WorkCompletion) int {
-	// The common case in line: a CQ of one QP's send completions only,
-	// whose completions name no QP (localRing.produceOwn). Anything else
-	// is pollLocked's, which takes the completions from wc[n] on; the
-	// calls out of line are the last thing done, so that nothing need be
-	// kept on the stack around them.
-	if !c.mu.TryLock() {
+	// The common case in line: the first completion of a CQ of one QP's
+	// send completions only, whose completions name no QP
+	// (localRing.produceOwn). Anything else, and the completions after
+	// that first one, are pollLocked's, which takes them from wc[n] on;
+	// the calls out of line are the last thing done, so that nothing need
+	// be kept on the stack around them. The lock is swapped at once: one
+	// found held is waited for (pollWait), whose Lock swaps at once too.
+	if !c.mu.TrySwap() {
 		return c.pollWait(wc)
 	}
 	if !c.ownOnly {
 		return c.pollLocked(wc, 0)
 	}
+	if len(wc) == 0 {
+		c.mu.Unlock()
+		return 0
+	}
 	r := c.local
-	n := 0
-	for n < len(wc) {
-		pos := r.head
-		s := r.at(pos)
-		if s.seq.Load() != pos+1 {
-			break
-		}
-		if s.q != nil {
-			return c.pollLocked(wc, n)
-		}
-		wc[n] = s.wc
-		c.firstSQ.Retire(s.retire)
-		atomicrel.StoreUint64(&s.seq, pos+r.mask+1)
-		r.head = pos + 1
-		n++
-		if r.tail.Load() == pos+1 {
-			break // no further completion reserved: one load, not the next slot's
-		}
+	pos := r.head
+	s := r.at(pos)
+	if s.seq.Load() != pos+1 {
+		c.mu.Unlock()
+		return 0
+	}
+	if s.q != nil {
+		return c.pollLocked(wc, 0)
+	}
+	wc[0] = s.wc
+	c.firstSQ.Retire(s.retire)
+	atomicrel.StoreUint64(&s.seq, pos+r.mask+1)
+	r.head = pos + 1
+	if r.tail.Load() != pos+1 && len(wc) > 1 {
+		// A further completion reserved (one load, not the next
+		// slot's): pollLocked takes it and those after it.
+		return c.pollLocked(wc, 1)
 	}
 	c.mu.Unlock()
-	return n
+	return 1
 }
 
 // pollWait is Poll once c.mu is found held: it waits for it.

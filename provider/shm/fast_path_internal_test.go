@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/goverbs/goverbs/internal/keytab"
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/verbs/verbstest"
@@ -14,7 +15,8 @@ import (
 // still fails, touching nothing, when anything that resolution assumed
 // changed since: the peer QP's state, generation, rights or responder
 // depth (changed by the peer, or written into its header by a lying one),
-// either region deregistered, or a span beyond either region.
+// the remote key's slot rewritten, either region deregistered, or a
+// span beyond either region.
 func TestFastPathRechecksWhatItKept(t *testing.T) {
 	const size = 64
 	for _, tc := range []struct {
@@ -49,6 +51,21 @@ func TestFastPathRechecksWhatItKept(t *testing.T) {
 			if err := p.B.DeregRegion(tgt.ID); err != nil {
 				t.Fatal(err)
 			}
+			return src.SGE(0, 8), 0
+		}, verbs.WCRemAccessErr},
+		{"remote key's slot rewritten", verbs.OpRDMAWrite, func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (verbs.SGE, int) {
+			// The peer rewrites the key's slot in its grant table with
+			// no remote write right (its version moves on) and says
+			// nothing: the slot's version alone tells.
+			b := driverQP(p.B.(*verbstest.Local).QPs[0])
+			b.grantMu.Lock()
+			defer b.grantMu.Unlock()
+			k, ok := b.grants.lookup(tgt.RKey)
+			if !ok {
+				t.Fatal("the target's key is not in B's grant table")
+			}
+			k.access &^= driver.AccessRemoteWrite
+			b.grants.publish(keytab.Index(tgt.RKey), k)
 			return src.SGE(0, 8), 0
 		}, verbs.WCRemAccessErr},
 		{"local region deregistered", verbs.OpRDMAWrite, func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (verbs.SGE, int) {

@@ -156,7 +156,7 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 // guarded by q.mu, and forgotten with the rest of the key cache whenever
 // a mapping goes (absorb, revocations, close): remote points into one.
 type fastPath struct {
-	mr         *mr    // the local region (nil: none)
+	mr         *mr    // the local region (nil: none, and llen is 0)
 	lkey, rkey uint32 // the WRs' keys
 	// local: the region's first byte, at address laddr, llen bytes of
 	// it (at most the largest message: a WR within them is no longer).
@@ -176,24 +176,28 @@ type fastPath struct {
 // postPath performs wr through the fastPath of its opcode, if wr has its
 // keys and checks out; it reports false, having touched nothing, if not.
 func (q *qp) postPath(wr *driver.SendWR) bool {
-	op := wr.Opcode
 	c := q.conn
-	if c == nil || int(op) >= len(c.kc.fast) || len(wr.SGList) != 1 {
+	if c == nil {
+		return false
+	}
+	op := wr.Opcode // wr is read after q: no test of wr for nil of its own
+	if int(op) >= len(c.kc.fast) || len(wr.SGList) != 1 {
 		return false
 	}
 	t, g := &c.kc.fast[op], &wr.SGList[0]
-	if t.mr == nil || t.lkey != g.LKey || t.rkey != wr.RKey || wr.Flags&driver.SendInline != 0 {
+	if t.lkey != g.LKey || t.rkey != wr.RKey || wr.Flags&driver.SendInline != 0 {
 		return false
 	}
-	if c.hold.Load() != 0 || t.mr.ext.Revoked() {
-		return false
-	}
-	// The spans, in the two regions (a zero-length WR takes the
-	// long road).
+	// The spans, in the two regions (a zero-length WR takes the long
+	// road). An empty fastPath (mr nil) has llen 0, in which no span
+	// lies: this refuses it before t.mr is read.
 	n := uint64(g.Length)
 	loff, roff := g.Addr-t.laddr, wr.RemoteAddr-t.raddr
 	if !inSpan(loff, n, t.llen) || !inSpan(roff, n, t.rlen) {
 		return false
+	}
+	if c.hold.Load()|t.mr.ext.RevokedWord() != 0 {
+		return false // the connection holds WRs, or the region was deregistered
 	}
 	// One test at a time: each compiles to a compare and a branch.
 	h := c.peerHdr
@@ -220,34 +224,50 @@ func (q *qp) postPath(wr *driver.SendWR) bool {
 	local, remote := unsafe.Add(t.local, loff), unsafe.Add(t.remote, roff)
 	var byteLen uint32
 	wc := driver.WCRDMAWrite
-	switch op {
-	case driver.OpRDMAWrite:
-		copySpan(remote, local, n)
-	case driver.OpRDMARead:
-		copySpan(local, remote, n)
-		byteLen, wc = uint32(n), driver.WCRDMARead
-	case driver.OpAtomicFetchAndAdd:
-		if n != 8 || uintptr(remote)%8 != 0 {
-			return false
+	if n != 8 {
+		// A copy that calls memmove: from here on, q, wr, byteLen and
+		// wc alone, loaded again, are kept across the call (the length
+		// is g's, loaded again, so that the 8-byte road below hands the
+		// completion its byteLen in the same register).
+		switch op {
+		case driver.OpRDMAWrite:
+			copySpan(remote, local, n)
+		case driver.OpRDMARead:
+			copySpan(local, remote, n)
+			byteLen, wc = g.Length, driver.WCRDMARead
+		default:
+			return false // an atomic is 8 bytes
 		}
-		add := wr.CompareAdd
-		*(*uint64)(local) = atomic.AddUint64((*uint64)(remote), add) - add
-		byteLen, wc = 8, driver.WCFetchAdd
-	default:
-		if n != 8 || uintptr(remote)%8 != 0 {
-			return false
+	} else {
+		// One load and one store, or the atomic instruction: no call,
+		// so nothing is kept on the stack across one.
+		switch op {
+		case driver.OpRDMAWrite:
+			*(*[8]byte)(remote) = *(*[8]byte)(local)
+		case driver.OpRDMARead:
+			*(*[8]byte)(local) = *(*[8]byte)(remote)
+			byteLen, wc = 8, driver.WCRDMARead
+		case driver.OpAtomicFetchAndAdd:
+			if uintptr(remote)%8 != 0 {
+				return false
+			}
+			add := wr.CompareAdd
+			*(*uint64)(local) = atomic.AddUint64((*uint64)(remote), add) - add
+			byteLen, wc = 8, driver.WCFetchAdd
+		default:
+			if uintptr(remote)%8 != 0 {
+				return false
+			}
+			*(*uint64)(local) = applyAtomic((*uint64)(remote), wr)
+			byteLen, wc = 8, driver.WCCompSwap
 		}
-		*(*uint64)(local) = applyAtomic((*uint64)(remote), wr)
-		byteLen, wc = 8, driver.WCCompSwap
 	}
-	// From here on, q, wr, byteLen and wc alone, loaded again: a copy
-	// that calls memmove then keeps only them across the call.
 	if seq, signaled := q.sq.Commit(wr); signaled {
 		// pushSend, in line: one call fewer.
-		if cq := q.sendCQ; cq.notOwn.Load() || !cq.local.produceOwn(seq, wr.WRID, driver.WCSuccess, wc, byteLen) {
-			cq.pushSendSlow(q, seq, wr.WRID, driver.WCSuccess, wc, byteLen)
-		} else {
+		if cq := q.sendCQ; !cq.notOwn.Load() && cq.local.produceOwn(seq, wr.WRID, driver.WCSuccess, wc, byteLen) {
 			cq.ring.notify(false, false)
+		} else {
+			cq.pushSendSlow(q, seq, wr.WRID, driver.WCSuccess, wc, byteLen)
 		}
 	}
 	return true

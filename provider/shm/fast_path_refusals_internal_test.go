@@ -1,0 +1,157 @@
+package shm
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/verbstest"
+)
+
+// TestFastPathTakesOnlyItsWRs: once WRs have taken postFast's road for
+// an opcode, a WR of that opcode that differs from them in what postPath
+// compares — another local or remote key whose addresses lie in the kept
+// regions, the inline flag, more than one SGE, an atomic not 8 bytes long
+// or misaligned — is not performed through the kept resolution: it fails
+// as the long road fails it, touching nothing, or (more SGEs) is performed
+// whole.
+func TestFastPathTakesOnlyItsWRs(t *testing.T) {
+	const size = 64
+	type regions struct{ src, src2, tgt, tgt2 verbstest.Region }
+	for _, tc := range []struct {
+		name    string
+		op      verbs.Opcode
+		wr      func(r regions) verbs.SendWR
+		postErr bool           // PostSend refuses the WR
+		want    verbs.WCStatus // its completion's status, if posted
+	}{
+		{"another local key", verbs.OpRDMAWrite, func(r regions) verbs.SendWR {
+			sge := r.src.SGE(0, 8)
+			sge.LKey = r.src2.LKey
+			return rdma(9, verbs.OpRDMAWrite, sge, r.tgt, 0)
+		}, false, verbs.WCLocProtErr},
+		{"another remote key", verbs.OpRDMAWrite, func(r regions) verbs.SendWR {
+			wr := rdma(9, verbs.OpRDMAWrite, r.src.SGE(0, 8), r.tgt, 0)
+			wr.RKey = r.tgt2.RKey
+			return wr
+		}, false, verbs.WCRemAccessErr},
+		{"an inline Read", verbs.OpRDMARead, func(r regions) verbs.SendWR {
+			wr := rdma(9, verbs.OpRDMARead, r.src.SGE(0, 8), r.tgt, 0)
+			wr.Flags |= verbs.SendInline
+			return wr
+		}, true, 0},
+		{"a fetch-and-add of 16 bytes", verbs.OpAtomicFetchAndAdd, func(r regions) verbs.SendWR {
+			return atomicWR(9, verbs.OpAtomicFetchAndAdd, r.src.SGE(0, 16), r.tgt, 0, 1, 0)
+		}, true, 0},
+		{"a compare-and-swap misaligned", verbs.OpAtomicCmpAndSwp, func(r regions) verbs.SendWR {
+			return atomicWR(9, verbs.OpAtomicCmpAndSwp, r.src.SGE(0, 8), r.tgt, 4, 0, 1)
+		}, false, verbs.WCRemInvReqErr},
+		{"two SGEs", verbs.OpRDMAWrite, func(r regions) verbs.SendWR {
+			wr := rdma(9, verbs.OpRDMAWrite, r.src.SGE(0, 8), r.tgt, 0)
+			wr.SGList = append(wr.SGList, r.src.SGE(32, 8))
+			return wr
+		}, false, verbs.WCSuccess},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := localHarness().NewPair(t, verbstest.PairOptions{})
+			r := regions{
+				src:  newRegion(t, p.A, size, verbs.AccessLocalWrite),
+				src2: newRegion(t, p.A, size, verbs.AccessLocalWrite),
+				tgt:  newRegion(t, p.B, size, verbs.AccessLocalWrite|verbs.RemoteAccess),
+				tgt2: newRegion(t, p.B, size, verbs.AccessLocalWrite|verbs.RemoteAccess),
+			}
+			fill(t, p.B, r.tgt, 0, pattern(2, size))
+			// The first WR resolves the keys, the second fills the
+			// fastPath, the third takes it. (A compare of 0 with the
+			// words' patterns swaps nothing.)
+			for i := range 3 {
+				postSend(t, p.A, 0, atomicWR(uint64(i), tc.op, r.src.SGE(8*i, 8), r.tgt, 8*i, 0, 0))
+				expectWC(t, waitWCs(t, p.A, verbstest.SendCQ, 1)[0], uint64(i), verbs.WCSuccess)
+			}
+			if !fastPathKept(p, tc.op) {
+				t.Fatal("postFast keeps nothing of the WRs' keys: the test tests nothing")
+			}
+			fill(t, p.A, r.src, 0, pattern(3, size))
+			before, local := contents(t, p.B, r.tgt, 0, size), contents(t, p.A, r.src, 0, size)
+			n, err := p.A.PostSend(0, []verbs.SendWR{tc.wr(r)})
+			if tc.postErr {
+				if err == nil || n != 0 {
+					t.Fatalf("PostSend took the WR (%d posted, %v): want it refused", n, err)
+				}
+			} else {
+				if err != nil || n != 1 {
+					t.Fatalf("PostSend: %d posted, %v", n, err)
+				}
+				expectWC(t, waitWCs(t, p.A, verbstest.SendCQ, 1)[0], 9, tc.want)
+			}
+			if tc.want == verbs.WCSuccess && !tc.postErr {
+				want := append(local[0:8:8], local[32:40]...)
+				if got := contents(t, p.B, r.tgt, 0, 16); !bytes.Equal(got, want) {
+					t.Errorf("the Write of two SGEs wrote %x, want %x", got, want)
+				}
+			} else if after := contents(t, p.B, r.tgt, 0, size); !bytes.Equal(after, before) {
+				t.Errorf("the failed WR changed the remote region: %x, was %x", after, before)
+			}
+			if after := contents(t, p.A, r.src, 0, size); !bytes.Equal(after, local) {
+				t.Errorf("the WR changed the local region: %x, was %x", after, local)
+			}
+			expectCanaries(t, p.A, r.src, r.src2)
+			expectCanaries(t, p.B, r.tgt, r.tgt2)
+		})
+	}
+}
+
+// TestFastPathRefusesWhileHeld: postPath performs no WR while any bit of
+// its connection's hold is set (a mapping change to absorb, mappings
+// retired, a segment wait, a revocation to answer, the peer unsettled or
+// gone), though the WR has the kept keys and checks out otherwise; with
+// hold clear, the same WR is performed.
+func TestFastPathRefusesWhileHeld(t *testing.T) {
+	const size = 64
+	p := localHarness().NewPair(t, verbstest.PairOptions{})
+	src := newRegion(t, p.A, size, verbs.AccessLocalWrite)
+	tgt := newRegion(t, p.B, size, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	fill(t, p.A, src, 0, pattern(1, size))
+	fill(t, p.B, tgt, 0, pattern(2, size))
+	for i := range 3 {
+		postSend(t, p.A, 0, rdma(uint64(i), verbs.OpRDMAWrite, src.SGE(8*i, 8), tgt, 8*i))
+		expectWC(t, waitWCs(t, p.A, verbstest.SendCQ, 1)[0], uint64(i), verbs.WCSuccess)
+	}
+	if !fastPathKept(p, verbs.OpRDMAWrite) {
+		t.Fatal("postFast keeps nothing of the WRs' keys: the test tests nothing")
+	}
+	fill(t, p.A, src, 0, pattern(3, size))
+	before := contents(t, p.B, tgt, 0, size)
+	q := driverQP(p.A.QPs[0])
+	wr := rdma(9, verbs.OpRDMAWrite, src.SGE(0, 8), tgt, 0)
+	for _, bit := range []uint32{holdUnsettled, holdDirty, holdRetired, holdSegWait, holdRevoke, holdEnded} {
+		q.mu.Lock()
+		c := q.conn
+		set := c.hold.Load()&bit == 0
+		c.setHold(bit)
+		took := q.postPath(&wr)
+		if set {
+			c.clearHold(bit)
+		}
+		q.mu.Unlock()
+		if !set {
+			t.Fatalf("hold bit %#x set already: the connection is not idle", bit)
+		}
+		if took {
+			t.Fatalf("postPath performed a WR with hold bit %#x set", bit)
+		}
+		if after := contents(t, p.B, tgt, 0, size); !bytes.Equal(after, before) {
+			t.Fatalf("a WR refused with hold bit %#x changed the remote region: %x, was %x", bit, after, before)
+		}
+	}
+	q.mu.Lock()
+	took := q.postPath(&wr)
+	q.mu.Unlock()
+	if !took {
+		t.Fatal("postPath refused the WR with hold clear: the test tests nothing")
+	}
+	expectWC(t, waitWCs(t, p.A, verbstest.SendCQ, 1)[0], 9, verbs.WCSuccess)
+	if got, want := contents(t, p.B, tgt, 0, 8), contents(t, p.A, src, 0, 8); !bytes.Equal(got, want) {
+		t.Errorf("the Write wrote %x, want %x", got, want)
+	}
+}
