@@ -20,12 +20,15 @@ import (
 	"github.com/anishathalye/porcupine"
 	"go.uber.org/goleak"
 
+	"github.com/goverbs/goverbs/internal/listenwait"
 	_ "github.com/goverbs/goverbs/provider/iwarp"
 	_ "github.com/goverbs/goverbs/provider/loop"
 	_ "github.com/goverbs/goverbs/provider/shm"
 )
 
 func TestMain(m *testing.M) {
+	// Tests dial listeners of this process: see package listenwait.
+	listenwait.Set(listenwait.TestTimeout)
 	if addr := os.Getenv("GOVERBS_KV_TEST_SERVER"); addr != "" {
 		os.Exit(serveChild(addr))
 	}

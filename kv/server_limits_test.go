@@ -16,8 +16,9 @@ import (
 
 // TestStalledHandshake: a tcp0 initiator that asks for peer-to-peer mode
 // and never sends its RTR holds a client slot of the server until the
-// RTR's timeout (1 s); another client connects meanwhile, and Close does
-// not wait for the stalled handshake.
+// RTR's timeout (listenwait.Timeout, which TestMain makes 10 s); another
+// client connects meanwhile, and Close does not wait for the stalled
+// handshake.
 func TestStalledHandshake(t *testing.T) {
 	a := addrs()["iwarp"]()
 	srv, err := Listen(a, small())

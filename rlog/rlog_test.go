@@ -15,11 +15,14 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/goverbs/goverbs/internal/listenwait"
 	_ "github.com/goverbs/goverbs/provider/loop"
 	_ "github.com/goverbs/goverbs/provider/shm"
 )
 
 func TestMain(m *testing.M) {
+	// Tests dial listeners of this process: see package listenwait.
+	listenwait.Set(listenwait.TestTimeout)
 	code := m.Run()
 	if goverbsBin != "" {
 		os.RemoveAll(filepath.Dir(goverbsBin))

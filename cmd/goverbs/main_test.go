@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/goverbs/goverbs/internal/listenwait"
 )
 
 // goverbsBin is the goverbs command built once by TestMain; the tests run it
@@ -26,6 +28,8 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
+	// Tests dial listeners of this process: see package listenwait.
+	listenwait.Set(listenwait.TestTimeout)
 	dir, err := os.MkdirTemp("", "goverbs-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "make temp dir:", err)

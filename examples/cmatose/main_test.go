@@ -10,9 +10,15 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/goverbs/goverbs/internal/listenwait"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// Tests dial listeners of this process: see package listenwait.
+	listenwait.Set(listenwait.TestTimeout)
+	goleak.VerifyTestMain(m)
+}
 
 // TestServerSpeaksFirst runs the example's server and client against
 // each other over tcp0 on loopback: the server sends first on every

@@ -11,11 +11,16 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/internal/listenwait"
 	"github.com/goverbs/goverbs/verbs"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// Tests dial listeners of this process: see package listenwait.
+	listenwait.Set(listenwait.TestTimeout)
+	goleak.VerifyTestMain(m)
+}
 
 // pair runs a server and a client of srv's test against each other over
 // tcp0 on loopback and returns their errors and outputs. cli gets the

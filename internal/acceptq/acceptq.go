@@ -26,10 +26,6 @@ const MaxHandshakes = 64
 // waits for Accept in a slot of the queue's, no longer of its peer's.
 const MaxPeerHandshakes = 32
 
-// HandshakeTimeout is how long a provider's listener waits for the request
-// a connection opens with: a silent connection is closed after it.
-const HandshakeTimeout = time.Second
-
 // Queue accepts connections of type C and turns them into requests of
 // type R. Nothing runs until the first Accept.
 type Queue[C net.Conn, R any] struct {

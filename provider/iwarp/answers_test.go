@@ -13,40 +13,100 @@ import (
 // side waiting for the answer does not take that for a dead peer, and
 // that a peer in SQD still answers.
 
-// TestReadAnsweredDuringPeersLargeWrite: B writes 256 MiB to A while A
-// reads 8 bytes of B, A's QP with a short timeout (17 ms, a tenth of the
-// Write's time on loopback; the 2 ms it was failed a run of the whole
-// suite with -race, B's transmitter descheduled that long on two busy
-// cores, which is silence to A as it would be to an InfiniBand QP): the
-// Read completes with success once B's Write is out, and so does the
-// Write.
+// TestReadAnsweredDuringPeersLargeWrite: B writes to A while A reads 8
+// bytes of B: the Read completes with success once B's Write is out, and
+// so does the Write, though the Write lasts several of A's liveness
+// periods (its QP's timeout times RetryCnt+1, 537 ms here), each of which
+// would end the connection had nothing come from B during it. The test
+// sends B's Write itself, a batch every 70 ms, so that the Write lasts
+// six periods however fast the path is, and A hears from B many times a
+// period however loaded the machine is. A Write sent at full speed lasts
+// only a fraction of any period long enough to outlast a transmitter
+// descheduled on two busy cores under -race, which is silence to A, as it
+// would be to an InfiniBand QP.
 func TestReadAnsweredDuringPeersLargeWrite(t *testing.T) {
 	defer iwarp.SetMinUserTimeout(0)()
-	const size = 256 << 20
+	const (
+		timeout = 16                                                // 4.096 µs × 2^16: 268 ms
+		retries = 1                                                 // RetryCnt
+		period  = 4096 * time.Nanosecond << timeout * (retries + 1) // A's liveness period
+		// Between two batches: a period over 7.618, so that A's checks,
+		// a period apart, fall at ever other points between two
+		// batches (a period of 8 batches had them fall at the same
+		// point, and all of them could find a batch still in A's
+		// socket, as if it were B's answer on its way).
+		interval = period * 1000 / 7618
+		rounds   = 46                 // batches of the Write: six periods
+		size     = rounds * (2 << 20) // a batch: 2 MiB at most
+		least    = 4 * period         // the Read's least wait for its answer
+	)
 	a, b, _, _ := connectPair(t, size, nil, nil)
 	for _, step := range []struct {
 		attr verbs.QPAttr
 		mask verbs.QPAttrMask
 	}{
 		{verbs.QPAttr{State: verbs.QPSSQD}, verbs.QPAttrState},
-		{verbs.QPAttr{State: verbs.QPSSQD, Timeout: 12, RetryCnt: 1}, verbs.QPAttrState | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt},
+		{verbs.QPAttr{State: verbs.QPSSQD, Timeout: timeout, RetryCnt: retries}, verbs.QPAttrState | verbs.QPAttrTimeout | verbs.QPAttrRetryCnt},
 		{verbs.QPAttr{State: verbs.QPSRTS}, verbs.QPAttrState},
 	} {
 		if err := a.qp.Modify(&step.attr, step.mask); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// B's transmitter is the test's until the Read is answered: B's
+	// Write goes out a batch a round, and the Read Response after it.
+	round, release := iwarp.HoldTx(b.qp.Driver())
+	held := true
+	defer func() {
+		if held {
+			release()
+		}
+	}()
 	if _, err := b.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
 		SGList: []verbs.SGE{b.mr.SGE(0, size)}, RemoteAddr: a.mr.Addr(), RKey: a.mr.RKey()}}); err != nil {
 		t.Fatal(err)
 	}
+	// The pace is what the test is about: B talks, and answers
+	// nothing, for several of A's liveness periods.
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	// The Write is under way once its first byte is placed at A (B's
+	// transmitter sends nothing before A's RTR has come): the Read
+	// Response will wait for its end.
+	b.mr.Bytes()[0] = 0xab
+	for n := 0; a.mr.Bytes()[0] != 0xab; a.cq.Poll(nil) {
+		if n++; n > rounds {
+			t.Fatalf("B's Write did not begin in %d rounds of its transmitter", rounds)
+		}
+		<-tick.C
+		if _, stop := round(); stop {
+			t.Fatal("B's transmitter stopped before its Write began: the connection ended")
+		}
+	}
+	start := time.Now()
 	if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
 		SGList: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr() + size - 8, RKey: b.mr.RKey()}}); err != nil {
 		t.Fatal(err)
 	}
-	wa, wb := a.wait(t, 1), b.wait(t, 1)
+	wa := make([]verbs.WorkCompletion, 1)
+	for n := 0; a.cq.Poll(wa) == 0; n++ {
+		if n > 4*rounds {
+			t.Fatalf("A's Read not answered after %d rounds of B's transmitter (%v)", n, time.Since(start))
+		}
+		<-tick.C
+		if _, stop := round(); stop {
+			t.Fatalf("B's transmitter stopped after %d rounds (%v): the connection ended", n, time.Since(start))
+		}
+	}
+	took := time.Since(start)
+	release()
+	held = false
+	wb := b.wait(t, 1)
 	if wa[0].Status != verbs.WCSuccess || wb[0].Status != verbs.WCSuccess {
-		t.Fatalf("A's Read completed %v, B's Write %v; want both successes", wa[0].Status, wb[0].Status)
+		t.Fatalf("A's Read completed %v after %v, B's Write %v; want both successes", wa[0].Status, took, wb[0].Status)
+	}
+	if took < least {
+		t.Fatalf("A's Read was answered after %v, less than four liveness periods (%v each): the test proved nothing", took, period)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/internal/acceptq"
+	"github.com/goverbs/goverbs/internal/listenwait"
 	"github.com/goverbs/goverbs/internal/peerguard"
 	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/provider/iwarp/wire"
@@ -49,16 +50,22 @@ func CRC() bool { return crcWanted.Load() }
 // context sets no deadline.
 const setupTimeout = 10 * time.Second
 
-// handshakeTimeout is how long a listener waits for the MPA Request a
-// connection opens with before it closes the connection (a variable for
-// tests).
-var handshakeTimeout = acceptq.HandshakeTimeout
+// rtrTimeout, when not zero, replaces listenwait.Timeout() as the bound
+// on how long a responder in peer-to-peer mode waits for the initiator's
+// RTR once it has sent its MPA Reply (see rtrWait): for tests of an
+// overdue RTR, which leave the wait for the request as it is.
+var rtrTimeout time.Duration
 
-// rtrTimeout bounds how long a responder in peer-to-peer mode waits for
-// the initiator's RTR once it has sent its MPA Reply (a variable for
-// tests): as long as a listener waits for a request, so that a half-open
+// rtrWait is how long a responder in peer-to-peer mode waits for the
+// initiator's RTR once it has sent its MPA Reply: as long as a listener
+// waits for a request (listenwait.Timeout), so that a half-open
 // connection holds nothing longer. Accept waits for it rtrGrace at most.
-var rtrTimeout = acceptq.HandshakeTimeout
+func rtrWait() time.Duration {
+	if rtrTimeout != 0 {
+		return rtrTimeout
+	}
+	return listenwait.Timeout()
+}
 
 // speakFirstDelay is how long a responder whose initiator did not ask
 // for peer-to-peer mode waits for the initiator's first FPDU before it
@@ -66,7 +73,7 @@ var rtrTimeout = acceptq.HandshakeTimeout
 var speakFirstDelay = 100 * time.Millisecond
 
 // rtrGrace is how long Accept waits for the RTR before it returns
-// anyway (the connection then waits for it up to rtrTimeout).
+// anyway (the connection then waits for it up to rtrWait()).
 const rtrGrace = 100 * time.Millisecond
 
 func (*provider) Schemes() []string { return []string{"tcp"} }
@@ -140,10 +147,10 @@ func (l *listener) Accept(ctx context.Context) (driver.ConnRequest, error) {
 }
 
 // handshake reads the MPA Request of nc; a peer that is not an iWARP
-// one, or asks for markers, or is silent for handshakeTimeout, is turned
-// away.
+// one, or asks for markers, or is silent for listenwait.Timeout(), is
+// turned away.
 func handshake(nc *net.TCPConn) (*request, bool) {
-	req, err := readFrame(context.Background(), nc, time.Now().Add(handshakeTimeout))
+	req, err := readFrame(context.Background(), nc, time.Now().Add(listenwait.Timeout()))
 	switch {
 	case err != nil || !req.IsRequest():
 		return nil, false // not an iWARP peer, or a broken one
@@ -331,8 +338,8 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 		// wait at all: an initiator that never sends it would otherwise
 		// hold the caller, a server accepting one request after another,
 		// for setupTimeout. The connection ends if the RTR has not come
-		// within rtrTimeout.
-		c.watchRTR(rtrTimeout)
+		// within rtrWait().
+		c.watchRTR(rtrWait())
 	} else {
 		// No peer-to-peer mode: the initiator may wait for this side to
 		// speak first (see speakFirst).

@@ -4,26 +4,21 @@ import (
 	"fmt"
 	"net"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
-	"github.com/goverbs/goverbs/provider/iwarp"
+	"github.com/goverbs/goverbs/internal/listenwait"
+	_ "github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/verbs/verbstest"
 )
 
 func TestMain(m *testing.M) {
 	// The tests dial their own listeners, in this process or in a child
-	// of it. A listener closes a connection whose MPA Request has not
-	// come within 1 s, and ends one whose RTR has not come within 1 s of
-	// its Reply; a dialler in a process stalled that long (a GC cycle
-	// that a test's large regions start, with -race on two busy cores)
-	// then fails setup: its read of the Reply ends in EOF, or its QP in
-	// the error state. Here a listener waits as long as a dialler waits
-	// for its Reply (setupTimeout); the tests of what a listener does
-	// with a silent or overdue peer set the waits they need.
-	iwarp.SetHandshakeTimeout(10 * time.Second)
-	iwarp.SetRTRTimeout(10 * time.Second)
+	// of it, and a listener that waits 1 s for the MPA Request or the RTR
+	// drops a dialler stalled that long (see package listenwait); the
+	// tests of what a listener does with a silent or overdue peer set
+	// the waits they need.
+	listenwait.Set(listenwait.TestTimeout)
 	verbstest.PeerMain()
 	goleak.VerifyTestMain(m)
 }

@@ -29,16 +29,11 @@ func SetMinUserTimeout(d time.Duration) (restore func()) {
 	return set(&minUserTimeout, d)
 }
 
-// SetRTRTimeout sets how long a responder waits for the initiator's RTR;
-// it returns a function that restores the default.
+// SetRTRTimeout sets how long a responder waits for the initiator's RTR,
+// in place of listenwait.Timeout(); it returns a function that restores
+// the default.
 func SetRTRTimeout(d time.Duration) (restore func()) {
 	return set(&rtrTimeout, d)
-}
-
-// SetHandshakeTimeout sets how long a listener waits for a connection's
-// MPA Request; it returns a function that restores the default.
-func SetHandshakeTimeout(d time.Duration) (restore func()) {
-	return set(&handshakeTimeout, d)
 }
 
 // SetPollGrace sets how long the receive goroutine stays off the socket

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/internal/acceptq"
+	"github.com/goverbs/goverbs/internal/listenwait"
 	"github.com/goverbs/goverbs/internal/peerguard"
 	"github.com/goverbs/goverbs/internal/soft"
 	"github.com/goverbs/goverbs/verbs/driver"
@@ -378,9 +379,9 @@ func unixPeer(sock *net.UnixConn) string {
 
 // readRequest reads the request a connection opens with; false for one
 // that is not a goverbs peer, a broken one, or one silent for
-// acceptq.HandshakeTimeout.
+// listenwait.Timeout().
 func readRequest(sock *net.UnixConn) (*request, bool) {
-	h, fds, err := readHello(sock, time.Now().Add(acceptq.HandshakeTimeout), nil)
+	h, fds, err := readHello(sock, time.Now().Add(listenwait.Timeout()), nil)
 	if err != nil || h.typ() != msgReq {
 		closeFDs(fds)
 		return nil, false
@@ -467,7 +468,7 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 	}
 	// A dialler that never confirms holds the accepting goroutine no
 	// longer than a silent connection holds the listener.
-	rtu, extra, err := readHello(r.sock, time.Now().Add(acceptq.HandshakeTimeout), nil)
+	rtu, extra, err := readHello(r.sock, time.Now().Add(listenwait.Timeout()), nil)
 	closeFDs(extra)
 	if err != nil || rtu.typ() != msgRTU {
 		return fail(fmt.Errorf("%w: the dialler did not confirm", driver.ErrDisconnected))
@@ -535,7 +536,7 @@ func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.C
 		// once, perhaps before the request is sent: report its answer,
 		// already queued (the listener has closed its end, so the read
 		// does not wait; the deadline only bounds it).
-		rep, rfds, rerr := readHello(sock, time.Now().Add(acceptq.HandshakeTimeout), nil)
+		rep, rfds, rerr := readHello(sock, time.Now().Add(listenwait.Default), nil)
 		closeFDs(rfds)
 		sock.Close()
 		if rerr == nil && rep.typ() == msgRej {

@@ -8,11 +8,14 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/goverbs/goverbs/internal/listenwait"
 	"github.com/goverbs/goverbs/provider/shm"
 	"github.com/goverbs/goverbs/verbs/verbstest"
 )
 
 func TestMain(m *testing.M) {
+	// Tests dial listeners of this process: see package listenwait.
+	listenwait.Set(listenwait.TestTimeout)
 	shm.ChildMain()
 	verbstest.PeerMain()
 	goleak.VerifyTestMain(m)
