@@ -3,7 +3,6 @@ package rsock
 import (
 	"bytes"
 	"errors"
-	"io"
 	"os"
 	"testing"
 	"time"
@@ -82,16 +81,7 @@ func TestCopiedPostLeavesACreditForCredits(t *testing.T) {
 					errc <- err
 				}()
 				want = append(want, big[n:]...)
-				got, err := io.ReadAll(a)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := <-errc; err != nil {
-					t.Fatal(err)
-				}
-				if !bytes.Equal(got, want) {
-					t.Fatalf("read %d bytes that differ from the %d written", len(got), len(want))
-				}
+				expectStream(t, a, errc, want)
 			})
 		}
 	}

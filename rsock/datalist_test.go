@@ -109,17 +109,24 @@ func TestWindowListsDeliverTheStreamInOrder(t *testing.T) {
 					}
 					errc <- d.CloseWrite()
 				}()
-				got, err := io.ReadAll(a)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := <-errc; err != nil {
-					t.Fatal(err)
-				}
-				if !bytes.Equal(got, want) {
-					t.Fatalf("read %d bytes that differ from the %d written", len(got), len(want))
-				}
+				expectStream(t, a, errc, want)
 			})
 		}
+	}
+}
+
+// expectStream reads a to its end, takes the writer's result from errc,
+// and checks that both succeeded and that the bytes read are want.
+func expectStream(t *testing.T, a io.Reader, errc <-chan error, want []byte) {
+	t.Helper()
+	got, err := io.ReadAll(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes that differ from the %d written", len(got), len(want))
 	}
 }

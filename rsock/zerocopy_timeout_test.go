@@ -3,7 +3,6 @@ package rsock
 import (
 	"bytes"
 	"errors"
-	"io"
 	"os"
 	"testing"
 	"time"
@@ -67,17 +66,7 @@ func TestZeroCopyWriteThatTimesOutReturnsAReadBuffer(t *testing.T) {
 					}
 					errc <- err
 				}()
-				got, err := io.ReadAll(a)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := <-errc; err != nil {
-					t.Fatal(err)
-				}
-				want := append(bytes.Repeat([]byte{'a'}, n), b...)
-				if !bytes.Equal(got, want) {
-					t.Fatalf("read %d bytes that differ from the %d sent (%d before the deadline, then %d)", len(got), len(want), n, len(b))
-				}
+				expectStream(t, a, errc, append(bytes.Repeat([]byte{'a'}, n), b...))
 			})
 		}
 	}
