@@ -17,6 +17,10 @@ package atomicrel
 
 import "sync/atomic"
 
-// atomicSwap is a sequentially consistent read-modify-write of a word of
-// the caller's: a full fence for the caller's own accesses.
-func atomicSwap(w *uint32) { atomic.SwapUint32(w, 1) }
+// fullFence orders the caller's earlier stores before its later loads: a
+// sequentially consistent read-modify-write of a word of its own, a locked
+// instruction.
+func fullFence() {
+	var w uint32
+	atomic.SwapUint32(&w, 1)
+}

@@ -49,10 +49,3 @@ func Fence() {
 		unix.Syscall(unix.SYS_MEMBARRIER, cmd, 0, 0)
 	}
 }
-
-// fullFence orders the caller's earlier stores before its later loads: a
-// sequentially consistent read-modify-write, a locked instruction.
-func fullFence() {
-	var w uint32
-	atomicSwap(&w)
-}

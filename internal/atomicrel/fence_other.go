@@ -7,7 +7,4 @@ package atomicrel
 // consistent stores, which no later load passes, so a goroutine that
 // published with them and then loads a flag needs no help: Fence only
 // orders the caller's own stores before its loads.
-func Fence() {
-	var w uint32
-	atomicSwap(&w)
-}
+func Fence() { fullFence() }
