@@ -90,15 +90,7 @@ func TestFastPathRechecksWhatItKept(t *testing.T) {
 			tgt := newRegion(t, p.B, size, verbs.AccessLocalWrite|verbs.RemoteAccess)
 			fill(t, p.A, src, 0, pattern(1, size))
 			fill(t, p.B, tgt, 0, pattern(2, size))
-			// The first WR resolves the keys, the second fills the
-			// fastPath, the third takes it.
-			for i := range 3 {
-				postSend(t, p.A, 0, atomicWR(uint64(i), tc.op, src.SGE(8*i, 8), tgt, 8*i, 1, 0))
-				expectWC(t, waitWCs(t, p.A, verbstest.SendCQ, 1)[0], uint64(i), verbs.WCSuccess)
-			}
-			if !fastPathKept(p, tc.op) {
-				t.Fatal("postFast keeps nothing of the WRs' keys: the test tests nothing")
-			}
+			warmFastPath(t, p, tc.op, src, tgt, 1)
 			before, local := contents(t, p.B, tgt, 0, size), contents(t, p.A, src, 0, size)
 			sge, off := tc.change(t, p, src, tgt)
 			fill(t, p.A, src, 0, pattern(3, size))
@@ -134,6 +126,22 @@ func peerHeader(t *testing.T, p *verbstest.Pair) *ringHeader {
 }
 
 // fastPathKept reports whether A's QP keeps a fastPath for op.
+// warmFastPath posts three signaled WRs of op on QP 0 of p, from the
+// first words of src to those of tgt (atomics add or compare cmpAdd): the
+// first resolves the keys, the second fills the fastPath, the third takes
+// it. It fails the test unless each succeeds and the fastPath keeps their
+// keys.
+func warmFastPath(t *testing.T, p *verbstest.Pair, op verbs.Opcode, src, tgt verbstest.Region, cmpAdd uint64) {
+	t.Helper()
+	for i := range 3 {
+		postSend(t, p.A, 0, atomicWR(uint64(i), op, src.SGE(8*i, 8), tgt, 8*i, cmpAdd, 0))
+		expectWC(t, waitWCs(t, p.A, verbstest.SendCQ, 1)[0], uint64(i), verbs.WCSuccess)
+	}
+	if !fastPathKept(p, op) {
+		t.Fatal("postFast keeps nothing of the WRs' keys: the test tests nothing")
+	}
+}
+
 func fastPathKept(p *verbstest.Pair, op verbs.Opcode) bool {
 	q := driverQP(p.A.QPs[0])
 	q.mu.Lock()

@@ -61,16 +61,8 @@ func TestFastPathTakesOnlyItsWRs(t *testing.T) {
 				tgt2: newRegion(t, p.B, size, verbs.AccessLocalWrite|verbs.RemoteAccess),
 			}
 			fill(t, p.B, r.tgt, 0, pattern(2, size))
-			// The first WR resolves the keys, the second fills the
-			// fastPath, the third takes it. (A compare of 0 with the
-			// words' patterns swaps nothing.)
-			for i := range 3 {
-				postSend(t, p.A, 0, atomicWR(uint64(i), tc.op, r.src.SGE(8*i, 8), r.tgt, 8*i, 0, 0))
-				expectWC(t, waitWCs(t, p.A, verbstest.SendCQ, 1)[0], uint64(i), verbs.WCSuccess)
-			}
-			if !fastPathKept(p, tc.op) {
-				t.Fatal("postFast keeps nothing of the WRs' keys: the test tests nothing")
-			}
+			// A compare of 0 with the words' patterns swaps nothing.
+			warmFastPath(t, p, tc.op, r.src, r.tgt, 0)
 			fill(t, p.A, r.src, 0, pattern(3, size))
 			before, local := contents(t, p.B, r.tgt, 0, size), contents(t, p.A, r.src, 0, size)
 			n, err := p.A.PostSend(0, []verbs.SendWR{tc.wr(r)})
@@ -113,13 +105,7 @@ func TestFastPathRefusesWhileHeld(t *testing.T) {
 	tgt := newRegion(t, p.B, size, verbs.AccessLocalWrite|verbs.RemoteAccess)
 	fill(t, p.A, src, 0, pattern(1, size))
 	fill(t, p.B, tgt, 0, pattern(2, size))
-	for i := range 3 {
-		postSend(t, p.A, 0, rdma(uint64(i), verbs.OpRDMAWrite, src.SGE(8*i, 8), tgt, 8*i))
-		expectWC(t, waitWCs(t, p.A, verbstest.SendCQ, 1)[0], uint64(i), verbs.WCSuccess)
-	}
-	if !fastPathKept(p, verbs.OpRDMAWrite) {
-		t.Fatal("postFast keeps nothing of the WRs' keys: the test tests nothing")
-	}
+	warmFastPath(t, p, verbs.OpRDMAWrite, src, tgt, 0)
 	fill(t, p.A, src, 0, pattern(3, size))
 	before := contents(t, p.B, tgt, 0, size)
 	q := driverQP(p.A.QPs[0])
