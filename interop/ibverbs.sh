@@ -534,9 +534,13 @@ for dev in $devices; do
 		summary+=("$dev rdma resource show: FAIL, kernel objects left behind")
 		failed=1
 	fi
-	if "$vmsh" exec 'dmesg' | grep -E 'BUG|Oops|WARNING: CPU' >"$work/dmesg.bad"; then
-		cat "$work/dmesg.bad" >&2
-		summary+=("$dev: FAIL, the guest kernel logged a bug")
+	"$vmsh" exec 'dmesg' >"$work/dmesg-$dev.log" 2>&1 || true
+	if grep -E 'BUG|Oops|WARNING: CPU' "$work/dmesg-$dev.log" >"$work/dmesg.bad"; then
+		# The report and the first frames of its call trace, in the
+		# summary too: CI may show only the end of the output.
+		grep -E -A12 'BUG|Oops|WARNING: CPU' "$work/dmesg-$dev.log" >&2
+		summary+=("$dev: FAIL, the guest kernel logged a bug: $(head -1 "$work/dmesg.bad")")
+		while read -r line; do summary+=("    $line"); done < <(grep -E -A8 'BUG|Oops|WARNING: CPU' "$work/dmesg-$dev.log" | grep -E 'RIP|Call Trace| [a-z_0-9]+\+0x' | head -8)
 		failed=1
 	fi
 	"$vmsh" stop >/dev/null 2>&1 || true
