@@ -151,6 +151,9 @@ type devContext struct {
 	name  string
 	attr  driver.DeviceAttr
 	iwarp bool
+	// noReset: the device moves a QP out of RTS or ERR to ERR only, and
+	// takes a move to RESET without making it (siw).
+	noReset bool
 	// kernelInvFlag: the device writes the kernel's IB_WC_WITH_INVALIDATE
 	// into receive completions (mw.go).
 	kernelInvFlag bool
@@ -296,6 +299,7 @@ func (c *devContext) query() error {
 		c.attr.Caps |= driver.CapMemoryWindows
 	}
 	c.kernelInvFlag = !c.iwarp && a.vendorID == rxeVendorID
+	c.noReset = c.iwarp && a.vendorID == siwVendorID
 	c.attr.MaxInlineData = c.probeInline()
 	return nil
 }

@@ -58,6 +58,8 @@ const (
 
 	// rxeVendorID is the vendor_id rxe reports.
 	rxeVendorID = 0xffffff
+	// siwVendorID is the vendor_id siw reports ("bmt").
+	siwVendorID = 0x626d74
 	// kernelWCWithInv is the kernel's IB_WC_WITH_INVALIDATE, which is
 	// IBV_WC_IP_CSUM_OK in libibverbs' numbering.
 	kernelWCWithInv = 1 << 2

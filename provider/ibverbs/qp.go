@@ -613,6 +613,11 @@ func (q *qp) Modify(attr *driver.QPAttr, mask driver.QPAttrMask) error {
 	if q.ctx.iwarp && (next == driver.QPSRTR || next == driver.QPSRTS) && cur != next {
 		return fmt.Errorf("%w: an iWARP QP reaches %v only through a connection: use cm with an rdma:// address", driver.ErrUnsupported, next)
 	}
+	if q.ctx.noReset && next == driver.QPSReset && cur != driver.QPSReset && cur != driver.QPSInit {
+		// siw takes the move and leaves the QP where it was; connecting
+		// it again would then reach the kernel with a QP in ERR.
+		return fmt.Errorf("%w: %s keeps a QP that was connected in its state for good (Linux siw leaves RTS and ERR only for ERR): destroy this QP and create a new one to connect again", driver.ErrUnsupported, q.ctx.name)
+	}
 	a, m, err := q.toIBVAttr(attr, mask, cur, next)
 	if err != nil {
 		return err
