@@ -300,6 +300,9 @@ func (r *Request) Accept(qp *verbs.QP, p *Param) (*Conn, error) {
 	if p.HoldRTR && !qp.PD().Context().QueryDevice().Has(verbs.CapCommEstEvent) {
 		return nil, fmt.Errorf("cm: accept: %w: HoldRTR needs a device with CapCommEstEvent", verbs.ErrInvalidArg)
 	}
+	if err := checkConnectable(qp); err != nil {
+		return nil, fmt.Errorf("cm: accept: %w (the request stays pending: accept it with another QP, or reject it)", err)
+	}
 	c, err := r.r.Accept(qp.Driver(), p.driverParam(qp))
 	if err != nil {
 		return nil, fmt.Errorf("cm: accept: %w", err)
@@ -335,11 +338,28 @@ func Dial(ctx context.Context, addr string, qp *verbs.QP, p *Param) (*Conn, erro
 	if p.HoldRTR {
 		return nil, fmt.Errorf("cm: dial %s: %w: HoldRTR is for Accept; a dialled QP is in RTS once connected", addr, verbs.ErrInvalidArg)
 	}
+	if err := checkConnectable(qp); err != nil {
+		return nil, fmt.Errorf("cm: dial %s: %w", addr, err)
+	}
 	c, err := m.Dial(ctx, rest, qp.Driver(), p.driverParam(qp))
 	if err != nil {
 		return nil, fmt.Errorf("cm: dial %s: %w", addr, err)
 	}
 	return &Conn{c: c, qp: qp}, nil
+}
+
+// checkConnectable reports an error unless qp is in Reset or Init, the
+// states a connection starts from, so that no provider (and no kernel) is
+// asked to connect a QP in another.
+func checkConnectable(qp *verbs.QP) error {
+	a, err := qp.Query()
+	if err != nil {
+		return err
+	}
+	if a.State != verbs.QPSReset && a.State != verbs.QPSInit {
+		return fmt.Errorf("%w: connecting needs a QP in Reset or Init, QP %d is in %v: move it to Reset first, or create a new QP", verbs.ErrInvalidState, qp.Num(), a.State)
+	}
+	return nil
 }
 
 // Conn is an established connection.

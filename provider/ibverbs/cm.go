@@ -382,9 +382,6 @@ func (*provider) Dial(ctx context.Context, addr string, x driver.QP, p driver.Co
 	if err != nil {
 		return nil, err
 	}
-	if err := q.checkConnectable(); err != nil {
-		return nil, err
-	}
 	q.endStaleConn()
 	wait := 10 * time.Millisecond
 	for {
@@ -566,9 +563,6 @@ func (r *request) Accept(x driver.QP, p driver.ConnParam) (driver.Conn, error) {
 		// EventCommEst to tell when to move it on (no CapCommEstEvent).
 		return nil, fmt.Errorf("ibverbs: accept: %w: a QP cannot be held in RTR here; accept without HoldRTR", driver.ErrUnsupported)
 	}
-	if err := q.checkConnectable(); err != nil {
-		return nil, err
-	}
 	if err := r.take(); err != nil {
 		return nil, err
 	}
@@ -687,26 +681,6 @@ func (k *conn) end() {
 		}
 		close(k.done)
 	})
-}
-
-// checkConnectable reports an error unless q is in Reset or Init, the
-// states a connection starts from. The kernel is not asked to connect a
-// QP in another: siw's rdma_accept of a QP in ERR fails through a path
-// that drops a reference it does not hold.
-func (q *qp) checkConnectable() error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.dead {
-		return driver.ErrClosed
-	}
-	s, err := q.queryState()
-	if err != nil {
-		return err
-	}
-	if s != driver.QPSReset && s != driver.QPSInit {
-		return fmt.Errorf("ibverbs: %w: connecting needs a QP in Reset or Init, this one is %v: move it to Reset first, or create a new QP", driver.ErrInvalidState, s)
-	}
-	return nil
 }
 
 // endStaleConn closes the QP's connection if the QP was reset since it

@@ -567,6 +567,32 @@ func testReuse(t *testing.T, h Harness) {
 	}
 }
 
+// testConnectWrongState: cm connects only a QP in Reset or Init. Dial
+// with a connected QP, in RTS and then in Err, fails with ErrInvalidState
+// and leaves the QP as it was.
+func testConnectWrongState(t *testing.T, h Harness) {
+	p := h.NewPair(t, PairOptions{})
+	addr := h.Addr(t)
+	for _, state := range []verbs.QPState{verbs.QPSRTS, verbs.QPSErr} {
+		if state == verbs.QPSErr {
+			if err := p.A.SetQPState(0, verbs.QPSErr); err != nil {
+				t.Fatalf("move QP to Err: %v", err)
+			}
+		}
+		expectState(t, p.A, 0, state)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		c, err := cm.Dial(ctx, addr, p.A.QPs[0], p.Opts.param())
+		cancel()
+		if c != nil {
+			c.Close()
+		}
+		if !errors.Is(err, verbs.ErrInvalidState) {
+			t.Fatalf("Dial with a QP in %v: %v, want ErrInvalidState", state, err)
+		}
+		expectState(t, p.A, 0, state)
+	}
+}
+
 // testDrain: a QP moved to SQD finishes the WRs under way, then raises
 // EventSQDrained, by which time their completions are in the CQ; the WRs
 // it had not begun, and a WR posted in SQD, wait for the move back to

@@ -118,6 +118,7 @@ var suite = []testCase{
 	{"Lifecycle/RecvCQOverrun", testRecvCQOverrun},
 	{"Lifecycle/QueriedCap", testQueriedCap},
 	{"Lifecycle/Reuse", testReuse},
+	{"Lifecycle/ConnectWrongState", testConnectWrongState},
 	{"Lifecycle/Drain", testDrain},
 
 	{"Completion/Unsignaled", testUnsignaled},
