@@ -168,6 +168,7 @@ declare -A deviations=(
 	["siw0 Protection/ManyRegions"]="an RDMA Write with a deregistered region's rkey (after thousands of regions came and went) draws the peer's Terminate (DDP tagged buffer, invalid STag); siw moves the QP to the error state but neither completes nor flushes that Write or the one behind it"
 	["siw0 Hostile/SendTooLarge"]="siw completes a Send larger than the peer's receive successfully; the peer ends the connection afterwards"
 	["siw0 Lifecycle/DeregLocalKey"]="siw completes a WR with a deregistered lkey with LOC_QP_OP_ERR, not LOC_PROT_ERR"
+	["siw0 SRQ/NoLastWQEAfterReset"]="siw keeps a QP in ERR for good and takes a move to RESET without making it: the provider refuses that move (ErrUnsupported)"
 	["siw0 Lifecycle/Reuse"]="siw keeps a QP that was connected in RTS or ERR for good and takes a move to RESET without making it: the provider refuses that move (ErrUnsupported), and a QP is connected once"
 	["siw0 Protection/QPAccessKept"]="siw serves an RDMA Write to a QP granted no remote write: the Write completes successfully"
 	["siw0 Lifecycle/DeregMR"]="siw completes an RDMA Write to a deregistered region successfully; the peer ends the connection afterwards"
