@@ -24,6 +24,11 @@ var (
 	// first, or died, or the connection broke. It wraps
 	// syscall.ECONNRESET.
 	ErrReset = fmt.Errorf("rsock: connection reset: the peer is gone: %w", syscall.ECONNRESET)
+	// ErrAborted: this side dropped the connection because its own
+	// device refused an operation — a post to a full send queue, a QP or
+	// CQ in a state that takes none — not because of the peer; the error
+	// wraps the device's error too. It wraps syscall.ECONNABORTED.
+	ErrAborted = fmt.Errorf("rsock: connection aborted: this side's device refused an operation: %w", syscall.ECONNABORTED)
 	// ErrWriteClosed: Write after CloseWrite. It wraps syscall.EPIPE.
 	ErrWriteClosed = fmt.Errorf("rsock: write after CloseWrite: %w", syscall.EPIPE)
 	// ErrProtocol: the peer broke the protocol (wrote past its credits,
@@ -584,7 +589,7 @@ func (c *Conn) wait(ctx *waitCtx, mine, other chan struct{}) {
 	// with several goroutines, as gRPC does, waits for it.)
 	if err := c.cq.ReqNotify(false); err != nil {
 		c.mu.Lock()
-		c.fail(fmt.Errorf("%w: %w", ErrReset, err))
+		c.fail(aborted("arm the completion queue", err))
 		c.mu.Unlock()
 		c.afterPost()
 		return
@@ -1060,7 +1065,7 @@ func (c *Conn) flush() int {
 	}
 	took, err := c.qp.PostSend(c.swr[:n])
 	if err != nil {
-		c.fail(fmt.Errorf("%w: %w", ErrReset, err))
+		c.fail(aborted("post send", err))
 	}
 	clear(c.swr[:n])
 	return took
@@ -1088,6 +1093,12 @@ func (c *Conn) postRecv(idx uint64) {
 	c.rsge[0] = c.ctl.SGE(int(idx)*c.recvSlot, c.recvSlot)
 	c.rwr[0] = verbs.RecvWR{WRID: recvTag | idx, SGList: c.rsge[:]}
 	if _, err := c.qp.PostRecv(c.rwr[:]); err != nil {
-		c.fail(fmt.Errorf("%w: %w", ErrReset, err))
+		c.fail(aborted("post receive", err))
 	}
 }
+
+// aborted is the error of a connection that this side dropped because
+// its device refused op with err: ErrAborted, wrapping err. (A QP the
+// peer's end moved to the error state still takes work requests, which
+// complete flushed: a refusal is this side's own failure.)
+func aborted(op string, err error) error { return fmt.Errorf("%w: %s: %w", ErrAborted, op, err) }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,7 +14,7 @@ import (
 // TestPartlyTakenPostAbortsTheConnection checks what follows when the
 // device takes only part of a Write's list of work requests (its send
 // queue is smaller than the connection plans for): the Write fails with
-// ECONNABORTED, wrapping the device's refusal (verbs.ErrQueueFull) — a
+// ErrAborted, wrapping the device's refusal (verbs.ErrQueueFull) — a
 // failure of this side, not ErrReset, which blames the peer — instead of
 // waiting for credits or completions that will not come, and returns the
 // bytes of the data messages the device took, not those of the whole
@@ -62,11 +61,11 @@ func TestPartlyTakenPostAbortsTheConnection(t *testing.T) {
 				sent := took / wrs * int(maxChunk(MinRingSize))
 				n, werr := d.Write(want)
 				var op *net.OpError
-				if !errors.As(werr, &op) || !errors.Is(werr, syscall.ECONNABORTED) || !errors.Is(werr, verbs.ErrQueueFull) || errors.Is(werr, ErrReset) || n != sent {
-					t.Errorf("Write of a list the device takes in part: %d, %v; want the %d bytes it took and a *net.OpError wrapping syscall.ECONNABORTED and verbs.ErrQueueFull, not ErrReset", n, werr, sent)
+				if !errors.As(werr, &op) || !errors.Is(werr, ErrAborted) || !errors.Is(werr, verbs.ErrQueueFull) || errors.Is(werr, ErrReset) || n != sent {
+					t.Errorf("Write of a list the device takes in part: %d, %v; want the %d bytes it took and a *net.OpError with ErrAborted wrapping verbs.ErrQueueFull, not ErrReset", n, werr, sent)
 				}
-				if _, err := d.Write([]byte("x")); !errors.Is(err, syscall.ECONNABORTED) || !errors.Is(err, verbs.ErrQueueFull) {
-					t.Errorf("Write after it: %v, want syscall.ECONNABORTED and verbs.ErrQueueFull", err)
+				if _, err := d.Write([]byte("x")); !errors.Is(err, ErrAborted) || !errors.Is(err, verbs.ErrQueueFull) {
+					t.Errorf("Write after it: %v, want ErrAborted wrapping verbs.ErrQueueFull", err)
 				}
 				got, rerr := io.ReadAll(a)
 				if !errors.Is(rerr, ErrReset) {

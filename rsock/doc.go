@@ -34,7 +34,10 @@
 // queues and memory before it returns. A peer that goes away without
 // ending its stream makes the next Read, after the bytes it sent, and
 // the next Write fail with ErrReset; a peer that breaks the protocol
-// is disconnected, and the connection's calls fail with ErrProtocol.
+// is disconnected, and the connection's calls fail with ErrProtocol; a
+// connection whose own device refuses an operation (a work request, the
+// arming of its completion queue) is dropped, and its calls fail with
+// ErrAborted, which wraps the device's error.
 // Nothing a peer sends makes this side touch memory outside the
 // connection's own ring, and nothing it fails to send blocks a call
 // past its deadline.
