@@ -463,6 +463,25 @@ func (c *Conn) CloseWrite() error {
 			c.mu.Unlock()
 			return c.opError("close", ErrReset)
 		}
+		// The end of the stream may take the last credit, as a credit
+		// message may; a data message never does (planData). That
+		// stalls nothing. The end of the stream carries every
+		// acknowledgement this side owes, and no data follows it: what
+		// this side sends after it, credit messages as it reads, waits
+		// only for the peer's acknowledgements. And these come: a side
+		// without a credit has used all of the peer's receives, and
+		// once its messages have arrived the peer owes it all of them,
+		// at least half, which it returns at once (sendCredits) unless
+		// it has no credit either. For both sides to be without one, every
+		// message delivered, each side's last messages — as many as
+		// the other side's receives — must have crossed the other's
+		// with no acknowledgement in them; that holds only of each
+		// side's first messages, sent before it received anything, and
+		// the last of these, which took the last credit, can then only
+		// be an end of stream (a credit message needs something
+		// received to free or acknowledge). Both streams are then over,
+		// and neither side has anything left to send.
+		// (TestEndOfStreamTakesTheLastCredit.)
 		if c.credits >= 1 && c.sendsOut+2 <= c.sqDepth {
 			c.postCtrl(opFin, 0)
 			c.finSent = true
@@ -522,6 +541,7 @@ func (c *Conn) linger() {
 	for {
 		c.mu.Lock()
 		ending := c.ending.Load() // no peer to take the end of the stream
+		// On the last credit if need be, as in CloseWrite.
 		if c.err == nil && !ending && !c.finSent && c.credits >= 1 && c.sendsOut+2 <= c.sqDepth {
 			c.postCtrl(opFin, 0)
 			c.finSent = true

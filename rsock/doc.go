@@ -94,9 +94,10 @@
 //
 // Each message consumes one of the receiver's posted receives, which it
 // posts again at once and acknowledges in the acks of its next message;
-// a sender spends its last credit only on a credit message, so credits
-// always flow back. A receiver frees ring bytes to the sender once half
-// the ring has been read, and acknowledges receives once half are owed.
+// a sender spends its last credit only on a credit message or its end of
+// stream, never on data, so credits always flow back. A receiver frees
+// ring bytes to the sender once half the ring has been read, and
+// acknowledges receives once half are owed.
 //
 // A receiver checks each message against the credits it gave: data past
 // them, a count or op out of range, acks beyond its receives, a
