@@ -24,11 +24,13 @@ var (
 	// first, or died, or the connection broke. It wraps
 	// syscall.ECONNRESET.
 	ErrReset = fmt.Errorf("rsock: connection reset: the peer is gone: %w", syscall.ECONNRESET)
-	// ErrAborted: this side dropped the connection because its own
+	// ErrAborted: this side ended the connection, not the peer: its own
 	// device refused an operation — a post to a full send queue, a QP or
-	// CQ in a state that takes none — not because of the peer; the error
-	// wraps the device's error too. It wraps syscall.ECONNABORTED.
-	ErrAborted = fmt.Errorf("rsock: connection aborted: this side's device refused an operation: %w", syscall.ECONNABORTED)
+	// CQ in a state that takes none — and the error wraps the device's
+	// error too; or a zero-copy Write ended (its deadline passed, or
+	// Close came) before the device had read its buffer. It wraps
+	// syscall.ECONNABORTED.
+	ErrAborted = fmt.Errorf("rsock: connection aborted by this side: %w", syscall.ECONNABORTED)
 	// ErrWriteClosed: Write after CloseWrite. It wraps syscall.EPIPE.
 	ErrWriteClosed = fmt.Errorf("rsock: write after CloseWrite: %w", syscall.EPIPE)
 	// ErrProtocol: the peer broke the protocol (wrote past its credits,
@@ -419,7 +421,7 @@ func (c *Conn) awaitRetired(last uint64) error {
 			err = c.err
 		}
 		if err != nil {
-			c.fail(fmt.Errorf("%w: a zero-copy Write ended before the device had read its buffer", ErrReset))
+			c.fail(fmt.Errorf("%w: a zero-copy Write ended before the device had read its buffer", ErrAborted))
 		}
 		c.mu.Unlock()
 		if done {
@@ -1085,7 +1087,7 @@ func (c *Conn) flush() int {
 	}
 	took, err := c.qp.PostSend(c.swr[:n])
 	if err != nil {
-		c.fail(aborted("post send", err))
+		c.fail(aborted("post a send", err))
 	}
 	clear(c.swr[:n])
 	return took
@@ -1113,7 +1115,7 @@ func (c *Conn) postRecv(idx uint64) {
 	c.rsge[0] = c.ctl.SGE(int(idx)*c.recvSlot, c.recvSlot)
 	c.rwr[0] = verbs.RecvWR{WRID: recvTag | idx, SGList: c.rsge[:]}
 	if _, err := c.qp.PostRecv(c.rwr[:]); err != nil {
-		c.fail(aborted("post receive", err))
+		c.fail(aborted("post a receive", err))
 	}
 }
 
@@ -1121,4 +1123,6 @@ func (c *Conn) postRecv(idx uint64) {
 // its device refused op with err: ErrAborted, wrapping err. (A QP the
 // peer's end moved to the error state still takes work requests, which
 // complete flushed: a refusal is this side's own failure.)
-func aborted(op string, err error) error { return fmt.Errorf("%w: %s: %w", ErrAborted, op, err) }
+func aborted(op string, err error) error {
+	return fmt.Errorf("%w: the device refused to %s: %w", ErrAborted, op, err)
+}

@@ -122,7 +122,8 @@
 // while it waits for the reader knows whether the device is done. A
 // large Write whose deadline passes, or whose connection is closed,
 // before the device has read its buffer ends the connection (the device
-// must not read the buffer after Write returned). The wire is the same either way: the peer sees the
+// must not read the buffer after Write returned), whose calls then fail
+// with ErrAborted. The wire is the same either way: the peer sees the
 // same RDMA Writes into its ring, with the same control messages. rsock
 // does not place bytes into the reader's own buffer (rsocket and SMC-R
 // do not either: the receiver's ring is the only memory a peer writes).
