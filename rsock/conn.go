@@ -24,6 +24,13 @@ var (
 	// first, or died, or the connection broke. It wraps
 	// syscall.ECONNRESET.
 	ErrReset = fmt.Errorf("rsock: connection reset: the peer is gone: %w", syscall.ECONNRESET)
+	// ErrAborted: this side ended the connection, not the peer: its own
+	// device refused an operation — a post to a full send queue, a QP or
+	// CQ in a state that takes none — and the error wraps the device's
+	// error too; or a zero-copy Write ended (its deadline passed, or
+	// Close came) before the device had read its buffer. It wraps
+	// syscall.ECONNABORTED.
+	ErrAborted = fmt.Errorf("rsock: connection aborted by this side: %w", syscall.ECONNABORTED)
 	// ErrWriteClosed: Write after CloseWrite. It wraps syscall.EPIPE.
 	ErrWriteClosed = fmt.Errorf("rsock: write after CloseWrite: %w", syscall.EPIPE)
 	// ErrProtocol: the peer broke the protocol (wrote past its credits,
@@ -414,7 +421,7 @@ func (c *Conn) awaitRetired(last uint64) error {
 			err = c.err
 		}
 		if err != nil {
-			c.fail(fmt.Errorf("%w: a zero-copy Write ended before the device had read its buffer", ErrReset))
+			c.fail(fmt.Errorf("%w: a zero-copy Write ended before the device had read its buffer", ErrAborted))
 		}
 		c.mu.Unlock()
 		if done {
@@ -458,6 +465,25 @@ func (c *Conn) CloseWrite() error {
 			c.mu.Unlock()
 			return c.opError("close", ErrReset)
 		}
+		// The end of the stream may take the last credit, as a credit
+		// message may; a data message never does (planData). That
+		// stalls nothing. The end of the stream carries every
+		// acknowledgement this side owes, and no data follows it: what
+		// this side sends after it, credit messages as it reads, waits
+		// only for the peer's acknowledgements. And these come: a side
+		// without a credit has used all of the peer's receives, and
+		// once its messages have arrived the peer owes it all of them,
+		// at least half, which it returns at once (sendCredits) unless
+		// it has no credit either. For both sides to be without one, every
+		// message delivered, each side's last messages — as many as
+		// the other side's receives — must have crossed the other's
+		// with no acknowledgement in them; that holds only of each
+		// side's first messages, sent before it received anything, and
+		// the last of these, which took the last credit, can then only
+		// be an end of stream (a credit message needs something
+		// received to free or acknowledge). Both streams are then over,
+		// and neither side has anything left to send.
+		// (TestEndOfStreamTakesTheLastCredit.)
 		if c.credits >= 1 && c.sendsOut+2 <= c.sqDepth {
 			c.postCtrl(opFin, 0)
 			c.finSent = true
@@ -517,6 +543,7 @@ func (c *Conn) linger() {
 	for {
 		c.mu.Lock()
 		ending := c.ending.Load() // no peer to take the end of the stream
+		// On the last credit if need be, as in CloseWrite.
 		if c.err == nil && !ending && !c.finSent && c.credits >= 1 && c.sendsOut+2 <= c.sqDepth {
 			c.postCtrl(opFin, 0)
 			c.finSent = true
@@ -584,7 +611,7 @@ func (c *Conn) wait(ctx *waitCtx, mine, other chan struct{}) {
 	// with several goroutines, as gRPC does, waits for it.)
 	if err := c.cq.ReqNotify(false); err != nil {
 		c.mu.Lock()
-		c.fail(fmt.Errorf("%w: %w", ErrReset, err))
+		c.fail(aborted("arm the completion queue", err))
 		c.mu.Unlock()
 		c.afterPost()
 		return
@@ -1060,7 +1087,7 @@ func (c *Conn) flush() int {
 	}
 	took, err := c.qp.PostSend(c.swr[:n])
 	if err != nil {
-		c.fail(fmt.Errorf("%w: %w", ErrReset, err))
+		c.fail(aborted("post a send", err))
 	}
 	clear(c.swr[:n])
 	return took
@@ -1088,6 +1115,14 @@ func (c *Conn) postRecv(idx uint64) {
 	c.rsge[0] = c.ctl.SGE(int(idx)*c.recvSlot, c.recvSlot)
 	c.rwr[0] = verbs.RecvWR{WRID: recvTag | idx, SGList: c.rsge[:]}
 	if _, err := c.qp.PostRecv(c.rwr[:]); err != nil {
-		c.fail(fmt.Errorf("%w: %w", ErrReset, err))
+		c.fail(aborted("post a receive", err))
 	}
+}
+
+// aborted is the error of a connection that this side dropped because
+// its device refused op with err: ErrAborted, wrapping err. (A QP the
+// peer's end moved to the error state still takes work requests, which
+// complete flushed: a refusal is this side's own failure.)
+func aborted(op string, err error) error {
+	return fmt.Errorf("%w: the device refused to %s: %w", ErrAborted, op, err)
 }

@@ -4,20 +4,24 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
 	"testing"
 	"time"
+
+	"github.com/goverbs/goverbs/verbs"
 )
 
-// TestPartlyTakenPostResetsTheConnection checks what follows when the
+// TestPartlyTakenPostAbortsTheConnection checks what follows when the
 // device takes only part of a Write's list of work requests (its send
 // queue is smaller than the connection plans for): the Write fails with
-// ErrReset, instead of waiting for credits or completions that will not
-// come, and returns the bytes of the data messages the device took, not
-// those of the whole list; the reader gets a prefix of them and then
-// ErrReset, and
-// Close returns at once on both sides, copied and zero-copy, with
-// immediate data and with Sends.
-func TestPartlyTakenPostResetsTheConnection(t *testing.T) {
+// ErrAborted, wrapping the device's refusal (verbs.ErrQueueFull) — a
+// failure of this side, not ErrReset, which blames the peer — instead of
+// waiting for credits or completions that will not come, and returns the
+// bytes of the data messages the device took, not those of the whole
+// list; the reader, whose peer dropped the connection, gets a prefix of
+// them and then ErrReset, and Close returns at once on both sides,
+// copied and zero-copy, with immediate data and with Sends.
+func TestPartlyTakenPostAbortsTheConnection(t *testing.T) {
 	for _, scheme := range providers {
 		for _, mode := range []struct {
 			name string
@@ -56,8 +60,12 @@ func TestPartlyTakenPostResetsTheConnection(t *testing.T) {
 				}
 				sent := took / wrs * int(maxChunk(MinRingSize))
 				n, werr := d.Write(want)
-				if !errors.Is(werr, ErrReset) || n != sent {
-					t.Errorf("Write of a list the device takes in part: %d, %v; want the %d bytes it took and ErrReset", n, werr, sent)
+				var op *net.OpError
+				if !errors.As(werr, &op) || !errors.Is(werr, ErrAborted) || !errors.Is(werr, verbs.ErrQueueFull) || errors.Is(werr, ErrReset) || n != sent {
+					t.Errorf("Write of a list the device takes in part: %d, %v; want the %d bytes it took and a *net.OpError with ErrAborted wrapping verbs.ErrQueueFull, not ErrReset", n, werr, sent)
+				}
+				if _, err := d.Write([]byte("x")); !errors.Is(err, ErrAborted) || !errors.Is(err, verbs.ErrQueueFull) {
+					t.Errorf("Write after it: %v, want ErrAborted wrapping verbs.ErrQueueFull", err)
 				}
 				got, rerr := io.ReadAll(a)
 				if !errors.Is(rerr, ErrReset) {

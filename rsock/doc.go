@@ -34,7 +34,10 @@
 // queues and memory before it returns. A peer that goes away without
 // ending its stream makes the next Read, after the bytes it sent, and
 // the next Write fail with ErrReset; a peer that breaks the protocol
-// is disconnected, and the connection's calls fail with ErrProtocol.
+// is disconnected, and the connection's calls fail with ErrProtocol; a
+// connection whose own device refuses an operation (a work request, the
+// arming of its completion queue) is dropped, and its calls fail with
+// ErrAborted, which wraps the device's error.
 // Nothing a peer sends makes this side touch memory outside the
 // connection's own ring, and nothing it fails to send blocks a call
 // past its deadline.
@@ -91,9 +94,10 @@
 //
 // Each message consumes one of the receiver's posted receives, which it
 // posts again at once and acknowledges in the acks of its next message;
-// a sender spends its last credit only on a credit message, so credits
-// always flow back. A receiver frees ring bytes to the sender once half
-// the ring has been read, and acknowledges receives once half are owed.
+// a sender spends its last credit only on a credit message or its end of
+// stream, never on data, so credits always flow back. A receiver frees
+// ring bytes to the sender once half the ring has been read, and
+// acknowledges receives once half are owed.
 //
 // A receiver checks each message against the credits it gave: data past
 // them, a count or op out of range, acks beyond its receives, a
@@ -118,7 +122,8 @@
 // while it waits for the reader knows whether the device is done. A
 // large Write whose deadline passes, or whose connection is closed,
 // before the device has read its buffer ends the connection (the device
-// must not read the buffer after Write returned). The wire is the same either way: the peer sees the
+// must not read the buffer after Write returned), whose calls then fail
+// with ErrAborted. The wire is the same either way: the peer sees the
 // same RDMA Writes into its ring, with the same control messages. rsock
 // does not place bytes into the reader's own buffer (rsocket and SMC-R
 // do not either: the receiver's ring is the only memory a peer writes).

@@ -125,6 +125,7 @@ var suite = []testCase{
 	{"Completion/Retirement", testRetirement},
 	{"Completion/SigAll", testSigAll},
 	{"Completion/BusyPoll", testBusyPoll},
+	{"Completion/PollEmpty", testPollEmpty},
 	{"Completion/Wait", testWait},
 	{"Completion/WaitIdleCPU", testWaitIdleCPU},
 	{"Completion/WaitTogether", testWaitTogether},
