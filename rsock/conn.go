@@ -207,11 +207,13 @@ func (c *Conn) Read(b []byte) (int, error) {
 			return 0, c.opError("read", net.ErrClosed)
 		}
 		if avail := c.rxTail - c.rxHead; avail > 0 && len(b) > 0 {
-			size := uint64(len(c.ringBuf))
-			off := c.rxHead % size
-			n := min(avail, uint64(len(b)), size-off)
+			// The bytes may run past the ring's end and on from its
+			// start: one Read takes both parts.
+			off := c.rxHead % uint64(len(c.ringBuf))
+			n := min(avail, uint64(len(b)))
 			c.mu.Unlock()
-			copy(b, c.ringBuf[off:off+n])
+			k := copy(b[:n], c.ringBuf[off:])
+			copy(b[k:n], c.ringBuf)
 			c.mu.Lock()
 			c.rxHead += n
 			c.sendCredits(false)
