@@ -143,6 +143,9 @@ type Conn struct {
 	nctl    int
 	plan    [listMax]chunk
 	maxList int
+	// segment: the device's most payload in one frame, to which data
+	// messages are fitted (chunkMax); 0 where it does not matter.
+	segment uint64
 	rwr     [1]verbs.RecvWR
 	rsge    [1]verbs.SGE
 }
@@ -211,11 +214,13 @@ func (c *Conn) Read(b []byte) (int, error) {
 			return 0, c.opError("read", net.ErrClosed)
 		}
 		if avail := c.rxTail - c.rxHead; avail > 0 && len(b) > 0 {
-			size := uint64(len(c.ringBuf))
-			off := c.rxHead % size
-			n := min(avail, uint64(len(b)), size-off)
+			// The bytes may run past the ring's end and on from its
+			// start: one Read takes both parts.
+			off := c.rxHead % uint64(len(c.ringBuf))
+			n := min(avail, uint64(len(b)))
 			c.mu.Unlock()
-			copy(b, c.ringBuf[off:off+n])
+			k := copy(b[:n], c.ringBuf[off:])
+			copy(b[k:n], c.ringBuf)
 			c.mu.Lock()
 			c.rxHead += n
 			c.sendCredits(false)
@@ -440,6 +445,24 @@ func (c *Conn) awaitRetired(last uint64) error {
 // maxChunk bounds one RDMA Write, so that a long Write keeps the ring's
 // credits flowing back while it goes on.
 func maxChunk(ring uint64) uint64 { return max(ring/4, 1) }
+
+// iwarpSegment is the most payload tcp0 puts in one FPDU (maxPayload in
+// provider/iwarp; MPA's 16-bit length caps an FPDU below 64 KiB). On
+// iWARP a data message is a whole number of them where it can be: a
+// 64 KiB RDMA Write would be an FPDU of 63 KiB and one of 1 KiB, and the
+// receiver reads each FPDU with a system call of its own.
+const iwarpSegment = 63 << 10
+
+// chunkMax bounds one data message to the peer's ring: maxChunk, rounded
+// down to a whole number of the device's segments (c.segment) when it
+// holds one.
+func (c *Conn) chunkMax() uint64 {
+	n := maxChunk(c.peerSize)
+	if c.segment > 0 && n > c.segment {
+		n -= n % c.segment
+	}
+	return n
+}
 
 // CloseWrite ends the stream this side sends: the peer's Read returns
 // io.EOF after the bytes sent before, and Write fails with
@@ -957,7 +980,7 @@ type chunk struct{ off, n uint64 }
 const listMax = 8
 
 // planData plans in c.plan the data messages of the next post, for rest
-// bytes still to send: chunks of maxChunk, up to the free ring window,
+// bytes still to send: chunks of chunkMax, up to the free ring window,
 // while a credit is left besides each one's and the send queue holds
 // it. It returns how many (0: the Write must wait). mu is held.
 func (c *Conn) planData(rest int) int {
@@ -973,7 +996,7 @@ func (c *Conn) planData(rest int) int {
 			break
 		}
 		off := sent % c.peerSize
-		n := min(window, uint64(rest), c.peerSize-off, maxChunk(c.peerSize))
+		n := min(window, uint64(rest), c.peerSize-off, c.chunkMax())
 		c.plan[k] = chunk{off, n}
 		k++
 		sent += n

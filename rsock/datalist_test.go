@@ -56,6 +56,29 @@ func TestDataMessagesOfAWindowArePlannedAsOneList(t *testing.T) {
 	}
 }
 
+// On a device that frames bytes in segments (iWARP's FPDUs), a data
+// message is a whole number of them where it can be, so that a receiver
+// reads no frame of a message's last few bytes: only the message that
+// ends at the ring's end is shorter.
+func TestDataMessagesAreWholeSegments(t *testing.T) {
+	const seg = iwarpSegment
+	cases := []struct {
+		ring uint64
+		want []chunk
+	}{
+		{256 << 10, []chunk{{0, seg}, {seg, seg}, {2 * seg, seg}, {3 * seg, seg}, {4 * seg, 256<<10 - 4*seg}}},
+		{1 << 20, []chunk{{0, 4 * seg}, {4 * seg, 4 * seg}, {8 * seg, 4 * seg}, {12 * seg, 4 * seg}, {16 * seg, 1<<20 - 16*seg}}},
+		{64 << 10, []chunk{{0, 16 << 10}, {16 << 10, 16 << 10}, {32 << 10, 16 << 10}, {48 << 10, 16 << 10}}},
+	}
+	for _, tc := range cases {
+		c := &Conn{peerSize: tc.ring, credits: 16, sqDepth: 2*signalEvery + 8, maxList: listMax, segment: seg}
+		k := c.planData(1 << 30)
+		if got := c.plan[:k]; !equalChunks(got, tc.want) {
+			t.Errorf("ring of %d: planned %v, want %v", tc.ring, got, tc.want)
+		}
+	}
+}
+
 func equalChunks(a, b []chunk) bool {
 	if len(a) != len(b) {
 		return false

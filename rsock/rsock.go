@@ -296,6 +296,7 @@ func newConn(dev string, cfg *Config, peer hello) (_ *Conn, err error) {
 		// Some growth still catches a peer that was itself parked, so
 		// that a ping-pong does not settle into both sides parking.
 		c.spinGrowth = iwarpSpinGrowth
+		c.segment = iwarpSegment
 		// Its wake-ups come through the network poller, which a
 		// spinning wait holds off: spinning waits poll for it (park.go).
 		c.helpable = true

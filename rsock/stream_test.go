@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -447,6 +448,49 @@ func TestAddrsAreURLs(t *testing.T) {
 			}
 			if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
 				t.Errorf("Accept after Close: %v", err)
+			}
+		})
+	}
+}
+
+// A Read takes the bytes on both sides of the ring's end at once, as many
+// as its buffer holds, rather than stopping at the end.
+func TestReadTakesBytesAcrossTheRingsEnd(t *testing.T) {
+	for _, scheme := range providers {
+		t.Run(scheme, func(t *testing.T) {
+			d, a := pair(t, scheme, &Config{RingSize: MinRingSize})
+			defer d.Close()
+			defer a.Close()
+			head := make([]byte, MinRingSize-100)
+			if _, err := d.Write(head); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(a, head); err != nil {
+				t.Fatal(err)
+			}
+			msg := make([]byte, 200) // 100 bytes to the ring's end, 100 from its start
+			for i := range msg {
+				msg[i] = byte(i)
+			}
+			if _, err := d.Write(msg); err != nil {
+				t.Fatal(err)
+			}
+			for {
+				a.pollMu.Lock()
+				a.poll()
+				a.pollMu.Unlock()
+				a.mu.Lock()
+				avail := a.rxTail - a.rxHead
+				a.mu.Unlock()
+				if avail == uint64(len(msg)) {
+					break
+				}
+				runtime.Gosched()
+			}
+			buf := make([]byte, 1000)
+			n, err := a.Read(buf)
+			if err != nil || !bytes.Equal(buf[:n], msg) {
+				t.Fatalf("read %d bytes (%v), want the %d written, equal", n, err, len(msg))
 			}
 		})
 	}
