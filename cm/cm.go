@@ -274,7 +274,8 @@ func (r *Request) Peer() string {
 }
 
 // Accept connects qp, which must be in Reset or Init (receives posted in
-// Init are kept), to the requester,
+// Init are kept; a QP in another state is refused with
+// verbs.ErrInvalidState, and the request stays pending), to the requester,
 // replies with p, and returns the connection with qp in RTS. The
 // effective ORD and IRD are negotiated down to what each side allows.
 // Like rdma_accept, it does not wait long for the requester beyond its
@@ -320,7 +321,8 @@ func (r *Request) Reject(privateData []byte) error {
 }
 
 // Dial connects qp, which must be in Reset or Init (receives posted in Init
-// are kept), to the listener at
+// are kept; a QP in another state is refused with verbs.ErrInvalidState),
+// to the listener at
 // addr (rdma_connect), sending p. It returns when the listener accepts,
 // rejects, or ctx ends; use context.WithTimeout for a timeout. On success
 // qp is in RTS.
