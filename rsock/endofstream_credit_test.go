@@ -13,58 +13,36 @@ import (
 // sides must return ring bytes and receives to each other, reaches the
 // side that ended its stream whole, and then its end.
 func TestEndOfStreamTakesTheLastCredit(t *testing.T) {
-	for _, scheme := range providers {
-		for _, mode := range []struct {
-			name string
-			cfg  Config
-		}{
-			{"default", Config{RingSize: MinRingSize, ZeroCopyMin: -1}},
-			{"send", Config{RingSize: MinRingSize, ZeroCopyMin: -1, noImm: true}},
-		} {
-			t.Run(scheme+"/"+mode.name, func(t *testing.T) {
-				d, a := pair(t, scheme, &mode.cfg)
-				defer d.Close()
-				defer a.Close()
-				var want []byte
-				// The peer does not poll, so it acknowledges nothing: each
-				// small Write spends one of d's credits, down to the one
-				// that data messages leave.
-				small := []byte("0123456789")
-				for credits(d) > 1 {
-					if _, err := d.Write(small); err != nil {
-						t.Fatal(err)
-					}
-					want = append(want, small...)
-				}
-				// With the deadline passed, CloseWrite fails rather than
-				// wait for a credit.
-				d.SetWriteDeadline(time.Now())
-				if err := d.CloseWrite(); err != nil {
-					t.Fatalf("CloseWrite with one credit left: %v; want the end of the stream sent on it", err)
-				}
-				if n := credits(d); n != 0 {
-					t.Fatalf("CloseWrite with one credit left leaves %d", n)
-				}
-				a.SetReadDeadline(time.Now().Add(time.Minute))
-				d.SetReadDeadline(time.Now().Add(time.Minute))
-				a.SetWriteDeadline(time.Now().Add(time.Minute))
-				ended := make(chan error, 1)
-				ended <- nil
-				expectStream(t, a, ended, want)
-				back := make([]byte, 4*MinRingSize+100)
-				for i := range back {
-					back[i] = byte(i*13 + i>>10)
-				}
-				errc := make(chan error, 1)
-				go func() {
-					_, err := a.Write(back)
-					if err == nil {
-						err = a.CloseWrite()
-					}
-					errc <- err
-				}()
-				expectStream(t, d, errc, back)
-			})
+	forCopiedPairs(t, func(t *testing.T, d, a *Conn) {
+		// Down to the one credit that data messages leave.
+		want := spendCredits(t, d, 1)
+		// With the deadline passed, CloseWrite fails rather than
+		// wait for a credit.
+		d.SetWriteDeadline(time.Now())
+		if err := d.CloseWrite(); err != nil {
+			t.Fatalf("CloseWrite with one credit left: %v; want the end of the stream sent on it", err)
 		}
-	}
+		if n := credits(d); n != 0 {
+			t.Fatalf("CloseWrite with one credit left leaves %d", n)
+		}
+		a.SetReadDeadline(time.Now().Add(time.Minute))
+		d.SetReadDeadline(time.Now().Add(time.Minute))
+		a.SetWriteDeadline(time.Now().Add(time.Minute))
+		ended := make(chan error, 1)
+		ended <- nil
+		expectStream(t, a, ended, want)
+		back := make([]byte, 4*MinRingSize+100)
+		for i := range back {
+			back[i] = byte(i*13 + i>>10)
+		}
+		errc := make(chan error, 1)
+		go func() {
+			_, err := a.Write(back)
+			if err == nil {
+				err = a.CloseWrite()
+			}
+			errc <- err
+		}()
+		expectStream(t, d, errc, back)
+	})
 }
