@@ -65,12 +65,16 @@ func futexSleeper(addr uintptr) (tid int, ok bool) {
 	return 0, false
 }
 
-// idleWindow is how long the idle waiter is measured.
-const idleWindow = 500 * time.Millisecond
+// idleWindow is how long the idle waiter is measured, in up to
+// idleWindows windows one after another.
+const (
+	idleWindow  = 500 * time.Millisecond
+	idleWindows = 3
+)
 
 // TestWaitSleepsInFutex: a goroutine in CQ.Wait, with nothing arriving,
 // leaves a thread asleep in futex(2) on the CQ's shared wake word; over
-// idleWindow the whole process uses under 1% of a CPU; a Send from the
+// an idleWindow the whole process uses under 1% of a CPU; a Send from the
 // peer process wakes the waiter, which returns the completion.
 func TestWaitSleepsInFutex(t *testing.T) {
 	p := remoteHarness().NewPair(t, verbstest.PairOptions{})
@@ -113,10 +117,23 @@ func TestWaitSleepsInFutex(t *testing.T) {
 	// sweep, memory for the background scavenger to return to the system
 	// at up to 1% of a CPU — that is not the waiter's: do it now.
 	debug.FreeOSMemory()
-	cpu0, start := processCPU(t), time.Now()
-	window := time.NewTimer(idleWindow)
-	<-window.C
-	cpu, wall := processCPU(t)-cpu0, time.Since(start)
+	// The least of up to idleWindows windows counts: on a loaded host
+	// one window may take in work that is not the waiter's (a GC cycle,
+	// another test's goroutines winding down), but a waiter that costs
+	// CPU costs it in every window.
+	var cpu, wall time.Duration
+	for range idleWindows {
+		cpu0, start := processCPU(t), time.Now()
+		window := time.NewTimer(idleWindow)
+		<-window.C
+		c, w := processCPU(t)-cpu0, time.Since(start)
+		if wall == 0 || float64(c)/float64(w) < float64(cpu)/float64(wall) {
+			cpu, wall = c, w
+		}
+		if float64(cpu)/float64(wall) < 0.01 {
+			break
+		}
+	}
 	// (The sleeper seen first may have been Wait's own thread, which
 	// hands over to the waiter thread after a millisecond.)
 	if _, ok := futexSleeper(wake); !ok {
