@@ -27,9 +27,10 @@ var (
 	// ErrAborted: this side ended the connection, not the peer: its own
 	// device refused an operation — a post to a full send queue, a QP or
 	// CQ in a state that takes none — and the error wraps the device's
-	// error too; or a zero-copy Write ended (its deadline passed, or
-	// Close came) before the device had read its buffer. It wraps
-	// syscall.ECONNABORTED.
+	// error too; or one of its work requests completed with a local
+	// error (a region of its own, or its QP, refused it); or a zero-copy
+	// Write ended (its deadline passed, or Close came) before the device
+	// had read its buffer. It wraps syscall.ECONNABORTED.
 	ErrAborted = fmt.Errorf("rsock: connection aborted by this side: %w", syscall.ECONNABORTED)
 	// ErrWriteClosed: Write after CloseWrite. It wraps syscall.EPIPE.
 	ErrWriteClosed = fmt.Errorf("rsock: write after CloseWrite: %w", syscall.EPIPE)
@@ -827,6 +828,15 @@ func (c *Conn) completeOne(wc *verbs.WorkCompletion) {
 			c.ending.Store(true)
 		case verbs.WCRetryExcErr, verbs.WCRNRRetryExcErr, verbs.WCRespTimeoutErr, verbs.WCFatalErr, verbs.WCGeneralErr:
 			c.fail(fmt.Errorf("%w (completion status %v)", ErrReset, wc.Status))
+		case verbs.WCLocLenErr, verbs.WCLocQPOpErr, verbs.WCLocEECOpErr, verbs.WCLocProtErr, verbs.WCLocAccessErr, verbs.WCMWBindErr:
+			if wc.WRID&recvTag == 0 {
+				// This side's own work request failed on this side:
+				// one of its regions, or its QP, refused it.
+				c.fail(fmt.Errorf("%w: this side's work request failed (completion status %v)", ErrAborted, wc.Status))
+				break
+			}
+			// A receive: a message longer than a control message.
+			c.fail(fmt.Errorf("%w (completion status %v)", ErrProtocol, wc.Status))
 		default:
 			// A message longer than a control message, a ring the peer
 			// advertised that refuses our writes, ...
