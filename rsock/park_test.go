@@ -30,6 +30,7 @@ func TestSpinningWaitPollsForParkedConnection(t *testing.T) {
 		t.Fatal("a tcp0 connection is not polled for while it is parked")
 	}
 	got := make(chan []byte, 1)
+	before := time.Since(parkEpoch)
 	go func() {
 		buf := make([]byte, 16)
 		n, err := a.Read(buf)
@@ -45,6 +46,12 @@ func TestSpinningWaitPollsForParkedConnection(t *testing.T) {
 	// the lock of the parked set for an instant, which helpParked only
 	// tries: try again then.
 	at := time.Duration(a.parkedAt.Load())
+	// The moment it parked is on the clock spinning waits pass
+	// helpParked (the time since parkEpoch): taken from the connection
+	// itself, it must fall between the test's readings of that clock.
+	if after := time.Since(parkEpoch); at < before || at > after {
+		t.Fatalf("the connection parked at %v, outside the %v to %v since parkEpoch in which it parked: spinning waits would misjudge its age", at, before, after)
+	}
 	helped := helpParked(nil, at)
 	for i := 0; !helped && i < 1000; i++ {
 		runtime.Gosched()
