@@ -178,8 +178,44 @@ func (q *qp) Num() uint32 { return q.num }
 
 // PostSend converts wrs into struct ibv_send_wr lists of up to postBatch
 // and posts each with one call of the device's post_send. The SGE lists
-// are passed as they are: driver.SGE has struct ibv_sge's layout.
+// are passed as they are: driver.SGE has struct ibv_sge's layout. One WR
+// that checkSend's quick path takes, to a QP past RTR with room for it,
+// takes the latency path, the checks of the general path (postSendAll)
+// in line; anything else, or a check failed, takes the general path,
+// which makes them all again.
 func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
+	if len(wrs) != 1 || driver.QPState(q.state.Load()) <= driver.QPSRTR {
+		return q.postSendAll(wrs)
+	}
+	wr := &wrs[0]
+	q.sendMu.Lock()
+	if q.gone.Load() || q.ctx.removed.Load() || q.sqPosted.Load()-q.sqRetired.Load() >= uint64(q.cap.MaxSendWR) || !q.sendQuick(wr) {
+		q.sendMu.Unlock()
+		return q.postSendAll(wrs)
+	}
+	c := &q.swr[0]
+	toIBVSend(c, wr)
+	c.next = 0
+	// Counted before the call, as postSendLocked does.
+	if !q.sigAll && wr.Flags&driver.SendSignaled == 0 {
+		q.sqPosted.Add(1)
+	} else {
+		q.sentSignaled()
+	}
+	q.sendBad = 0
+	r := int32(ccall(&q.sendCall))
+	runtime.KeepAlive(wr)
+	if r != 0 {
+		n, err := q.sendFailed(wr, r)
+		q.sendMu.Unlock()
+		return n, err
+	}
+	q.sendMu.Unlock()
+	return 1, nil
+}
+
+// postSendAll is PostSend for any WRs, with every check.
+func (q *qp) postSendAll(wrs []driver.SendWR) (int, error) {
 	switch driver.QPState(q.state.Load()) {
 	case driver.QPSReset, driver.QPSInit, driver.QPSRTR:
 		if len(wrs) > 0 {
@@ -282,8 +318,8 @@ func (q *qp) postSendLocked(wrs []driver.SendWR) (int, error) {
 	return posted, nil
 }
 
-// postOne is postSendLocked for one WR that binds no window, the
-// latency path: the batch's bookkeeping left out.
+// postOne is postSendLocked for one WR that binds no window: the batch's
+// bookkeeping left out.
 func (q *qp) postOne(wr *driver.SendWR) (int, error) {
 	if q.gone.Load() {
 		return 0, driver.ErrClosed
@@ -314,6 +350,13 @@ func (q *qp) postOne(wr *driver.SendWR) (int, error) {
 	if r == 0 {
 		return 1, nil
 	}
+	return q.sendFailed(wr, r)
+}
+
+// sendFailed is the answer to post_send's failure r of the one WR wr:
+// its count is taken back if post_send names it as the bad WR. sendMu
+// is held.
+func (q *qp) sendFailed(wr *driver.SendWR, r int32) (int, error) {
 	k := 1
 	if q.sendBad != 0 {
 		k = 0
