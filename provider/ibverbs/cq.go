@@ -185,15 +185,18 @@ func fromIBV(w *driver.WorkCompletion, c *ibvWC) {
 // the immediate data and the invalidated rkey. It writes w's fields one
 // by one (a struct literal is built aside and copied), and inlines.
 func fromIBVPlain(w *driver.WorkCompletion, c *ibvWC) {
-	w.WRID = c.wrID
-	w.Status = driver.WCStatus(c.status)
-	w.Opcode = driver.WCOpcode(c.opcode)
+	// Every field read before the first store, which might be into c as
+	// far as the compiler knows: Poll's own reads of c are the same.
+	wrID, status, opcode, vendorErr, byteLen, num, src := c.wrID, c.status, c.opcode, c.vendorErr, c.byteLen, c.qpNum, c.srcQP
+	w.WRID = wrID
+	w.Status = driver.WCStatus(status)
+	w.Opcode = driver.WCOpcode(opcode)
 	w.Flags = 0
-	w.VendorErr = c.vendorErr
-	w.ByteLen = c.byteLen
+	w.VendorErr = vendorErr
+	w.ByteLen = byteLen
 	w.Imm, w.InvalidatedRKey = 0, 0
-	w.QPNum = c.qpNum
-	w.SrcQP = c.srcQP
+	w.QPNum = num
+	w.SrcQP = src
 }
 
 // fromIBVFlags converts the immediate data and the invalidated rkey that
