@@ -98,16 +98,21 @@ func call3(fn, a1, a2, a3 uintptr) uintptr {
 // arguments point to must stay alive and in place for the call: the
 // heap, or a caller's frame (a goroutine's stack does not move while it
 // runs C, which it does as a Go function that does not yield).
+//
+// It is nosplit, its frame small: procPin, ccallOn and procUnpin check
+// no stack either, and ccallSlow checks its own.
+//
+//go:nosplit
 func ccall(a *cargs) uintptr {
 	if !raceEnabled {
-		if base := cStacks.base.Load(); base != 0 {
-			if i := runtime_procPin(); i < cStackCount {
-				ccallOn(a, stackTop(base, i))
+		if i := runtime_procPin(); uint(i) < cStackCount {
+			if top := cStacks.tops[i].Load(); top != 0 {
+				ccallOn(a, top)
 				runtime_procUnpin()
 				return a.r1
 			}
-			runtime_procUnpin()
 		}
+		runtime_procUnpin()
 	}
 	return ccallSlow(a)
 }
@@ -160,9 +165,12 @@ var cStacks cStackPool
 // call and read after another that saw its effect in C, as
 // runtime.cgocall does for cgo calls.
 type cStackPool struct {
-	free   atomic.Uint64
-	base   atomic.Uintptr // the mapping; 0 until mapped
-	mapErr atomic.Bool    // mapping failed: call3 always uses runtime.cgocall
+	free atomic.Uint64
+	base atomic.Uintptr // the mapping; 0 until mapped
+	// tops holds each stack's top (stackTop), 0 until mapped: ccall
+	// loads its P's with no arithmetic.
+	tops   [cStackCount]atomic.Uintptr
+	mapErr atomic.Bool // mapping failed: call3 always uses runtime.cgocall
 }
 
 // take claims a free stack and returns its index.
@@ -227,7 +235,11 @@ func (p *cStackPool) mapStacks() bool {
 			}
 		}
 		p.free.Store(^uint64(0) >> (64 - cStackCount))
-		p.base.Store(uintptr(unsafe.Pointer(&m[0])))
+		base := uintptr(unsafe.Pointer(&m[0]))
+		for i := range p.tops {
+			p.tops[i].Store(stackTop(base, i))
+		}
+		p.base.Store(base)
 	})
 	return !p.mapErr.Load()
 }

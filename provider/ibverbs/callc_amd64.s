@@ -36,7 +36,8 @@ DATA ·ctrampPC(SB)/8, $ctramp<>(SB)
 // goroutine's SP) are callee-saved in the System V ABI, so they survive
 // the call. Being assembly, it is never preempted asynchronously; a
 // signal is handled on the signal stack. The ABI wrapper restores the g
-// register and X15 on the way back to Go.
+// register and X15 on the way back to Go. AL is left as it is: the data
+// path's functions are not variadic, so they do not read it.
 TEXT ·ccallOn(SB), NOSPLIT|NOFRAME, $0-16
 	MOVQ a+0(FP), BX
 	MOVQ stack+8(FP), AX
@@ -46,7 +47,6 @@ TEXT ·ccallOn(SB), NOSPLIT|NOFRAME, $0-16
 	MOVQ 16(BX), SI
 	MOVQ 24(BX), DX
 	MOVQ 0(BX), R10
-	XORL AX, AX
 	CALL R10
 	MOVQ R12, SP
 	MOVQ AX, 56(BX)

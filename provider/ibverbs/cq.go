@@ -124,37 +124,47 @@ func (q *cq) Poll(wc []driver.WorkCompletion) int {
 	}
 	q.poll.a[1] = uintptr(n)
 	got := int(int32(ccall(&q.poll)))
-	if got < 0 {
-		q.overrun.Store(true)
-		got = 0
+	if got <= 0 {
+		if got < 0 {
+			q.overrun.Store(true)
+		}
+		q.mu.Unlock()
+		return 0
 	}
-	for i := range got {
-		w, c := &wc[i], &q.wcs[i]
-		fromIBV(w, c)
-		q.ctx.invalidated(w, c)
+	cs := q.wcs[:got]
+	wc = wc[:len(cs)]
+	for i := range cs {
+		w, c := &wc[i], &cs[i]
+		// Read before fromIBVPlain's stores into w, after which the compiler
+		// would read them again.
+		status, opcode, num, src := driver.WCStatus(c.status), driver.WCOpcode(c.opcode), c.qpNum, c.srcQP
+		fromIBVPlain(w, c)
+		if c.wcFlags&(ibvWCWithImm|ibvWCWithInv|kernelWCWithInv) != 0 {
+			q.flags(w, c)
+		}
 		p := q.last
-		if p == nil || p.num != w.QPNum || p.gone.Load() {
-			// A destroyed QP is never taken from last: its number may
-			// be another's by then.
-			if p = q.lookUp(w.QPNum); p == nil {
+		if p == nil || p.num != num || p.gone.Load() {
+			// A destroyed QP is never taken from last: its number may be
+			// another's by then.
+			if p = q.lookUp(num); p == nil {
 				continue
 			}
 		}
-		// The opcode of a failed completion is not defined by the verbs;
-		// rxe and siw set it, and the queue accounting relies on that.
-		if w.Opcode >= driver.WCRecv {
+		// The opcode of a failed completion is not defined by the verbs; rxe
+		// and siw set it, and the queue accounting relies on that.
+		if opcode >= driver.WCRecv {
 			if p.srq == nil && p.rqDone.Load() < p.rqPosted.Load() {
 				// (Not a flush of a receive posted before a reset.)
 				p.rqDone.Add(1)
 			}
-			if w.Status == driver.WCSuccess && w.SrcQP == 0 {
+			if src == 0 && status == driver.WCSuccess {
 				// RC devices (rxe) leave src_qp to UD; the QP knows its peer.
 				w.SrcQP = p.destQPN.Load()
 			}
 		} else {
-			p.sendDone(w.Status == driver.WCSuccess)
+			p.sendDone(status == driver.WCSuccess)
 		}
-		if w.Status != driver.WCSuccess && w.Status != driver.WCWRFlushErr {
+		if status != driver.WCSuccess && status != driver.WCWRFlushErr {
 			// The QP is in the error state now.
 			p.errored()
 		}
@@ -165,15 +175,33 @@ func (q *cq) Poll(wc []driver.WorkCompletion) int {
 
 // fromIBV converts a struct ibv_wc.
 func fromIBV(w *driver.WorkCompletion, c *ibvWC) {
-	*w = driver.WorkCompletion{
-		WRID:      c.wrID,
-		Status:    driver.WCStatus(c.status),
-		Opcode:    driver.WCOpcode(c.opcode),
-		VendorErr: c.vendorErr,
-		ByteLen:   c.byteLen,
-		QPNum:     c.qpNum,
-		SrcQP:     c.srcQP,
+	fromIBVPlain(w, c)
+	if c.wcFlags&(ibvWCWithImm|ibvWCWithInv) != 0 {
+		fromIBVFlags(w, c)
 	}
+}
+
+// fromIBVPlain converts c but its flags, which it leaves 0 in w, with
+// the immediate data and the invalidated rkey. It writes w's fields one
+// by one (a struct literal is built aside and copied), and inlines.
+func fromIBVPlain(w *driver.WorkCompletion, c *ibvWC) {
+	// Every field read before the first store, which might be into c as
+	// far as the compiler knows: Poll's own reads of c are the same.
+	wrID, status, opcode, vendorErr, byteLen, num, src := c.wrID, c.status, c.opcode, c.vendorErr, c.byteLen, c.qpNum, c.srcQP
+	w.WRID = wrID
+	w.Status = driver.WCStatus(status)
+	w.Opcode = driver.WCOpcode(opcode)
+	w.Flags = 0
+	w.VendorErr = vendorErr
+	w.ByteLen = byteLen
+	w.Imm, w.InvalidatedRKey = 0, 0
+	w.QPNum = num
+	w.SrcQP = src
+}
+
+// fromIBVFlags converts the immediate data and the invalidated rkey that
+// the flags of c announce into w, which fromIBVPlain filled.
+func fromIBVFlags(w *driver.WorkCompletion, c *ibvWC) {
 	if c.wcFlags&ibvWCWithImm != 0 {
 		w.Flags |= driver.WCWithImm
 		w.Imm = netOrder(&c.immData)
@@ -182,6 +210,13 @@ func fromIBV(w *driver.WorkCompletion, c *ibvWC) {
 		w.Flags |= driver.WCWithInv
 		w.InvalidatedRKey = c.immData
 	}
+}
+
+// flags is Poll's conversion of a completion with flags, out of line:
+// fromIBVFlags, and the device's own flag of an invalidation.
+func (q *cq) flags(w *driver.WorkCompletion, c *ibvWC) {
+	fromIBVFlags(w, c)
+	q.ctx.invalidated(w, c)
 }
 
 func (q *cq) ReqNotify(solicitedOnly bool) error {

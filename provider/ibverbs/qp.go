@@ -178,8 +178,44 @@ func (q *qp) Num() uint32 { return q.num }
 
 // PostSend converts wrs into struct ibv_send_wr lists of up to postBatch
 // and posts each with one call of the device's post_send. The SGE lists
-// are passed as they are: driver.SGE has struct ibv_sge's layout.
+// are passed as they are: driver.SGE has struct ibv_sge's layout. One WR
+// that checkSend's quick path takes, to a QP past RTR with room for it,
+// takes the latency path, the checks of the general path (postSendAll)
+// in line; anything else, or a check failed, takes the general path,
+// which makes them all again.
 func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
+	if len(wrs) != 1 || driver.QPState(q.state.Load()) <= driver.QPSRTR {
+		return q.postSendAll(wrs)
+	}
+	wr := &wrs[0]
+	q.sendMu.Lock()
+	if q.gone.Load() || q.ctx.removed.Load() || q.sqPosted.Load()-q.sqRetired.Load() >= uint64(q.cap.MaxSendWR) || !q.sendQuick(wr) {
+		q.sendMu.Unlock()
+		return q.postSendAll(wrs)
+	}
+	c := &q.swr[0]
+	toIBVSend(c, wr)
+	c.next = 0
+	// Counted before the call, as postSendLocked does.
+	if !q.sigAll && wr.Flags&driver.SendSignaled == 0 {
+		q.sqPosted.Add(1)
+	} else {
+		q.sentSignaled()
+	}
+	q.sendBad = 0
+	r := int32(ccall(&q.sendCall))
+	runtime.KeepAlive(wr)
+	if r != 0 {
+		n, err := q.sendFailed(wr, r)
+		q.sendMu.Unlock()
+		return n, err
+	}
+	q.sendMu.Unlock()
+	return 1, nil
+}
+
+// postSendAll is PostSend for any WRs, with every check.
+func (q *qp) postSendAll(wrs []driver.SendWR) (int, error) {
 	switch driver.QPState(q.state.Load()) {
 	case driver.QPSReset, driver.QPSInit, driver.QPSRTR:
 		if len(wrs) > 0 {
@@ -282,8 +318,8 @@ func (q *qp) postSendLocked(wrs []driver.SendWR) (int, error) {
 	return posted, nil
 }
 
-// postOne is postSendLocked for one WR that binds no window, the
-// latency path: the batch's bookkeeping left out.
+// postOne is postSendLocked for one WR that binds no window: the batch's
+// bookkeeping left out.
 func (q *qp) postOne(wr *driver.SendWR) (int, error) {
 	if q.gone.Load() {
 		return 0, driver.ErrClosed
@@ -314,6 +350,13 @@ func (q *qp) postOne(wr *driver.SendWR) (int, error) {
 	if r == 0 {
 		return 1, nil
 	}
+	return q.sendFailed(wr, r)
+}
+
+// sendFailed is the answer to post_send's failure r of the one WR wr:
+// its count is taken back if post_send names it as the bad WR. sendMu
+// is held.
+func (q *qp) sendFailed(wr *driver.SendWR, r int32) (int, error) {
 	k := 1
 	if q.sendBad != 0 {
 		k = 0
@@ -466,7 +509,57 @@ func postErr(op string, r int32) error {
 	return errnoErr(op, e)
 }
 
+// PostRecv posts receives in batches of postBatch, one call of the
+// device's post_recv each. One receive to a QP past Reset, with room for
+// it, takes the latency path, the checks that the general path
+// (postRecvAll) makes in line; anything else, or a check failed, takes
+// the general path, which makes them all again.
 func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
+	if len(wrs) != 1 || q.srq != nil || driver.QPState(q.state.Load()) == driver.QPSReset {
+		return q.postRecvAll(wrs)
+	}
+	wr := &wrs[0]
+	q.recvMu.Lock()
+	if q.gone.Load() || q.ctx.removed.Load() || q.rqPosted.Load()-q.rqDone.Load() >= uint64(q.cap.MaxRecvWR) ||
+		len(wr.SGList) > int(q.cap.MaxRecvSGE) {
+		q.recvMu.Unlock()
+		return q.postRecvAll(wrs)
+	}
+	toIBVRecv(&q.rwr[0], wr)
+	q.recvBad = 0
+	// Counted before the call: Poll may take its completion before the
+	// call returns, and counts no more completions than receives posted.
+	q.rqPosted.Add(1)
+	r := int32(ccall(&q.recvCall))
+	runtime.KeepAlive(wr)
+	if r != 0 {
+		return q.recvFailed(r)
+	}
+	q.recvMu.Unlock()
+	if driver.QPState(q.state.Load()) == driver.QPSErr {
+		q.errored() // flush what was just posted
+	}
+	return 1, nil
+}
+
+// recvFailed ends PostRecv's latency path after post_recv's failure r:
+// the receive is not counted if post_recv names it as the bad WR.
+// recvMu is held; recvFailed releases it.
+func (q *qp) recvFailed(r int32) (int, error) {
+	n := 1
+	if q.recvBad != 0 {
+		n = 0
+		q.rqPosted.Add(^uint64(0))
+	}
+	q.recvMu.Unlock()
+	if n > 0 && driver.QPState(q.state.Load()) == driver.QPSErr {
+		q.errored()
+	}
+	return n, postErr("post_recv", r)
+}
+
+// postRecvAll is PostRecv for any receives, with every check.
+func (q *qp) postRecvAll(wrs []driver.RecvWR) (int, error) {
 	if q.srq != nil {
 		return 0, fmt.Errorf("%w: the QP takes its receives from an SRQ", driver.ErrInvalidArg)
 	}
@@ -482,43 +575,20 @@ func (q *qp) PostRecv(wrs []driver.RecvWR) (int, error) {
 		q.recvMu.Unlock()
 		return 0, q.ctx.removedErr()
 	}
-	var n int
-	var err error
-	free := int(uint64(q.cap.MaxRecvWR) - (q.rqPosted.Load() - q.rqDone.Load()))
-	if len(wrs) == 1 && free > 0 {
-		// One receive, with room for it: the latency path, postRecv's
-		// in line.
-		wr := &wrs[0]
-		if err = driver.CheckRecvWR(wr, q.cap.MaxRecvSGE); err == nil {
-			toIBVRecv(&q.rwr[0], wr)
-			q.recvBad = 0
-			// Counted before the call: Poll may take its completion
-			// before the call returns, and counts no more completions
-			// than receives posted.
-			q.rqPosted.Add(1)
-			r := int32(ccall(&q.recvCall))
-			runtime.KeepAlive(wr)
-			if n = 1; r != 0 {
-				if q.recvBad != 0 {
-					n = 0
-					q.rqPosted.Add(^uint64(0))
-				}
-				err = postErr("post_recv", r)
-			}
-		}
-	} else {
-		take := wrs
-		var full error
-		if len(take) > free {
-			take = wrs[:max(free, 0)]
-			full = fmt.Errorf("%w: %d receives outstanding", driver.ErrQueueFull, q.cap.MaxRecvWR)
-		}
-		q.rqPosted.Add(uint64(len(take))) // as above, less what was not posted
-		n, err = postRecvs(&q.recvCall, &q.rwr, &q.recvBad, take, q.cap.MaxRecvSGE, "post_recv")
-		q.rqPosted.Add(-uint64(len(take) - n))
-		if err == nil {
-			err = full
-		}
+	take := wrs
+	var full error
+	if free := int(uint64(q.cap.MaxRecvWR) - (q.rqPosted.Load() - q.rqDone.Load())); len(take) > free {
+		take = wrs[:max(free, 0)]
+		full = fmt.Errorf("%w: %d receives outstanding", driver.ErrQueueFull, q.cap.MaxRecvWR)
+	}
+	// Counted before the call: Poll may take their completions before
+	// the call returns, and counts no more completions than receives
+	// posted; less what was not posted after it.
+	q.rqPosted.Add(uint64(len(take)))
+	n, err := postRecvs(&q.recvCall, &q.rwr, &q.recvBad, take, q.cap.MaxRecvSGE, "post_recv")
+	q.rqPosted.Add(-uint64(len(take) - n))
+	if err == nil {
+		err = full
 	}
 	q.recvMu.Unlock()
 	if n > 0 && driver.QPState(q.state.Load()) == driver.QPSErr {
