@@ -586,6 +586,12 @@ func (r *request) Accept(x driver.QP, p driver.ConnParam) (driver.Conn, error) {
 	}
 	cp := toConnParam(p, q)
 	if err := callRC(lib.accept, c.id, uintptr(unsafe.Pointer(&cp))); err != nil {
+		if !(q.ctx.noReset && errors.Is(err, syscall.ECONNRESET)) {
+			// (siw refuses with ECONNRESET a request its requester
+			// abandoned before it looks at the QP, which it leaves as
+			// it was.)
+			q.acceptFailed()
+		}
 		return fail(errnoErr("rdma_accept", err))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), establishTimeout)
@@ -594,6 +600,7 @@ func (r *request) Accept(x driver.QP, p driver.ConnParam) (driver.Conn, error) {
 		ev, err := c.wait(ctx)
 		if err != nil {
 			c.close()
+			q.acceptFailed()
 			return nil, fmt.Errorf("ibverbs: accept: the requester did not confirm: %w", err)
 		}
 		switch ev.typ {
@@ -602,8 +609,23 @@ func (r *request) Accept(x driver.QP, p driver.ConnParam) (driver.Conn, error) {
 			return newConn(c, q, c.reqParam), nil
 		case rdmaCMEventRejected, rdmaCMEventDisconnected, rdmaCMEventConnectError, rdmaCMEventUnreachable:
 			c.close()
+			q.acceptFailed()
 			return nil, fmt.Errorf("ibverbs: accept: %w (rdma_cm event %d, status %d)", driver.ErrDisconnected, ev.typ, ev.status)
 		}
+	}
+}
+
+// acceptFailed records what an accept that failed in or after
+// rdma_accept may have left the QP in. On iWARP the kernel moves the QP
+// on by itself there (to RTS, or to the error state as the connection
+// fails) and reports no state (the record is the provider's): the
+// record, still Init, would let the QP be accepted or connected again,
+// and siw, whose QP never leaves the error state, mishandles that. It is
+// recorded in the error state: the QP is not connectable again, and is
+// to be destroyed. Elsewhere the record is the device's own.
+func (q *qp) acceptFailed() {
+	if q.ctx.iwarp {
+		q.setState(driver.QPSErr)
 	}
 }
 
