@@ -28,7 +28,7 @@ var (
 	// device refused an operation — a post to a full send queue, a QP or
 	// CQ in a state that takes none — and the error wraps the device's
 	// error too; or one of its work requests completed with a local
-	// error (a region of its own, or its QP, refused it); or a zero-copy
+	// error (a region of its own refused it); or a zero-copy
 	// Write ended (its deadline passed, or Close came) before the device
 	// had read its buffer. It wraps syscall.ECONNABORTED.
 	ErrAborted = fmt.Errorf("rsock: connection aborted by this side: %w", syscall.ECONNABORTED)
@@ -826,12 +826,16 @@ func (c *Conn) completeOne(wc *verbs.WorkCompletion) {
 			// come before the receive of its end of stream): the
 			// connection fails once those are taken (settleEnd).
 			c.ending.Store(true)
-		case verbs.WCRetryExcErr, verbs.WCRNRRetryExcErr, verbs.WCRespTimeoutErr, verbs.WCFatalErr, verbs.WCGeneralErr:
+		case verbs.WCRetryExcErr, verbs.WCRNRRetryExcErr, verbs.WCRespTimeoutErr, verbs.WCFatalErr, verbs.WCGeneralErr, verbs.WCLocQPOpErr:
+			// (The kernel's devices, siw and rxe, complete a send whose
+			// transmission failed, the connection or path gone, with a
+			// local QP operation error; rsock posts no WR that a QP
+			// refuses so otherwise.)
 			c.fail(fmt.Errorf("%w (completion status %v)", ErrReset, wc.Status))
-		case verbs.WCLocLenErr, verbs.WCLocQPOpErr, verbs.WCLocEECOpErr, verbs.WCLocProtErr, verbs.WCLocAccessErr, verbs.WCMWBindErr:
+		case verbs.WCLocLenErr, verbs.WCLocEECOpErr, verbs.WCLocProtErr, verbs.WCLocAccessErr, verbs.WCMWBindErr:
 			if wc.WRID&recvTag == 0 {
 				// This side's own work request failed on this side:
-				// one of its regions, or its QP, refused it.
+				// one of its regions refused it.
 				c.fail(fmt.Errorf("%w: this side's work request failed (completion status %v)", ErrAborted, wc.Status))
 				break
 			}

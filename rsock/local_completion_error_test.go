@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/goverbs/goverbs/verbs"
 )
 
 // TestLocalCompletionErrorAbortsConnection checks what a completion
@@ -33,4 +35,21 @@ func TestLocalCompletionErrorAbortsConnection(t *testing.T) {
 			t.Errorf("Write from a staging buffer no longer registered: %v; want ErrAborted, neither ErrProtocol nor ErrReset", err)
 		}
 	})
+}
+
+// TestTransmitFailureIsReset checks the status with which the kernel's
+// devices (siw, rxe) complete a send whose transmission failed because
+// the connection or its path is gone, a local QP operation error: the
+// connection ends with ErrReset, the peer gone, not ErrAborted.
+func TestTransmitFailureIsReset(t *testing.T) {
+	d, a := pair(t, "loop", &Config{RingSize: MinRingSize})
+	defer d.Close()
+	defer a.Close()
+	d.mu.Lock()
+	d.completeOne(&verbs.WorkCompletion{WRID: 1, Status: verbs.WCLocQPOpErr, Opcode: verbs.WCSend})
+	err := d.err
+	d.mu.Unlock()
+	if !errors.Is(err, ErrReset) || errors.Is(err, ErrAborted) {
+		t.Errorf("a send completed with %v: %v; want ErrReset", verbs.WCLocQPOpErr, err)
+	}
 }
