@@ -193,25 +193,9 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 		q.sendMu.Unlock()
 		return q.postSendAll(wrs)
 	}
-	c := &q.swr[0]
-	toIBVSend(c, wr)
-	c.next = 0
-	// Counted before the call, as postSendLocked does.
-	if !q.sigAll && wr.Flags&driver.SendSignaled == 0 {
-		q.sqPosted.Add(1)
-	} else {
-		q.sentSignaled()
-	}
-	q.sendBad = 0
-	r := int32(ccall(&q.sendCall))
-	runtime.KeepAlive(wr)
-	if r != 0 {
-		n, err := q.sendFailed(wr, r)
-		q.sendMu.Unlock()
-		return n, err
-	}
+	n, err := q.postChecked(wr)
 	q.sendMu.Unlock()
-	return 1, nil
+	return n, err
 }
 
 // postSendAll is PostSend for any WRs, with every check.
@@ -335,6 +319,12 @@ func (q *qp) postOne(wr *driver.SendWR) (int, error) {
 			return 0, err
 		}
 	}
+	return q.postChecked(wr)
+}
+
+// postChecked posts the one WR wr, which passed every check, with one
+// call of the device's post_send; sendMu is held.
+func (q *qp) postChecked(wr *driver.SendWR) (int, error) {
 	c := &q.swr[0]
 	toIBVSend(c, wr)
 	c.next = 0
