@@ -3,6 +3,7 @@ package ibverbs
 import (
 	"errors"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"unsafe"
@@ -92,6 +93,9 @@ func TestErrnoMapping(t *testing.T) {
 		err := errnoErr("op", c.errno)
 		if !errors.Is(err, c.want) || !errors.Is(err, c.errno) {
 			t.Errorf("%v: %v does not wrap %v and the errno", c.errno, err, c.want)
+		}
+		if msg := err.Error(); strings.Count(msg, c.errno.Error()) != 1 {
+			t.Errorf("%v: %q does not say the errno's text once", c.errno, msg)
 		}
 	}
 	if err := postErr("post_send", int32(syscall.ENOMEM)); !errors.Is(err, driver.ErrQueueFull) {

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -141,8 +142,22 @@ func errnoErr(op string, err error) error {
 	default:
 		return fmt.Errorf("ibverbs: %s: %w", op, e)
 	}
+	if strings.Contains(s.Error(), e.Error()) {
+		// (ErrInvalidArg says "invalid argument" as EINVAL does: once.)
+		return fmt.Errorf("ibverbs: %s: %w", op, sameText{s, e})
+	}
 	return fmt.Errorf("ibverbs: %s: %w: %w", op, s, e)
 }
+
+// sameText wraps a sentinel and an errno whose text the sentinel's
+// holds, and reads as the sentinel.
+type sameText struct {
+	sentinel error
+	errno    syscall.Errno
+}
+
+func (t sameText) Error() string   { return t.sentinel.Error() }
+func (t sameText) Unwrap() []error { return []error{t.sentinel, t.errno} }
 
 // devContext is an open device: struct ibv_context and what the provider
 // keeps about it.
