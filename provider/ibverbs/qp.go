@@ -179,21 +179,14 @@ func (q *qp) Num() uint32 { return q.num }
 // PostSend converts wrs into struct ibv_send_wr lists of up to postBatch
 // and posts each with one call of the device's post_send. The SGE lists
 // are passed as they are: driver.SGE has struct ibv_sge's layout. One WR
-// that checkSend's quick path takes, to a QP past RTR with room for it,
-// takes the latency path, the checks of the general path (postSendAll)
-// in line; anything else, or a check failed, takes the general path,
-// which makes them all again.
+// that binds no window, to a QP past RTR, goes straight to postOne, the
+// latency path; anything else takes the general path (postSendAll).
 func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
-	if len(wrs) != 1 || driver.QPState(q.state.Load()) <= driver.QPSRTR {
+	if len(wrs) != 1 || wrs[0].Opcode == driver.OpBindMW || driver.QPState(q.state.Load()) <= driver.QPSRTR {
 		return q.postSendAll(wrs)
 	}
-	wr := &wrs[0]
 	q.sendMu.Lock()
-	if q.gone.Load() || q.ctx.removed.Load() || q.sqPosted.Load()-q.sqRetired.Load() >= uint64(q.cap.MaxSendWR) || !q.sendQuick(wr) {
-		q.sendMu.Unlock()
-		return q.postSendAll(wrs)
-	}
-	n, err := q.postChecked(wr)
+	n, err := q.postOne(&wrs[0])
 	q.sendMu.Unlock()
 	return n, err
 }
@@ -302,8 +295,8 @@ func (q *qp) postSendLocked(wrs []driver.SendWR) (int, error) {
 	return posted, nil
 }
 
-// postOne is postSendLocked for one WR that binds no window: the batch's
-// bookkeeping left out.
+// postOne is postSendLocked for one WR that binds no window, the
+// latency path: the batch's bookkeeping left out.
 func (q *qp) postOne(wr *driver.SendWR) (int, error) {
 	if q.gone.Load() {
 		return 0, driver.ErrClosed
@@ -319,12 +312,6 @@ func (q *qp) postOne(wr *driver.SendWR) (int, error) {
 			return 0, err
 		}
 	}
-	return q.postChecked(wr)
-}
-
-// postChecked posts the one WR wr, which passed every check, with one
-// call of the device's post_send; sendMu is held.
-func (q *qp) postChecked(wr *driver.SendWR) (int, error) {
 	c := &q.swr[0]
 	toIBVSend(c, wr)
 	c.next = 0
