@@ -128,7 +128,8 @@
 // does not place bytes into the reader's own buffer (rsocket and SMC-R
 // do not either: the receiver's ring is the only memory a peer writes).
 //
-// Memory: each end registers its ring (Config.RingSize), a staging copy
+// Memory: each end registers its ring (Config.RingSize: 256 KiB by
+// default, 2 MiB on iWARP devices), a staging copy
 // of the peer's ring (Writes below Config.ZeroCopyMin are copied there and
 // written from there), control buffers (132 bytes; 4,224 where its
 // receives take inline data, as on iWARP), and the buffer of its last

@@ -17,8 +17,18 @@ const (
 	// MinRingSize and MaxRingSize bound Config.RingSize.
 	MinRingSize = 4 << 10
 	MaxRingSize = 8 << 20
-	// DefaultRingSize is the receive ring of a zero Config.
+	// DefaultRingSize is the receive ring of a zero Config, except on
+	// iWARP devices.
 	DefaultRingSize = 256 << 10
+	// DefaultRingSizeIWARP is the receive ring of a zero Config on iWARP
+	// devices (tcp0). There the peer's bytes come through a socket whose
+	// system calls, not copies, set a stream's pace: a ring that holds
+	// two 1 MiB Writes lets the writer send the next while the reader
+	// copies out the last, as the kernel's TCP buffers let a TCP writer
+	// go on; over a ring of 256 KiB the writer waits for credits four
+	// times a MiB. The price is memory, 4 MiB registered at each end of
+	// a connection between two zero Configs.
+	DefaultRingSizeIWARP = 2 << 20
 	// DefaultMaxConns bounds a zero Config's listener.
 	DefaultMaxConns = 4096
 	// DefaultSpin is how long a zero Config's blocked Read or Write polls
@@ -41,8 +51,9 @@ const ctrlRecvs = 32
 // Config configures connections. The zero Config uses the defaults.
 type Config struct {
 	// RingSize is the receive ring each side of a connection advertises,
-	// in bytes (MinRingSize to MaxRingSize; 0: DefaultRingSize). A side
-	// registers its own ring and a staging copy of its peer's, so a
+	// in bytes (MinRingSize to MaxRingSize; 0: DefaultRingSize, and
+	// DefaultRingSizeIWARP on iWARP devices). A side registers its own
+	// ring and a staging copy of its peer's, so a
 	// connection between two sides of the same RingSize holds about
 	// 2×RingSize of registered memory at each end (Conn.RegisteredBytes).
 	RingSize int
@@ -77,9 +88,13 @@ type Config struct {
 	qpSendWR int
 }
 
-func (cfg *Config) ringSize() (int, error) {
+// ringSize is the receive ring over a device of the transport.
+func (cfg *Config) ringSize(transport string) (int, error) {
 	s := cfg.RingSize
-	if s == 0 {
+	switch {
+	case s == 0 && transport == "iwarp":
+		s = DefaultRingSizeIWARP
+	case s == 0:
 		s = DefaultRingSize
 	}
 	if s < MinRingSize || s > MaxRingSize {
@@ -138,7 +153,7 @@ type Listener struct {
 
 // Listen listens on addr with cfg.
 func (cfg *Config) Listen(addr string) (net.Listener, error) {
-	if _, err := cfg.ringSize(); err != nil {
+	if _, err := cfg.ringSize(""); err != nil {
 		return nil, err
 	}
 	dev, err := cm.Device(addr)
@@ -240,7 +255,7 @@ func scheme(url string) string {
 
 // Dial connects to the listener at addr with cfg.
 func (cfg *Config) Dial(ctx context.Context, addr string) (net.Conn, error) {
-	if _, err := cfg.ringSize(); err != nil {
+	if _, err := cfg.ringSize(""); err != nil {
 		return nil, err
 	}
 	opErr := func(err error) error {
@@ -265,12 +280,13 @@ func (cfg *Config) Dial(ctx context.Context, addr string) (net.Conn, error) {
 // the peer's hello when it is known (Accept), nil when it comes with the
 // reply (Dial).
 func newConn(dev string, cfg *Config, peer hello) (_ *Conn, err error) {
-	size, err := cfg.ringSize()
+	d, err := openDevice(dev)
 	if err != nil {
 		return nil, err
 	}
-	d, err := openDevice(dev)
+	size, err := cfg.ringSize(d.attr.Transport)
 	if err != nil {
+		d.release()
 		return nil, err
 	}
 	c := &Conn{dev: d, spin: cfg.spin(), zcMin: cfg.zeroCopyMin(d.attr.Transport), recvs: ctrlRecvs, sqDepth: 2*signalEvery + 8,

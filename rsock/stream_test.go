@@ -138,9 +138,13 @@ func TestCloseReleasesEverything(t *testing.T) {
 			d, a := pair(t, scheme, &Config{})
 			// Receives and the send buffer: a control message each, or
 			// one with inline data where the side takes that.
-			want := 2*DefaultRingSize + (ctrlRecvs+1)*ctrlLen
+			ring := DefaultRingSize
+			if d.dev.attr.Transport == "iwarp" {
+				ring = DefaultRingSizeIWARP
+			}
+			want := 2*ring + (ctrlRecvs+1)*ctrlLen
 			if d.acceptInline {
-				want = 2*DefaultRingSize + (ctrlRecvs+1)*inlineSlot
+				want = 2*ring + (ctrlRecvs+1)*inlineSlot
 			}
 			if got := d.RegisteredBytes(); got != want {
 				t.Errorf("RegisteredBytes = %d, want %d", got, want)

@@ -87,7 +87,7 @@ func runSock(ctx context.Context, e *env, args []string) error {
 	fs.Int(&cfg.streamIters, "stream-iters", "", 300, "`n` measured writes of stream")
 	fs.Value(&cfg.reqSize, "req-size", "", "request and response size in `bytes` (default 64)")
 	fs.Value(&cfg.streamSize, "stream-size", "", "stream write size in `bytes` (default 1M)")
-	fs.Int(&cfg.ring, "ring", "", 0, "rsock's receive ring in `bytes` (default rsock.DefaultRingSize)")
+	fs.Int(&cfg.ring, "ring", "", 0, "rsock's receive ring in `bytes` (default rsock.DefaultRingSize, rsock.DefaultRingSizeIWARP on tcp0)")
 	fs.Duration(&cfg.spin, "spin", "", 0, "how long rsock's waiting Read or Write polls before it parks (default rsock.DefaultSpin;\nnegative: never)")
 	fs.Int(&cfg.zeroCopyMin, "zero-copy-min", "", 0, "rsock's least Write sent without a copy, in `bytes` (default rsock.DefaultZeroCopyMin,\nrsock.DefaultZeroCopyMinIWARP on tcp0; negative: every Write is copied)")
 	fs.Int(&cfg.idle, "idle", "", 100, "`n` connections for idle (0: do not measure idle)")
