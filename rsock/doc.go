@@ -138,8 +138,9 @@
 // many as its regions allow (four a connection, within the device's
 // MaxMR: 64 on shm0); more connections open further contexts.
 //
-// Scale: on shm0 an end holds about five file descriptors (its socket,
-// queues and shared segments), so a process that keeps many connections
+// Scale: on shm0 an end holds about nine file descriptors (its socket,
+// shared segments, and the eventfds its CQ and the peer's are notified
+// through), so a process that keeps many connections
 // needs its descriptor limit raised to match; a listener accepts at most
 // Config.MaxConns at once.
 package rsock

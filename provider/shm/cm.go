@@ -106,6 +106,8 @@ func makeHello(typ uint8, q *qp, p driver.ConnParam) (hello, []int) {
 		binary.LittleEndian.PutUint32(h[32:], q.srq.maxSGE)
 		fds = append(fds, q.srq.seg.fd)
 	}
+	// Last, the receive CQ's eventfd, which the peer writes to notify it.
+	fds = append(fds, q.recvCQ.event.fd)
 	return h, fds
 }
 
@@ -143,13 +145,22 @@ func readHello(sock *net.UnixConn, deadline time.Time, recheck func()) (hello, [
 // attach maps the peer's segments named by h and fds and makes the
 // connection object for q. The fds are consumed.
 func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
-	want := 3
+	want := 4
 	if h.srq() {
-		want = 4
+		want = 5
 	}
 	if len(fds) != want {
 		closeFDs(fds)
 		return nil, fmt.Errorf("%w: %d descriptors, expected %d", errHandshake, len(fds), want)
+	}
+	// The last is the peer's receive CQ's eventfd: checked, and held by
+	// the connection, once there is one.
+	event := fds[want-1]
+	fds = fds[:want-1]
+	if err := checkPeerEvent(event); err != nil {
+		closeFDs(fds)
+		unix.Close(event)
+		return nil, fmt.Errorf("%w: %v", errHandshake, err)
 	}
 	// The PID process_vm_readv/writev aim at is the kernel's word for who
 	// is at the other end of the socket (SO_PEERCRED), never the one the
@@ -158,6 +169,7 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 	pid, err := peerPID(sock)
 	if err != nil {
 		closeFDs(fds)
+		unix.Close(event)
 		return nil, fmt.Errorf("%w: the peer's credentials: %v", errHandshake, err)
 	}
 	c := &conn{q: q, sock: sock, pid: pid, remote: h.param(),
@@ -170,6 +182,7 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 				s.close()
 			}
 		}
+		unix.Close(event)
 		return nil, fmt.Errorf("%w: %v", errHandshake, err)
 	}
 	rqN, rqSGE := int(h.rqEntries()), int(h.rqSGEs())
@@ -208,6 +221,7 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 		return fail(err)
 	}
 	c.peerNotify = notifyRing(c.cqSeg.mem)
+	c.peerNotify.event = event
 	c.peerBells, c.peerBell = viewDoorbells(c.cqSeg.mem), bellOf(c.remote.QPNum)
 	if c.keySeg, err = mapPeerSegment(fds[2], maxKeys*keySlotSize, false); err != nil {
 		closeFDs(fds[3:])

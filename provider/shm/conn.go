@@ -465,6 +465,7 @@ func (c *conn) close() {
 				s.close()
 			}
 		}
+		unix.Close(c.peerNotify.event)
 	})
 }
 

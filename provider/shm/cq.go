@@ -22,6 +22,7 @@ type cq struct {
 	userCtx any
 	seg     *segment
 	ring    *cqRing    // the shared header: arming, futex word (notifyRing)
+	event   *cqEvent   // the eventfd notifications write (event.go)
 	local   *localRing // send completions of this process's QPs
 	n       int
 
@@ -82,12 +83,19 @@ func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &cq{ctx: c, userCtx: userCtx, seg: seg, ring: notifyRing(seg.mem), bells: viewDoorbells(seg.mem), local: newLocalRing(n), n: n,
+	ev, err := newCQEvent()
+	if err != nil {
+		seg.close()
+		return nil, err
+	}
+	q := &cq{ctx: c, userCtx: userCtx, seg: seg, ring: notifyRing(seg.mem), event: ev, bells: viewDoorbells(seg.mem), local: newLocalRing(n), n: n,
 		notify: make(chan struct{}, 1), nudge: make(chan struct{}, 1), ownOnly: true}
+	q.ring.event = ev.fd
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := soft.Admit(c.closed, len(c.cqs), deviceAttr.MaxCQ); err != nil {
 		seg.close()
+		ev.close()
 		return nil, err
 	}
 	if c.cqs == nil {
@@ -255,19 +263,17 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 	return err
 }
 
-// notifyRecheck bounds the notification goroutine's sleep on the futex
-// word. The arming and the word live in the CQ's shared header, which
-// peers map writable: a peer that clears the arming, or puts the word
-// back after a wake-up, keeps the producers' notifications from waking
-// the goroutine. Each time the sleep runs out, the goroutine looks at
-// the ring itself, so such a peer delays a notification by this much at
+// notifyRecheck bounds the notification goroutine's wait for the CQ's
+// eventfd. The arming and the futex word live in the CQ's shared header,
+// which peers map writable, and peers hold the eventfd: a peer that
+// clears the arming, puts the word back after a wake-up, or reads the
+// eventfd first keeps the producers' notifications from waking the
+// goroutine. Each time the wait runs out, the goroutine looks at the
+// ring itself, so such a peer delays a notification by this much at
 // most, and cannot keep the goroutine asleep through Destroy. It is long
 // because each wake-up of the goroutine costs far more than the look: at
-// 50 ms, TestWaitSleepsInFutex's idle process used 0.36–1.04% of a CPU
-// (against 0.05–0.44% with no recheck); at 1 s, 0.06–0.09% (0.10–0.14%
-// under -race). (At 500 ms, a wake-up fell at the end of that test's
-// 500 ms idle window in one run, when the test looks for the sleeping
-// thread.)
+// 50 ms, an idle process used 0.36–1.04% of a CPU (against 0.05–0.44%
+// with no recheck); at 1 s, 0.06–0.09% (0.10–0.14% under -race).
 const notifyRecheck = time.Second
 
 // awaited reports whether a completion the last ReqNotify asked for
@@ -301,7 +307,10 @@ func (c *cq) Sleep(ticket uint32, d time.Duration) {
 	if c.destroyed.Load() {
 		return
 	}
-	futexWaitFor(&c.ring.h.wake, ticket, d)
+	h := c.ring.h
+	h.sleepers.Add(1)
+	futexWaitFor(&h.wake, ticket, d)
+	h.sleepers.Add(^uint32(0))
 }
 
 // arm arms the CQ and returns the wake word's value from before: a
@@ -343,8 +352,8 @@ func (c *cq) Notify() <-chan struct{} {
 	return c.notify
 }
 
-// startWaiter starts the goroutine that sleeps on the CQ's futex and turns
-// each wake-up into a token on the notify channel.
+// startWaiter starts the goroutine that waits for the CQ's eventfd and
+// turns each wake-up into a token on the notify channel.
 func (c *cq) startWaiter() {
 	c.notifyOnce.Do(func() {
 		h := c.ring.h
@@ -363,23 +372,21 @@ func (c *cq) startWaiter() {
 					<-c.nudge
 					continue
 				}
-				if w := h.wake.Load(); w == seen {
-					// The futex wait keeps this goroutine's
-					// processor, unused, until the runtime's monitor
-					// takes it back (20 µs to 10 ms later): let the
-					// goroutines queued on it run first. (Otherwise
-					// two CQs' waiters asleep with work queued behind
-					// them hold both processors of a two-core
-					// machine: a gRPC call over shm0 whose waits all
-					// park takes about twice as long.)
-					runtime.Gosched()
-					futexWaitFor(&h.wake, w, notifyRecheck)
+				h.eventWaiter.Store(1)
+				if h.wake.Load() == seen {
+					// A notification after the load writes the
+					// eventfd, having seen eventWaiter set (fire).
+					// (The eventfd may also hold a wake-up from
+					// before, which only makes this round a spurious
+					// one.)
+					c.event.wait(notifyRecheck)
 					if h.wake.Load() == seen && !c.stop.Load() && !c.awaited() {
 						continue
 					}
 					// Woken, stopping, or the completion is there
 					// without a notification (notifyRecheck).
 				}
+				h.eventWaiter.Store(0)
 				seen = h.wake.Load()
 				if c.stop.Load() {
 					return
@@ -428,6 +435,7 @@ func (c *cq) Destroy() error {
 	c.nudgeWaiter()
 	c.ring.h.wake.Add(1)
 	futexWake(&c.ring.h.wake)
+	signalEvent(c.event.fd)
 	c.waiter.Wait()
 	c.ctx.mu.Lock()
 	delete(c.ctx.cqs, c)
@@ -435,6 +443,7 @@ func (c *cq) Destroy() error {
 	c.mu.Lock()
 	c.ownOnly = false
 	c.seg.close()
+	c.event.close()
 	c.mu.Unlock()
 	return nil
 }

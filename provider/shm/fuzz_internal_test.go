@@ -21,8 +21,8 @@ import (
 // never keeps a descriptor it was sent.
 
 // openFDs counts this process's open descriptors of memfds (the
-// provider's and those a hostile peer sends) and pipes (which a hostile
-// peer sends too). Sockets are left out: the harness closes its
+// provider's and those a hostile peer sends), eventfds (the CQs', and a
+// peer's) and pipes (which a hostile peer sends too). Sockets are left out: the harness closes its
 // listeners in the background.
 func openFDs(t testing.TB) int {
 	t.Helper()
@@ -33,7 +33,7 @@ func openFDs(t testing.TB) int {
 	n := 0
 	for _, e := range ents {
 		l, err := os.Readlink("/proc/self/fd/" + e.Name())
-		if err == nil && (strings.HasPrefix(l, "/memfd:goverbs") || strings.HasPrefix(l, "pipe:")) {
+		if err == nil && (strings.HasPrefix(l, "/memfd:goverbs") || strings.HasPrefix(l, "pipe:") || l == "anon_inode:[eventfd]") {
 			n++
 		}
 	}
@@ -50,12 +50,20 @@ const (
 	fdWriteSeal        // a sealed memfd that cannot be mapped writable
 	fdReadOnly         // a sealed memfd opened read-only
 	fdPipe             // not a memfd at all
+	fdEvent            // an eventfd, as a peer's CQ notifications
 	fdKinds
 )
 
 // hostileFD makes a descriptor of kind k.
 func hostileFD(t testing.TB, k int) int {
 	t.Helper()
+	if k == fdEvent {
+		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fd
+	}
 	if k == fdPipe {
 		var p [2]int
 		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
@@ -194,31 +202,32 @@ func handshake(t testing.TB, q *qp, msg, kinds []byte) (*conn, error) {
 // descriptor, and a handshake it takes maps segments at least as large as
 // the sizes it declares.
 func FuzzHandshake(f *testing.F) {
-	keys3 := []byte{fdMedium, fdMedium, fdKeys}
+	keys4 := []byte{fdMedium, fdMedium, fdKeys, fdEvent}
 	for _, s := range []struct {
 		msg   []byte
 		kinds []byte
 	}{
-		{validHello(16, 4, 16, false, nil), keys3},                                       // well formed
-		{validHello(16, 4, 16, false, []byte("hello")), keys3},                           // with private data
-		{validHello(16, 4, 16, true, nil), []byte{fdMedium, fdMedium, fdKeys, fdMedium}}, // with an SRQ
-		{validHello(16, 4, 16, false, nil), keys3[:2]},                                   // too few descriptors
-		{validHello(16, 4, 16, false, nil), append(keys3, fdSmall)},                      // too many
-		{validHello(16, 4, 16, false, nil), nil},                                         // none
-		{validHello(3, 4, 16, false, nil), keys3},                                        // receive queue not a power of two
-		{validHello(16, 4, 12, false, nil), keys3},                                       // CQ not a power of two
-		{validHello(16, 17, 16, false, nil), keys3},                                      // too many SGEs
-		{validHello(1<<20, 4, 16, false, nil), keys3},                                    // queue larger than its segment
-		{validHello(16, 4, 1<<20, false, nil), keys3},                                    // CQ larger than its segment
-		{validHello(16, 4, 16, false, nil), []byte{fdUnsealed, fdMedium, fdKeys}},        // unsealed
-		{validHello(16, 4, 16, false, nil), []byte{fdWriteSeal, fdMedium, fdKeys}},       // cannot be mapped writable
-		{validHello(16, 4, 16, false, nil), []byte{fdReadOnly, fdMedium, fdKeys}},        // read-only descriptor
-		{validHello(16, 4, 16, false, nil), []byte{fdMedium, fdMedium, fdSmall}},         // key table too small
-		{validHello(16, 4, 16, false, nil), []byte{fdPipe, fdMedium, fdKeys}},            // not a memfd
-		{validHello(16, 4, 16, false, nil)[:helloHeader-1], keys3},                       // truncated
-		{append(validHello(16, 4, 16, false, nil), 0), keys3},                            // private data length lies
-		{validHello(16, 4, 16, false, make([]byte, 300)), keys3},                         // private data too long
-		{[]byte("GET / HTTP/1.1\r\n\r\n"), nil},                                          // not a goverbs peer
+		{validHello(16, 4, 16, false, nil), keys4},                                                // well formed
+		{validHello(16, 4, 16, false, []byte("hello")), keys4},                                    // with private data
+		{validHello(16, 4, 16, true, nil), []byte{fdMedium, fdMedium, fdKeys, fdMedium, fdEvent}}, // with an SRQ
+		{validHello(16, 4, 16, false, nil), keys4[:3]},                                            // too few descriptors
+		{validHello(16, 4, 16, false, nil), append(keys4, fdSmall)},                               // too many
+		{validHello(16, 4, 16, false, nil), nil},                                                  // none
+		{validHello(3, 4, 16, false, nil), keys4},                                                 // receive queue not a power of two
+		{validHello(16, 4, 12, false, nil), keys4},                                                // CQ not a power of two
+		{validHello(16, 17, 16, false, nil), keys4},                                               // too many SGEs
+		{validHello(1<<20, 4, 16, false, nil), keys4},                                             // queue larger than its segment
+		{validHello(16, 4, 1<<20, false, nil), keys4},                                             // CQ larger than its segment
+		{validHello(16, 4, 16, false, nil), []byte{fdUnsealed, fdMedium, fdKeys, fdEvent}},        // unsealed
+		{validHello(16, 4, 16, false, nil), []byte{fdWriteSeal, fdMedium, fdKeys, fdEvent}},       // cannot be mapped writable
+		{validHello(16, 4, 16, false, nil), []byte{fdReadOnly, fdMedium, fdKeys, fdEvent}},        // read-only descriptor
+		{validHello(16, 4, 16, false, nil), []byte{fdMedium, fdMedium, fdSmall, fdEvent}},         // key table too small
+		{validHello(16, 4, 16, false, nil), []byte{fdPipe, fdMedium, fdKeys, fdEvent}},            // not a memfd
+		{validHello(16, 4, 16, false, nil), []byte{fdMedium, fdMedium, fdKeys, fdPipe}},           // notifications not an eventfd
+		{validHello(16, 4, 16, false, nil)[:helloHeader-1], keys4},                                // truncated
+		{append(validHello(16, 4, 16, false, nil), 0), keys4},                                     // private data length lies
+		{validHello(16, 4, 16, false, make([]byte, 300)), keys4},                                  // private data too long
+		{[]byte("GET / HTTP/1.1\r\n\r\n"), nil},                                                   // not a goverbs peer
 		{[]byte{}, nil},
 	} {
 		f.Add(s.msg, s.kinds)
@@ -249,7 +258,7 @@ func TestHandshakeForgedPID(t *testing.T) {
 	q := victimQP(t)
 	msg := validHello(16, 4, 16, false, nil)
 	binary.LittleEndian.PutUint32(msg[8:], 1) // init
-	c, err := handshake(t, q, msg, []byte{fdMedium, fdMedium, fdKeys})
+	c, err := handshake(t, q, msg, []byte{fdMedium, fdMedium, fdKeys, fdEvent})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,12 @@ type ringHeader struct {
 	attrs     atomic.Uint32 // QP block: MinRNRTimer | MaxDestRdAtomic<<8
 	pd        atomic.Uint32 // QP block: the QP's protection domain
 	gen       atomic.Uint32 // QP block: bumped at each Reset, so that a peer of an earlier connection takes the QP for gone (conn.peerUp)
-	_         [9]uint32
+	// CQ: how many threads sleep on wake (CQ.Wait's own sleep), and
+	// whether the notification goroutine waits for the eventfd: a
+	// notification makes only the system calls these ask for (fire).
+	sleepers    atomic.Uint32
+	eventWaiter atomic.Uint32
+	_           [7]uint32
 }
 
 // qpWords returns a QP block's state and access (the first word) and
@@ -136,6 +141,10 @@ type cqRing struct {
 	// the head only moves forward, so an old reading says there are at
 	// least as many completions outstanding as there are.
 	seenHead uint64
+	// event is the CQ's eventfd, which a notification writes (fire) for
+	// the owner's notification goroutine, asleep in Go's network poller;
+	// -1 on a view that notifies no one (a QP's completion ring).
+	event int
 }
 
 // initCQRing lays out a fresh CQ of n (a power of two) entries in mem.
@@ -156,7 +165,7 @@ func notifyRing(mem []byte) *cqRing {
 	if len(mem) < headerSize {
 		return nil
 	}
-	return &cqRing{h: header(mem)}
+	return &cqRing{h: header(mem), event: -1}
 }
 
 // viewCQRing views a ring of n completions, n known from the owner's
@@ -166,7 +175,7 @@ func viewCQRing(mem []byte, n int) *cqRing {
 		return nil
 	}
 	slots := unsafe.Slice((*cqSlot)(unsafe.Pointer(&mem[headerSize])), n)
-	return &cqRing{h: header(mem), slots: slots, mask: uint64(n - 1)}
+	return &cqRing{h: header(mem), slots: slots, mask: uint64(n - 1), event: -1}
 }
 
 // maxProduceTries bounds a producer's retries, so that a peer scribbling
@@ -505,11 +514,22 @@ func (r *cqRing) notifyArmed(a uint32, solicited, failed bool) {
 	}
 }
 
-// fire disarms the CQ, if it is still armed as a, and wakes its waiter.
+// fire disarms the CQ, if it is still armed as a, and wakes its waiters:
+// threads asleep on the futex word (CQ.Wait's own sleep) and the
+// notification goroutine, through the eventfd. Each waiter says it
+// waits before it looks at the word, and fire looks for waiters after
+// it bumps the word, so a waiter either sees the bump and does not wait
+// or is seen and woken. (A peer that clears these words delays the
+// owner's waiters by their bound: the sleep's own limit, notifyRecheck.)
 func (r *cqRing) fire(a uint32) {
 	if r.h.armed.CompareAndSwap(a, unarmed) {
 		r.h.wake.Add(1)
-		futexWake(&r.h.wake)
+		if r.h.sleepers.Load() != 0 {
+			futexWake(&r.h.wake)
+		}
+		if r.h.eventWaiter.Load() != 0 {
+			signalEvent(r.event)
+		}
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/goverbs/goverbs/verbs"
 	"github.com/goverbs/goverbs/verbs/verbstest"
@@ -49,10 +48,8 @@ func TestNotifyDespitePeerDisarming(t *testing.T) {
 		n, err := p.A.RecvCQ.Wait(ctx, wc)
 		res <- result{n, wc[0], err}
 	}()
-	wake := uintptr(unsafe.Pointer(&vcq.ring.h.wake))
-	untilTrue(t, 5*time.Second, "CQ.Wait never armed the CQ and slept on its word", func() bool {
-		_, asleep := futexSleeper(wake)
-		return vcq.armings.Load() > 0 && h.armed.Load() != unarmed && asleep
+	untilTrue(t, 5*time.Second, "CQ.Wait never armed the CQ", func() bool {
+		return vcq.armings.Load() > 0 && h.armed.Load() != unarmed
 	})
 	h.armed.Store(unarmed) // the peer disarms the CQ
 	// A completion this process produces itself: the flush of the
@@ -68,21 +65,22 @@ func TestNotifyDespitePeerDisarming(t *testing.T) {
 }
 
 // TestNotifyWaiterStopsWithoutWake: Destroy stops the CQ's notification
-// goroutine by bumping the shared futex word; a peer that puts the word
-// back at that moment must not leave the goroutine (and Destroy, which
-// waits for it) asleep for good.
+// goroutine by bumping the shared futex word and writing the CQ's
+// eventfd; a peer that puts the word back and reads the eventfd (it
+// holds the descriptor) at that moment must not leave the goroutine (and
+// Destroy, which waits for it) parked for good.
 func TestNotifyWaiterStopsWithoutWake(t *testing.T) {
 	p := localHarness().NewPair(t, verbstest.PairOptions{})
 	c := driverQP(p.A.QPs[0]).recvCQ
+	before := notifiers()
 	if err := c.ReqNotify(false); err != nil {
 		t.Fatal(err)
 	}
-	wake := uintptr(unsafe.Pointer(&c.ring.h.wake))
-	untilTrue(t, 5*time.Second, "the notification goroutine never slept on the CQ's word", func() bool {
-		_, asleep := futexSleeper(wake)
-		return asleep
-	})
-	// As Destroy, with the word's bump undone by the peer.
+	if st := notifierState(t, before); st != "IO wait" {
+		t.Fatalf("armed, the notification goroutine is in state %q, want IO wait (parked on the CQ's eventfd)", st)
+	}
+	// As Destroy, with the word's bump undone and the eventfd's wake-up
+	// taken by the peer.
 	c.stop.Store(true)
 	c.nudgeWaiter()
 	done := make(chan struct{})
@@ -93,6 +91,6 @@ func TestNotifyWaiterStopsWithoutWake(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
-		t.Fatal("the notification goroutine kept sleeping on an unchanged word after it was told to stop")
+		t.Fatal("the notification goroutine stayed parked after it was told to stop")
 	}
 }

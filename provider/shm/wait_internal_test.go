@@ -22,9 +22,10 @@ import (
 
 // Blocking waits sleep in the kernel: CQ.Wait's own thread sleeps in
 // futex(2) on the wake word in the CQ's shared header for up to a
-// millisecond, then Wait parks its goroutine and the CQ's waiter thread
-// sleeps there, until the peer process, having written a completion into
-// the CQ, wakes it.
+// millisecond, then Wait parks its goroutine, and so does the CQ's
+// notification goroutine, in Go's network poller on the CQ's eventfd,
+// until the peer process, having written a completion into the CQ,
+// writes the eventfd.
 
 // processCPU returns the CPU time, user and system, this process has used.
 func processCPU(t testing.TB) time.Duration {
@@ -72,17 +73,19 @@ const (
 	idleWindows = 3
 )
 
-// TestWaitSleepsInFutex: a goroutine in CQ.Wait, with nothing arriving,
-// leaves a thread asleep in futex(2) on the CQ's shared wake word; over
-// an idleWindow the whole process uses under 1% of a CPU; a Send from the
-// peer process wakes the waiter, which returns the completion.
-func TestWaitSleepsInFutex(t *testing.T) {
+// TestWaitSleepsThenParks: a goroutine in CQ.Wait, with nothing
+// arriving, first sleeps in futex(2) on the CQ's shared wake word, then
+// parks, leaving no thread asleep there; over an idleWindow the whole
+// process uses under 1% of a CPU; a Send from the peer process wakes the
+// waiter, which returns the completion.
+func TestWaitSleepsThenParks(t *testing.T) {
 	p := remoteHarness().NewPair(t, verbstest.PairOptions{})
 	src := newRegion(t, p.B, 64, verbs.AccessLocalWrite)
 	fill(t, p.B, src, 0, pattern(7, 64))
 	dst := newRegion(t, p.A, 64, verbs.AccessLocalWrite)
 	postRecv(t, p.A, 0, recv(9, dst.SGE(0, 64)))
-	wake := uintptr(unsafe.Pointer(&driverQP(p.A.QPs[0]).recvCQ.ring.h.wake))
+	rcq := driverQP(p.A.QPs[0]).recvCQ
+	wake := uintptr(unsafe.Pointer(&rcq.ring.h.wake))
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
@@ -99,17 +102,21 @@ func TestWaitSleepsInFutex(t *testing.T) {
 		res <- result{wc[0], n, err, time.Now()}
 	}()
 
-	// Wait, without burning the CPU, until a thread sleeps on the word.
-	tick := time.NewTicker(time.Millisecond)
+	// Wait, without burning the CPU, until Wait has slept (a thread in
+	// futex on the word, seen if the ticks catch it) and armed the CQ to
+	// park.
+	tick := time.NewTicker(100 * time.Microsecond)
 	defer tick.Stop()
-	tid, ok := futexSleeper(wake)
-	for !ok {
+	tid := 0
+	for rcq.armings.Load() == 0 {
+		if id, ok := futexSleeper(wake); ok {
+			tid = id
+		}
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			t.Fatalf("no thread went to sleep in futex on the CQ's wake word %#x", wake)
+			t.Fatal("CQ.Wait did not arm the CQ")
 		}
-		tid, ok = futexSleeper(wake)
 	}
 	tick.Stop()
 
@@ -134,10 +141,8 @@ func TestWaitSleepsInFutex(t *testing.T) {
 			break
 		}
 	}
-	// (The sleeper seen first may have been Wait's own thread, which
-	// hands over to the waiter thread after a millisecond.)
-	if _, ok := futexSleeper(wake); !ok {
-		t.Fatalf("after the idle window no thread is asleep on the wake word (thread %d was before)", tid)
+	if id, ok := futexSleeper(wake); ok {
+		t.Fatalf("after the idle window thread %d is asleep on the wake word: the wait holds a thread", id)
 	}
 	select {
 	case r := <-res:
@@ -158,7 +163,7 @@ func TestWaitSleepsInFutex(t *testing.T) {
 	expectWC(t, waitWCs(t, p.B, verbstest.SendCQ, 1)[0], 1, verbs.WCSuccess)
 
 	share := float64(cpu) / float64(wall)
-	t.Logf("idle waiter: thread %d asleep in futex on %#x; process CPU %v in %v (%.3f%% of a CPU); woken %v after asking the peer to send",
+	t.Logf("idle waiter: thread %d (0: not seen) asleep in futex on %#x, then parked; process CPU %v in %v (%.3f%% of a CPU); woken %v after asking the peer to send",
 		tid, wake, cpu, wall.Round(time.Millisecond), 100*share, r.at.Sub(sent))
 	if share >= 0.01 {
 		t.Fatalf("while a goroutine waited in CQ.Wait for %v the process used %v of CPU (%.2f%%), want under 1%%", wall, cpu, 100*share)
@@ -211,12 +216,13 @@ func TestWaitForOwnSendCompletions(t *testing.T) {
 }
 
 // TestWaitReturnsWhenCancelled: a Wait whose context is cancelled while
-// its thread sleeps in futex(2) — first its own, then the CQ waiter's —
-// returns the context's error, and the CQ still works afterwards.
+// its thread sleeps in futex(2), or once it has parked, returns the
+// context's error, and the CQ still works afterwards.
 func TestWaitReturnsWhenCancelled(t *testing.T) {
 	p := remoteHarness().NewPair(t, verbstest.PairOptions{})
-	wake := uintptr(unsafe.Pointer(&driverQP(p.A.QPs[0]).recvCQ.ring.h.wake))
-	for _, after := range []time.Duration{0, 5 * time.Millisecond} {
+	rcq := driverQP(p.A.QPs[0]).recvCQ
+	wake := uintptr(unsafe.Pointer(&rcq.ring.h.wake))
+	for _, parked := range []bool{false, true} {
 		ctx, cancel := context.WithCancel(context.Background())
 		res := make(chan error, 1)
 		go func() {
@@ -225,24 +231,28 @@ func TestWaitReturnsWhenCancelled(t *testing.T) {
 		}()
 		limit, stop := context.WithTimeout(context.Background(), waitLimit)
 		tick := time.NewTicker(100 * time.Microsecond)
-		for _, ok := futexSleeper(wake); !ok; _, ok = futexSleeper(wake) {
+		armings := rcq.armings.Load()
+		// Until Wait sleeps in futex (not parked) or has armed the CQ
+		// to park (parked; or if the ticks missed the sleep).
+		for {
+			if _, ok := futexSleeper(wake); ok && !parked {
+				break
+			}
+			if rcq.armings.Load() != armings {
+				break
+			}
 			select {
 			case <-tick.C:
 			case <-limit.Done():
-				t.Fatalf("no thread went to sleep in futex on the CQ's wake word %#x", wake)
+				t.Fatalf("CQ.Wait neither slept in futex on the CQ's wake word %#x nor armed the CQ", wake)
 			}
 		}
 		tick.Stop()
-		if after > 0 {
-			// Past Wait's own sleep: the waiter thread sleeps now.
-			timer := time.NewTimer(after)
-			<-timer.C
-		}
 		cancel()
 		select {
 		case err := <-res:
 			if !errors.Is(err, context.Canceled) {
-				t.Fatalf("Wait cancelled after %v returned %v, want context.Canceled", after, err)
+				t.Fatalf("Wait cancelled (parked: %v) returned %v, want context.Canceled", parked, err)
 			}
 		case <-limit.Done():
 			t.Fatalf("Wait did not return within %v of its context's cancellation", waitLimit)
@@ -299,7 +309,8 @@ func notifierState(t *testing.T, before map[string]string) string {
 // for (Arm) do not wake the CQ's notification goroutine, which Arm starts:
 // until a ReqNotify it waits on a channel, not in futex(2) on the wake
 // word, where every such wake-up would wake its thread too. After a
-// ReqNotify it forwards the next completion's notification.
+// ReqNotify it parks on the CQ's eventfd, and forwards the next
+// completion's notification.
 func TestSleepersLeaveNotifierAlone(t *testing.T) {
 	p := localHarness().NewPair(t, verbstest.PairOptions{})
 	src := newRegion(t, p.B, 64, verbs.AccessLocalWrite)
@@ -335,8 +346,8 @@ func TestSleepersLeaveNotifierAlone(t *testing.T) {
 		}
 	default:
 	}
-	if st := notifierState(t, before); st != "syscall" {
-		t.Fatalf("armed, the notification goroutine is in state %q, want syscall (asleep on the wake word)", st)
+	if st := notifierState(t, before); st != "IO wait" {
+		t.Fatalf("armed, the notification goroutine is in state %q, want IO wait (parked on the CQ's eventfd)", st)
 	}
 	select {
 	case <-p.A.RecvCQ.Notify():
