@@ -139,7 +139,7 @@
 // MaxMR: 64 on shm0); more connections open further contexts.
 //
 // Scale: on shm0 an end holds about nine file descriptors (its socket,
-// shared segments, and the eventfds its CQ and the peer's are notified
+// shared segments, and the sockets its CQ and the peer's are notified
 // through), so a process that keeps many connections
 // needs its descriptor limit raised to match; a listener accepts at most
 // Config.MaxConns at once.

@@ -41,16 +41,18 @@ func (*provider) MaxPrivateData() int { return deviceAttr.MaxPrivateData }
 //	40 min RNR timer u8, 3 reserved     44 private data length u16, 2 reserved
 //	48 private data
 //
-// Its memfds travel with it: QP block (header, receive ring, receive
-// completion ring), receive CQ (its header: arming and futex word), key
-// table, then SRQ.
+// Its descriptors travel with it: the memfds of the QP block (header,
+// receive ring, receive completion ring), of the receive CQ (its header:
+// arming and futex word), of the key table, then of the SRQ; last, a
+// socket connected to the receive CQ's notification socket, made for
+// this peer, which it notifies the CQ through (event.go).
 // The pid field is informational: the receiver takes the sender's PID from
 // the kernel (SO_PEERCRED), which also holds across PID namespaces.
 type hello []byte
 
 const (
 	helloMagic   = 0x48535647 // "GVSH"
-	helloVersion = 3          // 2: receive completions in the QP's block; 3: 128-byte completion slots, small Sends inline
+	helloVersion = 4          // 2: receive completions in the QP's block; 3: 128-byte completion slots, small Sends inline; 4: a notifier socket
 	helloHeader  = 48
 	helloMax     = helloHeader + 256
 )
@@ -85,8 +87,9 @@ func (h hello) valid() bool {
 }
 
 // makeHello builds a handshake message for q and returns it with the fds
-// to send.
-func makeHello(typ uint8, q *qp, p driver.ConnParam) (hello, []int) {
+// to send. The last descriptor is the peer's notifier, which the caller closes
+// once the hello is sent.
+func makeHello(typ uint8, q *qp, p driver.ConnParam) (hello, []int, error) {
 	h := make(hello, helloHeader+len(p.PrivateData))
 	binary.LittleEndian.PutUint32(h[0:], helloMagic)
 	binary.LittleEndian.PutUint16(h[4:], helloVersion)
@@ -106,9 +109,11 @@ func makeHello(typ uint8, q *qp, p driver.ConnParam) (hello, []int) {
 		binary.LittleEndian.PutUint32(h[32:], q.srq.maxSGE)
 		fds = append(fds, q.srq.seg.fd)
 	}
-	// Last, the receive CQ's eventfd, which the peer writes to notify it.
-	fds = append(fds, q.recvCQ.event.fd)
-	return h, fds
+	notifier, err := q.recvCQ.event.notifier()
+	if err != nil {
+		return nil, nil, err
+	}
+	return h, append(fds, notifier), nil
 }
 
 // readHello reads a handshake message (or a rejection) and its fds,
@@ -122,17 +127,22 @@ func readHello(sock *net.UnixConn, deadline time.Time, recheck func()) (hello, [
 	}
 	buf := make([]byte, helloMax+1)
 	oob := make([]byte, unix.CmsgSpace(8*4))
-	n, oobn, _, _, err := sock.ReadMsgUnix(buf, oob)
+	n, oobn, flags, _, err := sock.ReadMsgUnix(buf, oob)
 	if errors.Is(err, unix.ECONNRESET) {
 		// A peer that closed with our message unread (a listener that
 		// rejects at once) is reported once, ahead of what it sent
 		// before closing: read that.
-		n, oobn, _, _, err = sock.ReadMsgUnix(buf, oob)
+		n, oobn, flags, _, err = sock.ReadMsgUnix(buf, oob)
 	}
 	fds := parseFDs(oob[:oobn])
 	if err != nil {
 		closeFDs(fds)
 		return nil, nil, err
+	}
+	if flags&unix.MSG_CTRUNC != 0 {
+		// The kernel drops the descriptors it cannot install.
+		closeFDs(fds)
+		return nil, nil, fmt.Errorf("%w: descriptors of the handshake were dropped: this process may be at its limit of open files (ulimit -n)", errHandshake)
 	}
 	h := hello(buf[:n])
 	if !h.valid() {
@@ -153,11 +163,11 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 		closeFDs(fds)
 		return nil, fmt.Errorf("%w: %d descriptors, expected %d", errHandshake, len(fds), want)
 	}
-	// The last is the peer's receive CQ's eventfd: checked, and held by
-	// the connection, once there is one.
+	// The last is the notifier of the peer's receive CQ: checked, and
+	// held by the connection, once there is one.
 	event := fds[want-1]
 	fds = fds[:want-1]
-	if err := checkPeerEvent(event); err != nil {
+	if err := checkPeerNotifier(event); err != nil {
 		closeFDs(fds)
 		unix.Close(event)
 		return nil, fmt.Errorf("%w: %v", errHandshake, err)
@@ -476,8 +486,13 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 	if err := soft.ConnectRTR(q, p, remote); err != nil {
 		return fail(err)
 	}
-	h, fds := makeHello(msgRep, q, p)
-	if _, _, err := r.sock.WriteMsgUnix(h, unix.UnixRights(fds...), nil); err != nil {
+	h, fds, err := makeHello(msgRep, q, p)
+	if err != nil {
+		return fail(err)
+	}
+	_, _, err = r.sock.WriteMsgUnix(h, unix.UnixRights(fds...), nil)
+	unix.Close(fds[len(fds)-1])
+	if err != nil {
 		return fail(err)
 	}
 	// A dialler that never confirms holds the accepting goroutine no
@@ -544,8 +559,14 @@ func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.C
 	stop := context.AfterFunc(ctx, cancelled)
 	defer stop()
 	p.QPNum = q.num
-	h, fds := makeHello(msgReq, q, p)
-	if _, _, err := sock.WriteMsgUnix(h, unix.UnixRights(fds...), nil); err != nil {
+	h, fds, err := makeHello(msgReq, q, p)
+	if err != nil {
+		sock.Close()
+		return nil, err
+	}
+	_, _, err = sock.WriteMsgUnix(h, unix.UnixRights(fds...), nil)
+	unix.Close(fds[len(fds)-1])
+	if err != nil {
 		// A listener that turns this user away answers and closes at
 		// once, perhaps before the request is sent: report its answer,
 		// already queued (the listener has closed its end, so the read

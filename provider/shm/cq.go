@@ -21,10 +21,13 @@ type cq struct {
 	ctx     *devCtx
 	userCtx any
 	seg     *segment
-	ring    *cqRing    // the shared header: arming, futex word (notifyRing)
-	event   *cqEvent   // the eventfd notifications write (event.go)
-	local   *localRing // send completions of this process's QPs
-	n       int
+	ring    *cqRing  // the shared header: arming, futex word (notifyRing)
+	event   *cqEvent // the socket notifications wake the owner through (event.go)
+	// sleeping counts this process's threads in Sleep, which touches the
+	// shared header: Destroy waits for them before it unmaps it.
+	sleeping atomic.Int32
+	local    *localRing // send completions of this process's QPs
+	n        int
 
 	mu      spin.Lock // serialises consumers
 	overrun atomic.Bool
@@ -90,7 +93,7 @@ func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 	}
 	q := &cq{ctx: c, userCtx: userCtx, seg: seg, ring: notifyRing(seg.mem), event: ev, bells: viewDoorbells(seg.mem), local: newLocalRing(n), n: n,
 		notify: make(chan struct{}, 1), nudge: make(chan struct{}, 1), ownOnly: true}
-	q.ring.event = ev.fd
+	q.ring.self = ev
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := soft.Admit(c.closed, len(c.cqs), deviceAttr.MaxCQ); err != nil {
@@ -264,10 +267,11 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 }
 
 // notifyRecheck bounds the notification goroutine's wait for the CQ's
-// eventfd. The arming and the futex word live in the CQ's shared header,
-// which peers map writable, and peers hold the eventfd: a peer that
-// clears the arming, puts the word back after a wake-up, or reads the
-// eventfd first keeps the producers' notifications from waking the
+// notification socket. The arming, the futex word and eventWaiter live in
+// the CQ's shared header, which peers map writable, and a peer can fill
+// the socket: a peer that clears the arming or eventWaiter, puts the word
+// back after a wake-up, or keeps the socket full when a notification's
+// byte comes keeps the producers' notifications from waking the
 // goroutine. Each time the wait runs out, the goroutine looks at the
 // ring itself, so such a peer delays a notification by this much at
 // most, and cannot keep the goroutine asleep through Destroy. It is long
@@ -299,11 +303,13 @@ func (c *cq) Arm() (uint32, error) {
 }
 
 // Sleep implements driver.Sleeper: a futex wait on the wake word, which
-// every notification (and Destroy) changes. (The word may be unmapped by
-// a concurrent Destroy, which changes it first: the wait then returns at
-// once, or fails, without touching the memory; or, if other memory has
-// been mapped there since, it sleeps for at most d.)
+// every notification (and Destroy) changes, counted in the header's
+// sleepers so that notifications wake it (fire). A concurrent Destroy
+// changes the word, so that the wait returns at once, and unmaps the
+// header only once no Sleep is under way (sleeping).
 func (c *cq) Sleep(ticket uint32, d time.Duration) {
+	c.sleeping.Add(1)
+	defer c.sleeping.Add(-1)
 	if c.destroyed.Load() {
 		return
 	}
@@ -352,7 +358,8 @@ func (c *cq) Notify() <-chan struct{} {
 	return c.notify
 }
 
-// startWaiter starts the goroutine that waits for the CQ's eventfd and
+// startWaiter starts the goroutine that waits for the CQ's notification
+// socket and
 // turns each wake-up into a token on the notify channel.
 func (c *cq) startWaiter() {
 	c.notifyOnce.Do(func() {
@@ -374,9 +381,9 @@ func (c *cq) startWaiter() {
 				}
 				h.eventWaiter.Store(1)
 				if h.wake.Load() == seen {
-					// A notification after the load writes the
-					// eventfd, having seen eventWaiter set (fire).
-					// (The eventfd may also hold a wake-up from
+					// A notification after the load sends to the
+					// socket, having seen eventWaiter set (fire).
+					// (The socket may also hold a wake-up from
 					// before, which only makes this round a spurious
 					// one.)
 					c.event.wait(notifyRecheck)
@@ -435,8 +442,15 @@ func (c *cq) Destroy() error {
 	c.nudgeWaiter()
 	c.ring.h.wake.Add(1)
 	futexWake(&c.ring.h.wake)
-	signalEvent(c.event.fd)
+	c.event.signal()
 	c.waiter.Wait()
+	// A Sleep that began before destroyed was set sleeps on a ticket
+	// from before the bump: its wait returns at once, and the thread
+	// leaves the shared header alone before it is unmapped.
+	for c.sleeping.Load() != 0 {
+		futexWake(&c.ring.h.wake)
+		runtime.Gosched()
+	}
 	c.ctx.mu.Lock()
 	delete(c.ctx.cqs, c)
 	c.ctx.mu.Unlock()

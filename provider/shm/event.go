@@ -1,79 +1,139 @@
 package shm
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// A CQ's notifications reach its owner through an eventfd, which the
-// owner hands to each peer in the handshake: the notification goroutine
-// waits for it in Go's network poller, so that a CQ waiting for a
-// notification parks a goroutine and holds no thread (a futex wait would
-// hold one per CQ: a process with a thousand idle connections, a
-// thousand threads). The futex word stays for CQ.Wait's own sleep
-// (Sleeper), which is a thread's by design.
+// A CQ's notifications reach its owner's notification goroutine through a
+// Unix datagram socket of the owner's, which that goroutine waits on in
+// Go's network poller: a CQ waiting for a notification parks a goroutine
+// and holds no thread (a futex wait would hold one per CQ: a process with
+// a thousand idle connections, a thousand threads). The futex word stays
+// for CQ.Wait's own sleep (Sleeper), which is a thread's by design.
+//
+// The socket never leaves the owner. The owner notifies itself by
+// sending a byte to the socket's own address; each peer holds a socket
+// connected to it, made for it in the handshake; both send with
+// MSG_DONTWAIT: no flag a peer can set on a shared descriptor (as it
+// could on an eventfd or a pipe, whose O_NONBLOCK every holder shares)
+// makes a notification wait, a full socket only drops the byte and
+// leaves the owner's socket readable, and no peer can read the owner's
+// wake-ups first. The socket is bound to an abstract address the kernel
+// picks, so that notifiers can connect to it; any local process may send
+// it a byte, which costs its owner a spurious look at the CQ.
 
-// cqEvent is a CQ's eventfd, as its owner holds it.
+// cqEvent is the socket a CQ's notifications wake its owner through.
 type cqEvent struct {
-	fd   int      // written by this process's notifications (signalEvent)
-	file *os.File // the same descriptor, read in the network poller
-	buf  [8]byte
+	fd   int      // the owner's socket, read by the notification goroutine
+	file *os.File // the same descriptor, waited on in the network poller
+	name string   // its abstract address, "@" and what the kernel chose
+	// raw and rawLen are the address as sendto takes it, made once:
+	// notifications of several threads share them, read-only.
+	raw    unix.RawSockaddrUnix
+	rawLen uintptr
+	buf    [64]byte
 }
 
-// newCQEvent creates a CQ's eventfd.
+// newCQEvent creates a CQ's socket.
 func newCQEvent() (*cqEvent, error) {
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("eventfd: %w", err)
+		return nil, fmt.Errorf("notification socket: %w", err)
 	}
+	// An empty name: the kernel binds a unique abstract address.
+	if err := unix.Bind(fd, &unix.SockaddrUnix{}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("bind notification socket: %w", err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("notification socket's address: %w", err)
+	}
+	addr, ok := sa.(*unix.SockaddrUnix)
+	if !ok || len(addr.Name) < 2 || addr.Name[0] != '@' || len(addr.Name) > len(unix.RawSockaddrUnix{}.Path) {
+		unix.Close(fd)
+		return nil, fmt.Errorf("notification socket's address is %v, not an abstract one", sa)
+	}
+	e := &cqEvent{fd: fd, name: addr.Name}
+	e.raw.Family = unix.AF_UNIX
+	for i := 1; i < len(addr.Name); i++ { // Path[0] is 0: abstract
+		e.raw.Path[i] = int8(addr.Name[i])
+	}
+	e.rawLen = 2 + uintptr(len(addr.Name)) // family, 0, the name's bytes
 	// A non-blocking descriptor: os.NewFile puts it in the poller.
-	return &cqEvent{fd: fd, file: os.NewFile(uintptr(fd), "goverbs-cq-event")}, nil
+	e.file = os.NewFile(uintptr(fd), "goverbs-cq-notify")
+	return e, nil
 }
 
-// wait parks the calling goroutine until the eventfd has been written
-// since it was last read, for at most d, and reads it. (A peer holds the
-// descriptor too, and may read it first, taking the wake-up: d bounds
-// what that costs, as it bounds a futex wait a peer spoils.)
+// notifier returns a new socket connected to the CQ's, for one notifier.
+func (e *cqEvent) notifier() (int, error) {
+	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("notifier socket: %w", err)
+	}
+	if err := unix.Connect(s, &unix.SockaddrUnix{Name: e.name}); err != nil {
+		unix.Close(s)
+		return -1, fmt.Errorf("connect notifier socket: %w", err)
+	}
+	return s, nil
+}
+
+// wait parks the calling goroutine until a notifier has sent a byte since
+// the socket was last drained, for at most d, and drains it.
 func (e *cqEvent) wait(d time.Duration) {
 	e.file.SetReadDeadline(time.Now().Add(d))
-	e.file.Read(e.buf[:])
+	if _, err := e.file.Read(e.buf[:]); err != nil {
+		return
+	}
+	for {
+		if _, err := unix.Read(e.fd, e.buf[:]); err != nil {
+			return
+		}
+	}
 }
 
-// close closes the eventfd; no notification may come after.
+// close closes the CQ's socket; no notification may come after.
 func (e *cqEvent) close() { e.file.Close() }
 
-// eventOne is the 1 a notification adds to an eventfd's counter.
-var eventOne = [8]byte{1}
+// signal is the owner's notification: a byte from the socket to itself.
+// It never waits: a full socket drops the byte, and is readable.
+func (e *cqEvent) signal() {
+	unix.Syscall6(unix.SYS_SENDTO, uintptr(e.fd), uintptr(unsafe.Pointer(&notifyByte[0])), 1,
+		unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, uintptr(unsafe.Pointer(&e.raw)), e.rawLen)
+}
 
-// signalEvent adds one to the eventfd fd (if it is one: fd ≥ 0). A
-// counter at its maximum (a peer's doing) makes the write fail without
-// waiting, and leaves the descriptor readable: no wake-up is lost.
+// notifyByte is what a notifier sends.
+var notifyByte = [1]byte{1}
+
+// signalEvent sends a byte on the notifier socket fd (if it is one:
+// fd ≥ 0). It never waits: a full socket drops the byte, and is readable.
 func signalEvent(fd int) {
 	if fd >= 0 {
-		unix.Write(fd, eventOne[:])
+		unix.Syscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&notifyByte[0])), 1,
+			unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, 0, 0)
 	}
 }
 
-// errNotEventfd refuses a peer's notification descriptor that is not an
-// eventfd.
-var errNotEventfd = errors.New("the CQ's notification descriptor is not an eventfd")
-
-// checkPeerEvent makes sure the descriptor a peer handed over for its
-// CQ's notifications is an eventfd, which a write can neither block on
-// nor use to reach anything else, and makes it non-blocking (a peer may
-// have made it blocking).
-func checkPeerEvent(fd int) error {
-	link, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+// checkPeerNotifier makes sure the descriptor a peer handed over to notify
+// its CQ with is a Unix datagram socket, which a send with MSG_DONTWAIT
+// neither blocks on nor uses to reach anything but a socket.
+func checkPeerNotifier(fd int) error {
+	typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
 	if err != nil {
-		return fmt.Errorf("the CQ's notification descriptor: %w", err)
+		return fmt.Errorf("the CQ's notifier is not a socket: %w", err)
 	}
-	if link != "anon_inode:[eventfd]" {
-		return errNotEventfd
+	dom, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
+	if err != nil {
+		return fmt.Errorf("the CQ's notifier: %w", err)
 	}
-	return unix.SetNonblock(fd, true)
+	if typ != unix.SOCK_DGRAM || dom != unix.AF_UNIX {
+		return fmt.Errorf("the CQ's notifier is a socket of type %d, domain %d, not a Unix datagram socket", typ, dom)
+	}
+	return nil
 }

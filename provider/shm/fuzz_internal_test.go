@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,9 +22,10 @@ import (
 // never keeps a descriptor it was sent.
 
 // openFDs counts this process's open descriptors of memfds (the
-// provider's and those a hostile peer sends), eventfds (the CQs', and a
-// peer's) and pipes (which a hostile peer sends too). Sockets are left out: the harness closes its
-// listeners in the background.
+// provider's and those a hostile peer sends), datagram sockets (the CQs'
+// notification sockets and notifiers, and those a peer sends) and pipes
+// (which a hostile peer sends too). Other sockets are left out: the
+// harness closes its listeners in the background.
 func openFDs(t testing.TB) int {
 	t.Helper()
 	ents, err := os.ReadDir("/proc/self/fd")
@@ -33,8 +35,13 @@ func openFDs(t testing.TB) int {
 	n := 0
 	for _, e := range ents {
 		l, err := os.Readlink("/proc/self/fd/" + e.Name())
-		if err == nil && (strings.HasPrefix(l, "/memfd:goverbs") || strings.HasPrefix(l, "pipe:") || l == "anon_inode:[eventfd]") {
+		if err == nil && (strings.HasPrefix(l, "/memfd:goverbs") || strings.HasPrefix(l, "pipe:")) {
 			n++
+		}
+		if fd, err := strconv.Atoi(e.Name()); err == nil && strings.HasPrefix(l, "socket:") {
+			if typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err == nil && typ == unix.SOCK_DGRAM {
+				n++
+			}
 		}
 	}
 	return n
@@ -50,7 +57,7 @@ const (
 	fdWriteSeal        // a sealed memfd that cannot be mapped writable
 	fdReadOnly         // a sealed memfd opened read-only
 	fdPipe             // not a memfd at all
-	fdEvent            // an eventfd, as a peer's CQ notifications
+	fdEvent            // a Unix datagram socket, as a peer's CQ notifier
 	fdKinds
 )
 
@@ -58,11 +65,12 @@ const (
 func hostileFD(t testing.TB, k int) int {
 	t.Helper()
 	if k == fdEvent {
-		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+		p, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return fd
+		unix.Close(p[1])
+		return p[0]
 	}
 	if k == fdPipe {
 		var p [2]int
@@ -223,7 +231,7 @@ func FuzzHandshake(f *testing.F) {
 		{validHello(16, 4, 16, false, nil), []byte{fdReadOnly, fdMedium, fdKeys, fdEvent}},        // read-only descriptor
 		{validHello(16, 4, 16, false, nil), []byte{fdMedium, fdMedium, fdSmall, fdEvent}},         // key table too small
 		{validHello(16, 4, 16, false, nil), []byte{fdPipe, fdMedium, fdKeys, fdEvent}},            // not a memfd
-		{validHello(16, 4, 16, false, nil), []byte{fdMedium, fdMedium, fdKeys, fdPipe}},           // notifications not an eventfd
+		{validHello(16, 4, 16, false, nil), []byte{fdMedium, fdMedium, fdKeys, fdPipe}},           // notifier not a datagram socket
 		{validHello(16, 4, 16, false, nil)[:helloHeader-1], keys4},                                // truncated
 		{append(validHello(16, 4, 16, false, nil), 0), keys4},                                     // private data length lies
 		{validHello(16, 4, 16, false, make([]byte, 300)), keys4},                                  // private data too long

@@ -41,7 +41,7 @@ type ringHeader struct {
 	pd        atomic.Uint32 // QP block: the QP's protection domain
 	gen       atomic.Uint32 // QP block: bumped at each Reset, so that a peer of an earlier connection takes the QP for gone (conn.peerUp)
 	// CQ: how many threads sleep on wake (CQ.Wait's own sleep), and
-	// whether the notification goroutine waits for the eventfd: a
+	// whether the notification goroutine waits for its socket: a
 	// notification makes only the system calls these ask for (fire).
 	sleepers    atomic.Uint32
 	eventWaiter atomic.Uint32
@@ -141,10 +141,13 @@ type cqRing struct {
 	// the head only moves forward, so an old reading says there are at
 	// least as many completions outstanding as there are.
 	seenHead uint64
-	// event is the CQ's eventfd, which a notification writes (fire) for
-	// the owner's notification goroutine, asleep in Go's network poller;
-	// -1 on a view that notifies no one (a QP's completion ring).
+	// event is this side's notifier of the CQ (event.go), which a
+	// notification sends a byte through (fire) to wake the owner's
+	// notification goroutine, parked in Go's network poller; -1 on a
+	// view that notifies no one (a QP's completion ring). self is the
+	// CQ's own socket on the owner's view, which notifies it instead.
 	event int
+	self  *cqEvent
 }
 
 // initCQRing lays out a fresh CQ of n (a power of two) entries in mem.
@@ -516,7 +519,7 @@ func (r *cqRing) notifyArmed(a uint32, solicited, failed bool) {
 
 // fire disarms the CQ, if it is still armed as a, and wakes its waiters:
 // threads asleep on the futex word (CQ.Wait's own sleep) and the
-// notification goroutine, through the eventfd. Each waiter says it
+// notification goroutine, through its socket. Each waiter says it
 // waits before it looks at the word, and fire looks for waiters after
 // it bumps the word, so a waiter either sees the bump and does not wait
 // or is seen and woken. (A peer that clears these words delays the
@@ -528,7 +531,11 @@ func (r *cqRing) fire(a uint32) {
 			futexWake(&r.h.wake)
 		}
 		if r.h.eventWaiter.Load() != 0 {
-			signalEvent(r.event)
+			if r.self != nil {
+				r.self.signal()
+			} else {
+				signalEvent(r.event)
+			}
 		}
 	}
 }

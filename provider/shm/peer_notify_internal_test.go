@@ -65,10 +65,11 @@ func TestNotifyDespitePeerDisarming(t *testing.T) {
 }
 
 // TestNotifyWaiterStopsWithoutWake: Destroy stops the CQ's notification
-// goroutine by bumping the shared futex word and writing the CQ's
-// eventfd; a peer that puts the word back and reads the eventfd (it
-// holds the descriptor) at that moment must not leave the goroutine (and
-// Destroy, which waits for it) parked for good.
+// goroutine by bumping the shared futex word and sending a byte to the
+// CQ's notification socket; a peer that puts the word back and has
+// filled the socket, so that the byte is dropped, at that moment must
+// not leave the goroutine (and Destroy, which waits for it) parked for
+// good.
 func TestNotifyWaiterStopsWithoutWake(t *testing.T) {
 	p := localHarness().NewPair(t, verbstest.PairOptions{})
 	c := driverQP(p.A.QPs[0]).recvCQ
@@ -77,10 +78,9 @@ func TestNotifyWaiterStopsWithoutWake(t *testing.T) {
 		t.Fatal(err)
 	}
 	if st := notifierState(t, before); st != "IO wait" {
-		t.Fatalf("armed, the notification goroutine is in state %q, want IO wait (parked on the CQ's eventfd)", st)
+		t.Fatalf("armed, the notification goroutine is in state %q, want IO wait (parked on the CQ's notification socket)", st)
 	}
-	// As Destroy, with the word's bump undone and the eventfd's wake-up
-	// taken by the peer.
+	// As Destroy, with the word's bump undone and the byte dropped.
 	c.stop.Store(true)
 	c.nudgeWaiter()
 	done := make(chan struct{})
