@@ -386,10 +386,14 @@ func (c *cq) startWaiter() {
 					// (The socket may also hold a wake-up from
 					// before, which only makes this round a spurious
 					// one.)
-					c.event.wait(notifyRecheck)
+					byByte := c.event.wait(notifyRecheck)
 					if h.wake.Load() == seen && !c.stop.Load() && !c.awaited() {
+						if byByte {
+							c.event.found(false)
+						}
 						continue
 					}
+					c.event.found(true)
 					// Woken, stopping, or the completion is there
 					// without a notification (notifyRecheck).
 				}

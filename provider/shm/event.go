@@ -24,8 +24,12 @@ import (
 // makes a notification wait, a full socket only drops the byte and
 // leaves the owner's socket readable, and no peer can read the owner's
 // wake-ups first. The socket is bound to an abstract address the kernel
-// picks, so that notifiers can connect to it; any local process may send
-// it a byte, which costs its owner a spurious look at the CQ.
+// picks, so that notifiers can connect to it. Abstract addresses belong
+// to a network namespace: a connection is made (Dial, Accept) from a
+// thread in the namespace its receive CQ was created in. Any process in
+// that namespace may send the socket a byte, which costs the owner a
+// spurious look at the CQ; a flood of them is held to spuriousBurst
+// looks and then one each spuriousPause.
 
 // cqEvent is the socket a CQ's notifications wake its owner through.
 type cqEvent struct {
@@ -37,7 +41,23 @@ type cqEvent struct {
 	raw    unix.RawSockaddrUnix
 	rawLen uintptr
 	buf    [64]byte
+	// spurious counts the wake-ups in a row that found nothing.
+	spurious int
 }
+
+// The bounds of spurious wake-ups: after spuriousBurst in a row, each
+// wait first pauses spuriousPause, so that whoever floods the socket
+// costs the owner a look a millisecond at most (and delays a genuine
+// notification by as much meanwhile).
+const (
+	spuriousBurst = 64
+	spuriousPause = time.Millisecond
+)
+
+// drainMax bounds the reads that empty the socket after a wake-up, so
+// that senders on other processors cannot keep the waiter reading: a
+// byte left makes the next round a spurious one.
+const drainMax = 64
 
 // newCQEvent creates a CQ's socket.
 func newCQEvent() (*cqEvent, error) {
@@ -79,22 +99,37 @@ func (e *cqEvent) notifier() (int, error) {
 	}
 	if err := unix.Connect(s, &unix.SockaddrUnix{Name: e.name}); err != nil {
 		unix.Close(s)
-		return -1, fmt.Errorf("connect notifier socket: %w", err)
+		return -1, fmt.Errorf("connect to the receive CQ's notification socket (connect from a thread in the network namespace the CQ was created in): %w", err)
 	}
 	return s, nil
 }
 
 // wait parks the calling goroutine until a notifier has sent a byte since
-// the socket was last drained, for at most d, and drains it.
-func (e *cqEvent) wait(d time.Duration) {
+// the socket was last drained, for at most d, and drains it. It reports
+// whether a byte woke it.
+func (e *cqEvent) wait(d time.Duration) bool {
+	if e.spurious >= spuriousBurst {
+		time.Sleep(spuriousPause)
+	}
 	e.file.SetReadDeadline(time.Now().Add(d))
 	if _, err := e.file.Read(e.buf[:]); err != nil {
-		return
+		return false
 	}
-	for {
+	for range drainMax {
 		if _, err := unix.Read(e.fd, e.buf[:]); err != nil {
-			return
+			break
 		}
+	}
+	return true
+}
+
+// found tells wait whether the wake-up by a byte it last reported found
+// something.
+func (e *cqEvent) found(something bool) {
+	if something {
+		e.spurious = 0
+	} else {
+		e.spurious++
 	}
 }
 

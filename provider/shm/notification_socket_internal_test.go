@@ -26,14 +26,14 @@ func TestNotificationSocketWakes(t *testing.T) {
 		send func()
 	}{{"the owner", e.signal}, {"a peer", func() { signalEvent(n) }}} {
 		c.send()
-		start := time.Now()
-		e.wait(long)
-		if d := time.Since(start); d >= long {
+		if !e.wait(long) {
 			t.Fatalf("a notification from %s did not wake the waiter", c.who)
 		}
 	}
 	start := time.Now()
-	e.wait(10 * time.Millisecond)
+	if e.wait(10 * time.Millisecond) {
+		t.Fatal("a wait with nothing sent reported a byte")
+	}
 	if d := time.Since(start); d < 10*time.Millisecond {
 		t.Fatalf("a wait with nothing sent (the socket drained) returned after %v", d)
 	}
