@@ -359,8 +359,7 @@ func (c *cq) Notify() <-chan struct{} {
 }
 
 // startWaiter starts the goroutine that waits for the CQ's notification
-// socket and
-// turns each wake-up into a token on the notify channel.
+// socket and turns each wake-up into a token on the notify channel.
 func (c *cq) startWaiter() {
 	c.notifyOnce.Do(func() {
 		h := c.ring.h
