@@ -109,11 +109,11 @@ func makeHello(typ uint8, q *qp, p driver.ConnParam) (hello, []int, error) {
 		binary.LittleEndian.PutUint32(h[32:], q.srq.maxSGE)
 		fds = append(fds, q.srq.seg.fd)
 	}
-	notifier, err := q.recvCQ.event.notifier()
+	peer, err := q.recvCQ.event.peerSocket()
 	if err != nil {
 		return nil, nil, err
 	}
-	return h, append(fds, notifier), nil
+	return h, append(fds, peer), nil
 }
 
 // readHello reads a handshake message (or a rejection) and its fds,
@@ -231,7 +231,7 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 		return fail(err)
 	}
 	c.peerNotify = notifyRing(c.cqSeg.mem)
-	c.peerNotify.event = event
+	c.peerNotify.notifier = notifier{fd: event}
 	c.peerBells, c.peerBell = viewDoorbells(c.cqSeg.mem), bellOf(c.remote.QPNum)
 	if c.keySeg, err = mapPeerSegment(fds[2], maxKeys*keySlotSize, false); err != nil {
 		closeFDs(fds[3:])

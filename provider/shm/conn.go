@@ -465,7 +465,7 @@ func (c *conn) close() {
 				s.close()
 			}
 		}
-		unix.Close(c.peerNotify.event)
+		unix.Close(c.peerNotify.notifier.fd)
 	})
 }
 

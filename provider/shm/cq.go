@@ -93,7 +93,7 @@ func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 	}
 	q := &cq{ctx: c, userCtx: userCtx, seg: seg, ring: notifyRing(seg.mem), event: ev, bells: viewDoorbells(seg.mem), local: newLocalRing(n), n: n,
 		notify: make(chan struct{}, 1), nudge: make(chan struct{}, 1), ownOnly: true}
-	q.ring.self = ev
+	q.ring.notifier = ev.self()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := soft.Admit(c.closed, len(c.cqs), deviceAttr.MaxCQ); err != nil {
@@ -445,7 +445,7 @@ func (c *cq) Destroy() error {
 	c.nudgeWaiter()
 	c.ring.h.wake.Add(1)
 	futexWake(&c.ring.h.wake)
-	c.event.signal()
+	c.ring.notifier.send()
 	c.waiter.Wait()
 	// A Sleep that began before destroyed was set sleeps on a ticket
 	// from before the bump: its wait returns at once, and the thread

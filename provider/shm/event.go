@@ -91,8 +91,9 @@ func newCQEvent() (*cqEvent, error) {
 	return e, nil
 }
 
-// notifier returns a new socket connected to the CQ's, for one notifier.
-func (e *cqEvent) notifier() (int, error) {
+// peerSocket returns a new socket connected to the CQ's, for one peer to
+// notify it through.
+func (e *cqEvent) peerSocket() (int, error) {
 	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("notifier socket: %w", err)
@@ -136,22 +137,32 @@ func (e *cqEvent) found(something bool) {
 // close closes the CQ's socket; no notification may come after.
 func (e *cqEvent) close() { e.file.Close() }
 
-// signal is the owner's notification: a byte from the socket to itself.
-// It never waits: a full socket drops the byte, and is readable.
-func (e *cqEvent) signal() {
-	unix.Syscall6(unix.SYS_SENDTO, uintptr(e.fd), uintptr(unsafe.Pointer(&notifyByte[0])), 1,
-		unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, uintptr(unsafe.Pointer(&e.raw)), e.rawLen)
+// self is the owner's notifier: the socket itself, sending to its own
+// address.
+func (e *cqEvent) self() notifier {
+	return notifier{fd: e.fd, to: unsafe.Pointer(&e.raw), toLen: e.rawLen}
 }
+
+// notifier is how one side notifies a CQ: a socket, and the CQ's
+// address when the socket is not connected to it (the owner's own).
+type notifier struct {
+	fd    int // -1: notifies no one
+	to    unsafe.Pointer
+	toLen uintptr
+}
+
+// noNotifier notifies no one.
+var noNotifier = notifier{fd: -1}
 
 // notifyByte is what a notifier sends.
 var notifyByte = [1]byte{1}
 
-// signalEvent sends a byte on the notifier socket fd (if it is one:
-// fd ≥ 0). It never waits: a full socket drops the byte, and is readable.
-func signalEvent(fd int) {
-	if fd >= 0 {
-		unix.Syscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&notifyByte[0])), 1,
-			unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, 0, 0)
+// send sends the CQ a byte. It never waits: a full socket drops the
+// byte, and is readable.
+func (n notifier) send() {
+	if n.fd >= 0 {
+		unix.Syscall6(unix.SYS_SENDTO, uintptr(n.fd), uintptr(unsafe.Pointer(&notifyByte[0])), 1,
+			unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, uintptr(n.to), n.toLen)
 	}
 }
 

@@ -61,7 +61,7 @@ func TestHostileCQOwnerCannotBlockPostSend(t *testing.T) {
 	postRecv(t, p.A, 0, recv(7, rbuf.SGE(0, 64)))
 	// B's notifier of A's CQ: the same open file as the owner's copy
 	// would be, had it kept one.
-	fillNotifier(t, connOf(driverQP(p.B.(*verbstest.Local).QPs[0])).peerNotify.event)
+	fillNotifier(t, connOf(driverQP(p.B.(*verbstest.Local).QPs[0])).peerNotify.notifier.fd)
 	h := driverQP(p.A.QPs[0]).recvCQ.ring.h
 	h.eventWaiter.Store(1)
 	h.armed.Store(armedAny)
@@ -76,7 +76,7 @@ func TestHostileCQOwnerCannotBlockPostSend(t *testing.T) {
 // of the CQ, which notifies it, free to return.
 func TestHostilePeerCannotBlockCQDestroy(t *testing.T) {
 	p := localHarness().NewPair(t, verbstest.PairOptions{})
-	fillNotifier(t, connOf(driverQP(p.B.(*verbstest.Local).QPs[0])).peerNotify.event)
+	fillNotifier(t, connOf(driverQP(p.B.(*verbstest.Local).QPs[0])).peerNotify.notifier.fd)
 	c := driverQP(p.A.QPs[0]).recvCQ
 	if err := c.ReqNotify(false); err != nil {
 		t.Fatal(err)

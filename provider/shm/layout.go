@@ -141,13 +141,11 @@ type cqRing struct {
 	// the head only moves forward, so an old reading says there are at
 	// least as many completions outstanding as there are.
 	seenHead uint64
-	// event is this side's notifier of the CQ (event.go), which a
+	// notifier is this side's notifier of the CQ (event.go), which a
 	// notification sends a byte through (fire) to wake the owner's
-	// notification goroutine, parked in Go's network poller; -1 on a
-	// view that notifies no one (a QP's completion ring). self is the
-	// CQ's own socket on the owner's view, which notifies it instead.
-	event int
-	self  *cqEvent
+	// notification goroutine, parked in Go's network poller; noNotifier
+	// on a view that notifies no one (a QP's completion ring).
+	notifier notifier
 }
 
 // initCQRing lays out a fresh CQ of n (a power of two) entries in mem.
@@ -168,7 +166,7 @@ func notifyRing(mem []byte) *cqRing {
 	if len(mem) < headerSize {
 		return nil
 	}
-	return &cqRing{h: header(mem), event: -1}
+	return &cqRing{h: header(mem), notifier: noNotifier}
 }
 
 // viewCQRing views a ring of n completions, n known from the owner's
@@ -178,7 +176,7 @@ func viewCQRing(mem []byte, n int) *cqRing {
 		return nil
 	}
 	slots := unsafe.Slice((*cqSlot)(unsafe.Pointer(&mem[headerSize])), n)
-	return &cqRing{h: header(mem), slots: slots, mask: uint64(n - 1), event: -1}
+	return &cqRing{h: header(mem), slots: slots, mask: uint64(n - 1), notifier: noNotifier}
 }
 
 // maxProduceTries bounds a producer's retries, so that a peer scribbling
@@ -531,11 +529,7 @@ func (r *cqRing) fire(a uint32) {
 			futexWake(&r.h.wake)
 		}
 		if r.h.eventWaiter.Load() != 0 {
-			if r.self != nil {
-				r.self.signal()
-			} else {
-				signalEvent(r.event)
-			}
+			r.notifier.send()
 		}
 	}
 }

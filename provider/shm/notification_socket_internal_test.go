@@ -15,7 +15,7 @@ func TestNotificationSocketWakes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.close()
-	n, err := e.notifier()
+	n, err := e.peerSocket()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,7 @@ func TestNotificationSocketWakes(t *testing.T) {
 	for _, c := range []struct {
 		who  string
 		send func()
-	}{{"the owner", e.signal}, {"a peer", func() { signalEvent(n) }}} {
+	}{{"the owner", e.self().send}, {"a peer", notifier{fd: n}.send}} {
 		c.send()
 		if !e.wait(long) {
 			t.Fatalf("a notification from %s did not wake the waiter", c.who)

@@ -84,10 +84,11 @@
 // A blocking wait (CQ.Wait) first sleeps its thread on a futex in the
 // CQ's shared header, for up to a millisecond; then it parks its
 // goroutine, as a wait on the completion channel (ReqNotify and Notify)
-// does, and the CQ's notification goroutine waits for the CQ's
-// notification socket, which each peer is handed a notifier of in the
-// handshake, in Go's network poller: a waiting CQ holds no thread. A producer makes a wake-up system call
-// only when the CQ is armed, and only the ones its waiters ask for.
+// does, and the CQ's notification goroutine waits in Go's network poller
+// for the CQ's notification socket, which each peer is handed a notifier
+// of in the handshake: a waiting CQ holds no thread. A producer makes a
+// wake-up system call only when the CQ is armed, and only the ones its
+// waiters ask for.
 //
 // A signaled one-sided operation — its PostSend and the Poll that takes
 // its completion — costs three locked instructions: the QP's spin lock,
