@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/internal/coreprobe"
 	"github.com/goverbs/goverbs/internal/perftest"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -325,7 +326,8 @@ func benchRun(ctx context.Context, e *env, cfg benchConfig) error {
 	}
 	prog := newProgress(e)
 	defer prog.done()
-	rep := &perftest.Report{Date: start.Format(time.RFC3339), Host: hostInfo(), Event: cfg.o.Event}
+	rep := &perftest.Report{Date: start.Format(time.RFC3339), Host: hostInfo(), Event: cfg.o.Event,
+		CacheLine: &perftest.CacheLine{BeforeNs: cacheLineNs()}}
 	benches := make([]*deviceBench, 0, len(devs))
 	defer func() {
 		for _, b := range benches {
@@ -418,6 +420,7 @@ func benchRun(ctx context.Context, e *env, cfg benchConfig) error {
 		rep.Comparisons = perftest.Summarize(rounds)
 	}
 	prog.done()
+	rep.CacheLine.AfterNs = cacheLineNs()
 	if cfg.plot != "" {
 		if err := perftest.Plot(cfg.plot, rep); err != nil {
 			return fmt.Errorf("plot: %w", err)
@@ -438,7 +441,7 @@ func benchRun(ctx context.Context, e *env, cfg benchConfig) error {
 	if cfg.o.Event {
 		mode = "waiting for completion events"
 	}
-	fmt.Fprintf(e.stdout, "goverbs bench, %s, %s; %s\n\n", rep.Date, rep.Host, mode)
+	writeHeader(e.stdout, "goverbs bench", rep, mode)
 	if err := perftest.WriteTable(e.stdout, rep.Results); err != nil {
 		return err
 	}
@@ -750,6 +753,35 @@ func hostInfo() string {
 		}
 	}
 	return s
+}
+
+// cacheLineRounds is how many round trips a cache line makes in one
+// measurement of its cost (tens of milliseconds).
+const cacheLineRounds = 100_000
+
+// cacheLineNs measures a cache line's round trip between two processors
+// (internal/coreprobe), in nanoseconds; 0 when it cannot be measured.
+func cacheLineNs() float64 {
+	d, err := coreprobe.RoundTrip(cacheLineRounds)
+	if err != nil {
+		return 0
+	}
+	return float64(d.Nanoseconds())
+}
+
+// writeHeader prints a report's first lines: the command, when and
+// where it ran, how (mode, if any), and the cost of a cache line's
+// round trip between processors before and after.
+func writeHeader(w io.Writer, command string, rep *perftest.Report, mode string) {
+	fmt.Fprintf(w, "%s, %s, %s", command, rep.Date, rep.Host)
+	if mode != "" {
+		fmt.Fprintf(w, "; %s", mode)
+	}
+	fmt.Fprintln(w)
+	if rep.CacheLine != nil {
+		fmt.Fprintln(w, rep.CacheLine)
+	}
+	fmt.Fprintln(w)
 }
 
 // progress shows what bench is doing on one line of a terminal's

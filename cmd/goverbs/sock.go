@@ -118,7 +118,8 @@ func runSock(ctx context.Context, e *env, args []string) error {
 	}
 	rcfg := &rsock.Config{RingSize: cfg.ring, Spin: cfg.spin, ZeroCopyMin: cfg.zeroCopyMin}
 	start := time.Now()
-	rep := &perftest.Report{Date: start.Format(time.RFC3339), Host: hostInfo()}
+	rep := &perftest.Report{Date: start.Format(time.RFC3339), Host: hostInfo(),
+		CacheLine: &perftest.CacheLine{BeforeNs: cacheLineNs()}}
 	var devs []verbs.DeviceInfo
 	for _, name := range strings.Split(cfg.devices, ",") {
 		d, err := findDevice(strings.TrimSpace(name))
@@ -189,6 +190,7 @@ func runSock(ctx context.Context, e *env, args []string) error {
 		rep.Idle = append(rep.Idle, idle)
 	}
 	prog.done()
+	rep.CacheLine.AfterNs = cacheLineNs()
 	if cfg.plot != "" {
 		if err := sockPlot(cfg.plot, rep); err != nil {
 			return fmt.Errorf("plot: %w", err)
@@ -197,7 +199,7 @@ func runSock(ctx context.Context, e *env, args []string) error {
 	if cfg.json {
 		return perftest.WriteJSON(e.stdout, rep)
 	}
-	fmt.Fprintf(e.stdout, "goverbs sock bench, %s, %s\n\n", rep.Date, rep.Host)
+	writeHeader(e.stdout, "goverbs sock bench", rep, "")
 	if err := perftest.WriteTable(e.stdout, rep.Results); err != nil {
 		return err
 	}

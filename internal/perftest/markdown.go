@@ -42,7 +42,11 @@ func WriteMarkdown(w io.Writer, rep *Report, doc MarkdownDoc) error {
 		mode = "waiting for completion events"
 	}
 	fmt.Fprintf(b, ", %s. Run the command again, from the repository's root, to make it again on your machine; "+
-		"do not edit it by hand. Figures drift with the machine's load from run to run: compare figures of one run.\n\n", mode)
+		"do not edit it by hand. Figures drift with the machine's load from run to run: compare figures of one run.", mode)
+	if rep.CacheLine != nil {
+		fmt.Fprintf(b, " In this run, %s.", rep.CacheLine)
+	}
+	b.WriteString("\n\n")
 	b.WriteString(strings.TrimSpace(method))
 	b.WriteString("\n")
 	if len(rep.Comparisons) > 0 || len(rep.Skipped) > 0 {

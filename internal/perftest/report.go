@@ -27,6 +27,32 @@ type Report struct {
 	Skipped     []Skip       `json:"skipped,omitempty"`
 	// Idle is what open, unused connections cost (goverbs sock bench).
 	Idle []*Idle `json:"idle,omitempty"`
+	// CacheLine is how long a cache line took to go between two
+	// processors and back, before and after the runs; nil where it was
+	// not measured.
+	CacheLine *CacheLine `json:"cache_line_round_trip,omitempty"`
+}
+
+// CacheLine is a cache line's round trip between the first two
+// processors the process may use (internal/coreprobe), in nanoseconds,
+// measured before and after a run (zero: it could not be). Every
+// handoff between two cores costs about that much, so shm0's figures,
+// and rsock's over shm0, move with it; on a virtual machine it moves
+// with where the hypervisor places the vCPUs.
+type CacheLine struct {
+	BeforeNs float64 `json:"before_ns"`
+	AfterNs  float64 `json:"after_ns"`
+}
+
+// String describes both measurements in one line.
+func (c *CacheLine) String() string {
+	ns := func(v float64) string {
+		if v <= 0 {
+			return "not measured"
+		}
+		return fmt.Sprintf("%.0f ns", v)
+	}
+	return fmt.Sprintf("a cache line's round trip between two processors: %s before the runs, %s after", ns(c.BeforeNs), ns(c.AfterNs))
 }
 
 // Skip is a peer, or one run of a peer, that gave no figure, and why.
