@@ -56,16 +56,28 @@ func (c *cq) push(e soft.Entry) (ok, woke bool) {
 	return ok, woke
 }
 
-// attach adds q to the QPs that complete in c.
+// attach adds q to the QPs that complete in c; the receive CQ of more
+// than manyQPs of them gets a receiver (ready.go).
 func (c *cq) attach(q *qp) {
 	c.qpsMu.Lock()
-	defer c.qpsMu.Unlock()
 	var qs []*qp
 	if p := c.qps.Load(); p != nil {
 		qs = append(qs, *p...)
 	}
 	qs = append(qs, q)
 	c.qps.Store(&qs)
+	c.qpsMu.Unlock()
+	recvs := 0
+	for _, x := range qs {
+		if x.recvCQ == c {
+			recvs++
+		}
+	}
+	if recvs > manyQPs {
+		if err := c.startReceiver(); err != nil {
+			debugf("%v", err) // the receive goroutines read for it
+		}
+	}
 }
 
 // detach removes q from the QPs that complete in c.
@@ -155,11 +167,13 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 
 func (c *cq) Destroy() error {
 	c.ctx.mu.Lock()
-	defer c.ctx.mu.Unlock()
 	if !c.ctx.cqs[c] {
+		c.ctx.mu.Unlock()
 		return driver.ErrClosed
 	}
 	c.destroyLocked()
+	c.ctx.mu.Unlock()
+	c.waitReceiver()
 	return nil
 }
 

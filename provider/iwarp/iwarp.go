@@ -284,12 +284,21 @@ func (c *devCtx) Close() error {
 		q.Destroy()
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	var cqs []*cq
+	defer func() {
+		c.mu.Unlock()
+		// Their receivers stop without the lock, which their rounds may
+		// need.
+		for _, q := range cqs {
+			q.waitReceiver()
+		}
+	}()
 	for s := range c.srqs {
 		s.destroyLocked()
 	}
 	for q := range c.cqs {
 		q.destroyLocked()
+		cqs = append(cqs, q)
 	}
 	c.mrs.Range(func(stag uint32, e grant.Entry[*mr]) bool {
 		if e.MR != nil {

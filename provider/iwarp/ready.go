@@ -1,7 +1,10 @@
 package iwarp
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +42,22 @@ import (
 // empty (cq.Poll): a registration in an epoll instance is a callback the
 // kernel runs at every segment the socket receives (see sock), which a
 // lone connection's latency would pay for nothing.
+//
+// When no application polls, the receive CQ of many QPs has a receiver
+// of its own (receiveReady), one goroutine that reads the ready set as a poller
+// does and waits for it in the runtime's poller when it has nothing,
+// so that its connections' receive goroutines stay parked: the FPDUs
+// that come in turn on a thousand connections, each of which receives
+// seldom, then cost one goroutine's wake-up for all that arrive
+// together, rather than one for each, and the answers they ask for go
+// out at once (scripts/tcprrfloor measures both shapes on bare sockets).
+// It stands aside while an application polls the set, spins after
+// FPDUs as a receive goroutine does (rxSpin), and the receive
+// goroutines, handed their sockets back when it stops reading (as when
+// an application's polls stop), read what it does not. Only a receive
+// CQ has one: a QP with a CQ of each kind, a server's many clients on
+// one send CQ and one receive CQ say, would otherwise wake two
+// receivers for each arrival.
 
 // manyQPs: a CQ of more QPs than this reads only its ready connections.
 const manyQPs = 4
@@ -59,10 +78,15 @@ type readySet struct {
 	ev     [readyBatch]unix.EpollEvent
 	got    [readyBatch]*conn // the connections of a poll's events
 
-	// polls counts the polls that read the set; the receive goroutines
-	// park while it moves (park), and handBack lets them go once it
-	// has not moved for a pollGrace.
+	// polls counts the polls that read the set, the receiver's (mine)
+	// and the application's; the receive goroutines park while it
+	// moves (park), and handBack lets them go once it has not moved for
+	// a pollGrace.
 	polls    atomic.Uint64
+	mine     atomic.Uint64
+	rcv      *sock         // the receiver's wait for ep
+	stop     chan struct{} // closed when the CQ is destroyed
+	rcvDone  chan struct{} // closed when the receiver has stopped
 	parkMu   sync.Mutex
 	parked   chan struct{} // closed to let the parked goroutines go; nil when none waits
 	seen     uint64        // polls at the timer's last look
@@ -95,6 +119,28 @@ func (c *cq) readyWatch() error {
 			}
 		}
 	}
+	return nil
+}
+
+// startReceiver gives the CQ a receiver (receiveReady), with a ready
+// set if it has none yet, unless it has one.
+func (c *cq) startReceiver() error {
+	if err := c.readyWatch(); err != nil {
+		return err
+	}
+	r := &c.ready
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.rcv != nil || r.closed {
+		return nil
+	}
+	rcv, err := newInputSock(r.ep)
+	if err != nil {
+		return fmt.Errorf("iwarp: a receiver for a CQ: %w", err)
+	}
+	r.rcv = rcv
+	r.stop, r.rcvDone = make(chan struct{}), make(chan struct{})
+	go c.receiveReady()
 	return nil
 }
 
@@ -189,8 +235,20 @@ func (c *cq) pollReady() {
 		}
 		return // the goroutines read what came before
 	}
+	c.readyRound(false)
+}
+
+// readyRound reads the connections of the ready set that have received
+// something since the last round asked, for an application's poll or,
+// mine, for the CQ's receiver, and returns how many it read (readyBatch:
+// more may be waiting), or -1 when another round is under way.
+func (c *cq) readyRound(mine bool) int {
+	r := &c.ready
 	if !r.pollMu.TryLock() {
-		return // another poller is at it
+		return -1 // another poller is at it
+	}
+	if mine {
+		r.mine.Add(1)
 	}
 	atomicrel.StoreUint64(&r.polls, r.polls.Load()+1)
 	r.mu.Lock()
@@ -213,10 +271,84 @@ func (c *cq) pollReady() {
 	// Outside mu, which a connection that ends takes to leave: reading
 	// one that has ended finds it closed.
 	for i, cn := range r.got[:n] {
-		cn.pollRx()
+		if mine {
+			cn.receiveFor()
+		} else {
+			cn.pollRx()
+		}
 		r.got[i] = nil
 	}
 	r.pollMu.Unlock()
+	return n
+}
+
+// receiveReady is a CQ's receiver: it reads the ready set whenever it
+// reports connections and no application polls it, until the CQ is
+// destroyed.
+func (c *cq) receiveReady() {
+	r := &c.ready
+	defer close(r.rcvDone)
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	defer t.Stop()
+	seenApp := r.polls.Load() - r.mine.Load()
+	var spinUntil, lastFound time.Time
+	for {
+		if app := r.polls.Load() - r.mine.Load(); app != seenApp {
+			// An application polls the set: it reads what arrives, and
+			// the receiver would only race it for the sockets and take
+			// a processor from it. It looks again after a pollGrace.
+			seenApp = app
+			spinUntil = time.Time{}
+			r.rcv.unwatchIn()
+			t.Reset(pollGrace)
+			select {
+			case <-t.C:
+			case <-r.stop:
+				return
+			}
+			continue
+		}
+		n := c.readyRound(true)
+		switch {
+		case n < 0:
+			// An application's poll is under way; the count above
+			// moves with it.
+			runtime.Gosched()
+			continue
+		case n > 0:
+			now := time.Now()
+			spinUntil = time.Time{}
+			if spinsAfter(lastFound, now) {
+				spinUntil = now.Add(rxSpin)
+			}
+			lastFound = now
+			continue // more may have come meanwhile: the set reports each arrival once
+		}
+		if !spinUntil.IsZero() {
+			if time.Now().Before(spinUntil) {
+				r.rcv.unwatchIn()
+				runtime.Gosched()
+				continue
+			}
+			spinUntil = time.Time{}
+		}
+		if err := r.rcv.waitIn(); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return // the CQ is destroyed
+		}
+	}
+}
+
+// receiveFor is a round of receiving on the connection for its CQ's
+// receiver: a poller's, whose answers go out at once, as the receive
+// goroutine's do, unless the round woke the application, whose next
+// post carries them (rxTry).
+func (c *conn) receiveFor() {
+	wakes := c.q.wakes.Load()
+	c.pollRx()
+	if c.q.wakes.Load() == wakes {
+		c.flushLazy()
+	}
 }
 
 // park keeps cn's receive goroutine off its socket while pollers read
@@ -281,6 +413,11 @@ func (c *cq) closeReady() {
 	r.mu.Lock()
 	if !r.closed {
 		r.closed = true
+		if r.rcv != nil {
+			// The receiver's wait uses ep: it ends before ep closes.
+			r.rcv.shutdown()
+			close(r.stop)
+		}
 		if r.watching.Load() {
 			unix.Close(r.ep)
 		}
@@ -302,4 +439,16 @@ func (c *cq) closeReady() {
 		r.parked = nil
 	}
 	r.parkMu.Unlock()
+}
+
+// waitReceiver waits for the receiver of a CQ destroyed (closeReady) to
+// stop; the caller holds no lock of the device's.
+func (c *cq) waitReceiver() {
+	r := &c.ready
+	r.mu.Lock()
+	done := r.rcvDone
+	r.mu.Unlock()
+	if done != nil {
+		<-done
+	}
 }

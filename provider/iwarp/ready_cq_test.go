@@ -185,3 +185,82 @@ func TestReadySetsCloseWithTheirCQs(t *testing.T) {
 	}
 	leavesNoDescriptor(t, "ready sets", 5, round)
 }
+
+// A CQ shared by many QPs that no application polls receives through a
+// receiver of its own: RDMA Writes spread over its connections in turn
+// are placed and completed while the connections' receive goroutines,
+// after their first round, stay parked instead of waking for each.
+func TestSharedCQReceiverServesConnectionsWithoutWakingEach(t *testing.T) {
+	// No hand-back of the sockets while the Writes go on, however slow
+	// the machine: the receiver alone is then the one that reads.
+	// (Restored once the connections, closed by later cleanups, end.)
+	t.Cleanup(iwarp.SetPollGrace(time.Second))
+	const nQPs = iwarp.ManyQPs + 12
+	qpCap := verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}
+	a, b := openEnd(t, 256, false, qpCap, 4096), openEnd(t, 256, false, qpCap, 8*nQPs)
+	l, err := cm.Listen("tcp://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	aqps, bqps := []*verbs.QP{a.qp}, []*verbs.QP{b.qp}
+	for range nQPs - 1 {
+		for _, e := range []struct {
+			end *pairEnd
+			qps *[]*verbs.QP
+		}{{a, &aqps}, {b, &bqps}} {
+			qp, err := e.end.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.end.cq, RecvCQ: e.end.cq, Cap: qpCap})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { qp.Destroy() })
+			*e.qps = append(*e.qps, qp)
+		}
+	}
+	for i := range nQPs {
+		connectQPs(t, l, l.Addr(), aqps[i], bqps[i], nil, nil)
+	}
+	wc := make([]verbs.WorkCompletion, 1)
+	deadline := time.Now().Add(30 * time.Second)
+	// pass writes value, once to each QP in turn, each to the QP's own
+	// 8 bytes of b's region, and waits for each completion.
+	pass := func(value uint64) {
+		t.Helper()
+		binary.NativeEndian.PutUint64(a.mr.Bytes(), value)
+		for i, qp := range aqps {
+			if _, err := qp.PostSend([]verbs.SendWR{{WRID: value, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+				SGList: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr() + uint64(8*i), RKey: b.mr.RKey()}}); err != nil {
+				t.Fatal(err)
+			}
+			for a.cq.Poll(wc) == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("no completion for the Write of %d to QP %d", value, i)
+				}
+			}
+			if wc[0].Status != verbs.WCSuccess || wc[0].WRID != value || wc[0].QPNum != qp.Num() {
+				t.Fatalf("completion %+v, want a Write of %d on QP %d", wc[0], value, qp.Num())
+			}
+		}
+	}
+	rounds := func() (n uint64) {
+		for _, qp := range bqps {
+			n += iwarp.ReceiverRounds(qp.Driver())
+		}
+		return n
+	}
+	pass(1)
+	pass(2) // every receive goroutine has run its round and parked
+	before := rounds()
+	const passes = 50
+	for v := range uint64(passes) {
+		pass(100 + v)
+	}
+	for i := range nQPs {
+		if got := binary.NativeEndian.Uint64(b.mr.Bytes()[8*i:]); got != 100+passes-1 {
+			t.Fatalf("QP %d's Writes left %d in place, want %d", i, got, 100+passes-1)
+		}
+	}
+	if woke, writes := rounds()-before, uint64(passes*nQPs); woke > writes/8 {
+		t.Fatalf("the receive goroutines ran %d rounds for %d Writes: want them parked while the CQ's receiver reads", woke, writes)
+	}
+}
