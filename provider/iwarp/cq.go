@@ -107,7 +107,9 @@ func (c *cq) Poll(wc []driver.WorkCompletion) int {
 		return n
 	}
 	if p := c.qps.Load(); p != nil {
-		if len(*p) > manyQPs {
+		// A CQ that has had more than manyQPs keeps its ready set: its
+		// receiver stands aside while the set is polled.
+		if len(*p) > manyQPs || c.ready.watching.Load() {
 			c.pollReady()
 		} else {
 			for _, q := range *p {
@@ -151,13 +153,18 @@ func (c *cq) poll(wc []driver.WorkCompletion) int {
 }
 
 // ReqNotify arms the CQ; an application that arms it is about to sleep,
-// so the receive goroutines of its QPs take over receiving at once.
+// so the receive goroutines of its QPs take over receiving at once, or,
+// of those whose receive CQ has a receiver, the receiver (ready.go).
 func (c *cq) ReqNotify(solicitedOnly bool) error {
 	if p := c.qps.Load(); p != nil {
 		for _, q := range *p {
 			if cn := q.live.Load(); cn != nil {
-				cn.arms.Add(1)
-				cn.wakeRx()
+				if q.recvCQ.receives(q, cn) {
+					q.recvCQ.ready.wakeReceiver()
+				} else {
+					cn.arms.Add(1)
+					cn.wakeRx()
+				}
 				cn.flushLazy()
 			}
 		}

@@ -222,3 +222,19 @@ func Unbinding(q driver.QP) bool {
 	}
 	return false
 }
+
+// CQReceiverRounds is how many rounds the receiver of QP d's receive CQ
+// has run (ready.go).
+func CQReceiverRounds(d driver.QP) uint64 { return d.(*qp).recvCQ.ready.mine.Load() }
+
+// HoldReceiving takes rxMu of QP d's connection, as revokeRead does, and
+// returns its release, which, as revokeRead's, receives nothing itself.
+func HoldReceiving(d driver.QP) (release func()) {
+	c := d.(*qp).live.Load()
+	c.rxMu.Lock()
+	return c.rxUnlockUnread
+}
+
+// ReceiveMissed reports whether a poller or a CQ's receiver found rxMu
+// of QP d's connection held, and left what had arrived to its holder.
+func ReceiveMissed(d driver.QP) bool { return d.(*qp).live.Load().rxMissed.Load() }

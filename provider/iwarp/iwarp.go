@@ -145,11 +145,15 @@
 // switch on the way; each connection's receive goroutine does the same
 // for an application that sleeps on a CQ or is busy elsewhere. A poll
 // that finds the CQ empty makes one read system call per connection of
-// its QPs: a CQ shared by many connections is better waited on (CQ.Wait)
-// than busy-polled. While an application polls, the receive goroutine
-// leaves the socket to it, and takes it back a millisecond or so after
-// the polls stop (pollGrace, by design at most a quarter more, and
-// later by as much as the runtime's timer is late on a busy machine):
+// its QPs, or, of a CQ of more than four, one epoll_pwait that names the
+// connections that have something, and reads those (ready.go); such a
+// CQ, when it is the receive CQ of its QPs, also has a goroutine of its
+// own that reads them so while no application polls, in place of their
+// receive goroutines' waking one by one. While an application polls, the
+// receive goroutine leaves the socket to it, and takes it back a
+// millisecond or so after the polls stop (pollGrace, by design at most a
+// quarter more, and later by as much as the runtime's timer is late on a
+// busy machine):
 // an application that polls and then waits on memory for a peer's RDMA
 // Write (perftest's write_lat) should go on polling as it waits — Poll
 // of an empty slice takes no completion and still drives the

@@ -43,21 +43,20 @@ import (
 // kernel runs at every segment the socket receives (see sock), which a
 // lone connection's latency would pay for nothing.
 //
-// When no application polls, the receive CQ of many QPs has a receiver
-// of its own (receiveReady), one goroutine that reads the ready set as a poller
-// does and waits for it in the runtime's poller when it has nothing,
-// so that its connections' receive goroutines stay parked: the FPDUs
+// The receive CQ of more than manyQPs QPs also has a receiver of its
+// own (receiveReady): a goroutine that reads the ready set as a poller
+// does while no application polls it, and waits for it in the runtime's
+// poller when it has nothing. Its connections' receive goroutines stay
+// parked meanwhile (handBack keeps them), and read only what it leaves
+// them (a round's budget used up, the end of a stream: kickRx): FPDUs
 // that come in turn on a thousand connections, each of which receives
 // seldom, then cost one goroutine's wake-up for all that arrive
-// together, rather than one for each, and the answers they ask for go
-// out at once (scripts/tcprrfloor measures both shapes on bare sockets).
-// It stands aside while an application polls the set, spins after
-// FPDUs as a receive goroutine does (rxSpin), and the receive
-// goroutines, handed their sockets back when it stops reading (as when
-// an application's polls stop), read what it does not. Only a receive
-// CQ has one: a QP with a CQ of each kind, a server's many clients on
-// one send CQ and one receive CQ say, would otherwise wake two
-// receivers for each arrival.
+// together rather than one each, and the answers they ask for go out at
+// once (scripts/tcprrfloor measures both shapes on bare sockets). It
+// stands aside while an application polls the set, and spins after
+// FPDUs as a receive goroutine does (rxSpin). A send CQ has none, even
+// of many QPs: a QP with a CQ of each kind (a server's many clients on
+// one send CQ and one receive CQ, say) would wake two for each arrival.
 
 // manyQPs: a CQ of more QPs than this reads only its ready connections.
 const manyQPs = 4
@@ -82,16 +81,21 @@ type readySet struct {
 	// and the application's; the receive goroutines park while it
 	// moves (park), and handBack lets them go once it has not moved for
 	// a pollGrace.
-	polls    atomic.Uint64
-	mine     atomic.Uint64
-	rcv      *sock         // the receiver's wait for ep
-	stop     chan struct{} // closed when the CQ is destroyed
-	rcvDone  chan struct{} // closed when the receiver has stopped
-	parkMu   sync.Mutex
-	parked   chan struct{} // closed to let the parked goroutines go; nil when none waits
-	seen     uint64        // polls at the timer's last look
-	timer    *time.Timer
-	timerSet bool
+	polls   atomic.Uint64
+	mine    atomic.Uint64
+	rcv     *sock         // the receiver's wait for ep
+	stop    chan struct{} // closed when the CQ is destroyed
+	rcvDone chan struct{} // closed when the receiver has stopped
+	resume  chan struct{} // ends the receiver's standing aside (wakeReceiver)
+	// receiving: the CQ has a receiver (set after the above, cleared
+	// when it stops); aside: it stands aside for an application's polls.
+	receiving atomic.Bool
+	aside     atomic.Bool
+	parkMu    sync.Mutex
+	parked    chan struct{} // closed to let the parked goroutines go; nil when none waits
+	seen      uint64        // polls at the timer's last look
+	timer     *time.Timer
+	timerSet  bool
 }
 
 // readyWatch opens the CQ's ready set and registers the sockets of its
@@ -139,9 +143,26 @@ func (c *cq) startReceiver() error {
 		return fmt.Errorf("iwarp: a receiver for a CQ: %w", err)
 	}
 	r.rcv = rcv
-	r.stop, r.rcvDone = make(chan struct{}), make(chan struct{})
+	r.stop, r.rcvDone, r.resume = make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
 	go c.receiveReady()
+	r.receiving.Store(true)
 	return nil
+}
+
+// receives reports whether the receiver of c, q's receive CQ, reads q's
+// connection cn: then an application about to sleep on a CQ of q's
+// wakes the receiver (wakeReceiver) rather than cn's receive goroutine.
+func (c *cq) receives(q *qp, cn *conn) bool {
+	return c.ready.receiving.Load() && cn.readyNum[q.cqIndex(c)].Load() != 0
+}
+
+// wakeReceiver ends the receiver's standing aside for an application's
+// polls, for an application about to sleep on a CQ.
+func (r *readySet) wakeReceiver() {
+	select {
+	case r.resume <- struct{}{}:
+	default:
+	}
 }
 
 // cqs are the QP's send CQ and its receive CQ, or nil in its place
@@ -288,6 +309,7 @@ func (c *cq) readyRound(mine bool) int {
 func (c *cq) receiveReady() {
 	r := &c.ready
 	defer close(r.rcvDone)
+	defer r.letGo()
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	defer t.Stop()
@@ -301,12 +323,17 @@ func (c *cq) receiveReady() {
 			seenApp = app
 			spinUntil = time.Time{}
 			r.rcv.unwatchIn()
+			r.aside.Store(true)
 			t.Reset(pollGrace)
 			select {
 			case <-t.C:
+			case <-r.resume:
+				t.Stop()
+				seenApp = r.polls.Load() - r.mine.Load()
 			case <-r.stop:
 				return
 			}
+			r.aside.Store(false)
 			continue
 		}
 		n := c.readyRound(true)
@@ -334,21 +361,25 @@ func (c *cq) receiveReady() {
 			spinUntil = time.Time{}
 		}
 		if err := r.rcv.waitIn(); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-			return // the CQ is destroyed
+			if !r.rcv.closed.Load() {
+				debugf("a CQ's receiver stops, its connections' receive goroutines read for it: %v", err)
+			}
+			return
 		}
 	}
 }
 
-// receiveFor is a round of receiving on the connection for its CQ's
-// receiver: a poller's, whose answers go out at once, as the receive
-// goroutine's do, unless the round woke the application, whose next
-// post carries them (rxTry).
-func (c *conn) receiveFor() {
-	wakes := c.q.wakes.Load()
-	c.pollRx()
-	if c.q.wakes.Load() == wakes {
-		c.flushLazy()
+// letGo is the receiver's end: the receive goroutines parked on the CQ
+// go back to their sockets, and later ones park only while an
+// application polls.
+func (r *readySet) letGo() {
+	r.receiving.Store(false)
+	r.parkMu.Lock()
+	if r.parked != nil {
+		close(r.parked)
+		r.parked = nil
 	}
+	r.parkMu.Unlock()
 }
 
 // park keeps cn's receive goroutine off its socket while pollers read
@@ -400,6 +431,12 @@ func (r *readySet) handBack() {
 		return
 	}
 	r.timerSet = false
+	if r.receiving.Load() && !r.aside.Load() {
+		// The CQ's receiver reads for them, and they stay parked: back
+		// on their sockets, each would wake for every FPDU as the
+		// receiver does. It lets them go when it stops (letGo).
+		return
+	}
 	if r.parked != nil {
 		close(r.parked)
 		r.parked = nil

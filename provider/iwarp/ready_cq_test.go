@@ -3,6 +3,7 @@ package iwarp_test
 import (
 	"context"
 	"encoding/binary"
+	"runtime"
 	"testing"
 	"time"
 
@@ -186,81 +187,195 @@ func TestReadySetsCloseWithTheirCQs(t *testing.T) {
 	leavesNoDescriptor(t, "ready sets", 5, round)
 }
 
-// A CQ shared by many QPs that no application polls receives through a
-// receiver of its own: RDMA Writes spread over its connections in turn
-// are placed and completed while the connections' receive goroutines,
-// after their first round, stay parked instead of waking for each.
-func TestSharedCQReceiverServesConnectionsWithoutWakingEach(t *testing.T) {
-	// No hand-back of the sockets while the Writes go on, however slow
-	// the machine: the receiver alone is then the one that reads.
-	// (Restored once the connections, closed by later cleanups, end.)
-	t.Cleanup(iwarp.SetPollGrace(time.Second))
-	const nQPs = iwarp.ManyQPs + 12
+// sharedPair is two ends of many connections, every QP of an end on its
+// one CQ.
+type sharedPair struct {
+	a, b       *pairEnd
+	aqps, bqps []*verbs.QP
+}
+
+// newSharedPair connects n QPs of a to n of b, b's region 8 bytes for
+// each. Destroyed lists the QPs made on each end, beyond the n, and
+// destroyed before connecting (their CQs have had more QPs than they
+// keep).
+func newSharedPair(t *testing.T, n, destroyed int) *sharedPair {
+	t.Helper()
 	qpCap := verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}
-	a, b := openEnd(t, 256, false, qpCap, 4096), openEnd(t, 256, false, qpCap, 8*nQPs)
+	a, b := openEnd(t, 256, false, qpCap, 4096), openEnd(t, 256, false, qpCap, 8*n)
 	l, err := cm.Listen("tcp://127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	aqps, bqps := []*verbs.QP{a.qp}, []*verbs.QP{b.qp}
-	for range nQPs - 1 {
+	t.Cleanup(func() { l.Close() })
+	p := &sharedPair{a: a, b: b, aqps: []*verbs.QP{a.qp}, bqps: []*verbs.QP{b.qp}}
+	var gone []*verbs.QP
+	for i := range n - 1 + destroyed {
 		for _, e := range []struct {
 			end *pairEnd
 			qps *[]*verbs.QP
-		}{{a, &aqps}, {b, &bqps}} {
+		}{{a, &p.aqps}, {b, &p.bqps}} {
 			qp, err := e.end.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.end.cq, RecvCQ: e.end.cq, Cap: qpCap})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if i >= n-1 {
+				gone = append(gone, qp)
+				continue
 			}
 			t.Cleanup(func() { qp.Destroy() })
 			*e.qps = append(*e.qps, qp)
 		}
 	}
-	for i := range nQPs {
-		connectQPs(t, l, l.Addr(), aqps[i], bqps[i], nil, nil)
+	for _, qp := range gone {
+		if err := qp.Destroy(); err != nil {
+			t.Fatal(err)
+		}
 	}
+	for i := range n {
+		connectQPs(t, l, l.Addr(), p.aqps[i], p.bqps[i], nil, nil)
+	}
+	return p
+}
+
+// write RDMA-Writes value from QP i of a into QP i's 8 bytes of b's
+// region.
+func (p *sharedPair) write(t *testing.T, i int, value uint64) {
+	t.Helper()
+	binary.NativeEndian.PutUint64(p.a.mr.Bytes(), value)
+	if _, err := p.aqps[i].PostSend([]verbs.SendWR{{WRID: value, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{p.a.mr.SGE(0, 8)}, RemoteAddr: p.b.mr.Addr() + uint64(8*i), RKey: p.b.mr.RKey()}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// complete polls a's CQ for the completion of the Write of value on QP i.
+func (p *sharedPair) complete(t *testing.T, i int, value uint64) {
+	t.Helper()
 	wc := make([]verbs.WorkCompletion, 1)
-	deadline := time.Now().Add(30 * time.Second)
-	// pass writes value, once to each QP in turn, each to the QP's own
-	// 8 bytes of b's region, and waits for each completion.
-	pass := func(value uint64) {
-		t.Helper()
-		binary.NativeEndian.PutUint64(a.mr.Bytes(), value)
-		for i, qp := range aqps {
-			if _, err := qp.PostSend([]verbs.SendWR{{WRID: value, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
-				SGList: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr() + uint64(8*i), RKey: b.mr.RKey()}}); err != nil {
-				t.Fatal(err)
+	for deadline := time.Now().Add(20 * time.Second); p.a.cq.Poll(wc) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no completion for the Write of %d on QP %d", value, i)
+		}
+	}
+	if wc[0].Status != verbs.WCSuccess || wc[0].WRID != value || wc[0].QPNum != p.aqps[i].Num() {
+		t.Fatalf("completion %+v, want a Write of %d on QP %d", wc[0], value, p.aqps[i].Num())
+	}
+}
+
+// pass writes value through every QP in turn, each Write completed
+// before the next.
+func (p *sharedPair) pass(t *testing.T, value uint64) {
+	t.Helper()
+	for i := range p.aqps {
+		p.write(t, i, value)
+		p.complete(t, i, value)
+	}
+}
+
+// goroutineRounds is the rounds b's receive goroutines have run.
+func (p *sharedPair) goroutineRounds() (n uint64) {
+	for _, qp := range p.bqps {
+		n += iwarp.ReceiverRounds(qp.Driver())
+	}
+	return n
+}
+
+// A CQ shared by many QPs that no application polls receives through a
+// receiver of its own: RDMA Writes spread over its connections in turn
+// are placed and completed while the connections' receive goroutines,
+// after their first round, stay parked instead of waking for each,
+// whether the Writes come back to back or with gaps many times the time
+// after which a CQ's polls are taken to have stopped.
+func TestSharedCQReceiverServesConnectionsWithoutWakingEach(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		gap  time.Duration
+	}{{"back to back", 0}, {"sparse", 5 * time.Millisecond}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Cleanup(iwarp.SetPollGrace(time.Millisecond))
+			p := newSharedPair(t, iwarp.ManyQPs+4, 0)
+			p.pass(t, 1)
+			p.pass(t, 2) // every receive goroutine has run its round and parked
+			before := p.goroutineRounds()
+			passes := 40
+			if c.gap > 0 {
+				passes = 4
 			}
-			for a.cq.Poll(wc) == 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("no completion for the Write of %d to QP %d", value, i)
+			for v := range uint64(passes) {
+				for i := range p.aqps {
+					if c.gap > 0 {
+						time.Sleep(c.gap) // the CQ's receiver goes back to waiting
+					}
+					p.write(t, i, 100+v)
+					p.complete(t, i, 100+v)
 				}
 			}
-			if wc[0].Status != verbs.WCSuccess || wc[0].WRID != value || wc[0].QPNum != qp.Num() {
-				t.Fatalf("completion %+v, want a Write of %d on QP %d", wc[0], value, qp.Num())
+			for i := range p.aqps {
+				if got := binary.NativeEndian.Uint64(p.b.mr.Bytes()[8*i:]); got != uint64(100+passes-1) {
+					t.Fatalf("QP %d's Writes left %d in place, want %d", i, got, 100+passes-1)
+				}
+			}
+			if woke, writes := p.goroutineRounds()-before, uint64(passes*len(p.aqps)); woke > writes/8 {
+				t.Fatalf("the receive goroutines ran %d rounds for %d Writes: want them parked while the CQ's receiver reads", woke, writes)
+			}
+		})
+	}
+}
+
+// What arrives while someone holds a connection's receiving without
+// reading (a Dereg cutting a Read Response, revokeRead), and the CQ's
+// receiver finds it held, is read once the holder lets go, though the
+// connection's receive goroutine is parked and nothing more arrives.
+func TestReceiveLeftToANonReadingHolderIsRead(t *testing.T) {
+	t.Cleanup(iwarp.SetPollGrace(time.Second))
+	p := newSharedPair(t, iwarp.ManyQPs+4, 0)
+	p.pass(t, 1)
+	p.pass(t, 2)
+	const k = 3
+	qp := p.bqps[k].Driver()
+	release := iwarp.HoldReceiving(qp)
+	p.write(t, k, 3)
+	for deadline := time.Now().Add(20 * time.Second); !iwarp.ReceiveMissed(qp); {
+		if time.Now().After(deadline) {
+			release()
+			t.Fatal("the CQ's receiver did not try the held connection")
+		}
+		runtime.Gosched()
+	}
+	release()
+	p.complete(t, k, 3)
+}
+
+// A CQ that has had more than manyQPs QPs and keeps fewer is still read
+// through its ready set by an application that polls it, and its
+// receiver stands aside meanwhile.
+func TestSharedCQReceiverStandsAsideWhenFewerQPsArePolled(t *testing.T) {
+	t.Cleanup(iwarp.SetPollGrace(time.Second))
+	p := newSharedPair(t, iwarp.ManyQPs, 1)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() { // b's application busy-polls its CQ
+		defer close(done)
+		wc := make([]verbs.WorkCompletion, 4)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				p.b.cq.Poll(wc)
 			}
 		}
-	}
-	rounds := func() (n uint64) {
-		for _, qp := range bqps {
-			n += iwarp.ReceiverRounds(qp.Driver())
-		}
-		return n
-	}
-	pass(1)
-	pass(2) // every receive goroutine has run its round and parked
-	before := rounds()
-	const passes = 50
+	}()
+	defer func() {
+		close(stop)
+		<-done
+	}()
+	p.pass(t, 1)
+	before := iwarp.CQReceiverRounds(p.bqps[0].Driver())
+	const passes = 20
 	for v := range uint64(passes) {
-		pass(100 + v)
+		p.pass(t, 100+v)
 	}
-	for i := range nQPs {
-		if got := binary.NativeEndian.Uint64(b.mr.Bytes()[8*i:]); got != 100+passes-1 {
-			t.Fatalf("QP %d's Writes left %d in place, want %d", i, got, 100+passes-1)
-		}
-	}
-	if woke, writes := rounds()-before, uint64(passes*nQPs); woke > writes/8 {
-		t.Fatalf("the receive goroutines ran %d rounds for %d Writes: want them parked while the CQ's receiver reads", woke, writes)
+	if rounds, writes := iwarp.CQReceiverRounds(p.bqps[0].Driver())-before, uint64(passes*len(p.aqps)); rounds > writes/8 {
+		t.Fatalf("the CQ's receiver ran %d rounds for %d Writes while the application polled the CQ", rounds, writes)
 	}
 }

@@ -107,7 +107,7 @@ func (c *conn) revokeRead(m *mr) {
 		}
 	}
 	q.mu.Unlock()
-	c.rxMu.Unlock()
+	c.rxUnlockUnread()
 	deadline := time.Now().Add(terminateTimeout)
 	for d := 10 * time.Microsecond; c.pinning(m); d = min(2*d, time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -124,7 +124,7 @@ func (c *conn) rxRun() error {
 			return net.ErrClosed
 		}
 		frames := c.rxFrames.Load()
-		err := c.rxTry(false)
+		err := c.rxTry(byGoroutine)
 		more := err == errBudget // more may be waiting
 		if more {
 			err = nil
@@ -240,6 +240,17 @@ func (c *conn) kickRx() {
 	c.wakeRx()
 }
 
+// rxUnlockUnread releases rxMu for a holder that did not receive: a
+// poller or a CQ's receiver that found rxMu held meanwhile (rxMissed)
+// left what had arrived to the holder, and the receive goroutine, which
+// may be parked, is kicked to read it.
+func (c *conn) rxUnlockUnread() {
+	c.rxMu.Unlock()
+	if c.rxMissed.Load() {
+		c.kickRx()
+	}
+}
+
 // wakeRx ends the receive goroutine's stay off the socket (pollGrace),
 // for an application about to sleep on a CQ.
 func (c *conn) wakeRx() {
@@ -249,8 +260,17 @@ func (c *conn) wakeRx() {
 	}
 }
 
-// rxTry receives what has arrived. A poller does not wait for someone
-// else who is receiving: that one is told to look again before it stops,
+// receiver is who runs a round of receiving (rxTry).
+type receiver int
+
+const (
+	byGoroutine receiver = iota // the connection's receive goroutine
+	byPoller                    // an application polling a CQ of the QP
+	byCQ                        // the receive CQ's receiver (ready.go)
+)
+
+// rxTry receives what has arrived. A poller, or a CQ's receiver, does
+// not wait for someone else who is receiving: that one is told to look again before it stops,
 // so that nothing that arrived is left unread. It returns the error that
 // ended receiving, or, to the receive goroutine, errBudget when a round
 // used up its budget.
@@ -258,13 +278,14 @@ func (c *conn) wakeRx() {
 // The responses the round queued go out at once, except the answers to
 // zero-length Reads (the confirmations a peer asks for behind its Sends
 // and Writes) when a poller received them, or when the receive
-// goroutine's round woke the application (a completion of the QP fired
+// goroutine's round, or the CQ receiver's, woke the application (a completion of the QP fired
 // an armed CQ's notification): an application that polls,
 // or has just been woken, usually posts soon, and its next batch carries
 // them at no extra system call; pollRx and a timer send them anyway
 // once lazyAge has passed, and so does an application that goes to
 // sleep on a CQ (ReqNotify).
-func (c *conn) rxTry(poller bool) error {
+func (c *conn) rxTry(by receiver) error {
+	poller := by != byGoroutine
 	for {
 		if !poller {
 			// The receive goroutine waits for a poller's round to end:
@@ -296,15 +317,17 @@ func (c *conn) rxTry(poller bool) error {
 		err := c.rxDrain(budget)
 		owe, lazy := c.rx.owe, c.rx.lazy
 		c.rx.owe, c.rx.lazy = false, false
-		// Whether the receive goroutine's round woke the application
-		// with a completion of this QP (and the stream goes on, so
-		// that the application can still post). Writing the answers
-		// itself cost a one-process Send/Recv ping-pong in CQ.Wait an
-		// extra writev per message and 15-20% of its latency.
-		woke := !poller && err == nil && c.q.wakes.Load() != wakes
+		// Whether the receive goroutine's round (or the CQ
+		// receiver's) woke the application with a completion of this
+		// QP (and the stream goes on, so that the application can
+		// still post). Writing the answers itself cost a one-process
+		// Send/Recv ping-pong in CQ.Wait an extra writev per message
+		// and 15-20% of its latency.
+		answers := by != byPoller
+		woke := answers && err == nil && c.q.wakes.Load() != wakes
 		c.rxMu.Unlock()
 		switch {
-		case owe || (lazy && !poller && !woke):
+		case owe || (lazy && answers && !woke):
 			c.transmit()
 		case lazy:
 			if c.lazyAt.CompareAndSwap(0, monotime()) {
@@ -370,13 +393,21 @@ func monotime() int64 { return int64(time.Since(epoch)) + 1 }
 
 // pollRx is a round of receiving for an application goroutine polling a
 // CQ of the QP: it reads what has arrived and never waits.
-func (c *conn) pollRx() {
+func (c *conn) pollRx() { c.pollRound(byPoller) }
+
+// receiveFor is pollRx for the QP's receive CQ's receiver, whose round
+// sends the answers to zero-length Reads at once, as the receive
+// goroutine's does (rxTry).
+func (c *conn) receiveFor() { c.pollRound(byCQ) }
+
+// pollRound is a round of receiving by a poller or a CQ's receiver.
+func (c *conn) pollRound(by receiver) {
 	// A load and a release store, not a locked addition: two pollers at
 	// once may count one round, and the receive goroutine still sees
 	// the count move (rxRun).
 	polls := c.polls.Load() + 1
 	atomicrel.StoreUint64(&c.polls, polls)
-	if err := c.rxTry(true); err != nil && !c.rxEnded.Load() {
+	if err := c.rxTry(by); err != nil && !c.rxEnded.Load() {
 		c.kickRx()
 	}
 	if at := c.lazyAt.Load(); at != 0 && monotime()-at > int64(lazyAge) {
