@@ -41,12 +41,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goverbs/goverbs/scripts/internal/loopback"
 )
 
 const msgLen = 64
@@ -85,28 +86,13 @@ func main() {
 // measure listens on a loopback port, starts the echoing process, and
 // times n round trips over the connection it makes.
 func measure(shape string, n int) error {
-	l, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	l, port, err := loopback.Listen(1)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(l)
-	if err := unix.Bind(l, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		return err
-	}
-	if err := unix.Listen(l, 1); err != nil {
-		return err
-	}
-	sa, err := unix.Getsockname(l)
+	cmd, err := loopback.StartChild("-child", fmt.Sprint(port), "-shape", shape, "-n", fmt.Sprint(n))
 	if err != nil {
-		return err
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(exe, "-child", fmt.Sprint(sa.(*unix.SockaddrInet4).Port), "-shape", shape, "-n", fmt.Sprint(n))
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
 		return err
 	}
 	waited := false
@@ -147,12 +133,8 @@ func measure(shape string, n int) error {
 
 // echo is the child: it connects to port and answers n messages.
 func echo(shape string, port, n int) error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	fd, err := loopback.Dial(port)
 	if err != nil {
-		return err
-	}
-	if err := unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		unix.Close(fd)
 		return err
 	}
 	c, err := setup(fd, shape)

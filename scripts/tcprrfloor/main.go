@@ -34,7 +34,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -42,6 +41,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goverbs/goverbs/scripts/internal/loopback"
 )
 
 const (
@@ -85,28 +86,13 @@ func main() {
 // measure opens conns connections to an answering process of the given
 // shape and prints both rates of each round and their ratio.
 func measure(shape string, conns, window int, d time.Duration, rounds int) error {
-	l, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	l, port, err := loopback.Listen(4096)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(l)
-	if err := unix.Bind(l, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		return err
-	}
-	if err := unix.Listen(l, 4096); err != nil {
-		return err
-	}
-	sa, err := unix.Getsockname(l)
+	cmd, err := loopback.StartChild("-child", strconv.Itoa(port), "-serve", shape, "-conns", strconv.Itoa(conns))
 	if err != nil {
-		return err
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(exe, "-child", strconv.Itoa(sa.(*unix.SockaddrInet4).Port), "-serve", shape, "-conns", strconv.Itoa(conns))
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
 		return err
 	}
 	d0 := &driver{ep: -1}
@@ -260,12 +246,8 @@ func answer(shape string, port, conns int) error {
 		}
 	}()
 	for range conns {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		fd, err := loopback.Dial(port)
 		if err != nil {
-			return err
-		}
-		if err := unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-			unix.Close(fd)
 			return err
 		}
 		fds = append(fds, fd)
