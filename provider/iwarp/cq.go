@@ -30,6 +30,10 @@ type cq struct {
 	// that finds the CQ empty reads when it has more than manyQPs QPs
 	// (ready.go).
 	ready readySet
+	// armed: the application has armed the CQ (ReqNotify) and no
+	// completion has fired it since, so it sleeps, or is about to
+	// (changed under mu; for the receivers of its QPs' receive CQs).
+	armed atomic.Bool
 
 	mu sync.Mutex // guards the ring
 }
@@ -52,6 +56,9 @@ func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 func (c *cq) push(e soft.Entry) (ok, woke bool) {
 	c.mu.Lock()
 	ok, woke = c.PushLocked(&e)
+	if woke {
+		c.armed.Store(false)
+	}
 	c.mu.Unlock()
 	return ok, woke
 }
@@ -156,11 +163,24 @@ func (c *cq) poll(wc []driver.WorkCompletion) int {
 // so the receive goroutines of its QPs take over receiving at once, or,
 // of those whose receive CQ has a receiver, the receiver (ready.go).
 func (c *cq) ReqNotify(solicitedOnly bool) error {
+	c.mu.Lock()
+	err := c.ReqNotifyLocked(solicitedOnly)
+	if err == nil {
+		c.armed.Store(true)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	if p := c.qps.Load(); p != nil {
+		var woken *cq
 		for _, q := range *p {
 			if cn := q.live.Load(); cn != nil {
 				if q.recvCQ.receives(q, cn) {
-					q.recvCQ.ready.wakeReceiver()
+					if q.recvCQ != woken {
+						woken = q.recvCQ
+						woken.ready.wakeReceiver(c)
+					}
 				} else {
 					cn.arms.Add(1)
 					cn.wakeRx()
@@ -169,7 +189,7 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 			}
 		}
 	}
-	return c.CQ.ReqNotify(solicitedOnly)
+	return nil
 }
 
 func (c *cq) Destroy() error {

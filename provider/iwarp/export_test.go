@@ -238,3 +238,14 @@ func HoldReceiving(d driver.QP) (release func()) {
 // ReceiveMissed reports whether a poller or a CQ's receiver found rxMu
 // of QP d's connection held, and left what had arrived to its holder.
 func ReceiveMissed(d driver.QP) bool { return d.(*qp).live.Load().rxMissed.Load() }
+
+// CQReceiverAside reports whether the receiver of QP d's receive CQ
+// stands aside for an application's polls.
+func CQReceiverAside(d driver.QP) bool { return d.(*qp).recvCQ.ready.aside.Load() }
+
+// CQAppPolls is how many polls of QP d's receive CQ's ready set were an
+// application's.
+func CQAppPolls(d driver.QP) uint64 {
+	r := &d.(*qp).recvCQ.ready
+	return r.polls.Load() - r.mine.Load()
+}

@@ -91,11 +91,14 @@ type readySet struct {
 	// when it stops); aside: it stands aside for an application's polls.
 	receiving atomic.Bool
 	aside     atomic.Bool
-	parkMu    sync.Mutex
-	parked    chan struct{} // closed to let the parked goroutines go; nil when none waits
-	seen      uint64        // polls at the timer's last look
-	timer     *time.Timer
-	timerSet  bool
+	// sleeper is the CQ an application last armed to sleep on, of the
+	// QPs this one receives for (wakeReceiver).
+	sleeper  atomic.Pointer[cq]
+	parkMu   sync.Mutex
+	parked   chan struct{} // closed to let the parked goroutines go; nil when none waits
+	seen     uint64        // polls at the timer's last look
+	timer    *time.Timer
+	timerSet bool
 }
 
 // readyWatch opens the CQ's ready set and registers the sockets of its
@@ -157,8 +160,13 @@ func (c *cq) receives(q *qp, cn *conn) bool {
 }
 
 // wakeReceiver ends the receiver's standing aside for an application's
-// polls, for an application about to sleep on a CQ.
-func (r *readySet) wakeReceiver() {
+// polls, for an application about to sleep on CQ armed: while armed
+// stays armed, the application's polls (the last before it sleeps) no
+// longer make the receiver stand aside (appAsleep).
+func (r *readySet) wakeReceiver(armed *cq) {
+	if r.sleeper.Load() != armed {
+		r.sleeper.Store(armed)
+	}
 	select {
 	case r.resume <- struct{}{}:
 	default:
@@ -316,7 +324,7 @@ func (c *cq) receiveReady() {
 	seenApp := r.polls.Load() - r.mine.Load()
 	var spinUntil, lastFound time.Time
 	for {
-		if app := r.polls.Load() - r.mine.Load(); app != seenApp {
+		if app := r.polls.Load() - r.mine.Load(); app != seenApp && !r.appAsleep() {
 			// An application polls the set: it reads what arrives, and
 			// the receiver would only race it for the sockets and take
 			// a processor from it. It looks again after a pollGrace.
@@ -338,11 +346,15 @@ func (c *cq) receiveReady() {
 		}
 		n := c.readyRound(true)
 		switch {
-		case n < 0:
+		case n < 0 && !r.appAsleep():
 			// An application's poll is under way; the count above
 			// moves with it.
 			runtime.Gosched()
 			continue
+		case n < 0:
+			// The last poll of an application about to sleep: it reads
+			// what the set reported, and the receiver waits for more.
+			spinUntil = time.Time{}
 		case n > 0:
 			now := time.Now()
 			spinUntil = time.Time{}
@@ -367,6 +379,17 @@ func (c *cq) receiveReady() {
 			return
 		}
 	}
+}
+
+// appAsleep reports whether the application has armed a CQ of the QPs
+// the receiver reads for and no completion has fired it since: its
+// polls then are the last before it sleeps (CQ.Wait arms, then polls
+// once more), and the receiver goes on reading rather than stand aside
+// for them, which would leave what comes next to nobody for a
+// pollGrace.
+func (r *readySet) appAsleep() bool {
+	c := r.sleeper.Load()
+	return c != nil && c.armed.Load()
 }
 
 // letGo is the receiver's end: the receive goroutines parked on the CQ

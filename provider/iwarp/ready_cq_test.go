@@ -379,3 +379,64 @@ func TestSharedCQReceiverStandsAsideWhenFewerQPsArePolled(t *testing.T) {
 		t.Fatalf("the CQ's receiver ran %d rounds for %d Writes while the application polled the CQ", rounds, writes)
 	}
 }
+
+// An application that polled its CQ, then arms it and polls once more
+// before it sleeps (as CQ.Wait does), is woken by a Send that arrives
+// then: the CQ's receiver, which stood aside while the application
+// polled, reads it rather than stand aside again for the last poll.
+func TestArmedCQsReceiverReadsForTheSleepingApplication(t *testing.T) {
+	const grace = 20 * time.Second // a receiver standing aside would read after this
+	t.Cleanup(iwarp.SetPollGrace(grace))
+	p := newSharedPair(t, 1, iwarp.ManyQPs)
+	p.pass(t, 1)
+	bq := p.bqps[0].Driver()
+	wc := make([]verbs.WorkCompletion, 4)
+	// pollOnce polls b's empty CQ until a poll has read its ready set.
+	pollOnce := func() {
+		t.Helper()
+		for polls := iwarp.CQAppPolls(bq); iwarp.CQAppPolls(bq) == polls; {
+			if n := p.b.cq.Poll(wc); n != 0 {
+				t.Fatalf("a completion from nowhere: %+v", wc[0])
+			}
+		}
+	}
+	// b's application polls while Writes come: the receiver, woken by
+	// one, finds the application polling and stands aside.
+	for v, deadline := uint64(2), time.Now().Add(grace/4); !iwarp.CQReceiverAside(bq); v++ {
+		if time.Now().After(deadline) {
+			t.Fatal("the CQ's receiver did not stand aside for the application's polls")
+		}
+		pollOnce()
+		p.write(t, 0, v)
+		pollOnce()
+		p.complete(t, 0, v)
+	}
+	// The application arms the CQ, which sends the receiver back to
+	// reading; once it has read, the application polls once more and
+	// sleeps.
+	rounds := iwarp.CQReceiverRounds(bq)
+	if err := p.b.cq.ReqNotify(false); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(grace / 4); iwarp.CQReceiverAside(bq) || iwarp.CQReceiverRounds(bq) == rounds; {
+		if time.Now().After(deadline) {
+			t.Fatal("ReqNotify did not send the CQ's receiver back to reading")
+		}
+		runtime.Gosched()
+	}
+	pollOnce()
+	if _, err := p.bqps[0].PostRecv([]verbs.RecvWR{{WRID: 77, SGList: []verbs.SGE{p.b.mr.SGE(0, 8)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.aqps[0].PostSend([]verbs.SendWR{{WRID: 78, Opcode: verbs.OpSend, SGList: []verbs.SGE{p.a.mr.SGE(0, 8)}}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.b.cq.Notify():
+	case <-time.After(grace / 2):
+		t.Fatalf("a Send to an application asleep on its armed CQ was not received within %v (the receiver aside: %v)", grace/2, iwarp.CQReceiverAside(bq))
+	}
+	if n := p.b.cq.Poll(wc); n != 1 || wc[0].WRID != 77 || wc[0].Status != verbs.WCSuccess {
+		t.Fatalf("after the notification: %d completions, %+v; want the receive of WR 77", n, wc[0])
+	}
+}
