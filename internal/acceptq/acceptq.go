@@ -91,6 +91,15 @@ func (q *Queue[C, R]) Screen(screen func(C) bool) *Queue[C, R] {
 // accepting goes on after a pause.
 func (q *Queue[C, R]) Accept(ctx context.Context) (R, error) {
 	q.start.Do(func() {
+		// Under mu, so that the loop is counted before Close waits for
+		// it, or not started at all once Close has begun.
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.closed {
+			q.err = errClosed
+			close(q.ended)
+			return
+		}
 		q.wg.Add(1)
 		go q.loop()
 	})

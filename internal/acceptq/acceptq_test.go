@@ -93,6 +93,31 @@ func TestClose(t *testing.T) {
 	}
 }
 
+// A first Accept that races Close, or comes after it, fails with
+// ErrClosed: the accepting loop is started before Close waits for it or
+// not at all (go test -race).
+func TestFirstAcceptRacingClose(t *testing.T) {
+	for range 50 {
+		q, _, _ := queue(t)
+		done := make(chan error, 1)
+		go func() {
+			_, err := accept(t, q)
+			done <- err
+		}()
+		if err := q.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; !errors.Is(err, driver.ErrClosed) {
+			t.Fatalf("Accept racing Close: %v, want ErrClosed", err)
+		}
+	}
+	q, _, _ := queue(t)
+	q.Close()
+	if _, err := accept(t, q); !errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("a first Accept after Close: %v, want ErrClosed", err)
+	}
+}
+
 // Accept returns when its context ends.
 func TestAcceptContext(t *testing.T) {
 	q, _, _ := queue(t)

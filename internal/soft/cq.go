@@ -116,11 +116,6 @@ func (c *CQ) Poll(wc []driver.WorkCompletion) int {
 func (c *CQ) ReqNotify(solicitedOnly bool) error {
 	c.Mu.Lock()
 	defer c.Mu.Unlock()
-	return c.ReqNotifyLocked(solicitedOnly)
-}
-
-// ReqNotifyLocked is ReqNotify for a caller that holds Mu.
-func (c *CQ) ReqNotifyLocked(solicitedOnly bool) error {
 	if c.destroyed {
 		return driver.ErrClosed
 	}
