@@ -30,10 +30,6 @@ type cq struct {
 	// that finds the CQ empty reads when it has more than manyQPs QPs
 	// (ready.go).
 	ready readySet
-	// armed: the application has armed the CQ (ReqNotify) and no
-	// completion has fired it since, so it sleeps, or is about to
-	// (changed under mu; for the receivers of its QPs' receive CQs).
-	armed atomic.Bool
 
 	mu sync.Mutex // guards the ring
 }
@@ -56,9 +52,6 @@ func (c *devCtx) CreateCQ(n int, userCtx any) (driver.CQ, error) {
 func (c *cq) push(e soft.Entry) (ok, woke bool) {
 	c.mu.Lock()
 	ok, woke = c.PushLocked(&e)
-	if woke {
-		c.armed.Store(false)
-	}
 	c.mu.Unlock()
 	return ok, woke
 }
@@ -163,13 +156,7 @@ func (c *cq) poll(wc []driver.WorkCompletion) int {
 // so the receive goroutines of its QPs take over receiving at once, or,
 // of those whose receive CQ has a receiver, the receiver (ready.go).
 func (c *cq) ReqNotify(solicitedOnly bool) error {
-	c.mu.Lock()
-	err := c.ReqNotifyLocked(solicitedOnly)
-	if err == nil {
-		c.armed.Store(true)
-	}
-	c.mu.Unlock()
-	if err != nil {
+	if err := c.CQ.ReqNotify(solicitedOnly); err != nil {
 		return err
 	}
 	if p := c.qps.Load(); p != nil {
@@ -179,7 +166,7 @@ func (c *cq) ReqNotify(solicitedOnly bool) error {
 				if q.recvCQ.receives(q, cn) {
 					if q.recvCQ != woken {
 						woken = q.recvCQ
-						woken.ready.wakeReceiver(c)
+						woken.ready.wakeReceiver()
 					}
 				} else {
 					cn.arms.Add(1)

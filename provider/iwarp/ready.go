@@ -91,9 +91,9 @@ type readySet struct {
 	// when it stops); aside: it stands aside for an application's polls.
 	receiving atomic.Bool
 	aside     atomic.Bool
-	// sleeper is the CQ an application last armed to sleep on, of the
-	// QPs this one receives for (wakeReceiver).
-	sleeper  atomic.Pointer[cq]
+	// armedAt is when an application last armed a CQ of the QPs the
+	// receiver reads for (monotime; wakeReceiver).
+	armedAt  atomic.Int64
 	parkMu   sync.Mutex
 	parked   chan struct{} // closed to let the parked goroutines go; nil when none waits
 	seen     uint64        // polls at the timer's last look
@@ -160,13 +160,11 @@ func (c *cq) receives(q *qp, cn *conn) bool {
 }
 
 // wakeReceiver ends the receiver's standing aside for an application's
-// polls, for an application about to sleep on CQ armed: while armed
-// stays armed, the application's polls (the last before it sleeps) no
-// longer make the receiver stand aside (appAsleep).
-func (r *readySet) wakeReceiver(armed *cq) {
-	if r.sleeper.Load() != armed {
-		r.sleeper.Store(armed)
-	}
+// polls, for an application about to sleep on a CQ of the QPs it reads
+// for, and keeps it from standing aside for the application's last
+// polls before it sleeps (appAsleep).
+func (r *readySet) wakeReceiver() {
+	r.armedAt.Store(monotime())
 	select {
 	case r.resume <- struct{}{}:
 	default:
@@ -344,17 +342,15 @@ func (c *cq) receiveReady() {
 			r.aside.Store(false)
 			continue
 		}
+		seenApp = r.polls.Load() - r.mine.Load()
 		n := c.readyRound(true)
 		switch {
-		case n < 0 && !r.appAsleep():
-			// An application's poll is under way; the count above
-			// moves with it.
+		case n < 0:
+			// An application's poll is under way: the receiver looks
+			// again once it is over (the count above moves with it),
+			// for what it left, more than a poll reads.
 			runtime.Gosched()
 			continue
-		case n < 0:
-			// The last poll of an application about to sleep: it reads
-			// what the set reported, and the receiver waits for more.
-			spinUntil = time.Time{}
 		case n > 0:
 			now := time.Now()
 			spinUntil = time.Time{}
@@ -381,15 +377,16 @@ func (c *cq) receiveReady() {
 	}
 }
 
-// appAsleep reports whether the application has armed a CQ of the QPs
-// the receiver reads for and no completion has fired it since: its
-// polls then are the last before it sleeps (CQ.Wait arms, then polls
-// once more), and the receiver goes on reading rather than stand aside
-// for them, which would leave what comes next to nobody for a
-// pollGrace.
+// appAsleep reports whether an application armed a CQ of the QPs the
+// receiver reads for less than a pollGrace ago: its polls since are
+// likely the last before it sleeps (CQ.Wait arms, then polls once more),
+// and the receiver goes on reading rather than stand aside for them,
+// which would leave what comes next to nobody for a pollGrace. An
+// application that goes on polling instead has the receiver beside it
+// for that long.
 func (r *readySet) appAsleep() bool {
-	c := r.sleeper.Load()
-	return c != nil && c.armed.Load()
+	at := r.armedAt.Load()
+	return at != 0 && monotime()-at < int64(pollGrace)
 }
 
 // letGo is the receiver's end: the receive goroutines parked on the CQ

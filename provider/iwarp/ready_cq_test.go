@@ -440,3 +440,26 @@ func TestArmedCQsReceiverReadsForTheSleepingApplication(t *testing.T) {
 		t.Fatalf("after the notification: %d completions, %+v; want the receive of WR 77", n, wc[0])
 	}
 }
+
+// An application that arms its CQ once and then goes on polling it has
+// the CQ's receiver stand aside all the same, a pollGrace after the arm.
+func TestArmedCQsReceiverStandsAsideForAnApplicationThatPolls(t *testing.T) {
+	t.Cleanup(iwarp.SetPollGrace(2 * time.Millisecond))
+	p := newSharedPair(t, 1, iwarp.ManyQPs)
+	p.pass(t, 1)
+	bq := p.bqps[0].Driver()
+	if err := p.b.cq.ReqNotify(false); err != nil {
+		t.Fatal(err)
+	}
+	wc := make([]verbs.WorkCompletion, 4)
+	for v, deadline := uint64(2), time.Now().Add(20*time.Second); !iwarp.CQReceiverAside(bq); v++ {
+		if time.Now().After(deadline) {
+			t.Fatal("the CQ's receiver never stood aside for the application polling its CQ")
+		}
+		p.write(t, 0, v)
+		for range 64 {
+			p.b.cq.Poll(wc) // RDMA Writes complete nothing at b: the arm stays
+		}
+		p.complete(t, 0, v)
+	}
+}
