@@ -67,6 +67,9 @@ func (c *cq) attach(q *qp) {
 	qs = append(qs, q)
 	c.qps.Store(&qs)
 	c.qpsMu.Unlock()
+	if c.ready.receiving.Load() {
+		return
+	}
 	recvs := 0
 	for _, x := range qs {
 		if x.recvCQ == c {

@@ -150,8 +150,8 @@
 // CQ, when it is the receive CQ of its QPs, also has a goroutine of its
 // own that reads them so while no application polls, in place of their
 // receive goroutines' waking one by one. While an application polls, the
-// receive goroutine leaves the socket to it, and takes it back a
-// millisecond or so after the polls stop (pollGrace, by design at most a
+// receive goroutine leaves the socket to it, and takes it back (or the
+// CQ's receiver takes over) a millisecond or so after the polls stop (pollGrace, by design at most a
 // quarter more, and later by as much as the runtime's timer is late on a
 // busy machine):
 // an application that polls and then waits on memory for a peer's RDMA

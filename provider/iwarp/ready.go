@@ -320,14 +320,14 @@ func (c *cq) receiveReady() {
 	t.Stop()
 	defer t.Stop()
 	seenApp := r.polls.Load() - r.mine.Load()
-	var spinUntil, lastFound time.Time
+	var sp spin
 	for {
 		if app := r.polls.Load() - r.mine.Load(); app != seenApp && !r.appAsleep() {
 			// An application polls the set: it reads what arrives, and
 			// the receiver would only race it for the sockets and take
 			// a processor from it. It looks again after a pollGrace.
 			seenApp = app
-			spinUntil = time.Time{}
+			sp.stop()
 			r.rcv.unwatchIn()
 			r.aside.Store(true)
 			t.Reset(pollGrace)
@@ -352,21 +352,13 @@ func (c *cq) receiveReady() {
 			runtime.Gosched()
 			continue
 		case n > 0:
-			now := time.Now()
-			spinUntil = time.Time{}
-			if spinsAfter(lastFound, now) {
-				spinUntil = now.Add(rxSpin)
-			}
-			lastFound = now
+			sp.found(time.Now())
 			continue // more may have come meanwhile: the set reports each arrival once
 		}
-		if !spinUntil.IsZero() {
-			if time.Now().Before(spinUntil) {
-				r.rcv.unwatchIn()
-				runtime.Gosched()
-				continue
-			}
-			spinUntil = time.Time{}
+		if sp.on() {
+			r.rcv.unwatchIn()
+			runtime.Gosched()
+			continue
 		}
 		if err := r.rcv.waitIn(); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			if !r.rcv.closed.Load() {

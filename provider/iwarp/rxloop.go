@@ -100,6 +100,35 @@ func spinsAfter(last, now time.Time) bool {
 	return !last.IsZero() && now.Sub(last) < rxSpinGap
 }
 
+// spin is how a receiver keeps reading for a while after it found FPDUs
+// before it waits (rxSpin, spinsAfter): the receive goroutine's, and a
+// CQ's receiver's (ready.go).
+type spin struct{ until, last time.Time }
+
+// found notes FPDUs found at now.
+func (s *spin) found(now time.Time) {
+	s.until = time.Time{}
+	if spinsAfter(s.last, now) {
+		s.until = now.Add(rxSpin)
+	}
+	s.last = now
+}
+
+// stop ends a spin, for a receiver that stands aside.
+func (s *spin) stop() { s.until = time.Time{} }
+
+// on reports whether the spin goes on; past its end it stops.
+func (s *spin) on() bool {
+	if s.until.IsZero() {
+		return false
+	}
+	if time.Now().Before(s.until) {
+		return true
+	}
+	s.until = time.Time{}
+	return false
+}
+
 // rxRun receives until the stream ends, and returns why.
 func (c *conn) rxRun() error {
 	t := time.NewTimer(time.Hour)
@@ -114,7 +143,7 @@ func (c *conn) rxRun() error {
 			seenCQPolls[i] = q.ready.polls.Load()
 		}
 	}
-	var spinUntil, lastFrame time.Time
+	var sp spin
 	for {
 		if c.rxStopped.Load() {
 			// A disconnect stopped receiving: wait for its abort.
@@ -133,12 +162,7 @@ func (c *conn) rxRun() error {
 			return err
 		}
 		if c.rxFrames.Load() != frames {
-			now := time.Now()
-			spinUntil = time.Time{}
-			if spinsAfter(lastFrame, now) {
-				spinUntil = now.Add(rxSpin)
-			}
-			lastFrame = now
+			sp.found(time.Now())
 		}
 		if more {
 			// What is left is the goroutine's, whether or not an
@@ -152,7 +176,7 @@ func (c *conn) rxRun() error {
 		polls, arms := c.polls.Load(), c.arms.Load()
 		if arms == seenArms && c.parkOnCQ(&seenCQPolls) {
 			seenPolls = c.polls.Load()
-			spinUntil = time.Time{}
+			sp.stop()
 			continue
 		}
 		if polls != seenPolls && arms == seenArms {
@@ -161,13 +185,10 @@ func (c *conn) rxRun() error {
 			continue
 		}
 		seenPolls, seenArms = polls, arms
-		if !spinUntil.IsZero() {
-			if time.Now().Before(spinUntil) {
-				c.sk.unwatchIn()
-				runtime.Gosched()
-				continue
-			}
-			spinUntil = time.Time{}
+		if sp.on() {
+			c.sk.unwatchIn()
+			runtime.Gosched()
+			continue
 		}
 		if err := c.sk.waitIn(); err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -270,20 +291,20 @@ const (
 )
 
 // rxTry receives what has arrived. A poller, or a CQ's receiver, does
-// not wait for someone else who is receiving: that one is told to look again before it stops,
-// so that nothing that arrived is left unread. It returns the error that
-// ended receiving, or, to the receive goroutine, errBudget when a round
-// used up its budget.
+// not wait for someone else who is receiving: that one is told to look
+// again before it stops, so that nothing that arrived is left unread. It
+// returns the error that ended receiving, or, to the receive goroutine,
+// errBudget when a round used up its budget.
 //
 // The responses the round queued go out at once, except the answers to
 // zero-length Reads (the confirmations a peer asks for behind its Sends
 // and Writes) when a poller received them, or when the receive
-// goroutine's round, or the CQ receiver's, woke the application (a completion of the QP fired
-// an armed CQ's notification): an application that polls,
-// or has just been woken, usually posts soon, and its next batch carries
-// them at no extra system call; pollRx and a timer send them anyway
-// once lazyAge has passed, and so does an application that goes to
-// sleep on a CQ (ReqNotify).
+// goroutine's round, or the CQ receiver's, woke the application (a
+// completion of the QP fired an armed CQ's notification): an application
+// that polls, or has just been woken, usually posts soon, and its next
+// batch carries them at no extra system call; pollRx and a timer send
+// them anyway once lazyAge has passed, and so does an application that
+// goes to sleep on a CQ (ReqNotify).
 func (c *conn) rxTry(by receiver) error {
 	poller := by != byGoroutine
 	for {
