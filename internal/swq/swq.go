@@ -150,6 +150,12 @@ func (q *Queue) Reset() {
 	q.next.Store(q.tail)
 }
 
+// Depth is how many slots are taken: WRs posted and not yet retired.
+func (q *Queue) Depth() uint64 { return q.tail - q.head.Load() }
+
+// Queued is how many WRs are posted and not yet executed.
+func (q *Queue) Queued() uint64 { return q.tail - q.next.Load() }
+
 // Tail is the number the next WR posted will have.
 func (q *Queue) Tail() uint64 { return q.tail }
 

@@ -171,7 +171,11 @@ type conn struct {
 	rxBytes   atomic.Uint64 // their payload bytes
 	arms      atomic.Uint64 // ReqNotify calls on the QP's CQs
 	lazyAt    atomic.Int64  // when responses were left for the next post (rxTry), or 0
-	lazyTimer *time.Timer   // sends them if nothing else has
+	lazyTimer *time.Timer   // sends them, and the WRs left (postsLeft), if nothing else has
+	// postsLeft: WRs posted were left in the send queue for a later
+	// writev (coalesce.go); set under q.mu, cleared under q.mu by the
+	// transmit round that takes them.
+	postsLeft atomic.Bool
 	// Unsignaled Sends and Writes left unconfirmed (needConfirm): a
 	// poller (pollRx), or else the timer, makes the transmitter ask for
 	// a confirmation. confirmSince is when they were first left so

@@ -31,6 +31,10 @@ type cq struct {
 	// (ready.go).
 	ready readySet
 
+	// postsLeft: a QP of the CQ left posted WRs in its send queue for
+	// a poller to send (coalesce.go).
+	postsLeft atomic.Bool
+
 	mu sync.Mutex // guards the ring
 }
 
@@ -106,6 +110,9 @@ func (c *cq) detach(q *qp) {
 // connections itself. Of a CQ of many QPs, it receives on those that
 // have something to read only (pollReady).
 func (c *cq) Poll(wc []driver.WorkCompletion) int {
+	if c.postsLeft.Load() {
+		c.sendLeft()
+	}
 	if n := c.poll(wc); n > 0 {
 		return n
 	}

@@ -3,7 +3,11 @@ package iwarp
 import (
 	"errors"
 	"runtime"
+	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -249,3 +253,58 @@ func CQAppPolls(d driver.QP) uint64 {
 	r := &d.(*qp).recvCQ.ready
 	return r.polls.Load() - r.mine.Load()
 }
+
+// PostsLeft is how many WRs q's send queue holds posted and not yet
+// executed: those a post left for a later writev (coalesce.go).
+func PostsLeft(q driver.QP) uint64 {
+	p := q.(*qp)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sq.Queued()
+}
+
+// CountSocketWrites counts the writev calls on the socket of a's
+// connection from now until restore, which the caller calls while the
+// connection is idle. b is a's peer in this process, the only other
+// connection live: sockIO, which both read, is swapped holding both.
+func CountSocketWrites(a, b driver.QP) (writes func() int64, restore func()) {
+	ca, cb := a.(*qp).live.Load(), b.(*qp).live.Load()
+	fd := uintptr(ca.sk.fd)
+	var n atomic.Int64
+	prev := sockIO
+	swap := func(f func(trap, fd uintptr, iov []unix.Iovec) (uintptr, syscall.Errno)) {
+		for _, c := range []*conn{ca, cb} {
+			c.rxMu.Lock()
+			c.txMu.Lock()
+		}
+		sockIO = f
+		for _, c := range []*conn{ca, cb} {
+			c.txMu.Unlock()
+			c.rxMu.Unlock()
+		}
+	}
+	swap(func(trap, f uintptr, iov []unix.Iovec) (uintptr, syscall.Errno) {
+		if f == fd && trap == unix.SYS_WRITEV {
+			n.Add(1)
+		}
+		return prev(trap, f, iov)
+	})
+	return n.Load, func() { swap(prev) }
+}
+
+// LeftForLater reports whether a post to q was left in its send queue
+// for a later writev (coalesce.go) and has not been sent yet.
+func LeftForLater(q driver.QP) bool {
+	c := q.(*qp).live.Load()
+	return c != nil && c.postsLeft.Load()
+}
+
+// SetLeftBackstop sets how long the timer waits before it sends WRs left
+// for a later writev; it returns a function that restores the default.
+func SetLeftBackstop(d time.Duration) (restore func()) {
+	return set(&leftBackstop, d)
+}
+
+// SendCQHeld is how many completions q's send CQ holds that nobody has
+// polled.
+func SendCQHeld(q driver.QP) int { return int(q.(*qp).sendCQ.Held()) }

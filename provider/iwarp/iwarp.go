@@ -161,6 +161,16 @@
 // writer as long for the completion, which tcp0 gives once the peer has
 // confirmed the Write.
 //
+// Coalescing: a Send or RDMA Write posted alone to a QP whose send queue
+// holds 16 or more WRs (posted and not yet retired by a poll of their
+// completions: a stream) is left in the queue, and goes out with the
+// post that makes 16 of them, at the next Poll of either of the QP's
+// CQs, when the application arms one to sleep (ReqNotify, CQ.Wait), or
+// else when a timer fires (20 µs, later in an idle process, as the
+// runtime's timers are), several to a writev: a system call costs more
+// than building many small WRs' frames. A WR posted to a shallower
+// queue, and every Read and atomic, goes out at once.
+//
 // Once a connection is up its socket is out of the Go runtime's poller,
 // which wakes a thread at every segment that arrives on a socket it
 // watches: two epoll instances of the connection's own watch it for

@@ -266,6 +266,21 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 		}
 		return 0, driver.ErrClosed
 	}
+	if len(wrs) == 1 && q.mayLeave(&wrs[0]) {
+		// Left for a later writev (coalesce.go).
+		err := q.postSend(&wrs[0])
+		if err == nil {
+			q.leftPost()
+		}
+		q.mu.Unlock()
+		if tx != nil {
+			tx.endTransmit(false, false)
+		}
+		if err != nil {
+			return 0, err
+		}
+		return 1, nil
+	}
 	if tx != nil && tx == q.c && q.postNow(&wrs[0]) {
 		q.mu.Unlock()
 		tx.endTransmit(tx.sendBatch(&tx.tb, true))

@@ -455,9 +455,11 @@ func (c *conn) pollRound(by receiver) {
 const clockEvery = 16
 
 // flushLazy sends the answers to zero-length Reads left for the
-// application's next post (rxTry), for an application about to sleep.
+// application's next post (rxTry), and the WRs left in the send queue
+// (coalesce.go), for an application about to sleep, or as the lazy
+// timer's backstop.
 func (c *conn) flushLazy() {
-	if c.lazyAt.Load() != 0 {
+	if c.lazyAt.Load() != 0 || c.postsLeft.Load() {
 		c.transmit()
 	}
 }

@@ -161,6 +161,9 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 		// A disconnect: the responses queued go out, then the FIN.
 		finish = c.irqHead == c.irqTail
 	} else if !c.term && q.drainingSQ() && !midResponse {
+		if c.postsLeft.Load() {
+			c.postsLeft.Store(false) // this round and those it leaves more to take them
+		}
 		q.sq.Progress(q)
 		if q.responsesOwed() {
 			// Progress stopped between two messages for the responses

@@ -1,0 +1,198 @@
+package iwarp_test
+
+import (
+	"context"
+	"encoding/binary"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/goverbs/goverbs/cm"
+	"github.com/goverbs/goverbs/provider/iwarp"
+	"github.com/goverbs/goverbs/verbs"
+)
+
+// streamPair connects two tcp0 QPs whose send queues hold 256 WRs, each
+// with a send CQ and a receive CQ of its own, and waits for a Write from
+// a to complete: a's stream is open, its send queue empty.
+func streamPair(t *testing.T) (a, b *pairEnd) {
+	t.Helper()
+	qpCap := verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
+	a, b = openEnd(t, 1024, true, qpCap, 1<<16), openEnd(t, 1024, true, qpCap, 1<<16)
+	l, err := cm.Listen("tcp://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	connectQPs(t, l, l.Addr(), a.qp, b.qp, nil, nil)
+	if _, err := a.qp.PostSend([]verbs.SendWR{write8(a, b, 0, 0, verbs.SendSignaled)}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := a.wait(t, 1); wc[0].Status != verbs.WCSuccess {
+		t.Fatalf("first Write: %+v", wc[0])
+	}
+	return a, b
+}
+
+// write8 is an 8-byte RDMA Write from a's offset off to b's offset off.
+func write8(a, b *pairEnd, id uint64, off int, flags verbs.SendFlags) verbs.SendWR {
+	return verbs.SendWR{WRID: id, Opcode: verbs.OpRDMAWrite, Flags: flags,
+		SGList: []verbs.SGE{a.mr.SGE(off, 8)}, RemoteAddr: b.mr.Addr() + uint64(off), RKey: b.mr.RKey()}
+}
+
+// TestStreamOfSinglePostsSharesWritevs posts a stream of 8-byte Writes
+// one per PostSend, polling only for the signaled one in 32, and checks
+// that they went out several to a writev and all arrived.
+func TestStreamOfSinglePostsSharesWritevs(t *testing.T) {
+	a, b := streamPair(t)
+	writes, restore := iwarp.CountSocketWrites(a.qp.Driver(), b.qp.Driver())
+	const n, every, window = 2048, 32, 128
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wc := make([]verbs.WorkCompletion, 8)
+	done := 0
+	for posted := 0; done < n; {
+		for posted < n && posted-done < window {
+			off := 8 * (posted % 4096)
+			binary.LittleEndian.PutUint64(a.mr.Bytes()[off:], uint64(posted)+1)
+			flags := verbs.SendFlags(0)
+			if (posted+1)%every == 0 {
+				flags = verbs.SendSignaled
+			}
+			if _, err := a.qp.PostSend([]verbs.SendWR{write8(a, b, uint64(posted), off, flags)}); err != nil {
+				t.Fatalf("post %d: %v", posted, err)
+			}
+			posted++
+		}
+		k, err := a.cq.Wait(ctx, wc)
+		if err != nil {
+			t.Fatalf("%d of %d Writes completed: %v", done, n, err)
+		}
+		for _, c := range wc[:k] {
+			if c.Status != verbs.WCSuccess {
+				t.Fatalf("completion %+v", c)
+			}
+			done = int(c.WRID) + 1
+		}
+	}
+	restore()
+	for i := range n {
+		if got := binary.LittleEndian.Uint64(b.mr.Bytes()[8*i:]); got != uint64(i)+1 {
+			t.Fatalf("Write %d left %d at the peer", i, got)
+		}
+	}
+	// One writev per coalesceMax Writes, and the confirming Reads' and
+	// the flushes by polls between: far fewer than one per Write.
+	if w := writes(); w > n/4 {
+		t.Fatalf("%d Writes posted one at a time went out in %d writevs, want at most %d", n, w, n/4)
+	}
+}
+
+// TestPostGoesOutAtOnce checks that a WR is written at once, not left
+// for a later writev, when the send queue holds few WRs (a ping-pong, or
+// a request, waits for nobody), and when it is a Read or an atomic,
+// whose rate the responder's ORD slots bound.
+func TestPostGoesOutAtOnce(t *testing.T) {
+	t.Run("shallow queue", func(t *testing.T) {
+		a, b := streamPair(t)
+		for i := range 15 {
+			if _, err := a.qp.PostSend([]verbs.SendWR{write8(a, b, uint64(i), 8*i, 0)}); err != nil {
+				t.Fatal(err)
+			}
+			if iwarp.LeftForLater(a.qp.Driver()) {
+				t.Fatalf("post %d, into a queue of %d WRs, was left for a later writev", i, i)
+			}
+		}
+	})
+	for _, op := range []verbs.Opcode{verbs.OpRDMARead, verbs.OpAtomicFetchAndAdd} {
+		t.Run(op.String()+" into a deep queue", func(t *testing.T) {
+			a, b := streamPair(t)
+			for i := range 32 {
+				if _, err := a.qp.PostSend([]verbs.SendWR{write8(a, b, uint64(i), 8*i, 0)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The last sixteen were left: a poll sends them.
+			var scratch [4]verbs.WorkCompletion
+			for deadline := time.Now().Add(10 * time.Second); iwarp.LeftForLater(a.qp.Driver()); a.rcq.Poll(scratch[:]) {
+				if time.Now().After(deadline) {
+					t.Fatal("the Writes left were not sent")
+				}
+			}
+			wr := write8(a, b, 32, 256, verbs.SendSignaled)
+			wr.Opcode = op
+			if _, err := a.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+				t.Fatal(err)
+			}
+			if iwarp.LeftForLater(a.qp.Driver()) {
+				t.Fatal("it was left for a later writev")
+			}
+		})
+	}
+}
+
+// TestLeftPostIsSent leaves a Write with immediate data in a deep send
+// queue and checks that each of the ways the transmitter is told sends
+// it: a Poll of either of the QP's CQs, an application about to sleep on
+// one (ReqNotify), and, when the application does none of these, the
+// timer. The peer's receive completion shows that it arrived.
+func TestLeftPostIsSent(t *testing.T) {
+	for _, way := range []string{"send CQ poll", "receive CQ poll", "ReqNotify", "timer"} {
+		t.Run(way, func(t *testing.T) {
+			if way != "timer" {
+				// Only the way tested sends it.
+				defer iwarp.SetLeftBackstop(time.Hour)()
+			}
+			a, b := streamPair(t)
+			if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 99, SGList: []verbs.SGE{b.mr.SGE(0, 8)}}}); err != nil {
+				t.Fatal(err)
+			}
+			// Sixteen Writes, not retired (their completions are not
+			// polled), make the queue deep.
+			for i := range 16 {
+				if _, err := a.qp.PostSend([]verbs.SendWR{write8(a, b, uint64(i), 8*i, verbs.SendSignaled)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Their completions in a's CQ show that the peer has
+			// answered the Read that confirmed them: nothing is under
+			// way when the next is posted.
+			for deadline := time.Now().Add(10 * time.Second); iwarp.SendCQHeld(a.qp.Driver()) != 16; runtime.Gosched() {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of the first sixteen Writes completed", iwarp.SendCQHeld(a.qp.Driver()))
+				}
+			}
+			imm := verbs.SendWR{WRID: 16, Opcode: verbs.OpRDMAWriteWithImm, Imm: 0x5eed,
+				SGList: []verbs.SGE{a.mr.SGE(512, 8)}, RemoteAddr: b.mr.Addr() + 512, RKey: b.mr.RKey()}
+			if _, err := a.qp.PostSend([]verbs.SendWR{imm}); err != nil {
+				t.Fatal(err)
+			}
+			if left := iwarp.PostsLeft(a.qp.Driver()); left != 1 || !iwarp.LeftForLater(a.qp.Driver()) {
+				t.Fatalf("%d WRs left in the queue (for a later writev: %v), want the one posted last", left, iwarp.LeftForLater(a.qp.Driver()))
+			}
+			var scratch [32]verbs.WorkCompletion
+			switch way {
+			case "send CQ poll":
+				a.cq.Poll(scratch[:])
+			case "receive CQ poll":
+				a.rcq.Poll(scratch[:])
+			case "ReqNotify":
+				if err := a.rcq.ReqNotify(false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if way != "timer" && iwarp.LeftForLater(a.qp.Driver()) {
+				t.Fatalf("the Write left in the queue was not sent by the %s", way)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var wc [1]verbs.WorkCompletion
+			if _, err := b.rcq.Wait(ctx, wc[:]); err != nil {
+				t.Fatalf("the Write left in the queue did not arrive: %v", err)
+			}
+			if wc[0].Status != verbs.WCSuccess || wc[0].Opcode != verbs.WCRecvRDMAWithImm || wc[0].Imm != 0x5eed {
+				t.Fatalf("receive completion %+v", wc[0])
+			}
+		})
+	}
+}
