@@ -5,7 +5,8 @@
 # scripts/instructions.sh, and writes both into a Markdown document:
 # 8 B RDMA Read, FetchAndAdd and RDMA Write latency, the 64 B Send
 # ping-pong, and the 8 B RDMA Write message rate with one work request per
-# PostSend and with 16 (perftest's --post_list), one in 16 signaled.
+# PostSend and with 16 (perftest's --post_list), one in 16 signaled; and
+# tcp0's 8 B RDMA Write message rate against UCX over TCP (UCX_TLS=tcp).
 #
 # Usage: scripts/smallops.sh [rounds, default 3] [output, default
 # docs/performance-small.md]
@@ -29,31 +30,38 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/goverbs" ./cmd/goverbs
 
-# compare runs one goverbs bench comparison and prints its table of
-# ratios against UCX's shared-memory transport.
+# compare runs one goverbs bench comparison on a device (shm0 or tcp0) and
+# prints its table of ratios against UCX over the same medium.
 compare() {
-	echo "\$ goverbs bench -d shm0 --compare --repeat $rounds $*"
-	"$tmp/goverbs" bench -d shm0 --compare --repeat "$rounds" "$@" >"$tmp/bench.out" 2>&1 || {
+	local dev="$1" peer
+	shift
+	case "$dev" in
+	shm0) peer='ucx sm' ;;
+	tcp0) peer='ucx tcp' ;;
+	esac
+	echo "\$ goverbs bench -d $dev --compare --repeat $rounds $*"
+	"$tmp/goverbs" bench -d "$dev" --compare --repeat "$rounds" "$@" >"$tmp/bench.out" 2>&1 || {
 		cat "$tmp/bench.out" >&2
 		exit 2
 	}
-	sed -n '/^Compared in the same run/,/^$/p' "$tmp/bench.out" | grep -E '^(Compared|Over| test | .* ucx sm )'
+	sed -n '/^Compared in the same run/,/^$/p' "$tmp/bench.out" | grep -E "^(Compared|Over| test | .* $peer )"
 	echo
 }
 
 {
-	compare -s 8 read_lat atomic_lat write_lat
-	compare -s 8 -Q 16 write_bw
-	compare -s 8 -Q 16 --post-list 16 write_bw
-	compare -s 64 send_lat
+	compare shm0 -s 8 read_lat atomic_lat write_lat
+	compare shm0 -s 8 -Q 16 write_bw
+	compare shm0 -s 8 -Q 16 --post-list 16 write_bw
+	compare shm0 -s 64 send_lat
 } >"$tmp/ratios"
+compare tcp0 -s 8 -Q 16 write_bw >"$tmp/ratios-tcp"
 
 scripts/instructions.sh 20000 'PostSendPoll|WriteRate|Floor' >"$tmp/instructions"
 
 load="$(cut -d' ' -f1-3 /proc/loadavg)"
 {
 	cat <<DOC
-# Small operations on shm0
+# Small operations on shm0 and tcp0
 
 This document is generated: \`scripts/smallops.sh $rounds $out\` wrote it, at
 $(date -u +%Y-%m-%dT%H:%M:%SZ), on $(uname -s | tr A-Z a-z)/$(uname -m), $(nproc) CPUs,
@@ -73,6 +81,13 @@ within one run; compare figures of one run only.
 
 \`\`\`text
 $(cat "$tmp/ratios")
+\`\`\`
+
+Over TCP, tcp0's 8 B RDMA Write message rate against
+\`UCX_TLS=tcp ucx_perftest\`'s \`ucp_put_bw\`, one work request per PostSend:
+
+\`\`\`text
+$(cat "$tmp/ratios-tcp")
 \`\`\`
 
 ## Instructions per operation

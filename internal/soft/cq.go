@@ -35,9 +35,12 @@ type CQ struct {
 	// without it (Held), so that a poll of an empty ring can skip the
 	// lock. It is stored before an armed CQ is signalled: a waiter woken
 	// by the notification finds the completion that fired it.
-	held      atomic.Uint32
-	overrun   bool
-	armed     Arm
+	held    atomic.Uint32
+	overrun bool
+	armed   Arm
+	// armedNow is whether armed is set, stored under Mu and loaded
+	// without it (Armed).
+	armedNow  atomic.Bool
 	notify    chan struct{}
 	destroyed bool
 }
@@ -67,6 +70,7 @@ func (c *CQ) PushLocked(e *Entry) (ok, woke bool) {
 	c.count++
 	atomicrel.StoreUint32(&c.held, uint32(c.count))
 	if c.armed.Fire(&e.WC, e.WC.Flags&driver.WCSolicited != 0) {
+		c.armedNow.Store(false)
 		select {
 		case c.notify <- struct{}{}:
 		default:
@@ -120,8 +124,14 @@ func (c *CQ) ReqNotify(solicitedOnly bool) error {
 		return driver.ErrClosed
 	}
 	c.armed.Request(solicitedOnly)
+	c.armedNow.Store(true)
 	return nil
 }
+
+// Armed reports whether the CQ is armed (ReqNotify) and no completion
+// has fired it since: an application may be asleep on it. It takes no
+// lock, so it may be a moment late either way.
+func (c *CQ) Armed() bool { return c.armedNow.Load() }
 
 // Notify is the channel an armed CQ signals.
 func (c *CQ) Notify() <-chan struct{} { return c.notify }

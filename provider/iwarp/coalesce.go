@@ -11,7 +11,7 @@ import "github.com/goverbs/goverbs/verbs/driver"
 // makes coalesceMax of them, at the next Poll of either of the QP's CQs,
 // when the application arms one (ReqNotify) to sleep, and else when the
 // lazy timer fires. A QP with a shallow queue (a ping-pong, a request
-// and its response) writes each WR at once, as before.
+// and its response), or with a CQ armed already, writes each WR at once.
 const (
 	// coalesceDepth is how many WRs the send queue holds (posted and not
 	// retired) from which a post may be left for the next.
@@ -23,7 +23,10 @@ const (
 
 // mayLeave reports whether wr, posted alone, may be left in the send
 // queue for a later writev: it is a Send or an RDMA Write, the QP sends,
-// its queue is deep, and fewer than coalesceMax-1 WRs are left already.
+// its queue is deep, fewer than coalesceMax-1 WRs are left already, and
+// neither of its CQs is armed (another goroutine may be asleep on it,
+// waiting for the answer to this WR: nothing would send it but the
+// timer).
 // Reads and atomics go at once: the responder's ORD slots, not the
 // system calls, bound their rate, and a Read left behind leaves a slot
 // idle. q.mu is held.
@@ -33,7 +36,8 @@ func (q *qp) mayLeave(wr *driver.SendWR) bool {
 	default:
 		return false
 	}
-	return q.c != nil && q.attr.State == driver.QPSRTS && q.sq.Depth() >= coalesceDepth && q.sq.Queued()+1 < coalesceMax
+	return q.c != nil && q.attr.State == driver.QPSRTS && q.sq.Depth() >= coalesceDepth && q.sq.Queued()+1 < coalesceMax &&
+		!q.sendCQ.Armed() && !q.recvCQ.Armed()
 }
 
 // leftPost notes that a WR was left in the send queue: the connection's

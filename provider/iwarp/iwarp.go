@@ -169,7 +169,8 @@
 // else when a timer fires (20 µs, later in an idle process, as the
 // runtime's timers are), several to a writev: a system call costs more
 // than building many small WRs' frames. A WR posted to a shallower
-// queue, and every Read and atomic, goes out at once.
+// queue, or while one of the QP's CQs is armed (a goroutine may sleep on
+// it), and every Read and atomic, goes out at once.
 //
 // Once a connection is up its socket is out of the Go runtime's poller,
 // which wakes a thread at every segment that arrives on a socket it

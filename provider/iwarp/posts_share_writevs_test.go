@@ -40,6 +40,23 @@ func write8(a, b *pairEnd, id uint64, off int, flags verbs.SendFlags) verbs.Send
 		SGList: []verbs.SGE{a.mr.SGE(off, 8)}, RemoteAddr: b.mr.Addr() + uint64(off), RKey: b.mr.RKey()}
 }
 
+// deepen posts sixteen signaled Writes from a and waits for their
+// completions to reach a's CQ, where they stay unpolled: a's send queue
+// is deep, and nothing is under way.
+func deepen(t *testing.T, a, b *pairEnd) {
+	t.Helper()
+	for i := range 16 {
+		if _, err := a.qp.PostSend([]verbs.SendWR{write8(a, b, uint64(i), 8*i, verbs.SendSignaled)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); iwarp.SendCQHeld(a.qp.Driver()) != 16; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the first sixteen Writes completed", iwarp.SendCQHeld(a.qp.Driver()))
+		}
+	}
+}
+
 // TestStreamOfSinglePostsSharesWritevs posts a stream of 8-byte Writes
 // one per PostSend, polling only for the signaled one in 32, and checks
 // that they went out several to a writev and all arrived.
@@ -90,8 +107,9 @@ func TestStreamOfSinglePostsSharesWritevs(t *testing.T) {
 
 // TestPostGoesOutAtOnce checks that a WR is written at once, not left
 // for a later writev, when the send queue holds few WRs (a ping-pong, or
-// a request, waits for nobody), and when it is a Read or an atomic,
-// whose rate the responder's ORD slots bound.
+// a request, waits for nobody), when one of the QP's CQs is armed (an
+// application may sleep on it, waiting for the answer), and when it is a
+// Read or an atomic, whose rate the responder's ORD slots bound.
 func TestPostGoesOutAtOnce(t *testing.T) {
 	t.Run("shallow queue", func(t *testing.T) {
 		a, b := streamPair(t)
@@ -104,6 +122,37 @@ func TestPostGoesOutAtOnce(t *testing.T) {
 			}
 		}
 	})
+	for _, armed := range []string{"send", "receive"} {
+		// An application may be asleep on the armed CQ, waiting for the
+		// answer to what is posted now.
+		t.Run("deep queue, its "+armed+" CQ armed", func(t *testing.T) {
+			defer iwarp.SetLeftBackstop(time.Hour)()
+			a, b := streamPair(t)
+			deepen(t, a, b)
+			cq := a.cq
+			if armed == "receive" {
+				cq = a.rcq
+			}
+			if err := cq.ReqNotify(false); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 7, SGList: []verbs.SGE{b.mr.SGE(4096, 8)}}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 50, Opcode: verbs.OpSend, SGList: []verbs.SGE{a.mr.SGE(8192, 8)}}}); err != nil {
+				t.Fatal(err)
+			}
+			if iwarp.LeftForLater(a.qp.Driver()) {
+				t.Fatal("it was left for a later writev")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var wc [1]verbs.WorkCompletion
+			if _, err := b.rcq.Wait(ctx, wc[:]); err != nil || wc[0].Status != verbs.WCSuccess {
+				t.Fatalf("the Send did not arrive: %+v, %v", wc[0], err)
+			}
+		})
+	}
 	for _, op := range []verbs.Opcode{verbs.OpRDMARead, verbs.OpAtomicFetchAndAdd} {
 		t.Run(op.String()+" into a deep queue", func(t *testing.T) {
 			a, b := streamPair(t)
@@ -147,21 +196,7 @@ func TestLeftPostIsSent(t *testing.T) {
 			if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 99, SGList: []verbs.SGE{b.mr.SGE(0, 8)}}}); err != nil {
 				t.Fatal(err)
 			}
-			// Sixteen Writes, not retired (their completions are not
-			// polled), make the queue deep.
-			for i := range 16 {
-				if _, err := a.qp.PostSend([]verbs.SendWR{write8(a, b, uint64(i), 8*i, verbs.SendSignaled)}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			// Their completions in a's CQ show that the peer has
-			// answered the Read that confirmed them: nothing is under
-			// way when the next is posted.
-			for deadline := time.Now().Add(10 * time.Second); iwarp.SendCQHeld(a.qp.Driver()) != 16; runtime.Gosched() {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d of the first sixteen Writes completed", iwarp.SendCQHeld(a.qp.Driver()))
-				}
-			}
+			deepen(t, a, b)
 			imm := verbs.SendWR{WRID: 16, Opcode: verbs.OpRDMAWriteWithImm, Imm: 0x5eed,
 				SGList: []verbs.SGE{a.mr.SGE(512, 8)}, RemoteAddr: b.mr.Addr() + 512, RKey: b.mr.RKey()}
 			if _, err := a.qp.PostSend([]verbs.SendWR{imm}); err != nil {
@@ -194,5 +229,122 @@ func TestLeftPostIsSent(t *testing.T) {
 				t.Fatalf("receive completion %+v", wc[0])
 			}
 		})
+	}
+}
+
+// leaveWrites makes a's send queue deep (deepen) and leaves k signaled
+// 8-byte Writes in it, WRIDs 100 on, each from a's offset 1024+8i to the
+// same offset of b, carrying 1000+i.
+func leaveWrites(t *testing.T, a, b *pairEnd, k int) {
+	t.Helper()
+	deepen(t, a, b)
+	for i := range k {
+		off := 1024 + 8*i
+		binary.LittleEndian.PutUint64(a.mr.Bytes()[off:], uint64(1000+i))
+		if _, err := a.qp.PostSend([]verbs.SendWR{write8(a, b, uint64(100+i), off, verbs.SendSignaled)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := iwarp.PostsLeft(a.qp.Driver()); got != uint64(k) || !iwarp.LeftForLater(a.qp.Driver()) {
+		t.Fatalf("%d Writes left (for a later writev: %v), want %d", got, iwarp.LeftForLater(a.qp.Driver()), k)
+	}
+}
+
+// TestLeftPostsFlushWhenTheQPFails moves a QP with Writes left in its
+// queue to the error state: they complete flushed, in order, after those
+// that went out.
+func TestLeftPostsFlushWhenTheQPFails(t *testing.T) {
+	defer iwarp.SetLeftBackstop(time.Hour)()
+	a, b := streamPair(t)
+	leaveWrites(t, a, b, 5)
+	if err := a.qp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range a.wait(t, 21) {
+		want, id := verbs.WCSuccess, uint64(i)
+		if i >= 16 {
+			want, id = verbs.WCWRFlushErr, uint64(100+i-16)
+		}
+		if c.Status != want || c.WRID != id {
+			t.Fatalf("completion %d: %+v, want WRID %d, %v", i, c, id, want)
+		}
+	}
+}
+
+// TestLeftPostSurvivesARefusedPost posts a WR that PostSend refuses
+// after one left in the queue: the left one still goes out and lands.
+func TestLeftPostSurvivesARefusedPost(t *testing.T) {
+	defer iwarp.SetLeftBackstop(time.Hour)()
+	a, b := streamPair(t)
+	leaveWrites(t, a, b, 1)
+	bad := write8(a, b, 999, 0, 0)
+	bad.SGList = []verbs.SGE{a.mr.SGE(0, 8), a.mr.SGE(8, 8)} // more SGEs than MaxSendSGE
+	if _, err := a.qp.PostSend([]verbs.SendWR{bad}); err == nil {
+		t.Fatal("a WR with too many SGEs was taken")
+	}
+	if wc := a.wait(t, 17)[16]; wc.WRID != 100 || wc.Status != verbs.WCSuccess {
+		t.Fatalf("the left Write completed %+v", wc)
+	}
+	if got := binary.LittleEndian.Uint64(b.mr.Bytes()[1024:]); got != 1000 {
+		t.Fatalf("the peer holds %d, want 1000", got)
+	}
+}
+
+// TestPollOfASharedCQSendsEveryQPsLeftPosts leaves a Write in the queue
+// of each of six QPs that share their CQs (the receive CQ, of more than
+// four QPs, has a receiver of its own): polling the send CQ sends them
+// all.
+func TestPollOfASharedCQSendsEveryQPsLeftPosts(t *testing.T) {
+	defer iwarp.SetLeftBackstop(time.Hour)()
+	const n = 6
+	qpCap := verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
+	a := openEnd(t, 4096, true, qpCap, 1<<16)
+	l, err := cm.Listen("tcp://127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	qps := []*verbs.QP{a.qp}
+	for range n - 1 {
+		q, err := a.pd.CreateQP(verbs.QPInitAttr{SendCQ: a.cq, RecvCQ: a.rcq, Cap: qpCap})
+		if err != nil {
+			t.Fatal(err)
+		}
+		qps = append(qps, q)
+	}
+	peers := make([]*pairEnd, n)
+	for j, q := range qps {
+		peers[j] = openEnd(t, 1024, true, qpCap, 1<<16)
+		connectQPs(t, l, l.Addr(), q, peers[j].qp, nil, nil)
+		for i := range 16 {
+			if _, err := q.PostSend([]verbs.SendWR{write8(a, peers[j], uint64(i), 8*i, verbs.SendSignaled)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); iwarp.SendCQHeld(a.qp.Driver()) != 16*n; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the first %d Writes completed", iwarp.SendCQHeld(a.qp.Driver()), 16*n)
+		}
+	}
+	for j, q := range qps {
+		if _, err := q.PostSend([]verbs.SendWR{write8(a, peers[j], 100, 1024, verbs.SendSignaled)}); err != nil {
+			t.Fatal(err)
+		}
+		if !iwarp.LeftForLater(q.Driver()) {
+			t.Fatalf("QP %d: the Write was not left for a later writev", j)
+		}
+	}
+	seen := 0
+	for _, c := range a.wait(t, 17*n) {
+		if c.Status != verbs.WCSuccess {
+			t.Fatalf("completion %+v", c)
+		}
+		if c.WRID == 100 {
+			seen++
+		}
+	}
+	if seen != n {
+		t.Fatalf("%d of the %d left Writes completed", seen, n)
 	}
 }
