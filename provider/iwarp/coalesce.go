@@ -2,7 +2,7 @@ package iwarp
 
 import "github.com/goverbs/goverbs/verbs/driver"
 
-// Coalescing: a WR posted alone to a QP whose send queue is deep (many
+// Coalescing: a small WR posted alone to a QP whose send queue is deep (many
 // WRs posted and not yet retired, as in a stream) is left in the queue
 // rather than written to the socket at once, so that the WRs posted one
 // at a time in a stream go out several to a writev, and reach the peer
@@ -19,25 +19,34 @@ const (
 	// coalesceMax is how many WRs left in the queue make a post write
 	// them all.
 	coalesceMax = 16
+	// coalesceBytes is the largest WR left: a larger one's copies cost
+	// more than a system call saved.
+	coalesceBytes = 4 << 10
 )
 
 // mayLeave reports whether wr, posted alone, may be left in the send
-// queue for a later writev: it is a Send or an RDMA Write, the QP sends,
-// its queue is deep, fewer than coalesceMax-1 WRs are left already, and
-// neither of its CQs is armed (another goroutine may be asleep on it,
-// waiting for the answer to this WR: nothing would send it but the
-// timer).
-// Reads and atomics go at once: the responder's ORD slots, not the
-// system calls, bound their rate, and a Read left behind leaves a slot
-// idle. q.mu is held.
+// queue for a later writev: it is a Send or an RDMA Write of up to
+// coalesceBytes, the QP sends, its queue is deep, fewer than
+// coalesceMax-1 WRs are left already, and neither of its CQs is armed
+// (another goroutine may be asleep on it, waiting for the answer to this
+// WR: nothing would send it but the timer). Reads and atomics go at
+// once: the responder's ORD slots, not the system calls, bound their
+// rate, and a Read left behind leaves a slot idle. q.mu is held.
 func (q *qp) mayLeave(wr *driver.SendWR) bool {
 	switch wr.Opcode {
 	case driver.OpSend, driver.OpSendWithImm, driver.OpRDMAWrite, driver.OpRDMAWriteWithImm:
 	default:
 		return false
 	}
-	return q.c != nil && q.attr.State == driver.QPSRTS && q.sq.Depth() >= coalesceDepth && q.sq.Queued()+1 < coalesceMax &&
-		!q.sendCQ.Armed() && !q.recvCQ.Armed()
+	if q.c == nil || q.attr.State != driver.QPSRTS || q.sq.Depth() < coalesceDepth || q.sq.Queued()+1 >= coalesceMax ||
+		q.sendCQ.Armed() || q.recvCQ.Armed() {
+		return false
+	}
+	n := uint64(0)
+	for i := range wr.SGList {
+		n += uint64(wr.SGList[i].Length)
+	}
+	return n <= coalesceBytes
 }
 
 // leftPost notes that a WR was left in the send queue: the connection's

@@ -106,7 +106,8 @@ func TestStreamOfSinglePostsSharesWritevs(t *testing.T) {
 }
 
 // TestPostGoesOutAtOnce checks that a WR is written at once, not left
-// for a later writev, when the send queue holds few WRs (a ping-pong, or
+// for a later writev, when it is larger than 4 KiB (its copies cost more
+// than a system call), when the send queue holds few WRs (a ping-pong, or
 // a request, waits for nobody), when one of the QP's CQs is armed (an
 // application may sleep on it, waiting for the answer), and when it is a
 // Read or an atomic, whose rate the responder's ORD slots bound.
@@ -153,6 +154,18 @@ func TestPostGoesOutAtOnce(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a Write of more than 4 KiB into a deep queue", func(t *testing.T) {
+		a, b := streamPair(t)
+		deepen(t, a, b)
+		wr := write8(a, b, 16, 0, 0)
+		wr.SGList[0].Length = 4<<10 + 1
+		if _, err := a.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+			t.Fatal(err)
+		}
+		if iwarp.LeftForLater(a.qp.Driver()) {
+			t.Fatal("it was left for a later writev")
+		}
+	})
 	for _, op := range []verbs.Opcode{verbs.OpRDMARead, verbs.OpAtomicFetchAndAdd} {
 		t.Run(op.String()+" into a deep queue", func(t *testing.T) {
 			a, b := streamPair(t)
