@@ -272,12 +272,20 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 		if err == nil {
 			q.leftPost()
 		}
+		c := q.c
 		q.mu.Unlock()
 		if tx != nil {
 			tx.endTransmit(false, false)
 		}
 		if err != nil {
 			return 0, err
+		}
+		if q.sendCQ.Armed() || q.recvCQ.Armed() {
+			// A goroutine armed a CQ of the QP to sleep since mayLeave
+			// looked, and its ReqNotify may have looked for WRs left
+			// before leftPost marked this one: each side stores its
+			// mark, then loads the other's, so one of them sends it.
+			c.transmit()
 		}
 		return 1, nil
 	}
