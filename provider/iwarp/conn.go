@@ -387,6 +387,11 @@ func (h *connHandle) Done() <-chan struct{} { return h.c.done }
 // goroutines are waited for.
 func (h *connHandle) Close() error {
 	c, q := h.c, h.c.q
+	if c.postsLeft.Load() {
+		// WRs left for a later writev (coalesce.go) were posted before
+		// the disconnect: they go out, as they would have at their post.
+		c.transmit()
+	}
 	// Receiving stops first: the move to the error state flushes the
 	// receive a Send is filling and the outstanding Reads, whose buffers
 	// are then the application's again, while the linger below may last
