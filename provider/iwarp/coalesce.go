@@ -1,17 +1,25 @@
 package iwarp
 
-import "github.com/goverbs/goverbs/verbs/driver"
+import (
+	"time"
 
-// Coalescing: a small WR posted alone to a QP whose send queue is deep (many
-// WRs posted and not yet retired, as in a stream) is left in the queue
-// rather than written to the socket at once, so that the WRs posted one
-// at a time in a stream go out several to a writev, and reach the peer
-// several to a read: a system call costs more than building a small
-// WR's frame many times over. What is left goes out with the post that
-// makes coalesceMax of them, at the next Poll of either of the QP's CQs,
-// when the application arms one (ReqNotify) to sleep, and else when the
-// lazy timer fires. A QP with a shallow queue (a ping-pong, a request
-// and its response), or with a CQ armed already, writes each WR at once.
+	"github.com/goverbs/goverbs/verbs/driver"
+)
+
+// Coalescing: a small WR posted alone to a QP whose send queue is deep
+// (many WRs posted and not yet retired, as in a stream), while the
+// application polls the QP's CQs, is left in the queue rather than
+// written to the socket at once, so that the WRs posted one at a time in
+// a stream go out several to a writev, and reach the peer several to a
+// read: a system call costs more than building a small WR's frame many
+// times over. What is left goes out with the post that makes coalesceMax
+// of them, at the next Poll of either of the QP's CQs, when the
+// application arms one (ReqNotify) to sleep, when the connection is
+// closed, and else when the lazy timer fires. A QP with a shallow queue
+// (a ping-pong, a request and its response), with a CQ armed already,
+// whose application has not polled lately, or whose posts come further
+// apart than leaveGap (a writer that posts now and then) writes each WR
+// at once.
 const (
 	// coalesceDepth is how many WRs the send queue holds (posted and not
 	// retired) from which a post may be left for the next.
@@ -27,11 +35,13 @@ const (
 // mayLeave reports whether wr, posted alone, may be left in the send
 // queue for a later writev: it is a Send or an RDMA Write of up to
 // coalesceBytes, the QP sends, its queue is deep, fewer than
-// coalesceMax-1 WRs are left already, and neither of its CQs is armed
+// coalesceMax-1 WRs are left already, neither of its CQs is armed
 // (another goroutine may be asleep on it, waiting for the answer to this
-// WR: nothing would send it but the timer). Reads and atomics go at
-// once: the responder's ORD slots, not the system calls, bound their
-// rate, and a Read left behind leaves a slot idle. q.mu is held.
+// WR: nothing would send it but the timer), and the application polled
+// one of them within leaveWindow (its next poll sends it). Reads and
+// atomics go at once: the responder's ORD slots, not the system calls,
+// bound their rate, and a Read left behind leaves a slot idle. q.mu is
+// held.
 func (q *qp) mayLeave(wr *driver.SendWR) bool {
 	switch wr.Opcode {
 	case driver.OpSend, driver.OpSendWithImm, driver.OpRDMAWrite, driver.OpRDMAWriteWithImm:
@@ -46,8 +56,36 @@ func (q *qp) mayLeave(wr *driver.SendWR) bool {
 	for i := range wr.SGList {
 		n += uint64(wr.SGList[i].Length)
 	}
-	return n <= coalesceBytes
+	if n > coalesceBytes {
+		return false
+	}
+	// When the application last polled, as the posts see it: the first
+	// post after a poll of either CQ notes the time.
+	polls := q.sendCQ.polls.Load()
+	if q.recvCQ != q.sendCQ {
+		polls += q.recvCQ.polls.Load()
+	}
+	now := monotime()
+	if polls != q.pollsSeen {
+		q.pollsSeen, q.pollSeenAt = polls, now
+	}
+	prev := q.lastPostAt
+	q.lastPostAt = now
+	return now-q.pollSeenAt < int64(leaveWindow) && now-prev < int64(leaveGap)
 }
+
+// leaveGap is how soon after the previous post a post may be left: a
+// stream posts again within microseconds, and its next post sends what
+// was left; a writer that posts now and then would leave each post to
+// the timer. A variable so that tests can widen it.
+var leaveGap = lazyAge
+
+// leaveWindow is how recently the application must have polled a CQ of
+// the QP for a post to be left: an application that polls in a loop
+// polls again within microseconds, and that poll sends what was left; a
+// post from one that does not (a writer that posts and goes on with
+// other work) goes out at once. A variable so that tests can widen it.
+var leaveWindow = time.Millisecond
 
 // leftPost notes that a WR was left in the send queue: the connection's
 // and its CQs' marks tell pollers to send it, and the lazy timer is the

@@ -34,6 +34,9 @@ type cq struct {
 	// postsLeft: a QP of the CQ left posted WRs in its send queue for
 	// a poller to send (coalesce.go).
 	postsLeft atomic.Bool
+	// polls counts the application's Polls: posts are left for a later
+	// writev only while the application polls (coalesce.go).
+	polls atomic.Uint32
 
 	mu sync.Mutex // guards the ring
 }
@@ -110,6 +113,7 @@ func (c *cq) detach(q *qp) {
 // connections itself. Of a CQ of many QPs, it receives on those that
 // have something to read only (pollReady).
 func (c *cq) Poll(wc []driver.WorkCompletion) int {
+	c.polls.Add(1)
 	if c.postsLeft.Load() {
 		c.sendLeft()
 	}

@@ -308,3 +308,16 @@ func SetLeftBackstop(d time.Duration) (restore func()) {
 // SendCQHeld is how many completions q's send CQ holds that nobody has
 // polled.
 func SendCQHeld(q driver.QP) int { return int(q.(*qp).sendCQ.Held()) }
+
+// SetLeaveWindow sets how recently the application must have polled for
+// a post to be left for a later writev; it returns a function that
+// restores the default.
+func SetLeaveWindow(d time.Duration) (restore func()) {
+	return set(&leaveWindow, d)
+}
+
+// SetLeaveGap sets how soon after the previous post a post may be left
+// for a later writev; it returns a function that restores the default.
+func SetLeaveGap(d time.Duration) (restore func()) {
+	return set(&leaveGap, d)
+}

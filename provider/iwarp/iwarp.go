@@ -161,16 +161,20 @@
 // writer as long for the completion, which tcp0 gives once the peer has
 // confirmed the Write.
 //
-// Coalescing: a Send or RDMA Write of up to 4 KiB posted alone to a QP
-// whose send queue holds 16 or more WRs (posted and not yet retired by a
-// poll of their completions: a stream) is left in the queue, and goes
-// out with the post that makes 16 of them, at the next Poll of either of
-// the QP's CQs, when the application arms one to sleep (ReqNotify,
-// CQ.Wait), or else when a timer fires (20 µs, later in an idle process,
-// as the runtime's timers are), several to a writev: a system call costs
-// more than building many small WRs' frames. A larger WR, one posted to
-// a shallower queue or while one of the QP's CQs is armed (a goroutine
-// may sleep on it), and every Read and atomic, goes out at once.
+// Coalescing: a Send or RDMA Write of up to 4 KiB posted alone to a
+// QP whose send queue holds 16 or more WRs (posted and not yet
+// retired by a poll of their completions: a stream), while the
+// application polls the QP's CQs (within the last millisecond) and
+// posts within 20 µs of its previous post, is left in the queue, and
+// goes out with the post that makes 16 of them, at the next Poll of
+// either of the QP's CQs, when the application arms one to sleep
+// (ReqNotify, CQ.Wait), when the connection closes, or else when a
+// timer fires (20 µs, later in an idle process, as the runtime's
+// timers are), several to a writev: a system call costs more than
+// building many small WRs' frames. A larger WR, one posted to a
+// shallower queue, by an application that does not poll or posts now
+// and then, or while one of the QP's CQs is armed (a goroutine may
+// sleep on it), and every Read and atomic, goes out at once.
 //
 // Once a connection is up its socket is out of the Go runtime's poller,
 // which wakes a thread at every segment that arrives on a socket it

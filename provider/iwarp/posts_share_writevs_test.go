@@ -17,6 +17,18 @@ import (
 // a to complete: a's stream is open, its send queue empty.
 func streamPair(t *testing.T) (a, b *pairEnd) {
 	t.Helper()
+	a, b, _ = streamPairConn(t)
+	return a, b
+}
+
+// streamPairConn is streamPair that also returns a's connection.
+func streamPairConn(t *testing.T) (a, b *pairEnd, ca *cm.Conn) {
+	t.Helper()
+	// The tests decide when they poll and post: a post may be left
+	// however long ago the last poll and post were, unless a test
+	// narrows these again.
+	t.Cleanup(iwarp.SetLeaveWindow(time.Hour))
+	t.Cleanup(iwarp.SetLeaveGap(time.Hour))
 	qpCap := verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
 	a, b = openEnd(t, 1024, true, qpCap, 1<<16), openEnd(t, 1024, true, qpCap, 1<<16)
 	l, err := cm.Listen("tcp://127.0.0.1:0")
@@ -24,14 +36,14 @@ func streamPair(t *testing.T) (a, b *pairEnd) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	connectQPs(t, l, l.Addr(), a.qp, b.qp, nil, nil)
+	ca, _ = connectQPs(t, l, l.Addr(), a.qp, b.qp, nil, nil)
 	if _, err := a.qp.PostSend([]verbs.SendWR{write8(a, b, 0, 0, verbs.SendSignaled)}); err != nil {
 		t.Fatal(err)
 	}
 	if wc := a.wait(t, 1); wc[0].Status != verbs.WCSuccess {
 		t.Fatalf("first Write: %+v", wc[0])
 	}
-	return a, b
+	return a, b, ca
 }
 
 // write8 is an 8-byte RDMA Write from a's offset off to b's offset off.
@@ -135,6 +147,43 @@ func TestPostGoesOutAtOnce(t *testing.T) {
 				cq = a.rcq
 			}
 			if err := cq.ReqNotify(false); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 7, SGList: []verbs.SGE{b.mr.SGE(4096, 8)}}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 50, Opcode: verbs.OpSend, SGList: []verbs.SGE{a.mr.SGE(8192, 8)}}}); err != nil {
+				t.Fatal(err)
+			}
+			if iwarp.LeftForLater(a.qp.Driver()) {
+				t.Fatal("it was left for a later writev")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var wc [1]verbs.WorkCompletion
+			if _, err := b.rcq.Wait(ctx, wc[:]); err != nil || wc[0].Status != verbs.WCSuccess {
+				t.Fatalf("the Send did not arrive: %+v, %v", wc[0], err)
+			}
+		})
+	}
+	for _, c := range []struct {
+		name        string
+		window, gap time.Duration
+	}{
+		{"no poll of its CQs lately", time.Nanosecond, time.Hour},
+		{"a post long after the previous", time.Hour, time.Nanosecond},
+	} {
+		// A writer that posts now and then, or that does not poll,
+		// would leave each post to the timer.
+		t.Run(c.name, func(t *testing.T) {
+			defer iwarp.SetLeftBackstop(time.Hour)()
+			a, b := streamPair(t)
+			deepen(t, a, b)
+			defer iwarp.SetLeaveWindow(c.window)()
+			defer iwarp.SetLeaveGap(c.gap)()
+			// The first post that may be left after a poll notes the
+			// time of that poll: one Write before the Send.
+			if _, err := a.qp.PostSend([]verbs.SendWR{write8(a, b, 16, 128, 0)}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 7, SGList: []verbs.SGE{b.mr.SGE(4096, 8)}}}); err != nil {
@@ -309,6 +358,8 @@ func TestLeftPostSurvivesARefusedPost(t *testing.T) {
 // all.
 func TestPollOfASharedCQSendsEveryQPsLeftPosts(t *testing.T) {
 	defer iwarp.SetLeftBackstop(time.Hour)()
+	defer iwarp.SetLeaveWindow(time.Hour)()
+	defer iwarp.SetLeaveGap(time.Hour)()
 	const n = 6
 	qpCap := verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
 	a := openEnd(t, 4096, true, qpCap, 1<<16)
@@ -359,5 +410,36 @@ func TestPollOfASharedCQSendsEveryQPsLeftPosts(t *testing.T) {
 	}
 	if seen != n {
 		t.Fatalf("%d of the %d left Writes completed", seen, n)
+	}
+}
+
+// TestSendPostedBeforeCloseArrives leaves a Send for a later writev and
+// closes the connection at once: the Send was posted before the
+// disconnect, so it goes out, and the peer receives it.
+func TestSendPostedBeforeCloseArrives(t *testing.T) {
+	defer iwarp.SetLeftBackstop(time.Hour)()
+	a, b, ca := streamPairConn(t)
+	deepen(t, a, b)
+	binary.LittleEndian.PutUint64(a.mr.Bytes()[8192:], 0xc105e)
+	if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 7, SGList: []verbs.SGE{b.mr.SGE(4096, 8)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 50, Opcode: verbs.OpSend, SGList: []verbs.SGE{a.mr.SGE(8192, 8)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !iwarp.LeftForLater(a.qp.Driver()) {
+		t.Fatal("the Send was not left for a later writev")
+	}
+	if err := ca.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wc [1]verbs.WorkCompletion
+	if _, err := b.rcq.Wait(ctx, wc[:]); err != nil || wc[0].Status != verbs.WCSuccess {
+		t.Fatalf("the Send posted before Close did not arrive: %+v, %v", wc[0], err)
+	}
+	if got := binary.LittleEndian.Uint64(b.mr.Bytes()[4096:]); got != 0xc105e {
+		t.Fatalf("the peer received %#x, want 0xc105e", got)
 	}
 }

@@ -66,6 +66,14 @@ type qp struct {
 	// reset or destroyed, and by the Dereg of a region in it, so that it
 	// keeps no deregistered region's memory alive.
 	mrCache [4]*mr
+	// pollsSeen is the count of Polls of the QP's CQs the last post
+	// that could be left saw, and pollSeenAt when it first saw it
+	// (mayLeave); guarded by mu.
+	pollsSeen  uint32
+	pollSeenAt int64
+	// lastPostAt is when the last post that could be left was made
+	// (mayLeave); guarded by mu.
+	lastPostAt int64
 }
 
 // localSpan is ctx.span for q's own WRs (the local keys of its send and
