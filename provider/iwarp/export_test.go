@@ -42,10 +42,10 @@ func SetRTRTimeout(d time.Duration) (restore func()) {
 
 // SetPollGrace sets how long the receive goroutine stays off the socket
 // after it has seen an application poll; it returns a function that
-// restores the default. Every receive goroutine reads it: call both
-// while no connection is live.
+// restores the default.
 func SetPollGrace(d time.Duration) (restore func()) {
-	return set(&pollGrace, d)
+	prev := pollGraceNS.Swap(int64(d))
+	return func() { pollGraceNS.Store(prev) }
 }
 
 // ReceiverRounds is how many rounds of receiving (holds of rxMu) the

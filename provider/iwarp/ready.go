@@ -330,7 +330,7 @@ func (c *cq) receiveReady() {
 			sp.stop()
 			r.rcv.unwatchIn()
 			r.aside.Store(true)
-			t.Reset(pollGrace)
+			t.Reset(pollGrace())
 			select {
 			case <-t.C:
 			case <-r.resume:
@@ -378,7 +378,7 @@ func (c *cq) receiveReady() {
 // for that long.
 func (r *readySet) appAsleep() bool {
 	at := r.armedAt.Load()
-	return at != 0 && monotime()-at < int64(pollGrace)
+	return at != 0 && monotime()-at < int64(pollGrace())
 }
 
 // letGo is the receiver's end: the receive goroutines parked on the CQ
@@ -417,9 +417,9 @@ func (c *cq) park(cn *conn, seen *uint64) bool {
 		r.timerSet = true
 		r.seen = polls
 		if r.timer == nil {
-			r.timer = time.AfterFunc(pollGrace, r.handBack)
+			r.timer = time.AfterFunc(pollGrace(), r.handBack)
 		} else {
-			r.timer.Reset(pollGrace)
+			r.timer.Reset(pollGrace())
 		}
 	}
 	r.parkMu.Unlock()
@@ -439,7 +439,7 @@ func (r *readySet) handBack() {
 	defer r.parkMu.Unlock()
 	if polls := r.polls.Load(); polls != r.seen {
 		r.seen = polls
-		r.timer.Reset(pollGrace)
+		r.timer.Reset(pollGrace())
 		return
 	}
 	r.timerSet = false

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/goverbs/goverbs/internal/atomicrel"
@@ -67,8 +68,13 @@ func (c *conn) rxLoop() {
 // waking at every FPDU would only take processor time from it (two
 // busy-polling processes fill a two-core machine) and contend for the
 // socket. An application that goes to sleep on the CQ (ReqNotify) hands
-// receiving back at once. (A variable for tests: SetPollGrace.)
-var pollGrace = time.Millisecond
+// receiving back at once. Tests set it (SetPollGrace) while timers of
+// receivers gone with an earlier test may still read it: an atomic.
+func pollGrace() time.Duration { return time.Duration(pollGraceNS.Load()) }
+
+var pollGraceNS atomic.Int64
+
+func init() { pollGraceNS.Store(int64(time.Millisecond)) }
 
 // rxSpin is how long the receive goroutine keeps reading after it last
 // found an FPDU, before it waits for the socket: a responder serving a
@@ -223,7 +229,7 @@ func (c *conn) rxRun() error {
 // about a third).
 func (c *conn) stayOff(t *time.Timer, seenPolls *uint64, seenArms uint64) {
 	c.sk.unwatchIn()
-	wait := pollGrace
+	wait := pollGrace()
 	for {
 		t.Reset(wait)
 		select {
@@ -237,7 +243,7 @@ func (c *conn) stayOff(t *time.Timer, seenPolls *uint64, seenArms uint64) {
 			return
 		}
 		*seenPolls = polls
-		wait = max(pollGrace-time.Duration(monotime()-int64(c.polledAt.Load())), pollGrace/4)
+		wait = max(pollGrace()-time.Duration(monotime()-int64(c.polledAt.Load())), pollGrace()/4)
 	}
 }
 
