@@ -37,8 +37,9 @@ const (
 // coalesceBytes, the QP sends, its queue is deep, fewer than
 // coalesceMax-1 WRs are left already, neither of its CQs is armed
 // (another goroutine may be asleep on it, waiting for the answer to this
-// WR: nothing would send it but the timer), and the application polled
-// one of them within leaveWindow (its next poll sends it). Reads and
+// WR: nothing would send it but the timer), the application polled one
+// of them within leaveWindow (its next poll sends it), and posted within
+// leaveGap before (its next post sends it). Reads and
 // atomics go at once: the responder's ORD slots, not the system calls,
 // bound their rate, and a Read left behind leaves a slot idle. q.mu is
 // held.

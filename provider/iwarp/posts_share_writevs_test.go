@@ -117,6 +117,27 @@ func TestStreamOfSinglePostsSharesWritevs(t *testing.T) {
 	}
 }
 
+// sendGoesOutAtOnce posts an 8-byte Send from a to b and checks that it
+// was not left for a later writev and that b receives it.
+func sendGoesOutAtOnce(t *testing.T, a, b *pairEnd) {
+	t.Helper()
+	if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 7, SGList: []verbs.SGE{b.mr.SGE(4096, 8)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 50, Opcode: verbs.OpSend, SGList: []verbs.SGE{a.mr.SGE(8192, 8)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if iwarp.LeftForLater(a.qp.Driver()) {
+		t.Fatal("it was left for a later writev")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wc [1]verbs.WorkCompletion
+	if _, err := b.rcq.Wait(ctx, wc[:]); err != nil || wc[0].Status != verbs.WCSuccess {
+		t.Fatalf("the Send did not arrive: %+v, %v", wc[0], err)
+	}
+}
+
 // TestPostGoesOutAtOnce checks that a WR is written at once, not left
 // for a later writev, when it is larger than 4 KiB (its copies cost more
 // than a system call), when the send queue holds few WRs (a ping-pong, or
@@ -149,21 +170,7 @@ func TestPostGoesOutAtOnce(t *testing.T) {
 			if err := cq.ReqNotify(false); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 7, SGList: []verbs.SGE{b.mr.SGE(4096, 8)}}}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 50, Opcode: verbs.OpSend, SGList: []verbs.SGE{a.mr.SGE(8192, 8)}}}); err != nil {
-				t.Fatal(err)
-			}
-			if iwarp.LeftForLater(a.qp.Driver()) {
-				t.Fatal("it was left for a later writev")
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			var wc [1]verbs.WorkCompletion
-			if _, err := b.rcq.Wait(ctx, wc[:]); err != nil || wc[0].Status != verbs.WCSuccess {
-				t.Fatalf("the Send did not arrive: %+v, %v", wc[0], err)
-			}
+			sendGoesOutAtOnce(t, a, b)
 		})
 	}
 	for _, c := range []struct {
@@ -186,21 +193,7 @@ func TestPostGoesOutAtOnce(t *testing.T) {
 			if _, err := a.qp.PostSend([]verbs.SendWR{write8(a, b, 16, 128, 0)}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 7, SGList: []verbs.SGE{b.mr.SGE(4096, 8)}}}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 50, Opcode: verbs.OpSend, SGList: []verbs.SGE{a.mr.SGE(8192, 8)}}}); err != nil {
-				t.Fatal(err)
-			}
-			if iwarp.LeftForLater(a.qp.Driver()) {
-				t.Fatal("it was left for a later writev")
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			var wc [1]verbs.WorkCompletion
-			if _, err := b.rcq.Wait(ctx, wc[:]); err != nil || wc[0].Status != verbs.WCSuccess {
-				t.Fatalf("the Send did not arrive: %+v, %v", wc[0], err)
-			}
+			sendGoesOutAtOnce(t, a, b)
 		})
 	}
 	t.Run("a Write of more than 4 KiB into a deep queue", func(t *testing.T) {
