@@ -117,7 +117,10 @@ type conn struct {
 	// answers; respFrames and respAnswers are rxFrames and rxAnswers at
 	// the last check, respStalls counts the checks since the last answer
 	// that found none though the peer could have given one, and
-	// stallBytes is rxBytes at the first of them.
+	// stallBytes is rxBytes at the first of them; reachedAt is when a
+	// check first found the socket empty after the oldest outstanding
+	// request was sent (monotime; older than its sending when no check
+	// has yet).
 	ackTimeout  time.Duration
 	respTimer   *time.Timer
 	respArmed   bool
@@ -125,6 +128,7 @@ type conn struct {
 	respAnswers uint64
 	respStalls  int
 	stallBytes  uint64
+	reachedAt   int64
 
 	// Guarded by q.mu: the responses the receiver queued for the
 	// transmitter, and the Terminate that ends the stream.

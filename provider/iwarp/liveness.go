@@ -34,16 +34,19 @@ const (
 )
 
 // checkResponses is the response timer, every timeout while requests
-// are outstanding. The oldest request is older than the QP's timeout, and
-// nothing of the connection's is in the socket either way (the request
-// has reached the peer, and no answer waits to be read): if nothing at
-// all has come from the peer since the last check (its TCP may still
-// acknowledge, as a stopped process's does), or no Read or Atomic
-// Response has for answerStalls such checks while more than
-// answerSlack bytes came (a peer that keeps sending but answers
-// nothing), the connection has timed out: it ends, and the WR that
-// waited completes with WCRetryExcErr (finish). A request thus times out
-// after one to two timeouts of silence, or some five of traffic without
+// are outstanding. The oldest request has reached the peer once a check
+// finds nothing of the connection's in the socket either way (the
+// request has been taken by the peer's TCP, and no answer waits to be
+// read); it is due a timeout after that check: a slow peer's TCP takes
+// the last of a large message, and the request behind it, well before
+// its application has read them. A due request with nothing at all come
+// from the peer since the last check (its TCP may still acknowledge, as
+// a stopped process's does), or without a Read or Atomic Response for
+// answerStalls such checks while more than answerSlack bytes came (a
+// peer that keeps sending but answers nothing), has timed out: the
+// connection ends, and the WR that waited completes with WCRetryExcErr
+// (finish). A request thus times out after one to two timeouts of
+// silence once it has reached the peer, or some five of traffic without
 // answers.
 func (c *conn) checkResponses() {
 	q := c.q
@@ -54,9 +57,15 @@ func (c *conn) checkResponses() {
 		return
 	}
 	r := &q.req
-	age := time.Duration(monotime() - r.orq[r.orqHead%maxRdAtomic].sent)
+	now, oldest := monotime(), r.orq[r.orqHead%maxRdAtomic].sent
 	frames, answers, bytes := c.rxFrames.Load(), c.rxAnswers.Load(), c.rxBytes.Load()
-	due := age >= c.ackTimeout && !c.bytesInFlight()
+	quiet := !c.bytesInFlight()
+	if quiet && c.reachedAt < oldest {
+		// The first check since the oldest request was sent to find the
+		// socket empty: it has reached the peer by now.
+		c.reachedAt = now
+	}
+	due := quiet && c.reachedAt >= oldest && time.Duration(now-c.reachedAt) >= c.ackTimeout
 	switch {
 	case answers != c.respAnswers:
 		c.respStalls = 0

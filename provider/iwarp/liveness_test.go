@@ -134,6 +134,42 @@ func TestSlowPeerIsNotTimedOut(t *testing.T) {
 	}
 }
 
+// TestRequestIsTimedFromReachingPeer: a request is given the QP's
+// timeout from when the peer's TCP took it, not from when it was sent:
+// the confirming Read, sent at once behind a 1 MiB Write that a stalled
+// path holds in this side's socket for half a timeout, reaches the peer
+// late, and the peer, which then takes all at once and answers three
+// quarters of a timeout later (a timeout and a quarter after the post),
+// is not timed out.
+func TestRequestIsTimedFromReachingPeer(t *testing.T) {
+	defer iwarp.SetMinUserTimeout(0)()
+	const timeout = 4096 * time.Nanosecond << 14 * 8 // cm's Timeout 14 and RetryCnt 7
+	v := newVictim(t, 4)
+	src := guard(t, v, 1<<20, verbs.AccessLocalWrite)
+	h := dialHostile(t, v, false, false, false)
+	posted := time.Now()
+	if n, err := v.e.PostSend(0, []verbs.SendWR{{WRID: 7, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{src.r.SGE(0, src.r.Len)}, RemoteAddr: 0x1000, RKey: 0x4242}}); n != 1 {
+		t.Fatalf("post write: %v", err)
+	}
+	time.Sleep(timeout / 2) // the stalled path: nothing is taken
+	var rr wire.ReadRequest
+	for rr == nil {
+		b := h.readFPDU()
+		if !wire.Hdr(b).Tagged() && wire.Hdr(b).Opcode() == wire.OpReadRequest {
+			rr = wire.ReadRequest(b)
+		}
+	}
+	time.Sleep(time.Until(posted.Add(timeout * 5 / 4)))
+	var hdr [wire.TaggedLen]byte
+	wire.Hdr(hdr[:]).SetTagged(wire.OpReadResponse, true, rr.SinkSTag(), rr.SinkTO(), 0)
+	h.send(h.fpdu(hdr[:], nil))
+	wcs, err := v.e.Completions(verbstest.SendCQ, 1, 15*time.Second)
+	if err != nil || len(wcs) != 1 || wcs[0].WRID != 7 || wcs[0].Status != verbs.WCSuccess {
+		t.Fatalf("the Write whose confirmation reached the peer late completed with %+v (%v), want a success", wcs, err)
+	}
+}
+
 // TestPeerThatNeverAnswersTimesOut: a peer that keeps sending (RDMA
 // Writes of 64 KiB every millisecond) but never answers a Read keeps it
 // outstanding only for a few of the QP's timeouts (here 0.55 s), once it
