@@ -117,10 +117,9 @@ type conn struct {
 	// answers; respFrames and respAnswers are rxFrames and rxAnswers at
 	// the last check, respStalls counts the checks since the last answer
 	// that found none though the peer could have given one, and
-	// stallBytes is rxBytes at the first of them; reachedAt is when a
-	// check first found the socket empty after the oldest outstanding
-	// request was sent (monotime; older than its sending when no check
-	// has yet).
+	// stallBytes is rxBytes at the first of them; reachedAt is when the
+	// oldest outstanding request reached the peer (checkResponses;
+	// monotime, older than its sending while no check has found it).
 	ackTimeout  time.Duration
 	respTimer   *time.Timer
 	respArmed   bool

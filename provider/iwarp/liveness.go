@@ -35,19 +35,19 @@ const (
 
 // checkResponses is the response timer, every timeout while requests
 // are outstanding. The oldest request has reached the peer once a check
-// finds nothing of the connection's in the socket either way (the
-// request has been taken by the peer's TCP, and no answer waits to be
-// read); it is due a timeout after that check: a slow peer's TCP takes
-// the last of a large message, and the request behind it, well before
-// its application has read them. A due request with nothing at all come
-// from the peer since the last check (its TCP may still acknowledge, as
-// a stopped process's does), or without a Read or Atomic Response for
-// answerStalls such checks while more than answerSlack bytes came (a
-// peer that keeps sending but answers nothing), has timed out: the
-// connection ends, and the WR that waited completes with WCRetryExcErr
-// (finish). A request thus times out after one to two timeouts of
-// silence once it has reached the peer, or some five of traffic without
-// answers.
+// finds nothing of the connection's in flight (settled: the request has
+// been taken by the peer's TCP, and no answer waits to be read), at the
+// peer's last acknowledgement; it is due a timeout after that: a slow
+// peer's TCP takes the last of a large message, and the request behind
+// it, well before its application has read them. A due request with
+// nothing at all come from the peer since the check before (its TCP may
+// still acknowledge, as a stopped process's does), or without a Read or
+// Atomic Response for answerStalls such checks while more than
+// answerSlack bytes came (a peer that keeps sending but answers
+// nothing), has timed out: the connection ends, and the WR that waited
+// completes with WCRetryExcErr (finish). A request thus times out a
+// timeout or a little more after it reached the peer, if nothing comes
+// meanwhile, or some five timeouts of traffic without answers.
 func (c *conn) checkResponses() {
 	q := c.q
 	q.mu.Lock()
@@ -59,13 +59,16 @@ func (c *conn) checkResponses() {
 	r := &q.req
 	now, oldest := monotime(), r.orq[r.orqHead%maxRdAtomic].sent
 	frames, answers, bytes := c.rxFrames.Load(), c.rxAnswers.Load(), c.rxBytes.Load()
-	quiet := !c.bytesInFlight()
-	if quiet && c.reachedAt < oldest {
-		// The first check since the oldest request was sent to find the
-		// socket empty: it has reached the peer by now.
-		c.reachedAt = now
+	quiet, lastAck := c.settled(now)
+	reachedNow := quiet && c.reachedAt < oldest
+	if reachedNow {
+		// The first check since the oldest request was sent to find
+		// nothing in flight: the request reached the peer by the last
+		// acknowledgement, and not before it was sent.
+		c.reachedAt = max(oldest, lastAck)
 	}
-	due := quiet && c.reachedAt >= oldest && time.Duration(now-c.reachedAt) >= c.ackTimeout
+	wait := c.ackTimeout - time.Duration(now-c.reachedAt)
+	due := quiet && c.reachedAt >= oldest && wait <= 0
 	switch {
 	case answers != c.respAnswers:
 		c.respStalls = 0
@@ -89,26 +92,49 @@ func (c *conn) checkResponses() {
 		c.abort()
 		return
 	}
+	c.respAnswers = answers
+	if reachedNow && wait > 0 {
+		// The next check comes when the request is due, and the
+		// peer's silence is counted from the check before this one:
+		// the request reached the peer after it, or is due now.
+		c.respTimer.Reset(wait)
+		q.mu.Unlock()
+		return
+	}
 	// Silence must last a whole period: the peer's frames are counted
 	// from one check to the next.
-	c.respFrames, c.respAnswers = frames, answers
+	c.respFrames = frames
 	c.respTimer.Reset(c.ackTimeout)
 	q.mu.Unlock()
 }
 
-// bytesInFlight reports whether the socket holds bytes either way: sent
-// and not yet acknowledged, or not sent (the request may not have reached
-// the peer yet, behind a large message on a slow path; a peer that
-// stops taking them is TCP_USER_TIMEOUT's to end), or received and not
-// yet read (the answer may be there, this side slow to read it).
-func (c *conn) bytesInFlight() bool {
-	busy := false
+// settled reports whether nothing of the connection's is in flight:
+// no batch being built or written, nothing in the socket either way,
+// sent and not yet acknowledged, or not sent (the request may not have
+// reached the peer yet, behind a large message on a slow path; a peer
+// that stops taking them is TCP_USER_TIMEOUT's to end), or received and
+// not yet read (the answer may be there, this side slow to read it).
+// lastAck is, when quiet, the time (monotime, as of now) of the peer's
+// last acknowledgement: its TCP had taken all that was sent by then.
+// q.mu is held.
+func (c *conn) settled(now int64) (quiet bool, lastAck int64) {
+	if !c.txMu.TryLock() {
+		return false, 0 // the transmitter is at work
+	}
+	pending := len(c.tb.bufs) > 0
+	c.txMu.Unlock()
+	if pending {
+		return false, 0 // some of a batch is left for the socket to take
+	}
 	c.sk.control(func(fd int) {
 		out, err1 := unix.IoctlGetInt(fd, unix.SIOCOUTQ)
 		in, err2 := unix.IoctlGetInt(fd, unix.SIOCINQ)
-		busy = out > 0 || in > 0 || err1 != nil || err2 != nil
+		info, err3 := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
+		if out == 0 && in == 0 && err1 == nil && err2 == nil && err3 == nil {
+			quiet, lastAck = true, now-int64(time.Duration(info.Last_ack_recv)*time.Millisecond)
+		}
 	})
-	return busy
+	return quiet, lastAck
 }
 
 // minUserTimeout is the least time tcp0 lets the peer leave data

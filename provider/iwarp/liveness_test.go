@@ -73,13 +73,16 @@ func TestPeerThatStopsReadingTimesOut(t *testing.T) {
 // TestSmallWriteToStoppedPeerTimesOut: a 64-byte Write whose bytes, and
 // the Read that asks for its confirmation, the peer's TCP takes and
 // acknowledges, but that nothing answers (the peer's process is
-// stopped), completes with WCRetryExcErr after the QP's timeout: TCP's
-// own timeout never fires, as nothing stays unacknowledged.
+// stopped), completes with WCRetryExcErr after the QP's timeout, and
+// not before: TCP's own timeout never fires, as nothing stays
+// unacknowledged.
 func TestSmallWriteToStoppedPeerTimesOut(t *testing.T) {
 	defer iwarp.SetMinUserTimeout(0)()
+	const timeout = 4096 * time.Nanosecond << 14 * 8 // cm's Timeout 14 and RetryCnt 7
 	v := newVictim(t, 4)
 	src := guard(t, v, 4096, verbs.AccessLocalWrite)
 	dialHostile(t, v, false, false, false)
+	posted := time.Now()
 	if n, err := v.e.PostSend(0, []verbs.SendWR{{WRID: 7, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
 		SGList: []verbs.SGE{src.r.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 0x4242}}); n != 1 {
 		t.Fatalf("post write: %v", err)
@@ -87,6 +90,9 @@ func TestSmallWriteToStoppedPeerTimesOut(t *testing.T) {
 	wcs, err := v.e.Completions(verbstest.SendCQ, 1, 20*time.Second)
 	if err != nil || len(wcs) != 1 || wcs[0].WRID != 7 || wcs[0].Status != verbs.WCRetryExcErr {
 		t.Fatalf("the Write completed with %+v (%v), want a retry-exceeded error", wcs, err)
+	}
+	if d := time.Since(posted); d < timeout {
+		t.Fatalf("the Write timed out %v after its post, before the QP's timeout (%v)", d, timeout)
 	}
 	expectVictimError(t, v)
 }
@@ -137,13 +143,12 @@ func TestSlowPeerIsNotTimedOut(t *testing.T) {
 // TestRequestIsTimedFromReachingPeer: a request is given the QP's
 // timeout from when the peer's TCP took it, not from when it was sent:
 // the confirming Read, sent at once behind a 1 MiB Write that a stalled
-// path holds in this side's socket for half a timeout, reaches the peer
-// late, and the peer, which then takes all at once and answers three
-// quarters of a timeout later (a timeout and a quarter after the post),
-// is not timed out.
+// path holds in this side's socket for 0.4 of a timeout, reaches the
+// peer late, and the peer, which then takes all at once and answers 0.7
+// of a timeout later (1.1 timeouts after the post), is not timed out.
 func TestRequestIsTimedFromReachingPeer(t *testing.T) {
-	defer iwarp.SetMinUserTimeout(0)()
-	const timeout = 4096 * time.Nanosecond << 14 * 8 // cm's Timeout 14 and RetryCnt 7
+	const timeout = 2 * time.Second // above cm's 0.55 s, for the margins
+	defer iwarp.SetMinUserTimeout(timeout)()
 	v := newVictim(t, 4)
 	src := guard(t, v, 1<<20, verbs.AccessLocalWrite)
 	h := dialHostile(t, v, false, false, false)
@@ -152,7 +157,7 @@ func TestRequestIsTimedFromReachingPeer(t *testing.T) {
 		SGList: []verbs.SGE{src.r.SGE(0, src.r.Len)}, RemoteAddr: 0x1000, RKey: 0x4242}}); n != 1 {
 		t.Fatalf("post write: %v", err)
 	}
-	time.Sleep(timeout / 2) // the stalled path: nothing is taken
+	time.Sleep(timeout * 4 / 10) // the stalled path: the peer takes no more than its window
 	var rr wire.ReadRequest
 	for rr == nil {
 		b := h.readFPDU()
@@ -160,7 +165,7 @@ func TestRequestIsTimedFromReachingPeer(t *testing.T) {
 			rr = wire.ReadRequest(b)
 		}
 	}
-	time.Sleep(time.Until(posted.Add(timeout * 5 / 4)))
+	time.Sleep(time.Until(posted.Add(timeout * 11 / 10)))
 	var hdr [wire.TaggedLen]byte
 	wire.Hdr(hdr[:]).SetTagged(wire.OpReadResponse, true, rr.SinkSTag(), rr.SinkTO(), 0)
 	h.send(h.fpdu(hdr[:], nil))
