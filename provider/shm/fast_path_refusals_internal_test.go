@@ -11,7 +11,7 @@ import (
 // TestFastPathTakesOnlyItsWRs: once WRs have taken postFast's road for
 // an opcode, a WR of that opcode that differs from them in what postPath
 // compares — another local or remote key whose addresses lie in the kept
-// regions, the inline flag, more than one SGE, an atomic not 8 bytes long
+// regions, the inline flag on a Read, more than one SGE, an atomic not 8 bytes long
 // or misaligned — is not performed through the kept resolution: it fails
 // as the long road fails it, touching nothing, or (more SGEs) is performed
 // whole.
@@ -139,5 +139,53 @@ func TestFastPathRefusesWhileHeld(t *testing.T) {
 	expectWC(t, waitWCs(t, p.A, verbstest.SendCQ, 1)[0], 9, verbs.WCSuccess)
 	if got, want := contents(t, p.B, tgt, 0, 8), contents(t, p.A, src, 0, 8); !bytes.Equal(got, want) {
 		t.Errorf("the Write wrote %x, want %x", got, want)
+	}
+}
+
+// TestFastPathTakesInlineWrites: an inline Write with the kept keys is
+// performed through postPath, as every WR it takes is performed before
+// PostSend returns; one longer than the QP's inline limit is not, and
+// PostSend refuses it, touching nothing.
+func TestFastPathTakesInlineWrites(t *testing.T) {
+	const size = 256
+	p := localHarness().NewPair(t, verbstest.PairOptions{})
+	src := newRegion(t, p.A, size, verbs.AccessLocalWrite)
+	tgt := newRegion(t, p.B, size, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	fill(t, p.A, src, 0, pattern(1, size))
+	fill(t, p.B, tgt, 0, pattern(2, size))
+	warmFastPath(t, p, verbs.OpRDMAWrite, src, tgt, 0)
+	fill(t, p.A, src, 0, pattern(3, size))
+	q := driverQP(p.A.QPs[0])
+	limit := int(q.cap.MaxInlineData)
+	if limit+1 > size {
+		t.Fatalf("the QP's inline limit %d leaves no longer Write in %d bytes", limit, size)
+	}
+	wr := rdma(9, verbs.OpRDMAWrite, src.SGE(0, limit), tgt, 0)
+	wr.Flags |= verbs.SendInline
+	q.mu.Lock()
+	took := q.postPath(&wr)
+	q.mu.Unlock()
+	if !took {
+		t.Fatal("postPath refused an inline Write of the QP's inline limit with the kept keys")
+	}
+	expectWC(t, waitWCs(t, p.A, verbstest.SendCQ, 1)[0], 9, verbs.WCSuccess)
+	if got, want := contents(t, p.B, tgt, 0, limit), contents(t, p.A, src, 0, limit); !bytes.Equal(got, want) {
+		t.Fatalf("the inline Write wrote %x, want %x", got, want)
+	}
+
+	before := contents(t, p.B, tgt, 0, size)
+	long := rdma(10, verbs.OpRDMAWrite, src.SGE(0, limit+1), tgt, 0)
+	long.Flags |= verbs.SendInline
+	q.mu.Lock()
+	took = q.postPath(&long)
+	q.mu.Unlock()
+	if took {
+		t.Fatal("postPath performed an inline Write beyond the QP's inline limit")
+	}
+	if n, err := p.A.PostSend(0, []verbs.SendWR{long}); err == nil || n != 0 {
+		t.Fatalf("PostSend took an inline Write beyond the QP's inline limit (%d posted, %v)", n, err)
+	}
+	if after := contents(t, p.B, tgt, 0, size); !bytes.Equal(after, before) {
+		t.Errorf("the refused Write changed the remote region: %x, was %x", after, before)
 	}
 }

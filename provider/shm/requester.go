@@ -185,13 +185,19 @@ func (q *qp) postPath(wr *driver.SendWR) bool {
 		return false
 	}
 	t, g := &c.kc.fast[op], &wr.SGList[0]
-	if t.lkey != g.LKey || t.rkey != wr.RKey || wr.Flags&driver.SendInline != 0 {
+	if t.lkey != g.LKey || t.rkey != wr.RKey {
+		return false
+	}
+	n := uint64(g.Length)
+	// Every WR here is performed before PostSend returns, so an inline
+	// Write is one like any other; an inline Read or atomic, or a Write
+	// beyond the QP's inline limit, is an error Post reports.
+	if wr.Flags&driver.SendInline != 0 && (op != driver.OpRDMAWrite || n > uint64(q.cap.MaxInlineData)) {
 		return false
 	}
 	// The spans, in the two regions (a zero-length WR takes the long
 	// road). An empty fastPath (mr nil) has llen 0, in which no span
 	// lies: this refuses it before t.mr is read.
-	n := uint64(g.Length)
 	loff, roff := g.Addr-t.laddr, wr.RemoteAddr-t.raddr
 	if !inSpan(loff, n, t.llen) || !inSpan(roff, n, t.rlen) {
 		return false
@@ -285,7 +291,7 @@ func (q *qp) fillFast(wr *driver.SendWR) bool {
 	}
 	f := fastOps[wr.Opcode]
 	c, m, sgl := q.conn, q.lastMR, wr.SGList
-	if len(sgl) != 1 || wr.Flags&driver.SendInline != 0 || c == nil || m == nil || q.cap.MaxSendSGE == 0 {
+	if len(sgl) != 1 || c == nil || m == nil || q.cap.MaxSendSGE == 0 {
 		return false
 	}
 	g := &sgl[0]
