@@ -183,6 +183,7 @@ func (e *endpoint) bw(n int, posted, completed []int64) error {
 	}
 	scnt, ccnt := 0, 0
 	lastSig := -1 // the last signaled work request posted
+	phase := 0    // scnt % cqMod, kept without dividing per work request
 	for scnt < n || ccnt < n {
 		for scnt < n && scnt-ccnt < p.TxDepth {
 			// A list of up to PostList work requests, as many as the
@@ -195,20 +196,24 @@ func (e *endpoint) bw(n int, posted, completed []int64) error {
 			}
 			var t int64
 			for j := range k {
+				i := scnt + j
 				w := &wr[j]
-				w.WRID = uint64(scnt + j)
+				w.WRID = uint64(i)
 				w.Flags = base
-				if (scnt+j+1)%cqMod == 0 || scnt+j+1 == n {
-					w.Flags |= verbs.SendSignaled
-					lastSig = scnt + j
-				}
-				if (scnt+j)%cqMod == 0 {
+				if phase == 0 {
 					// The first of a signaled group: bandwidthStats
 					// reads no other post time.
 					if t == 0 {
 						t = e.now()
 					}
-					posted[scnt+j] = t
+					posted[i] = t
+				}
+				if phase++; phase == cqMod {
+					phase = 0
+				}
+				if phase == 0 || i+1 == n {
+					w.Flags |= verbs.SendSignaled
+					lastSig = i
 				}
 			}
 			if _, err := e.qp.PostSend(wr[:k]); err != nil {
