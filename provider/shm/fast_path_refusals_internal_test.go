@@ -189,3 +189,50 @@ func TestFastPathTakesInlineWrites(t *testing.T) {
 		t.Errorf("the refused Write changed the remote region: %x, was %x", after, before)
 	}
 }
+
+// TestFastPathRunStopsAtAnotherKey: in a list of Writes performed as one
+// run through postRun, a WR with another remote or local key, whose
+// addresses lie in the kept regions, ends the run: it fails as the long
+// road fails it, writing nothing, and the WR after it is flushed; the
+// Writes before it land.
+func TestFastPathRunStopsAtAnotherKey(t *testing.T) {
+	const size = 64
+	for _, tc := range []struct {
+		name  string
+		other func(wr *verbs.SendWR, src2, tgt2 verbstest.Region)
+		want  verbs.WCStatus
+	}{
+		{"remote", func(wr *verbs.SendWR, _, tgt2 verbstest.Region) { wr.RKey = tgt2.RKey }, verbs.WCRemAccessErr},
+		{"local", func(wr *verbs.SendWR, src2, _ verbstest.Region) { wr.SGList[0].LKey = src2.LKey }, verbs.WCLocProtErr},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := localHarness().NewPair(t, verbstest.PairOptions{})
+			src := newRegion(t, p.A, size, verbs.AccessLocalWrite)
+			src2 := newRegion(t, p.A, size, verbs.AccessLocalWrite)
+			tgt := newRegion(t, p.B, size, verbs.AccessLocalWrite|verbs.RemoteAccess)
+			tgt2 := newRegion(t, p.B, size, verbs.AccessLocalWrite|verbs.RemoteAccess)
+			warmFastPath(t, p, verbs.OpRDMAWrite, src, tgt, 0)
+			fill(t, p.B, tgt, 0, pattern(2, size))
+			fill(t, p.A, src, 0, pattern(3, size))
+			list := make([]verbs.SendWR, 4)
+			for i := range list {
+				list[i] = rdma(uint64(i+1), verbs.OpRDMAWrite, src.SGE(8*i, 8), tgt, 8*i)
+			}
+			tc.other(&list[2], src2, tgt2)
+			if n, err := p.A.PostSend(0, list); n != len(list) || err != nil {
+				t.Fatalf("posted %d of %d: %v", n, len(list), err)
+			}
+			wcs := waitWCs(t, p.A, verbstest.SendCQ, len(list))
+			for i, want := range []verbs.WCStatus{verbs.WCSuccess, verbs.WCSuccess, tc.want, verbs.WCWRFlushErr} {
+				expectWC(t, wcs[i], uint64(i+1), want)
+			}
+			want := pattern(2, size)
+			copy(want[:16], pattern(3, size)[:16])
+			if got := contents(t, p.B, tgt, 0, size); !bytes.Equal(got, want) {
+				t.Errorf("the target holds %x, want %x", got, want)
+			}
+			expectCanaries(t, p.A, src, src2)
+			expectCanaries(t, p.B, tgt, tgt2)
+		})
+	}
+}

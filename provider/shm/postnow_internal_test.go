@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 
@@ -85,21 +86,35 @@ func TestPostNowInlineOutsidePD(t *testing.T) {
 
 // TestPostNowOverrunMidList: a send CQ that overruns in the middle of a
 // list of Writes performed at once moves the QP to the error state; the
-// rest of the list is posted to the failed QP.
+// rest of the list is posted to the failed QP, and none of it is
+// performed: the Writes after the one whose completion overran leave the
+// remote region as it was.
 func TestPostNowOverrunMidList(t *testing.T) {
+	const wrs = 8
 	p := localHarness().NewPair(t, verbstest.PairOptions{CQDepth: 2,
 		Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 4, MaxSendSGE: 2, MaxRecvSGE: 2}})
-	rw := newRegion(t, p.B, 256, verbs.AccessLocalWrite|verbs.RemoteAccess)
-	src := newRegion(t, p.A, 256, verbs.AccessLocalWrite)
-	var wrs []verbs.SendWR
-	for i := range 6 {
-		wrs = append(wrs, rdma(uint64(i), verbs.OpRDMAWrite, src.SGE(i*8, 8), rw, i*8))
+	depth := p.A.SendCQ.CQE()
+	if depth+2 > wrs {
+		t.Fatalf("a CQ of %d leaves no Write of %d after the overrun", depth, wrs)
 	}
-	if n, err := p.A.PostSend(0, wrs); n != len(wrs) || err != nil {
-		t.Fatalf("posted %d of %d: %v", n, len(wrs), err)
+	rw := newRegion(t, p.B, 8*wrs, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	src := newRegion(t, p.A, 8*wrs, verbs.AccessLocalWrite)
+	fill(t, p.A, src, 0, pattern(1, 8*wrs))
+	fill(t, p.B, rw, 0, pattern(2, 8*wrs))
+	var list []verbs.SendWR
+	for i := range wrs {
+		list = append(list, rdma(uint64(i), verbs.OpRDMAWrite, src.SGE(i*8, 8), rw, i*8))
+	}
+	if n, err := p.A.PostSend(0, list); n != len(list) || err != nil {
+		t.Fatalf("posted %d of %d: %v", n, len(list), err)
 	}
 	if st, _ := p.A.QPState(0); st != verbs.QPSErr {
 		t.Fatalf("QP state %v after its CQ overran, want %v", st, verbs.QPSErr)
+	}
+	// WR depth is the one whose completion found the CQ full.
+	after := 8 * (depth + 1)
+	if got, want := contents(t, p.B, rw, after, 8*wrs-after), pattern(2, 8*wrs)[after:]; !bytes.Equal(got, want) {
+		t.Fatalf("the Writes after the overrun wrote %x, want %x left as it was", got, want)
 	}
 }
 

@@ -306,11 +306,24 @@ func (q *qp) postSendLocked(wrs []driver.SendWR, tried bool) (int, error) {
 	i := 0
 	for i < len(wrs) && q.sendsNow() {
 		// postFast, in line: a Send, which it does not take, calls
-		// nothing on its way to postNow.
+		// nothing on its way to postNow. A run of WRs with the kept
+		// keys is performed whole.
 		wr := &wrs[i]
-		fast := int(wr.Opcode) < len(fastOps) && fastOps[wr.Opcode].rneed != 0 &&
-			(!tried && q.postPath(wr) || q.fillFast(wr) && q.postPath(wr))
-		if !fast && !q.postNow(wr) {
+		if int(wr.Opcode) < len(fastOps) && fastOps[wr.Opcode].rneed != 0 {
+			n := 0
+			if !tried {
+				n = q.postRun(wrs[i:])
+			}
+			if n == 0 && q.fillFast(wr) {
+				n = q.postRun(wrs[i:])
+			}
+			if n > 0 {
+				tried = false
+				i += n
+				continue
+			}
+		}
+		if !q.postNow(wr) {
 			break
 		}
 		tried = false

@@ -143,7 +143,8 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 // postNow's, the lookups aside; it reports false, having touched
 // nothing, for any other WR or any check that fails, and postNow takes
 // the WR. PostSend tries postPath alone for a single WR, and
-// postSendLocked all of postFast, in line.
+// postSendLocked all of postFast, in line, taking runs of WRs through
+// postRun.
 
 // fastPath is what postFast keeps of the WRs of one opcode that took it:
 // their local and remote keys, and what those resolved to once every
@@ -277,6 +278,20 @@ func (q *qp) postPath(wr *driver.SendWR) bool {
 		}
 	}
 	return true
+}
+
+// postRun performs wrs, from the first, through postPath as long as it
+// takes them, and reports how many it performed: a run of WRs with the
+// kept keys goes without postSendLocked's work between WRs. It stops at a
+// WR postPath refuses, and after one whose completion overran the send
+// CQ, which failed the QP.
+func (q *qp) postRun(wrs []driver.SendWR) int {
+	for i := range wrs {
+		if q.attr.State != driver.QPSRTS || !q.postPath(&wrs[i]) {
+			return i
+		}
+	}
+	return len(wrs)
 }
 
 // fillFast fills the fastPath of wr's opcode for wr's keys, if wr is one
