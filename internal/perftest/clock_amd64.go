@@ -7,12 +7,16 @@ import (
 
 // useTSC says whether stamp reads the time-stamp counter: where the
 // kernel keeps time with it, which it does only if the TSC is invariant
-// and synchronised across CPUs; and in a virtual machine whose kernel
-// keeps time with an emulated legacy timer (HPET, ACPI PM: under qemu's
-// TCG), where every read of the system clock traps to the emulator and
-// costs microseconds, while the virtual TSC follows the host's. perftest
-// reads the TSC everywhere; toNanos scales the stamps by the monotonic
-// clock over the run, so the TSC's rate need not be known.
+// and synchronised across CPUs; in a virtual machine whose kernel keeps
+// time with a paravirtual clock (KVM's kvm-clock, Hyper-V's TSC page,
+// Xen's), which is the host's TSC scaled, if the TSC is invariant
+// (constant_tsc and nonstop_tsc): a read of such a clock costs 30 ns or
+// more against the TSC's 8; and in one whose kernel keeps time with an
+// emulated legacy timer (HPET, ACPI PM: under qemu's TCG), where every
+// read of the system clock traps to the emulator and costs microseconds,
+// while the virtual TSC follows the host's. perftest reads the TSC
+// everywhere, and so does ucx_perftest; toNanos scales the stamps by the
+// monotonic clock over the run, so the TSC's rate need not be known.
 var useTSC = func() bool {
 	b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")
 	if err != nil {
@@ -21,6 +25,9 @@ var useTSC = func() bool {
 	switch strings.TrimSpace(string(b)) {
 	case "tsc":
 		return true
+	case "kvm-clock", "hyperv_clocksource_tsc_page", "xen":
+		f := cpuFlags()
+		return f["constant_tsc"] && f["nonstop_tsc"]
 	case "hpet", "acpi_pm":
 		f := cpuFlags()
 		return f["hypervisor"] && f["tsc"]
