@@ -8,7 +8,8 @@ import "time"
 // perftest reads the CPU's cycle counter (get_cycles) rather than the
 // system clock, stamp reads the time-stamp counter where the kernel
 // itself keeps time with it (an invariant TSC, synchronised across
-// CPUs): about a third of a vDSO clock_gettime; and in a virtual machine
+// CPUs): about a third of a vDSO clock_gettime; in a virtual machine whose
+// system clock is a paravirtual one made from an invariant TSC; and in one
 // whose system clock is an emulated timer, a read of which costs
 // microseconds (see useTSC). toNanos turns a run's
 // stamps into nanoseconds afterwards, scaled by the monotonic clock over
