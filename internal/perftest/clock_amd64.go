@@ -10,8 +10,9 @@ import (
 // and synchronised across CPUs; in a virtual machine whose kernel keeps
 // time with a paravirtual clock (KVM's kvm-clock, Hyper-V's TSC page,
 // Xen's), which is the host's TSC scaled, if the TSC is invariant
-// (constant_tsc and nonstop_tsc): a read of such a clock costs 30 ns or
-// more against the TSC's 8; and in one whose kernel keeps time with an
+// (constant_tsc and nonstop_tsc) and declared synchronised across CPUs
+// (tsc_reliable): a read of such a clock costs 30 ns or more against the
+// TSC's 8; and in one whose kernel keeps time with an
 // emulated legacy timer (HPET, ACPI PM: under qemu's TCG), where every
 // read of the system clock traps to the emulator and costs microseconds,
 // while the virtual TSC follows the host's. perftest reads the TSC
@@ -26,8 +27,10 @@ var useTSC = func() bool {
 	case "tsc":
 		return true
 	case "kvm-clock", "hyperv_clocksource_tsc_page", "xen":
+		// Invariant, and declared synchronised (tsc_reliable): stamps
+		// taken on two CPUs are comparable.
 		f := cpuFlags()
-		return f["constant_tsc"] && f["nonstop_tsc"]
+		return f["constant_tsc"] && f["nonstop_tsc"] && f["tsc_reliable"]
 	case "hpet", "acpi_pm":
 		f := cpuFlags()
 		return f["hypervisor"] && f["tsc"]

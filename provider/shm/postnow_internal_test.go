@@ -111,7 +111,8 @@ func TestPostNowOverrunMidList(t *testing.T) {
 	if st, _ := p.A.QPState(0); st != verbs.QPSErr {
 		t.Fatalf("QP state %v after its CQ overran, want %v", st, verbs.QPSErr)
 	}
-	// WR depth is the one whose completion found the CQ full.
+	// The CQ holds CQE() completions: WR depth is the one whose
+	// completion found it full.
 	after := 8 * (depth + 1)
 	if got, want := contents(t, p.B, rw, after, 8*wrs-after), pattern(2, 8*wrs)[after:]; !bytes.Equal(got, want) {
 		t.Fatalf("the Writes after the overrun wrote %x, want %x left as it was", got, want)

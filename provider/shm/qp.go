@@ -318,7 +318,10 @@ func (q *qp) postSendLocked(wrs []driver.SendWR, tried bool) (int, error) {
 				n = q.postRun(wrs[i:])
 			}
 			if n > 0 {
-				tried = false
+				// The run stopped at the end of wrs, at a failed QP,
+				// which sendsNow ends the loop at, or at a WR postPath
+				// refused.
+				tried = true
 				i += n
 				continue
 			}
