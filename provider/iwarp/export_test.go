@@ -305,6 +305,18 @@ func SetLeftBackstop(d time.Duration) (restore func()) {
 	return set(&leftBackstop, d)
 }
 
+// ArmLazyTimer sets the lazy timer of q's connection to fire in d, as
+// leftPost sets it to leftBackstop: a test that posted with the backstop
+// far off, to see its post left, then lets the timer send it.
+func ArmLazyTimer(q driver.QP, d time.Duration) {
+	p := q.(*qp)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.live.Load(); c != nil {
+		c.lazyTimer.Reset(d)
+	}
+}
+
 // SendCQHeld is how many completions q's send CQ holds that nobody has
 // polled.
 func SendCQHeld(q driver.QP) int { return int(q.(*qp).sendCQ.Held()) }
