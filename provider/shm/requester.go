@@ -133,7 +133,8 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 }
 
 // postFast is postNow's shortest road, tried first: an RDMA Write, Read
-// or atomic with one SGE, not inline, whose local and remote keys are
+// or atomic with one SGE (inline only if a Write within the QP's inline
+// limit), whose local and remote keys are
 // those of the last WR of its opcode that took it (the connection's
 // fastPath for the opcode), on a connection with nothing to do between
 // WRs (hold: no mapping change to absorb, nothing left for afterWR, the
