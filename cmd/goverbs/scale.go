@@ -31,8 +31,9 @@ one shared CQ, and measures 8-byte RDMA Writes from this side, a window of
   alone        one QP's rate with no other connection open
   idle         the same QP's rate with the other connections open and idle
   round-robin  Writes spread over every connection in turn
-  goroutines   n goroutines each driving its own QP on its own CQ
-               (--goroutines 1,2), their aggregate rate
+  goroutines   n goroutines each driving its own QP on its own CQ,
+               writing a cache line of its own (--goroutines 1,2),
+               their aggregate rate
 
 and what each connection costs on each side: resident memory (VmRSS),
 file descriptors, memory mappings (lines of /proc/self/maps) and
@@ -280,7 +281,7 @@ func openScaleSide(device string, cqe int, access verbs.AccessFlags) (*scaleSide
 	}
 	s := &scaleSide{dev: dev}
 	if s.pd, err = dev.AllocPD(); err == nil {
-		if s.mr, err = s.pd.AllocMR(4096, access); err == nil {
+		if s.mr, err = s.pd.AllocMR(scaleRegion, access); err == nil {
 			s.cq, err = dev.CreateCQ(cqe)
 		}
 	}
@@ -604,7 +605,11 @@ func scaleRun(ctx context.Context, cfg scaleConfig) (res ScaleResult, err error)
 				if err := dial(cq); err != nil {
 					return res, err
 				}
-				own = append(own, scaleWriter{cq: cq, window: cfg.window, target: target, src: s.mr})
+				// Each goroutine writes a cache line of its own, as
+				// independent writers would: on one line, two cores
+				// would measure the line's handoffs between them.
+				off := uint64(len(own)*writerStride) % scaleRegion
+				own = append(own, scaleWriter{cq: cq, window: cfg.window, target: target, src: s.mr, off: off})
 			}
 			rate, err := parallelRate(ctx, own[:g], conns[cfg.conns:cfg.conns+g], cfg.duration)
 			if err != nil {
@@ -686,19 +691,28 @@ func parallelRate(ctx context.Context, ws []scaleWriter, conns []scaleConn, d ti
 }
 
 // scaleWriter keeps a window of signaled 8 B Writes outstanding on one
-// CQ.
+// CQ, from offset off of src to offset off of the target region.
 type scaleWriter struct {
 	cq     *verbs.CQ
 	window int
 	target scaleTarget
 	src    *verbs.MR
+	off    uint64
 }
+
+// scaleRegion is the size of each side's region; writerStride is how far
+// apart the goroutines' Writes lie in it, two cache lines (a processor
+// may fetch lines in adjacent pairs).
+const (
+	scaleRegion  = 4096
+	writerStride = 128
+)
 
 // rate posts Writes over conns in turn, keeping w.window outstanding,
 // for about d, and returns the rate in million Writes per second.
 func (w scaleWriter) rate(ctx context.Context, conns []scaleConn, d time.Duration) (float64, error) {
 	wr := []verbs.SendWR{{Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
-		SGList: []verbs.SGE{w.src.SGE(0, 8)}, RemoteAddr: w.target.addr, RKey: w.target.rkey}}
+		SGList: []verbs.SGE{w.src.SGE(int(w.off), 8)}, RemoteAddr: w.target.addr + w.off, RKey: w.target.rkey}}
 	wc := make([]verbs.WorkCompletion, 16)
 	next := 0
 	post := func() error {
