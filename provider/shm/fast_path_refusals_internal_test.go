@@ -100,13 +100,7 @@ func TestFastPathTakesOnlyItsWRs(t *testing.T) {
 // hold clear, the same WR is performed.
 func TestFastPathRefusesWhileHeld(t *testing.T) {
 	const size = 64
-	p := localHarness().NewPair(t, verbstest.PairOptions{})
-	src := newRegion(t, p.A, size, verbs.AccessLocalWrite)
-	tgt := newRegion(t, p.B, size, verbs.AccessLocalWrite|verbs.RemoteAccess)
-	fill(t, p.A, src, 0, pattern(1, size))
-	fill(t, p.B, tgt, 0, pattern(2, size))
-	warmFastPath(t, p, verbs.OpRDMAWrite, src, tgt, 0)
-	fill(t, p.A, src, 0, pattern(3, size))
+	p, src, tgt := warmWritePair(t, size)
 	before := contents(t, p.B, tgt, 0, size)
 	q := driverQP(p.A.QPs[0])
 	wr := rdma(9, verbs.OpRDMAWrite, src.SGE(0, 8), tgt, 0)
@@ -130,9 +124,7 @@ func TestFastPathRefusesWhileHeld(t *testing.T) {
 			t.Fatalf("a WR refused with hold bit %#x changed the remote region: %x, was %x", bit, after, before)
 		}
 	}
-	q.mu.Lock()
-	took := q.postPath(&wr)
-	q.mu.Unlock()
+	took := tryPostPath(q, &wr)
 	if !took {
 		t.Fatal("postPath refused the WR with hold clear: the test tests nothing")
 	}
@@ -148,13 +140,7 @@ func TestFastPathRefusesWhileHeld(t *testing.T) {
 // PostSend refuses it, touching nothing.
 func TestFastPathTakesInlineWrites(t *testing.T) {
 	const size = 256
-	p := localHarness().NewPair(t, verbstest.PairOptions{})
-	src := newRegion(t, p.A, size, verbs.AccessLocalWrite)
-	tgt := newRegion(t, p.B, size, verbs.AccessLocalWrite|verbs.RemoteAccess)
-	fill(t, p.A, src, 0, pattern(1, size))
-	fill(t, p.B, tgt, 0, pattern(2, size))
-	warmFastPath(t, p, verbs.OpRDMAWrite, src, tgt, 0)
-	fill(t, p.A, src, 0, pattern(3, size))
+	p, src, tgt := warmWritePair(t, size)
 	q := driverQP(p.A.QPs[0])
 	limit := int(q.cap.MaxInlineData)
 	if limit+1 > size {
@@ -162,9 +148,7 @@ func TestFastPathTakesInlineWrites(t *testing.T) {
 	}
 	wr := rdma(9, verbs.OpRDMAWrite, src.SGE(0, limit), tgt, 0)
 	wr.Flags |= verbs.SendInline
-	q.mu.Lock()
-	took := q.postPath(&wr)
-	q.mu.Unlock()
+	took := tryPostPath(q, &wr)
 	if !took {
 		t.Fatal("postPath refused an inline Write of the QP's inline limit with the kept keys")
 	}
@@ -176,9 +160,7 @@ func TestFastPathTakesInlineWrites(t *testing.T) {
 	before := contents(t, p.B, tgt, 0, size)
 	long := rdma(10, verbs.OpRDMAWrite, src.SGE(0, limit+1), tgt, 0)
 	long.Flags |= verbs.SendInline
-	q.mu.Lock()
-	took = q.postPath(&long)
-	q.mu.Unlock()
+	took = tryPostPath(q, &long)
 	if took {
 		t.Fatal("postPath performed an inline Write beyond the QP's inline limit")
 	}
@@ -260,4 +242,28 @@ func TestInlineWritesFillTheFastPath(t *testing.T) {
 	}
 	expectCanaries(t, p.A, src)
 	expectCanaries(t, p.B, tgt)
+}
+
+// warmWritePair makes a pair whose A side has a source region of size
+// bytes, holding pattern 3 (pattern 1 before the warming Writes), and
+// whose B side a target region holding pattern 2 but where the warming
+// Writes wrote, with postFast's road kept for Writes from one to the
+// other (warmFastPath).
+func warmWritePair(t *testing.T, size int) (p *verbstest.Pair, src, tgt verbstest.Region) {
+	t.Helper()
+	p = localHarness().NewPair(t, verbstest.PairOptions{})
+	src = newRegion(t, p.A, size, verbs.AccessLocalWrite)
+	tgt = newRegion(t, p.B, size, verbs.AccessLocalWrite|verbs.RemoteAccess)
+	fill(t, p.A, src, 0, pattern(1, size))
+	fill(t, p.B, tgt, 0, pattern(2, size))
+	warmFastPath(t, p, verbs.OpRDMAWrite, src, tgt, 0)
+	fill(t, p.A, src, 0, pattern(3, size))
+	return p, src, tgt
+}
+
+// tryPostPath calls q.postPath(wr) under q.mu, as PostSend does.
+func tryPostPath(q *qp, wr *verbs.SendWR) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.postPath(wr)
 }
