@@ -13,10 +13,11 @@ import (
 // TestFastPathRechecksWhatItKept: once WRs have taken postFast's road and
 // it keeps their keys' resolution (fastPath), a WR with the same keys
 // still fails, touching nothing, when anything that resolution assumed
-// changed since: the peer QP's state, generation, rights or responder
-// depth (changed by the peer, or written into its header by a lying one),
-// the remote key's slot rewritten, either region deregistered, or a
-// span beyond either region.
+// changed since: the peer QP's state, generation, rights, PD or
+// responder depth (changed through Modify, or written into its header as
+// qp.publish writes it, the grants' versions moved on), the remote key's
+// slot rewritten, either region deregistered, or a span beyond either
+// region.
 func TestFastPathRechecksWhatItKept(t *testing.T) {
 	const size = 64
 	for _, tc := range []struct {
@@ -26,11 +27,17 @@ func TestFastPathRechecksWhatItKept(t *testing.T) {
 		want   verbs.WCStatus
 	}{
 		{"peer QP in Reset", verbs.OpRDMAWrite, func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (verbs.SGE, int) {
-			peerHeader(t, p).state.Store(uint32(driver.QPSReset))
+			peerPublishes(t, p, func(h *ringHeader) { h.state.Store(uint32(driver.QPSReset)) })
 			return src.SGE(0, 8), 0
 		}, verbs.WCWRFlushErr},
 		{"peer QP reset since", verbs.OpRDMAWrite, func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (verbs.SGE, int) {
-			peerHeader(t, p).gen.Add(1)
+			peerPublishes(t, p, func(h *ringHeader) { h.gen.Add(1) })
+			return src.SGE(0, 8), 0
+		}, verbs.WCWRFlushErr},
+		{"peer QP moved to the error state", verbs.OpRDMAWrite, func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (verbs.SGE, int) {
+			if err := p.B.(*verbstest.Local).QPs[0].Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState); err != nil {
+				t.Fatal(err)
+			}
 			return src.SGE(0, 8), 0
 		}, verbs.WCWRFlushErr},
 		{"peer QP without remote writes", verbs.OpRDMAWrite, func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (verbs.SGE, int) {
@@ -40,11 +47,11 @@ func TestFastPathRechecksWhatItKept(t *testing.T) {
 			return src.SGE(0, 8), 0
 		}, verbs.WCRemAccessErr},
 		{"peer QP's PD changed", verbs.OpRDMAWrite, func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (verbs.SGE, int) {
-			peerHeader(t, p).pd.Add(1)
+			peerPublishes(t, p, func(h *ringHeader) { h.pd.Add(1) })
 			return src.SGE(0, 8), 0
 		}, verbs.WCRemAccessErr},
 		{"peer QP without responder depth", verbs.OpRDMARead, func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (verbs.SGE, int) {
-			peerHeader(t, p).attrs.And(^uint32(0xff00))
+			peerPublishes(t, p, func(h *ringHeader) { h.attrs.And(^uint32(0xff00)) })
 			return src.SGE(0, 8), 0
 		}, verbs.WCRemInvReqErr},
 		{"remote region deregistered", verbs.OpRDMAWrite, func(t *testing.T, p *verbstest.Pair, src, tgt verbstest.Region) (verbs.SGE, int) {
@@ -111,6 +118,18 @@ func TestFastPathRechecksWhatItKept(t *testing.T) {
 			}
 		})
 	}
+}
+
+// peerPublishes applies change to the header of B's QP as A's connection
+// maps it, and moves the versions of B's grants on, as B's qp.publish
+// does when it writes its header.
+func peerPublishes(t *testing.T, p *verbstest.Pair, change func(*ringHeader)) {
+	t.Helper()
+	change(peerHeader(t, p))
+	b := driverQP(p.B.(*verbstest.Local).QPs[0])
+	b.grantMu.Lock()
+	b.grants.touch()
+	b.grantMu.Unlock()
 }
 
 // peerHeader is the header of B's QP as A's connection maps it, which a

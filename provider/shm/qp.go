@@ -142,7 +142,8 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 	return q, nil
 }
 
-// publish writes the responder's view of the QP into its shared block.
+// publish writes the responder's view of the QP into its shared block,
+// and moves on the versions of its grants (keyTable.touch).
 func (q *qp) publish() {
 	if q.destroyed {
 		q.postState.Store(stateDestroyed)
@@ -153,6 +154,11 @@ func (q *qp) publish() {
 	q.hdr.attrs.Store(uint32(q.attr.MinRNRTimer) | uint32(q.attr.MaxDestRdAtomic)<<8)
 	q.hdr.pd.Store(q.pd.id)
 	q.hdr.state.Store(uint32(q.attr.State))
+	// The peer's fastPaths read the grants' versions, not the header:
+	// the header changed, so do the versions.
+	q.grantMu.Lock()
+	q.grants.touch()
+	q.grantMu.Unlock()
 	q.noteAccess()
 }
 

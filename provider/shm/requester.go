@@ -151,12 +151,17 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 // their local and remote keys, and what those resolved to once every
 // check that does not depend on a WR's addresses and length passed. A
 // WR with the same keys is checked against it: the local region still
-// registered, the remote key's slot in the peer's key table at the same
-// version, the peer QP's header as it was (its state, rights, responder
-// depth, PD and gen: any change, and the WR takes the long road, which
-// checks them again), and the WR's spans in the two regions. It is
-// guarded by q.mu, and forgotten with the rest of the key cache whenever
-// a mapping goes (absorb, revocations, close): remote points into one.
+// registered, the remote key's slot in the peer's grant table at the same
+// version, and the WR's spans in the two regions. The peer QP's header
+// (its state, rights, responder depth, PD and gen) is not read again:
+// the peer moves its grants' versions on whenever it changes its header
+// (qp.publish, keyTable.touch), so that a WR after the change takes the
+// long road, which checks them again. This keeps one page of the peer's
+// per WR, not two: a requester going round many QPs misses the TLB on
+// each. (A peer that changes its header and not the versions lets WRs
+// into no memory but what its grants name.) It is guarded by q.mu, and
+// forgotten with the rest of the key cache whenever a mapping goes
+// (absorb, revocations, close): remote points into one.
 type fastPath struct {
 	mr         *mr    // the local region (nil: none, and llen is 0)
 	lkey, rkey uint32 // the WRs' keys
@@ -171,8 +176,6 @@ type fastPath struct {
 	raddr, rlen uint64
 	slot        *keySlot // the remote key's slot, at version ver
 	ver         uint32
-	gen         uint32    // the peer QP's gen when it connected
-	hdr         [2]uint64 // the peer QP header's words as checked (ringHeader.qpWords)
 }
 
 // postPath performs wr through the fastPath of its opcode, if wr has its
@@ -208,17 +211,6 @@ func (q *qp) postPath(wr *driver.SendWR) bool {
 		return false // the connection holds WRs, or the region was deregistered
 	}
 	// One test at a time: each compiles to a compare and a branch.
-	h := c.peerHdr
-	w0, w1 := h.qpWords()
-	if w0 != t.hdr[0] {
-		return false
-	}
-	if w1 != t.hdr[1] {
-		return false
-	}
-	if h.gen.Load() != t.gen {
-		return false
-	}
 	if t.slot.ver.Load() != t.ver {
 		return false
 	}
@@ -314,16 +306,19 @@ func (q *qp) fillFast(wr *driver.SendWR) bool {
 	if m.key != g.LKey || m.access&f.need != f.need || m.ext.Revoked() || c.hold.Load() != 0 {
 		return false
 	}
+	// The slot's version first (cachedFast), then the header: the peer
+	// writes its header before it moves the versions on (qp.publish),
+	// so a header read here is at least as new as the version kept.
+	e := c.cachedFast(wr.RKey, f.rneed != driver.AccessRemoteRead)
+	if e == nil || len(e.fastWin) == 0 {
+		return false
+	}
 	h := c.peerHdr // peerUp (ended is in hold), peerReads and allows
 	w0, w1 := h.qpWords()
 	var v [4]uint32 // the four fields, as they lie in the words
 	*(*[2]uint64)(unsafe.Pointer(&v)) = [2]uint64{w0, w1}
 	state, access, attrs, pd := v[0], v[1], v[2], v[3]
 	if !accepts(driver.QPState(state)) || h.gen.Load() != c.peerGen || f.need != 0 && attrs>>8&0xff == 0 {
-		return false
-	}
-	e := c.cachedFast(wr.RKey, f.rneed != driver.AccessRemoteRead)
-	if e == nil || len(e.fastWin) == 0 {
 		return false
 	}
 	if e.k.access&(driver.AccessFlags(access)|^driver.RemoteAccess)&f.rneed != f.rneed || e.k.pd != pd {
@@ -336,7 +331,7 @@ func (q *qp) fillFast(wr *driver.SendWR) bool {
 	c.kc.fast[wr.Opcode] = fastPath{mr: m, lkey: m.key, rkey: e.k.key,
 		local: unsafe.Pointer(unsafe.SliceData(m.buf)), laddr: m.addr, llen: min(uint64(len(m.buf)), deviceAttr.MaxMsgSize),
 		remote: remote, raddr: e.k.addr, rlen: uint64(len(e.fastWin)),
-		slot: e.slot, ver: e.k.ver, gen: c.peerGen, hdr: [2]uint64{w0, w1}}
+		slot: e.slot, ver: e.k.ver}
 	return true
 }
 
