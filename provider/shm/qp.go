@@ -26,10 +26,8 @@ type qp struct {
 	pd      *pd
 	num     uint32
 	userCtx any
-	sendCQ  *cq
 	recvCQ  *cq
 	srq     *srq
-	cap     driver.QPCap
 	block   *segment
 	hdr     *ringHeader
 	// grants is the key table the QP's peer reads: only the keys it
@@ -75,6 +73,8 @@ type qp struct {
 	sq        *swq.Queue
 	conn      *conn // the connection, set on the move to RTR
 	lastMR    *mr   // what the last local key a WR named resolved to (localSpan), or nil
+	sendCQ    *cq
+	cap       driver.QPCap
 	destroyed bool
 	rnr       swq.RNR
 	pending   *conn       // a connection cm is setting up

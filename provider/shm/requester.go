@@ -598,11 +598,12 @@ func (e *keyEntry) span(addr, n uint64) ([]byte, bool) {
 // re-registration change it). An entry holds the segment the key maps
 // to; absorb, which unmaps segments, forgets every entry. Guarded by q.mu.
 type keyCache struct {
+	// fast: postFast's resolved keys, by opcode, which the entries'
+	// mappings outlive only as long as they are cached. First, on the
+	// lines after conn.hold, which postFast reads with it.
+	fast [len(fastOps)]fastPath
 	e    [2]keyEntry // cachedFast looks at both
 	next int         // the entry to replace
-	// fast: postFast's resolved keys, by opcode, which the entries'
-	// mappings outlive only as long as they are cached.
-	fast [len(fastOps)]fastPath
 }
 
 // keyEntry is one resolved key: the key slot as read, and the peer's
