@@ -184,8 +184,8 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 	}
 	c := &conn{q: q, sock: sock, pid: pid, remote: h.param(),
 		segs: map[uint32]*segment{}, segRW: map[uint32]bool{},
-		segNote: make(chan struct{}, 1), keyAck: make(chan [2]uint32, 1), invAck: make(chan [2]uint32, 1), events: make(chan ctrl, 16), done: make(chan struct{}), gone: make(chan struct{}), revokeAck: make(chan uint32, 1)}
-	c.hold.Store(holdUnsettled)
+		segNote: make(chan struct{}, 1), keyAck: make(chan [2]uint32, 1), invAck: make(chan [2]uint32, 1), events: make(chan ctrl, 16), done: make(chan struct{}), gone: make(chan struct{}), revokeAck: make(chan uint32, 1), hot: new(connHot)}
+	c.hot.hold.Store(holdUnsettled)
 	fail := func(err error) (*conn, error) {
 		for _, s := range []*segment{c.peerBlock, c.cqSeg, c.keySeg, c.srqSeg} {
 			if s != nil {
@@ -472,7 +472,7 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 			q.pending = nil
 		}
 		if q.conn == c {
-			q.conn = nil
+			q.setConn(nil)
 			q.toErr()
 		}
 		c.q.mu.Unlock()
@@ -613,7 +613,7 @@ func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.C
 			q.pending = nil
 		}
 		if q.conn == c {
-			q.conn = nil
+			q.setConn(nil)
 			q.toErr()
 		}
 		q.mu.Unlock()

@@ -61,23 +61,13 @@ func (m *ctrl) b() uint32  { return binary.LittleEndian.Uint32(m[8:]) }
 // conn is one QP's connection to its peer: the peer's shared structures
 // mapped here, and the control socket.
 type conn struct {
-	// The fields every WR reads (postFast), first and together: with a
-	// thousand connections used in turn, each line of a connection a WR
-	// touches is a cache miss, and these take three lines (the struct's
-	// size class keeps it 64-byte aligned).
+	// hot: what postPath reads of the connection, in an object of its
+	// own (qp.hot points at it too).
+	hot     *connHot
 	peerHdr *ringHeader // the peer QP's header: state, access, attributes
 	keys    *keyTable   // the peer's grant table for this connection (keySeg)
 	peerGen uint32      // the peer QP's gen when it connected: a later one is another connection's
 	ended   atomic.Bool // done is closed
-	// hold is zero while nothing stands between two WRs of the
-	// requester: it has one bit (hold*) for each thing that postFast
-	// would otherwise test on its own. Each bit is set by setHold after
-	// the state it stands for, and cleared by whoever deals with that
-	// state before it looks at the state, so that a bit is never clear
-	// while its state wants dealing with (a bit left set for a state
-	// already dealt with costs one WR on the long road, which clears
-	// it).
-	hold atomic.Uint32
 	// revokeWant: the peer's msgRevoke waiting for an answer (0: none),
 	// given by whoever sees first that no WR is under way (answerRevoke).
 	revokeWant atomic.Uint32
@@ -183,12 +173,41 @@ const (
 	holdEnded                 // ended is set
 )
 
+// connHot is what postPath reads of a connection: its hold word and its
+// fastPaths, a few lines in an object of their own. A requester going
+// round a thousand connections misses the TLB on each page of a
+// connection's that a WR touches; the connections' connHots, small and
+// made one after another, share pages, where a conn (2 KiB) fills one
+// of its own.
+type connHot struct {
+	// hold is zero while nothing stands between two WRs of the
+	// requester: it has one bit (hold*) for each thing that postFast
+	// would otherwise test on its own. Each bit is set by setHold after
+	// the state it stands for, and cleared by whoever deals with that
+	// state before it looks at the state, so that a bit is never clear
+	// while its state wants dealing with (a bit left set for a state
+	// already dealt with costs one WR on the long road, which clears
+	// it).
+	hold atomic.Uint32
+	// fast: postFast's resolved keys, by opcode, which the key cache's
+	// mappings outlive only as long as they are cached (forgetKeys
+	// forgets both). Guarded by q.mu.
+	fast [len(fastOps)]fastPath
+}
+
+// forgetKeys empties the key cache and the fastPaths, which point into
+// its mappings. q.mu is held.
+func (c *conn) forgetKeys() {
+	c.kc = keyCache{}
+	c.hot.fast = [len(fastOps)]fastPath{}
+}
+
 // setHold sets bits of c.hold, once the state they stand for is set.
-func (c *conn) setHold(bits uint32) { c.hold.Or(bits) }
+func (c *conn) setHold(bits uint32) { c.hot.hold.Or(bits) }
 
 // clearHold clears bits of c.hold and reports which of them were set;
 // the caller then deals with the state they stand for.
-func (c *conn) clearHold(bits uint32) uint32 { return c.hold.And(^bits) & bits }
+func (c *conn) clearHold(bits uint32) uint32 { return c.hot.hold.And(^bits) & bits }
 
 // maxArrivals bounds the segments received and not yet absorbed by the
 // requester.
@@ -453,7 +472,7 @@ func (c *conn) close() {
 		c.finish()
 		c.q.mu.Lock()
 		c.absorb()
-		c.kc = keyCache{}
+		c.forgetKeys()
 		for id, s := range c.segs {
 			c.retire(id, s)
 		}

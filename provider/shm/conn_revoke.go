@@ -40,7 +40,7 @@ func (c *conn) awaitRevokeAnswer() {
 func (c *conn) answerRevoke() {
 	c.clearHold(holdRevoke)
 	if seq := c.revokeWant.Swap(0); seq != 0 {
-		c.kc = keyCache{}
+		c.forgetKeys()
 		c.sendCtrl(msgRevoked, seq, 0)
 	}
 }

@@ -68,10 +68,10 @@ func (c *conn) pushShareable() {
 
 // absorb applies the segments the peer sent or freed; q.mu is held.
 func (c *conn) absorb() {
-	if c.hold.Load()&holdDirty == 0 || c.clearHold(holdDirty) == 0 {
+	if c.hot.hold.Load()&holdDirty == 0 || c.clearHold(holdDirty) == 0 {
 		return
 	}
-	c.kc = keyCache{}
+	c.forgetKeys()
 	c.arriveMu.Lock()
 	arrivals, overflow := c.arrivals, c.overflow
 	c.arrivals, c.overflow = nil, false

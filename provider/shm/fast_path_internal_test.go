@@ -165,5 +165,5 @@ func fastPathKept(p *verbstest.Pair, op verbs.Opcode) bool {
 	q := driverQP(p.A.QPs[0])
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.conn != nil && q.conn.kc.fast[op].mr != nil
+	return q.conn != nil && q.conn.hot.fast[op].mr != nil
 }

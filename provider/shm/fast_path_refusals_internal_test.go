@@ -107,7 +107,7 @@ func TestFastPathRefusesWhileHeld(t *testing.T) {
 	for _, bit := range []uint32{holdUnsettled, holdDirty, holdRetired, holdSegWait, holdRevoke, holdEnded} {
 		q.mu.Lock()
 		c := q.conn
-		set := c.hold.Load()&bit == 0
+		set := c.hot.hold.Load()&bit == 0
 		c.setHold(bit)
 		took := q.postPath(&wr)
 		if set {

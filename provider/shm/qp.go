@@ -71,8 +71,9 @@ type qp struct {
 	mu        spin.Lock
 	attr      driver.QPAttr
 	sq        *swq.Queue
-	conn      *conn // the connection, set on the move to RTR
-	lastMR    *mr   // what the last local key a WR named resolved to (localSpan), or nil
+	conn      *conn    // the connection, set on the move to RTR (setConn)
+	hot       *connHot // conn's hot, or nil
+	lastMR    *mr      // what the last local key a WR named resolved to (localSpan), or nil
 	sendCQ    *cq
 	cap       driver.QPCap
 	destroyed bool
@@ -186,7 +187,16 @@ func (q *qp) EnterReset() { q.reset() }
 // peer's requests.
 func (q *qp) EnterRTR() {
 	if q.pending != nil {
-		q.conn, q.pending = q.pending, nil
+		q.setConn(q.pending)
+		q.pending = nil
+	}
+}
+
+// setConn makes c (or none, if nil) the QP's connection. q.mu is held.
+func (q *qp) setConn(c *conn) {
+	q.conn, q.hot = c, nil
+	if c != nil {
+		q.hot = c.hot
 	}
 }
 
@@ -218,7 +228,7 @@ func (q *qp) reset() {
 		// goroutines, which may wait for q.mu: close it without holding
 		// it up.
 		q.publish()
-		q.conn = nil
+		q.setConn(nil)
 		go c.close()
 	}
 	q.renewShared()
@@ -440,7 +450,7 @@ func (q *qp) Destroy() error {
 	q.destroyed = true
 	q.rnr.Stop()
 	c := q.conn
-	q.conn = nil
+	q.setConn(nil)
 	q.attr.State = driver.QPSErr
 	q.publish()
 	q.mu.Unlock()

@@ -181,15 +181,15 @@ type fastPath struct {
 // postPath performs wr through the fastPath of its opcode, if wr has its
 // keys and checks out; it reports false, having touched nothing, if not.
 func (q *qp) postPath(wr *driver.SendWR) bool {
-	c := q.conn
+	c := q.hot // the connection's, read without reading the conn
 	if c == nil {
 		return false
 	}
 	op := wr.Opcode // wr is read after q: no test of wr for nil of its own
-	if int(op) >= len(c.kc.fast) || len(wr.SGList) != 1 {
+	if int(op) >= len(c.fast) || len(wr.SGList) != 1 {
 		return false
 	}
-	t, g := &c.kc.fast[op], &wr.SGList[0]
+	t, g := &c.fast[op], &wr.SGList[0]
 	if t.lkey != g.LKey || t.rkey != wr.RKey {
 		return false
 	}
@@ -303,7 +303,7 @@ func (q *qp) fillFast(wr *driver.SendWR) bool {
 		return false
 	}
 	g := &sgl[0]
-	if m.key != g.LKey || m.access&f.need != f.need || m.ext.Revoked() || c.hold.Load() != 0 {
+	if m.key != g.LKey || m.access&f.need != f.need || m.ext.Revoked() || c.hot.hold.Load() != 0 {
 		return false
 	}
 	// The slot's version first (cachedFast), then the header: the peer
@@ -328,7 +328,7 @@ func (q *qp) fillFast(wr *driver.SendWR) bool {
 	if f.rneed == driver.AccessRemoteAtomic && uint64(uintptr(remote))%8 != e.k.addr%8 {
 		return false
 	}
-	c.kc.fast[wr.Opcode] = fastPath{mr: m, lkey: m.key, rkey: e.k.key,
+	c.hot.fast[wr.Opcode] = fastPath{mr: m, lkey: m.key, rkey: e.k.key,
 		local: unsafe.Pointer(unsafe.SliceData(m.buf)), laddr: m.addr, llen: min(uint64(len(m.buf)), deviceAttr.MaxMsgSize),
 		remote: remote, raddr: e.k.addr, rlen: uint64(len(e.fastWin)),
 		slot: e.slot, ver: e.k.ver}
@@ -401,12 +401,12 @@ func (q *qp) afterWR() {
 
 // leftovers reports whether the WR just executed left work for afterWR.
 func (c *conn) leftovers() bool {
-	return c.hold.Load()&(holdRetired|holdSegWait|holdRevoke) != 0
+	return c.hot.hold.Load()&(holdRetired|holdSegWait|holdRevoke) != 0
 }
 
 // afterWR is qp.afterWR when there is something to do.
 func (c *conn) afterWR() {
-	h := c.hold.Load()
+	h := c.hot.hold.Load()
 	if h&holdRetired != 0 {
 		c.closeRetired()
 	}
@@ -537,7 +537,7 @@ type remote struct {
 // t. (t is filled in place: a returned struct read back with wider loads
 // than it was stored with stalls the CPU.)
 func (c *conn) target(t *remote, key uint32, addr, n uint64, need driver.AccessFlags, write bool) bool {
-	if c.hold.Load()&holdDirty != 0 {
+	if c.hot.hold.Load()&holdDirty != 0 {
 		c.absorb() // the mappings change: this forgets the cached keys
 	}
 	e := c.cached(key, write)
@@ -598,10 +598,6 @@ func (e *keyEntry) span(addr, n uint64) ([]byte, bool) {
 // re-registration change it). An entry holds the segment the key maps
 // to; absorb, which unmaps segments, forgets every entry. Guarded by q.mu.
 type keyCache struct {
-	// fast: postFast's resolved keys, by opcode, which the entries'
-	// mappings outlive only as long as they are cached. First, on the
-	// lines after conn.hold, which postFast reads with it.
-	fast [len(fastOps)]fastPath
 	e    [2]keyEntry // cachedFast looks at both
 	next int         // the entry to replace
 }
