@@ -165,5 +165,46 @@ func fastPathKept(p *verbstest.Pair, op verbs.Opcode) bool {
 	q := driverQP(p.A.QPs[0])
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.conn != nil && q.conn.hot.fast[op].mr != nil
+	// What postPath reads: the QP's pointer to its connection's hot part.
+	return q.conn != nil && q.hot == q.conn.hot && q.hot.fast[op].mr != nil
+}
+
+// TestPeerQPMovesMoveTheKeptVersion: every move of B's QP that changes
+// its shared header — to the error state, to SQD, to Reset, a change of
+// its rights, its destruction — moves on the version of the grant slot
+// that A's fastPath kept, so that A's next WR checks B's QP again
+// (postPath reads the version, not the header).
+func TestPeerQPMovesMoveTheKeptVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		move func(q *verbs.QP) error
+	}{
+		{"error state", func(q *verbs.QP) error { return q.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState) }},
+		{"SQD", func(q *verbs.QP) error { return q.Modify(&verbs.QPAttr{State: verbs.QPSSQD}, verbs.QPAttrState) }},
+		{"Reset", func(q *verbs.QP) error { return q.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.QPAttrState) }},
+		{"rights", func(q *verbs.QP) error {
+			return q.Modify(&verbs.QPAttr{AccessFlags: verbs.AccessLocalWrite | verbs.RemoteAccess &^ verbs.AccessRemoteAtomic}, verbs.QPAttrAccessFlags)
+		}},
+		{"destroyed", func(q *verbs.QP) error { return q.Destroy() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := localHarness().NewPair(t, verbstest.PairOptions{})
+			src := newRegion(t, p.A, 64, verbs.AccessLocalWrite)
+			tgt := newRegion(t, p.B, 64, verbs.AccessLocalWrite|verbs.RemoteAccess)
+			warmFastPath(t, p, verbs.OpRDMAWrite, src, tgt, 0)
+			a := driverQP(p.A.QPs[0])
+			a.mu.Lock()
+			fp := a.hot.fast[verbs.OpRDMAWrite]
+			a.mu.Unlock()
+			if fp.slot.ver.Load() != fp.ver {
+				t.Fatal("the kept version moved before B's QP did")
+			}
+			if err := tc.move(p.B.(*verbstest.Local).QPs[0]); err != nil {
+				t.Fatal(err)
+			}
+			if fp.slot.ver.Load() == fp.ver {
+				t.Error("B's QP moved, and the version A's fastPath kept did not: A's next WR would not check B's QP again")
+			}
+		})
+	}
 }
