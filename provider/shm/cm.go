@@ -87,7 +87,7 @@ func (h hello) valid() bool {
 }
 
 // makeHello builds a handshake message for q and returns it with the fds
-// to send. The last descriptor is the peer's notifier, which the caller closes
+// to send (helloFDs, then the peer's notifier), which the caller closes
 // once the hello is sent.
 func makeHello(typ uint8, q *qp, p driver.ConnParam) (hello, []int, error) {
 	h := make(hello, helloHeader+len(p.PrivateData))
@@ -102,18 +102,46 @@ func makeHello(typ uint8, q *qp, p driver.ConnParam) (hello, []int, error) {
 	h[36], h[37], h[38], h[39], h[40] = p.ResponderResources, p.InitiatorDepth, p.RetryCount, p.RNRRetryCount, uint8(p.MinRNRTimer)
 	binary.LittleEndian.PutUint16(h[44:], uint16(len(p.PrivateData)))
 	copy(h[helloHeader:], p.PrivateData)
-	fds := []int{q.block.fd, q.recvCQ.seg.fd, q.grantsRO}
 	if q.srq != nil {
 		h[7] |= 1
 		binary.LittleEndian.PutUint32(h[28:], uint32(q.srq.n))
 		binary.LittleEndian.PutUint32(h[32:], q.srq.maxSGE)
-		fds = append(fds, q.srq.seg.fd)
 	}
-	peer, err := q.recvCQ.event.peerSocket()
+	fds, err := q.helloFDs()
 	if err != nil {
 		return nil, nil, err
 	}
+	peer, err := q.recvCQ.event.peerSocket()
+	if err != nil {
+		closeFDs(fds)
+		return nil, nil, err
+	}
 	return h, append(fds, peer), nil
+}
+
+// helloFDs returns duplicates of the descriptors a handshake hands the
+// peer: the QP's block, its receive CQ's segment, its grant table
+// (read-only) and its SRQ's segment, if it has one. The block and the
+// grant table are read under q.mu, as a Reset swaps them, so that they
+// belong together; duplicated, none of them is closed by a Reset before
+// it is sent. The caller closes them.
+func (q *qp) helloFDs() ([]int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	own := []int{q.block.fd, q.recvCQ.seg.fd, q.grantsRO}
+	if q.srq != nil {
+		own = append(own, q.srq.seg.fd)
+	}
+	fds := make([]int, 0, len(own)+1)
+	for _, fd := range own {
+		d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			closeFDs(fds)
+			return nil, fmt.Errorf("shm: duplicate a descriptor for the handshake (the process may be out of descriptors): %w", err)
+		}
+		fds = append(fds, d)
+	}
+	return fds, nil
 }
 
 // readHello reads a handshake message (or a rejection) and its fds,
@@ -491,7 +519,7 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 		return fail(err)
 	}
 	_, _, err = r.sock.WriteMsgUnix(h, unix.UnixRights(fds...), nil)
-	unix.Close(fds[len(fds)-1])
+	closeFDs(fds)
 	if err != nil {
 		return fail(err)
 	}
@@ -565,7 +593,7 @@ func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.C
 		return nil, err
 	}
 	_, _, err = sock.WriteMsgUnix(h, unix.UnixRights(fds...), nil)
-	unix.Close(fds[len(fds)-1])
+	closeFDs(fds)
 	if err != nil {
 		// A listener that turns this user away answers and closes at
 		// once, perhaps before the request is sent: report its answer,
