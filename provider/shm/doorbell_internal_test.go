@@ -53,7 +53,7 @@ func TestRecvBellsQueueAndSweep(t *testing.T) {
 	mem := make([]byte, cqSegSize)
 	d := viewDoorbells(mem)
 	// QPs 0 and 3 share a bell (numbers bellBits apart).
-	qps := []*qp{{num: 7}, {num: 8}, {num: 9}, {num: 7 + bellBits}}
+	qps := []*qp{{qpCold: &qpCold{num: 7}}, {qpCold: &qpCold{num: 8}}, {qpCold: &qpCold{num: 9}}, {qpCold: &qpCold{num: 7 + bellBits}}}
 	var r recvBells
 	r.reset(qps)
 	var popped []int32

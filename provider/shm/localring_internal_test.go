@@ -16,7 +16,7 @@ import (
 // each QP's order. (Under -race, two producers filling one slot race.)
 func TestLocalRingSecondSender(t *testing.T) {
 	c := &cq{local: newLocalRing(64)}
-	q1, q2 := &qp{}, &qp{}
+	q1, q2 := &qp{qpCold: &qpCold{}}, &qp{qpCold: &qpCold{}}
 	c.addSender(q1)
 	const per = 20000
 	produce := func(q *qp, base uint64) {
@@ -71,7 +71,7 @@ func TestLocalRingSecondSender(t *testing.T) {
 // came, in every slot of the ring.
 func TestLocalRingQPNumbers(t *testing.T) {
 	c := &cq{local: newLocalRing(4)}
-	q1, q2 := &qp{num: 0x101}, &qp{num: 0x202}
+	q1, q2 := &qp{qpCold: &qpCold{num: 0x101}}, &qp{qpCold: &qpCold{num: 0x202}}
 	c.addSender(q1)
 	var wc driver.WorkCompletion
 	take := func(want *qp) {

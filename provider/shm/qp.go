@@ -21,6 +21,30 @@ var qpNums = soft.QPNumbers{Base: 0x100}
 // is shared with the peer, whose Sends consume the receives and complete
 // them there (qpshared.go).
 type qp struct {
+	// The fields every WR reads, in a struct of their own, small: a
+	// requester going round a thousand QPs misses the TLB on each page of
+	// a QP's that a WR touches, and these QPs share pages. The rest,
+	// qpCold, is read through the pointer.
+	//
+	// mu guards attr, conn, hot, lastMR and destroyed, what sq holds,
+	// and qpCold's fields from rnr on; sendCQ and cap never change. It
+	// is a spin lock, since PostSend takes it on every call: hold it
+	// only briefly. (A holder that blocks — a control message to a peer
+	// whose socket is full — makes waiters nap until it lets go.)
+	mu        spin.Lock
+	attr      driver.QPAttr
+	sq        *swq.Queue
+	conn      *conn    // the connection, set on the move to RTR (setConn)
+	hot       *connHot // conn's hot, or nil
+	lastMR    *mr      // what the last local key a WR named resolved to (localSpan), or nil
+	sendCQ    *cq
+	cap       driver.QPCap
+	destroyed bool
+	*qpCold
+}
+
+// qpCold is the part of a qp that a WR on postFast's road does not read.
+type qpCold struct {
 	soft.QP // Num, Query, Modify
 	ctx     *devCtx
 	pd      *pd
@@ -62,25 +86,11 @@ type qp struct {
 	// which bound what its peer is granted (peerRights).
 	peerAccess atomic.Uint32
 
-	// mu guards what follows. It is a spin lock, since PostSend takes
-	// it on every call: hold it only briefly. (A holder that blocks —
-	// a control message to a peer whose socket is full — makes waiters
-	// nap until it lets go.) The fields every WR reads come first, on
-	// as few cache lines as they fit: a WR of a requester going round many
-	// QPs misses the cache on each line of its QP it touches.
-	mu        spin.Lock
-	attr      driver.QPAttr
-	sq        *swq.Queue
-	conn      *conn    // the connection, set on the move to RTR (setConn)
-	hot       *connHot // conn's hot, or nil
-	lastMR    *mr      // what the last local key a WR named resolved to (localSpan), or nil
-	sendCQ    *cq
-	cap       driver.QPCap
-	destroyed bool
-	rnr       swq.RNR
-	pending   *conn       // a connection cm is setting up
-	result    [8]byte     // an atomic's result on its way to the local buffer
-	local     sglist.List // the local side of the WR being executed
+	// Guarded by qp.mu.
+	rnr     swq.RNR
+	pending *conn       // a connection cm is setting up
+	result  [8]byte     // an atomic's result on its way to the local buffer
+	local   sglist.List // the local side of the WR being executed
 	// resets counts the moves to Reset, in this process's memory (the
 	// shared header's gen is the peer's to write too).
 	resets uint64
@@ -111,8 +121,8 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 		return nil, errSRQFailed
 	}
 	c := a.Cap
-	q := &qp{ctx: p.ctx, pd: p, userCtx: a.UserCtx, sendCQ: scq, recvCQ: rcq, srq: s, cap: c,
-		num: qpNums.Next(), sq: swq.New(c, a.SigAll)}
+	q := &qp{sendCQ: scq, cap: c, sq: swq.New(c, a.SigAll),
+		qpCold: &qpCold{ctx: p.ctx, pd: p, userCtx: a.UserCtx, recvCQ: rcq, srq: s, num: qpNums.Next()}}
 	q.rnr.Init(q.rnrExpired)
 	q.sq.MW = true // memory windows: mw.go
 	q.rqN = 1
