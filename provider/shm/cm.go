@@ -124,10 +124,14 @@ func makeHello(typ uint8, q *qp, p driver.ConnParam) (hello, []int, error) {
 // (read-only) and its SRQ's segment, if it has one. The block and the
 // grant table are read under q.mu, as a Reset swaps them, so that they
 // belong together; duplicated, none of them is closed by a Reset before
-// it is sent. The caller closes them.
+// it is sent. A QP destroyed (under q.mu, before any of them is closed)
+// has none to send: ErrClosed. The caller closes them.
 func (q *qp) helloFDs() ([]int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.destroyed {
+		return nil, driver.ErrClosed
+	}
 	own := []int{q.block.fd, q.recvCQ.seg.fd, q.grantsRO}
 	if q.srq != nil {
 		own = append(own, q.srq.seg.fd)
@@ -137,7 +141,7 @@ func (q *qp) helloFDs() ([]int, error) {
 		d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
 			closeFDs(fds)
-			return nil, fmt.Errorf("shm: duplicate a descriptor for the handshake (the process may be out of descriptors): %w", err)
+			return nil, fmt.Errorf("shm: duplicate a descriptor for the handshake: %w", err)
 		}
 		fds = append(fds, d)
 	}

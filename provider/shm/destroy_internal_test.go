@@ -1,11 +1,13 @@
 package shm
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/goverbs/goverbs/verbs"
+	"github.com/goverbs/goverbs/verbs/driver"
 	"github.com/goverbs/goverbs/verbs/verbstest"
 )
 
@@ -48,5 +50,32 @@ func TestPostRecvRacingDestroy(t *testing.T) {
 			t.Fatal(err)
 		}
 		wg.Wait()
+	}
+}
+
+// TestHandshakeOfDestroyedQPSendsNothing: a QP destroyed while cm makes
+// its handshake (Dial, or Accept after the move to RTR) has no
+// descriptors to hand the peer: makeHello fails with ErrClosed rather
+// than send descriptor numbers its Destroy closed, which the process may
+// have reused for other files since.
+func TestHandshakeOfDestroyedQPSendsNothing(t *testing.T) {
+	p := localHarness().NewPair(t, verbstest.PairOptions{})
+	q, err := p.A.PD.CreateQP(verbs.QPInitAttr{SendCQ: p.A.SendCQ, RecvCQ: p.A.RecvCQ,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dq := driverQP(q)
+	h, fds, err := makeHello(msgReq, dq, driver.ConnParam{})
+	if err != nil || h == nil {
+		t.Fatalf("the handshake of a live QP: %v", err)
+	}
+	closeFDs(fds)
+	if err := q.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if _, fds, err := makeHello(msgReq, dq, driver.ConnParam{}); !errors.Is(err, driver.ErrClosed) || fds != nil {
+		closeFDs(fds)
+		t.Fatalf("the handshake of a destroyed QP: %d descriptors, error %v; want none, ErrClosed", len(fds), err)
 	}
 }

@@ -27,10 +27,10 @@ type qp struct {
 	// qpCold, is read through the pointer.
 	//
 	// mu guards attr, conn, hot, lastMR and destroyed, what sq holds,
-	// and qpCold's fields from rnr on; sendCQ and cap never change. It
-	// is a spin lock, since PostSend takes it on every call: hold it
-	// only briefly. (A holder that blocks — a control message to a peer
-	// whose socket is full — makes waiters nap until it lets go.)
+	// and those of qpCold's fields that say so; sendCQ and cap never
+	// change. It is a spin lock, since PostSend takes it on every call:
+	// hold it only briefly. (A holder that blocks — a control message to
+	// a peer whose socket is full — makes waiters nap until it lets go.)
 	mu        spin.Lock
 	attr      driver.QPAttr
 	sq        *swq.Queue
@@ -86,7 +86,7 @@ type qpCold struct {
 	// which bound what its peer is granted (peerRights).
 	peerAccess atomic.Uint32
 
-	// Guarded by qp.mu.
+	// Guarded by qp.mu, as far as sqdPending.
 	rnr     swq.RNR
 	pending *conn       // a connection cm is setting up
 	result  [8]byte     // an atomic's result on its way to the local buffer
