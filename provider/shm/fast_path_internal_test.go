@@ -183,7 +183,7 @@ func TestPeerQPMovesMoveTheKeptVersion(t *testing.T) {
 		{"SQD", func(q *verbs.QP) error { return q.Modify(&verbs.QPAttr{State: verbs.QPSSQD}, verbs.QPAttrState) }},
 		{"Reset", func(q *verbs.QP) error { return q.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.QPAttrState) }},
 		{"rights", func(q *verbs.QP) error {
-			return q.Modify(&verbs.QPAttr{AccessFlags: verbs.AccessLocalWrite | verbs.RemoteAccess &^ verbs.AccessRemoteAtomic}, verbs.QPAttrAccessFlags)
+			return q.Modify(&verbs.QPAttr{AccessFlags: verbs.AccessLocalWrite | verbs.RemoteAccess&^verbs.AccessRemoteAtomic}, verbs.QPAttrAccessFlags)
 		}},
 		{"destroyed", func(q *verbs.QP) error { return q.Destroy() }},
 	} {
