@@ -11,7 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -38,21 +40,22 @@ func (*provider) MaxPrivateData() int { return deviceAttr.MaxPrivateData }
 //	8  pid u32      12 qpn u32       16 rq entries u32   20 rq SGEs u32
 //	24 cq entries u32   28 srq entries u32   32 srq SGEs u32
 //	36 responder resources, initiator depth, retry count, RNR retry (u8 each)
-//	40 min RNR timer u8, 3 reserved     44 private data length u16, 2 reserved
-//	48 private data
+//	40 min RNR timer u8, 3 reserved     44 private data length u16
+//	46 grant epoch word's index u16     48 private data
 //
 // Its descriptors travel with it: the memfds of the QP block (header,
 // receive ring, receive completion ring), of the receive CQ (its header:
-// arming and futex word), of the key table, then of the SRQ; last, a
-// socket connected to the receive CQ's notification socket, made for
-// this peer, which it notifies the CQ through (event.go).
+// arming and futex word), of the key table, of the page of grant epoch
+// words (epoch.go), then of the SRQ; last, a socket connected to the
+// receive CQ's notification socket, made for this peer, which it
+// notifies the CQ through (event.go).
 // The pid field is informational: the receiver takes the sender's PID from
 // the kernel (SO_PEERCRED), which also holds across PID namespaces.
 type hello []byte
 
 const (
 	helloMagic   = 0x48535647 // "GVSH"
-	helloVersion = 4          // 2: receive completions in the QP's block; 3: 128-byte completion slots, small Sends inline; 4: a notifier socket
+	helloVersion = 5          // 2: receive completions in the QP's block; 3: 128-byte completion slots, small Sends inline; 4: a notifier socket; 5: grant epochs
 	helloHeader  = 48
 	helloMax     = helloHeader + 256
 )
@@ -69,6 +72,7 @@ func (h hello) cqEntries() uint32  { return binary.LittleEndian.Uint32(h[24:]) }
 func (h hello) srqEntries() uint32 { return binary.LittleEndian.Uint32(h[28:]) }
 func (h hello) srqSGEs() uint32    { return binary.LittleEndian.Uint32(h[32:]) }
 func (h hello) privLen() int       { return int(binary.LittleEndian.Uint16(h[44:])) }
+func (h hello) epochIndex() int    { return int(binary.LittleEndian.Uint16(h[46:])) }
 func (h hello) private() []byte    { return h[helloHeader : helloHeader+h.privLen()] }
 
 func (h hello) param() driver.ConnParam {
@@ -86,10 +90,11 @@ func (h hello) valid() bool {
 		h.privLen() <= deviceAttr.MaxPrivateData && len(h) == helloHeader+h.privLen()
 }
 
-// makeHello builds a handshake message for q and returns it with the fds
-// to send (helloFDs, then the peer's notifier), which the caller closes
-// once the hello is sent.
-func makeHello(typ uint8, q *qp, p driver.ConnParam) (hello, []int, error) {
+// makeHello builds a handshake message for q, whose connection's grant
+// epoch word is epoch, and returns it with the fds to send (helloFDs,
+// then the peer's notifier), which the caller closes once the hello is
+// sent.
+func makeHello(typ uint8, q *qp, p driver.ConnParam, epoch *epochSlot) (hello, []int, error) {
 	h := make(hello, helloHeader+len(p.PrivateData))
 	binary.LittleEndian.PutUint32(h[0:], helloMagic)
 	binary.LittleEndian.PutUint16(h[4:], helloVersion)
@@ -101,6 +106,7 @@ func makeHello(typ uint8, q *qp, p driver.ConnParam) (hello, []int, error) {
 	binary.LittleEndian.PutUint32(h[24:], uint32(q.recvCQ.n))
 	h[36], h[37], h[38], h[39], h[40] = p.ResponderResources, p.InitiatorDepth, p.RetryCount, p.RNRRetryCount, uint8(p.MinRNRTimer)
 	binary.LittleEndian.PutUint16(h[44:], uint16(len(p.PrivateData)))
+	binary.LittleEndian.PutUint16(h[46:], uint16(epoch.idx))
 	copy(h[helloHeader:], p.PrivateData)
 	if q.srq != nil {
 		h[7] |= 1
@@ -111,6 +117,13 @@ func makeHello(typ uint8, q *qp, p driver.ConnParam) (hello, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// The page of epoch words, read-only, after the grant table.
+	ro, err := epoch.page.seg.readOnlyFD()
+	if err != nil {
+		closeFDs(fds)
+		return nil, nil, err
+	}
+	fds = append(fds[:3], append([]int{ro}, fds[3:]...)...)
 	peer, err := q.recvCQ.event.peerSocket()
 	if err != nil {
 		closeFDs(fds)
@@ -187,9 +200,9 @@ func readHello(sock *net.UnixConn, deadline time.Time, recheck func()) (hello, [
 // attach maps the peer's segments named by h and fds and makes the
 // connection object for q. The fds are consumed.
 func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
-	want := 4
+	want := 5
 	if h.srq() {
-		want = 5
+		want = 6
 	}
 	if len(fds) != want {
 		closeFDs(fds)
@@ -219,7 +232,7 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 		segNote: make(chan struct{}, 1), keyAck: make(chan [2]uint32, 1), invAck: make(chan [2]uint32, 1), events: make(chan ctrl, 16), done: make(chan struct{}), gone: make(chan struct{}), revokeAck: make(chan uint32, 1), hot: new(connHot)}
 	c.hot.hold.Store(holdUnsettled)
 	fail := func(err error) (*conn, error) {
-		for _, s := range []*segment{c.peerBlock, c.cqSeg, c.keySeg, c.srqSeg} {
+		for _, s := range []*segment{c.peerBlock, c.cqSeg, c.keySeg, c.epochSeg, c.srqSeg} {
 			if s != nil {
 				s.close()
 			}
@@ -270,13 +283,23 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 		return fail(err)
 	}
 	c.keys = viewKeyTable(c.keySeg.mem, maxKeys, grantRotation(c.remote.QPNum))
+	idx := h.epochIndex()
+	if idx >= epochWords {
+		closeFDs(fds[3:])
+		return fail(errors.New("grant epoch word out of its page"))
+	}
+	if c.epochSeg, err = mapPeerSegment(fds[3], epochPageSize, false); err != nil {
+		closeFDs(fds[4:])
+		return fail(err)
+	}
+	c.hot.epoch = (*atomic.Uint64)(unsafe.Pointer(&c.epochSeg.mem[idx*8]))
 	if h.srq() {
 		srqN, srqSGE := int(h.srqEntries()), int(h.srqSGEs())
 		if srqN <= 0 || srqN > deviceAttr.MaxSRQWR*2 || srqSGE > maxSGE {
-			closeFDs(fds[3:])
+			closeFDs(fds[4:])
 			return fail(errors.New("SRQ size out of range"))
 		}
-		if c.srqSeg, err = mapPeerSegment(fds[3], ringSize(srqN, recvEntrySize(srqSGE)), true); err != nil {
+		if c.srqSeg, err = mapPeerSegment(fds[4], ringSize(srqN, recvEntrySize(srqSGE)), true); err != nil {
 			return fail(err)
 		}
 		if c.peerRecv = viewRecvRing(c.srqSeg.mem, srqN, srqSGE); c.peerRecv == nil {
@@ -498,6 +521,11 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 	c.guard, c.peerID = r.guard, r.peerID
 	p.QPNum = q.num
 	remote := r.hello.param()
+	if c.epochOwn, err = q.ctx.epochs.alloc(c.pid); err != nil {
+		r.sock.Close()
+		c.close()
+		return nil, err
+	}
 	fail := func(err error) (driver.Conn, error) {
 		c.q.mu.Lock()
 		if q.pending == c {
@@ -518,7 +546,7 @@ func (r *request) accept(q *qp, p driver.ConnParam) (driver.Conn, error) {
 	if err := soft.ConnectRTR(q, p, remote); err != nil {
 		return fail(err)
 	}
-	h, fds, err := makeHello(msgRep, q, p)
+	h, fds, err := makeHello(msgRep, q, p, c.epochOwn)
 	if err != nil {
 		return fail(err)
 	}
@@ -591,7 +619,23 @@ func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.C
 	stop := context.AfterFunc(ctx, cancelled)
 	defer stop()
 	p.QPNum = q.num
-	h, fds, err := makeHello(msgReq, q, p)
+	pid, err := peerPID(sock)
+	if err != nil {
+		sock.Close()
+		return nil, fmt.Errorf("%w: the listener's credentials: %v", errHandshake, err)
+	}
+	epoch, err := q.ctx.epochs.alloc(pid)
+	if err != nil {
+		sock.Close()
+		return nil, err
+	}
+	handed := false // epoch: the connection's once attach made it
+	defer func() {
+		if !handed {
+			epoch.release()
+		}
+	}()
+	h, fds, err := makeHello(msgReq, q, p, epoch)
 	if err != nil {
 		sock.Close()
 		return nil, err
@@ -639,6 +683,7 @@ func (*provider) Dial(ctx context.Context, addr string, dq driver.QP, p driver.C
 		sock.Close()
 		return nil, err
 	}
+	c.epochOwn, handed = epoch, true
 	fail := func(err error) (driver.Conn, error) {
 		q.mu.Lock()
 		if q.pending == c {

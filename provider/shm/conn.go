@@ -63,11 +63,16 @@ func (m *ctrl) b() uint32  { return binary.LittleEndian.Uint32(m[8:]) }
 type conn struct {
 	// hot: what postPath reads of the connection, in an object of its
 	// own (qp.hot points at it too).
-	hot     *connHot
-	peerHdr *ringHeader // the peer QP's header: state, access, attributes
-	keys    *keyTable   // the peer's grant table for this connection (keySeg)
-	peerGen uint32      // the peer QP's gen when it connected: a later one is another connection's
-	ended   atomic.Bool // done is closed
+	hot *connHot
+	// epochOwn: this side's grant epoch word for the connection, which
+	// the peer was handed (epoch.go); epochSeg: the peer's page of
+	// them, mapped read-only, in which hot.epoch lies.
+	epochOwn *epochSlot
+	epochSeg *segment
+	peerHdr  *ringHeader // the peer QP's header: state, access, attributes
+	keys     *keyTable   // the peer's grant table for this connection (keySeg)
+	peerGen  uint32      // the peer QP's gen when it connected: a later one is another connection's
+	ended    atomic.Bool // done is closed
 	// revokeWant: the peer's msgRevoke waiting for an answer (0: none),
 	// given by whoever sees first that no WR is under way (answerRevoke).
 	revokeWant atomic.Uint32
@@ -189,6 +194,9 @@ type connHot struct {
 	// already dealt with costs one WR on the long road, which clears
 	// it).
 	hold atomic.Uint32
+	// epoch: the peer's grant epoch word for the connection, which it
+	// moves on after every write of its grant table (epoch.go).
+	epoch *atomic.Uint64
 	// fast: postFast's resolved keys, by opcode, which the key cache's
 	// mappings outlive only as long as they are cached (forgetKeys
 	// forgets both). Guarded by q.mu.
@@ -479,10 +487,13 @@ func (c *conn) close() {
 		c.closeRetired() // no WR runs on the connection now
 		c.q.mu.Unlock()
 		c.q.ctx.forget(c)
-		for _, s := range []*segment{c.peerBlock, c.srqSeg, c.cqSeg, c.keySeg} {
+		for _, s := range []*segment{c.peerBlock, c.srqSeg, c.cqSeg, c.keySeg, c.epochSeg} {
 			if s != nil {
 				s.close()
 			}
+		}
+		if c.epochOwn != nil {
+			c.epochOwn.release()
 		}
 		unix.Close(c.peerNotify.notifier.fd)
 	})

@@ -2,6 +2,7 @@ package shm
 
 import (
 	"errors"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,7 +67,12 @@ func TestHandshakeOfDestroyedQPSendsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	dq := driverQP(q)
-	h, fds, err := makeHello(msgReq, dq, driver.ConnParam{})
+	epoch, err := dq.ctx.epochs.alloc(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer epoch.release()
+	h, fds, err := makeHello(msgReq, dq, driver.ConnParam{}, epoch)
 	if err != nil || h == nil {
 		t.Fatalf("the handshake of a live QP: %v", err)
 	}
@@ -74,7 +80,7 @@ func TestHandshakeOfDestroyedQPSendsNothing(t *testing.T) {
 	if err := q.Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	if _, fds, err := makeHello(msgReq, dq, driver.ConnParam{}); !errors.Is(err, driver.ErrClosed) || fds != nil {
+	if _, fds, err := makeHello(msgReq, dq, driver.ConnParam{}, epoch); !errors.Is(err, driver.ErrClosed) || fds != nil {
 		closeFDs(fds)
 		t.Fatalf("the handshake of a destroyed QP: %d descriptors, error %v; want none, ErrClosed", len(fds), err)
 	}

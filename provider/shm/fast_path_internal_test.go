@@ -169,12 +169,12 @@ func fastPathKept(p *verbstest.Pair, op verbs.Opcode) bool {
 	return q.conn != nil && q.hot == q.conn.hot && q.hot.fast[op].mr != nil
 }
 
-// TestPeerQPMovesMoveTheKeptVersion: every move of B's QP that changes
+// TestPeerQPMovesMoveTheKeptEpoch: every move of B's QP that changes
 // its shared header — to the error state, to SQD, to Reset, a change of
-// its rights, its destruction — moves on the version of the grant slot
-// that A's fastPath kept, so that A's next WR checks B's QP again
-// (postPath reads the version, not the header).
-func TestPeerQPMovesMoveTheKeptVersion(t *testing.T) {
+// its rights, its destruction — moves on B's grant epoch word from the
+// value A's fastPath kept, so that A's next WR checks B's QP again
+// (postPath reads the epoch, not the header).
+func TestPeerQPMovesMoveTheKeptEpoch(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		move func(q *verbs.QP) error
@@ -196,14 +196,26 @@ func TestPeerQPMovesMoveTheKeptVersion(t *testing.T) {
 			a.mu.Lock()
 			fp := a.hot.fast[verbs.OpRDMAWrite]
 			a.mu.Unlock()
-			if fp.slot.ver.Load() != fp.ver {
-				t.Fatal("the kept version moved before B's QP did")
+			// B's epoch word for the connection, held so that it outlives
+			// the connection.
+			bq := p.B.(*verbstest.Local).QPs[0]
+			b := driverQP(bq)
+			b.grantMu.Lock()
+			epoch := b.grantEpoch
+			b.grantMu.Unlock()
+			if epoch == nil {
+				t.Fatal("B's grant table moves no epoch word")
 			}
-			if err := tc.move(p.B.(*verbstest.Local).QPs[0]); err != nil {
+			epoch.hold()
+			defer epoch.release()
+			if epoch.word().Load() != fp.epoch {
+				t.Fatal("the epoch moved before B's QP did")
+			}
+			if err := tc.move(bq); err != nil {
 				t.Fatal(err)
 			}
-			if fp.slot.ver.Load() == fp.ver {
-				t.Error("B's QP moved, and the version A's fastPath kept did not: A's next WR would not check B's QP again")
+			if epoch.word().Load() == fp.epoch {
+				t.Error("B's QP moved, and the epoch A's fastPath kept did not: A's next WR would not check B's QP again")
 			}
 		})
 	}

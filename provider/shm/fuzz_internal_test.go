@@ -164,6 +164,12 @@ func validHello(rqN, sges, cqN uint32, srq bool, private []byte) []byte {
 	return h
 }
 
+// withEpochIndex sets the index of the grant epoch word in hello h.
+func withEpochIndex(h []byte, idx int) []byte {
+	binary.LittleEndian.PutUint16(h[46:], uint16(idx))
+	return h
+}
+
 // victimQP is a QP for the handshake to attach to.
 func victimQP(t testing.TB) *qp {
 	t.Helper()
@@ -210,32 +216,36 @@ func handshake(t testing.TB, q *qp, msg, kinds []byte) (*conn, error) {
 // descriptor, and a handshake it takes maps segments at least as large as
 // the sizes it declares.
 func FuzzHandshake(f *testing.F) {
-	keys4 := []byte{fdMedium, fdMedium, fdKeys, fdEvent}
+	keys5 := []byte{fdMedium, fdMedium, fdKeys, fdSmall, fdEvent}
 	for _, s := range []struct {
 		msg   []byte
 		kinds []byte
 	}{
-		{validHello(16, 4, 16, false, nil), keys4},                                                // well formed
-		{validHello(16, 4, 16, false, []byte("hello")), keys4},                                    // with private data
-		{validHello(16, 4, 16, true, nil), []byte{fdMedium, fdMedium, fdKeys, fdMedium, fdEvent}}, // with an SRQ
-		{validHello(16, 4, 16, false, nil), keys4[:3]},                                            // too few descriptors
-		{validHello(16, 4, 16, false, nil), append(keys4, fdSmall)},                               // too many
-		{validHello(16, 4, 16, false, nil), nil},                                                  // none
-		{validHello(3, 4, 16, false, nil), keys4},                                                 // receive queue not a power of two
-		{validHello(16, 4, 12, false, nil), keys4},                                                // CQ not a power of two
-		{validHello(16, 17, 16, false, nil), keys4},                                               // too many SGEs
-		{validHello(1<<20, 4, 16, false, nil), keys4},                                             // queue larger than its segment
-		{validHello(16, 4, 1<<20, false, nil), keys4},                                             // CQ larger than its segment
-		{validHello(16, 4, 16, false, nil), []byte{fdUnsealed, fdMedium, fdKeys, fdEvent}},        // unsealed
-		{validHello(16, 4, 16, false, nil), []byte{fdWriteSeal, fdMedium, fdKeys, fdEvent}},       // cannot be mapped writable
-		{validHello(16, 4, 16, false, nil), []byte{fdReadOnly, fdMedium, fdKeys, fdEvent}},        // read-only descriptor
-		{validHello(16, 4, 16, false, nil), []byte{fdMedium, fdMedium, fdSmall, fdEvent}},         // key table too small
-		{validHello(16, 4, 16, false, nil), []byte{fdPipe, fdMedium, fdKeys, fdEvent}},            // not a memfd
-		{validHello(16, 4, 16, false, nil), []byte{fdMedium, fdMedium, fdKeys, fdPipe}},           // notifier not a datagram socket
-		{validHello(16, 4, 16, false, nil)[:helloHeader-1], keys4},                                // truncated
-		{append(validHello(16, 4, 16, false, nil), 0), keys4},                                     // private data length lies
-		{validHello(16, 4, 16, false, make([]byte, 300)), keys4},                                  // private data too long
-		{[]byte("GET / HTTP/1.1\r\n\r\n"), nil},                                                   // not a goverbs peer
+		{validHello(16, 4, 16, false, nil), keys5},                                                         // well formed
+		{validHello(16, 4, 16, false, []byte("hello")), keys5},                                             // with private data
+		{validHello(16, 4, 16, true, nil), []byte{fdMedium, fdMedium, fdKeys, fdSmall, fdMedium, fdEvent}}, // with an SRQ
+		{validHello(16, 4, 16, false, nil), keys5[:4]},                                                     // too few descriptors
+		{validHello(16, 4, 16, false, nil), append(keys5, fdSmall)},                                        // too many
+		{validHello(16, 4, 16, false, nil), nil},                                                           // none
+		{validHello(3, 4, 16, false, nil), keys5},                                                          // receive queue not a power of two
+		{validHello(16, 4, 12, false, nil), keys5},                                                         // CQ not a power of two
+		{validHello(16, 17, 16, false, nil), keys5},                                                        // too many SGEs
+		{validHello(1<<20, 4, 16, false, nil), keys5},                                                      // queue larger than its segment
+		{validHello(16, 4, 1<<20, false, nil), keys5},                                                      // CQ larger than its segment
+		{validHello(16, 4, 16, false, nil), []byte{fdUnsealed, fdMedium, fdKeys, fdSmall, fdEvent}},        // unsealed
+		{validHello(16, 4, 16, false, nil), []byte{fdWriteSeal, fdMedium, fdKeys, fdSmall, fdEvent}},       // cannot be mapped writable
+		{validHello(16, 4, 16, false, nil), []byte{fdReadOnly, fdMedium, fdKeys, fdSmall, fdEvent}},        // read-only descriptor
+		{validHello(16, 4, 16, false, nil), []byte{fdMedium, fdMedium, fdSmall, fdSmall, fdEvent}},         // key table too small
+		{validHello(16, 4, 16, false, nil), []byte{fdPipe, fdMedium, fdKeys, fdSmall, fdEvent}},            // not a memfd
+		{validHello(16, 4, 16, false, nil), []byte{fdMedium, fdMedium, fdKeys, fdSmall, fdPipe}},           // notifier not a datagram socket
+		{validHello(16, 4, 16, false, nil), []byte{fdMedium, fdMedium, fdKeys, fdPipe, fdEvent}},           // epoch page not a memfd
+		{validHello(16, 4, 16, false, nil), []byte{fdMedium, fdMedium, fdKeys, fdUnsealed, fdEvent}},       // epoch page unsealed
+		{withEpochIndex(validHello(16, 4, 16, false, nil), epochWords), keys5},                             // epoch word beyond its page
+		{withEpochIndex(validHello(16, 4, 16, false, nil), epochWords-1), keys5},                           // the page's last word
+		{validHello(16, 4, 16, false, nil)[:helloHeader-1], keys5},                                         // truncated
+		{append(validHello(16, 4, 16, false, nil), 0), keys5},                                              // private data length lies
+		{validHello(16, 4, 16, false, make([]byte, 300)), keys5},                                           // private data too long
+		{[]byte("GET / HTTP/1.1\r\n\r\n"), nil},                                                            // not a goverbs peer
 		{[]byte{}, nil},
 	} {
 		f.Add(s.msg, s.kinds)
@@ -248,7 +258,7 @@ func FuzzHandshake(f *testing.F) {
 			h := hello(msg)
 			rqN, cqN := int(h.rqEntries()), int(h.cqEntries())
 			if len(c.peerBlock.mem) < blockPad(c.remote.QPNum)+blockSize(rqN, int(h.rqSGEs()), cqN) || len(c.cqSeg.mem) < headerSize ||
-				len(c.keySeg.mem) < maxKeys*keySlotSize || c.peerRecv == nil || c.peerCQ == nil || c.pid != os.Getpid() {
+				len(c.keySeg.mem) < maxKeys*keySlotSize || len(c.epochSeg.mem) < epochPageSize || h.epochIndex() >= epochWords || c.peerRecv == nil || c.peerCQ == nil || c.pid != os.Getpid() {
 				t.Fatalf("a handshake was taken with segments smaller than it declares, or no rings")
 			}
 			c.close()
@@ -266,7 +276,7 @@ func TestHandshakeForgedPID(t *testing.T) {
 	q := victimQP(t)
 	msg := validHello(16, 4, 16, false, nil)
 	binary.LittleEndian.PutUint32(msg[8:], 1) // init
-	c, err := handshake(t, q, msg, []byte{fdMedium, fdMedium, fdKeys, fdEvent})
+	c, err := handshake(t, q, msg, []byte{fdMedium, fdMedium, fdKeys, fdSmall, fdEvent})
 	if err != nil {
 		t.Fatal(err)
 	}

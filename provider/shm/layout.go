@@ -824,6 +824,10 @@ type keyInfo struct {
 type keyTable struct {
 	slots []keySlot
 	rot   uint32
+	// epoch: the grant epoch word of the connection the table answers
+	// (epoch.go), moved on after every write of the table; nil if none.
+	// Set by its owner under grantMu.
+	epoch *atomic.Uint64
 }
 
 // viewKeyTable views the n slots in mem (n a power of two), turned by
@@ -858,6 +862,9 @@ func (t *keyTable) publish(idx uint32, k keyInfo) {
 	s.addr.Store(k.addr)
 	s.length.Store(k.length)
 	s.ver.Add(1)
+	if t.epoch != nil {
+		t.epoch.Add(1)
+	}
 }
 
 // revoke invalidates slot idx.
@@ -873,6 +880,9 @@ func (t *keyTable) touch() {
 		if s := &t.slots[i]; s.kind.Load() != kindNone {
 			s.ver.Add(2) // even before and after: readers never wait
 		}
+	}
+	if t.epoch != nil {
+		t.epoch.Add(1)
 	}
 }
 

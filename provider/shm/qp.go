@@ -70,6 +70,7 @@ type qpCold struct {
 	grantsRO    int
 	grantMu     sync.Mutex
 	grantConn   *conn
+	grantEpoch  *epochSlot // grantConn's epoch word, held while grants points at it
 	// recvExposed: the regions receives of this QP's own queue were
 	// posted in (exposeForRecv).
 	recvExposed recvSet
@@ -499,6 +500,25 @@ func (q *qp) grantTo(c *conn) {
 		if q.grants.slot(i).kind.Load() != kindNone {
 			q.grants.revoke(i)
 		}
+	}
+	// The table moves c's epoch word on from now on (the revocations
+	// above moved the previous connection's).
+	var next *epochSlot
+	if c != nil {
+		next = c.epochOwn
+	}
+	if next != q.grantEpoch {
+		if next != nil {
+			next.hold()
+		}
+		if q.grantEpoch != nil {
+			q.grantEpoch.release()
+		}
+		q.grantEpoch = next
+	}
+	q.grants.epoch = nil
+	if next != nil {
+		q.grants.epoch = next.word()
 	}
 	if c == nil {
 		return

@@ -151,17 +151,20 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 // their local and remote keys, and what those resolved to once every
 // check that does not depend on a WR's addresses and length passed. A
 // WR with the same keys is checked against it: the local region still
-// registered, the remote key's slot in the peer's grant table at the same
-// version, and the WR's spans in the two regions. The peer QP's header
-// (its state, rights, responder depth, PD and gen) is not read again:
-// the peer moves its grants' versions on whenever it changes its header
-// (qp.publish, keyTable.touch), so that a WR after the change takes the
-// long road, which checks them again. This keeps one page of the peer's
-// per WR, not two: a requester going round many QPs misses the TLB on
-// each. (A peer that changes its header and not the versions lets WRs
-// into no memory but what its grants name.) It is guarded by q.mu, and
-// forgotten with the rest of the key cache whenever a mapping goes
-// (absorb, revocations, close): remote points into one.
+// registered, the peer's grant epoch word for the connection (epoch.go)
+// at the value it had when the fastPath was filled, and the WR's spans in
+// the two regions. Neither the key's slot nor the peer QP's header (its
+// state, rights, responder depth, PD and gen) is read again: the peer
+// moves the epoch on after every write of its grant table, and touches
+// the table whenever it changes its header (qp.publish, keyTable.touch),
+// so that a WR after either change takes the long road, which checks
+// them again. The epoch words of a peer process's connections share a
+// page: a requester going round many QPs misses the TLB on no page of
+// the peer's of a connection's own. (A peer that changes its grants or
+// header and not the epoch lets WRs into no memory but what its grants
+// name.) It is guarded by q.mu, and forgotten with the rest of the key
+// cache whenever a mapping goes (absorb, revocations, close): remote
+// points into one.
 type fastPath struct {
 	mr         *mr    // the local region (nil: none, and llen is 0)
 	lkey, rkey uint32 // the WRs' keys
@@ -174,8 +177,7 @@ type fastPath struct {
 	// aligned as raddr is, modulo 8.
 	remote      unsafe.Pointer
 	raddr, rlen uint64
-	slot        *keySlot // the remote key's slot, at version ver
-	ver         uint32
+	epoch       uint64 // the peer's grant epoch word as it was when filled
 }
 
 // postPath performs wr through the fastPath of its opcode, if wr has its
@@ -210,9 +212,8 @@ func (q *qp) postPath(wr *driver.SendWR) bool {
 	if c.hold.Load()|t.mr.ext.RevokedWord() != 0 {
 		return false // the connection holds WRs, or the region was deregistered
 	}
-	// One test at a time: each compiles to a compare and a branch.
-	if t.slot.ver.Load() != t.ver {
-		return false
+	if c.epoch.Load() != t.epoch {
+		return false // the peer wrote its grant table since
 	}
 	sq := q.sq
 	if !sq.Idle() {
@@ -306,9 +307,11 @@ func (q *qp) fillFast(wr *driver.SendWR) bool {
 	if m.key != g.LKey || m.access&f.need != f.need || m.ext.Revoked() || c.hot.hold.Load() != 0 {
 		return false
 	}
-	// The slot's version first (cachedFast), then the header: the peer
-	// writes its header before it moves the versions on (qp.publish),
-	// so a header read here is at least as new as the version kept.
+	// The epoch first, then the slot's version (cachedFast), then the
+	// header: the peer writes its header before it moves the versions
+	// on (qp.publish), and a slot before it moves the epoch on, so what
+	// is read here is at least as new as the epoch kept.
+	epoch := c.hot.epoch.Load()
 	e := c.cachedFast(wr.RKey, f.rneed != driver.AccessRemoteRead)
 	if e == nil || len(e.fastWin) == 0 {
 		return false
@@ -331,7 +334,7 @@ func (q *qp) fillFast(wr *driver.SendWR) bool {
 	c.hot.fast[wr.Opcode] = fastPath{mr: m, lkey: m.key, rkey: e.k.key,
 		local: unsafe.Pointer(unsafe.SliceData(m.buf)), laddr: m.addr, llen: min(uint64(len(m.buf)), deviceAttr.MaxMsgSize),
 		remote: remote, raddr: e.k.addr, rlen: uint64(len(e.fastWin)),
-		slot: e.slot, ver: e.k.ver}
+		epoch: epoch}
 	return true
 }
 

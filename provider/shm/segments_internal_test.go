@@ -121,7 +121,7 @@ func TestSendSurvivesRemappedSGE(t *testing.T) {
 func TestPeerThatDoesNotReadIsDropped(t *testing.T) {
 	q := victimQP(t)
 	sock, att := socketPair(t)
-	fds := hostileFDs(t, []byte{fdMedium, fdMedium, fdKeys, fdEvent})
+	fds := hostileFDs(t, []byte{fdMedium, fdMedium, fdKeys, fdSmall, fdEvent})
 	if err := unix.Sendmsg(att, validHello(16, 4, 16, false, nil), unix.UnixRights(fds...), nil, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -230,6 +230,10 @@ type devCtx struct {
 	pid             int
 	soft.EventQueue // Events, and Event to deliver one
 
+	// epochs: the pages of grant epoch words handed to peer processes
+	// (epoch.go).
+	epochs epochPages
+
 	mu     sync.RWMutex // guards what follows; readers: key lookups on the data path
 	keySeg *segment
 	keys   *keyTable                      // every region, as serveKey grants it to peers; this process's alone
