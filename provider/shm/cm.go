@@ -117,8 +117,15 @@ func makeHello(typ uint8, q *qp, p driver.ConnParam, epoch *epochSlot) (hello, [
 	if err != nil {
 		return nil, nil, err
 	}
-	// The page of epoch words, read-only, after the grant table.
+	// The page of epoch words, read-only, after the grant table; held
+	// meanwhile, so that a Destroy or Reset that ends the connection
+	// does not free the page (and close its descriptor) under this.
+	if !epoch.hold() {
+		closeFDs(fds)
+		return nil, nil, driver.ErrClosed
+	}
 	ro, err := epoch.page.seg.readOnlyFD()
+	epoch.release()
 	if err != nil {
 		closeFDs(fds)
 		return nil, nil, err

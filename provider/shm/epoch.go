@@ -1,6 +1,10 @@
 package shm
 
 import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -26,18 +30,26 @@ const epochPageSize = 4096
 // epochWords is the number of words in a page.
 const epochWords = epochPageSize / 8
 
-// epochPages are the pages of epoch words of a context, by the PID of
-// the peer process they are handed to.
+// epochPages are the pages of epoch words of a context, by the peer
+// process they are handed to.
 type epochPages struct {
 	mu    sync.Mutex
-	byPID map[int][]*epochPage
+	byPID map[peerProcess][]*epochPage
 	anon  int // the keys given to peers of no PID, each its own (alloc)
+}
+
+// peerProcess names a process: its PID and the time it started, so that
+// a process that is given a PID once another's, whose words may live on
+// in grant tables, is not handed that one's page.
+type peerProcess struct {
+	pid   int
+	start uint64
 }
 
 // epochPage is one page of epoch words, handed to one peer process.
 type epochPage struct {
 	seg  *segment
-	pid  int
+	peer peerProcess
 	used [epochWords]bool
 	n    int
 }
@@ -55,15 +67,22 @@ type epochSlot struct {
 
 // alloc returns a word in a page handed to the process pid, with one
 // reference. A peer whose PID this process cannot see (0: in another PID
-// namespace) shares its page with no other.
+// namespace), or whose start it cannot read, shares its page with no
+// other.
 func (e *epochPages) alloc(pid int) (*epochSlot, error) {
+	peer := peerProcess{pid: pid}
+	start, err := processStart(pid)
+	if pid <= 0 || err != nil {
+		peer.pid = 0
+	}
+	peer.start = start
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if pid <= 0 {
+	if peer.pid == 0 {
 		e.anon--
-		pid = e.anon
+		peer = peerProcess{pid: e.anon}
 	}
-	for _, p := range e.byPID[pid] {
+	for _, p := range e.byPID[peer] {
 		if p.n < epochWords {
 			for i := range p.used {
 				if !p.used[i] {
@@ -78,12 +97,12 @@ func (e *epochPages) alloc(pid int) (*epochSlot, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &epochPage{seg: seg, pid: pid, n: 1}
+	p := &epochPage{seg: seg, peer: peer, n: 1}
 	p.used[0] = true
 	if e.byPID == nil {
-		e.byPID = map[int][]*epochPage{}
+		e.byPID = map[peerProcess][]*epochPage{}
 	}
-	e.byPID[pid] = append(e.byPID[pid], p)
+	e.byPID[peer] = append(e.byPID[peer], p)
 	return &epochSlot{pages: e, page: p, idx: 0, refs: 1}, nil
 }
 
@@ -92,11 +111,16 @@ func (s *epochSlot) word() *atomic.Uint64 {
 	return (*atomic.Uint64)(unsafe.Pointer(&s.page.seg.mem[s.idx*8]))
 }
 
-// hold adds a reference.
-func (s *epochSlot) hold() {
+// hold adds a reference to a slot still referenced, and reports
+// whether it did: false once the last reference is gone.
+func (s *epochSlot) hold() bool {
 	s.pages.mu.Lock()
+	defer s.pages.mu.Unlock()
+	if s.refs == 0 {
+		return false
+	}
 	s.refs++
-	s.pages.mu.Unlock()
+	return true
 }
 
 // release drops a reference; the last frees the word, and its page with
@@ -113,7 +137,7 @@ func (s *epochSlot) release() {
 	if p.n--; p.n > 0 {
 		return
 	}
-	pages := e.byPID[p.pid]
+	pages := e.byPID[p.peer]
 	for i, q := range pages {
 		if q == p {
 			pages = append(pages[:i], pages[i+1:]...)
@@ -121,9 +145,32 @@ func (s *epochSlot) release() {
 		}
 	}
 	if len(pages) == 0 {
-		delete(e.byPID, p.pid)
+		delete(e.byPID, p.peer)
 	} else {
-		e.byPID[p.pid] = pages
+		e.byPID[p.peer] = pages
 	}
 	p.seg.close()
+}
+
+// processStart returns when the process pid started, in clock ticks
+// since boot (/proc/pid/stat's starttime).
+func processStart(pid int) (uint64, error) {
+	if pid <= 0 {
+		return 0, fmt.Errorf("no process %d", pid)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command, which is in parentheses and may
+	// hold any byte: starttime is the 20th of them.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command", pid)
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the command", pid, len(f))
+	}
+	return strconv.ParseUint(string(f[19]), 10, 64)
 }

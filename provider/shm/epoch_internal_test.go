@@ -65,14 +65,17 @@ func devOf(t *testing.T, s *segment) uint64 {
 
 // TestEpochPagesByPeer: a context hands each peer process pages of its
 // own, a word per connection; a full page gets a second one; the last
-// word released frees its page, and a word released is given again.
+// word released frees its page, and a word released is given again. A
+// process is its PID and its start: one that got the PID of another
+// does not share its page.
 func TestEpochPagesByPeer(t *testing.T) {
 	var e epochPages
-	one, err := e.alloc(1)
+	self, parent := os.Getpid(), os.Getppid()
+	one, err := e.alloc(self)
 	if err != nil {
 		t.Fatal(err)
 	}
-	two, err := e.alloc(2)
+	two, err := e.alloc(parent)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,15 +96,36 @@ func TestEpochPagesByPeer(t *testing.T) {
 	}
 	anon1.release()
 	anon2.release()
+	if one.page.peer.start == 0 {
+		t.Fatal("no start time read for this process")
+	}
+	e.mu.Lock()
+	reused := peerProcess{pid: self, start: one.page.peer.start + 1}
+	e.byPID[reused] = e.byPID[peerProcess{pid: self, start: one.page.peer.start}]
+	delete(e.byPID, peerProcess{pid: self, start: one.page.peer.start})
+	e.mu.Unlock()
+	other, err := e.alloc(self) // this process, as if its PID had been another's before
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.page == one.page {
+		t.Fatal("a process was handed the page of another that had its PID")
+	}
+	other.release()
+	e.mu.Lock()
+	e.byPID[peerProcess{pid: self, start: one.page.peer.start}] = e.byPID[reused]
+	delete(e.byPID, reused)
+	e.mu.Unlock()
 	slots := []*epochSlot{one}
 	for range epochWords {
-		s, err := e.alloc(1)
+		s, err := e.alloc(self)
 		if err != nil {
 			t.Fatal(err)
 		}
 		slots = append(slots, s)
 	}
-	if n := len(e.byPID[1]); n != 2 {
+	mine := peerProcess{pid: self, start: one.page.peer.start}
+	if n := len(e.byPID[mine]); n != 2 {
 		t.Fatalf("%d words for one peer in %d pages, want 2", len(slots), n)
 	}
 	last := slots[len(slots)-1]
@@ -110,18 +134,23 @@ func TestEpochPagesByPeer(t *testing.T) {
 	}
 	// A word held by its grant table as well outlives its connection's
 	// release.
-	last.hold()
+	if !last.hold() {
+		t.Fatal("a word referenced could not be held")
+	}
 	last.release()
-	if last.page.n != 1 || len(e.byPID[1]) != 2 {
+	if last.page.n != 1 || len(e.byPID[mine]) != 2 {
 		t.Fatal("a word still held was freed")
 	}
 	last.release()
-	if len(e.byPID[1]) != 1 {
+	if len(e.byPID[mine]) != 1 {
 		t.Fatal("the page of a peer's last word released is still there")
+	}
+	if last.hold() {
+		t.Fatal("a word released by its last holder was held again")
 	}
 	freed := slots[5]
 	freed.release()
-	again, err := e.alloc(1)
+	again, err := e.alloc(self)
 	if err != nil {
 		t.Fatal(err)
 	}

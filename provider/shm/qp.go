@@ -508,8 +508,8 @@ func (q *qp) grantTo(c *conn) {
 		next = c.epochOwn
 	}
 	if next != q.grantEpoch {
-		if next != nil {
-			next.hold()
+		if next != nil && !next.hold() {
+			next = nil // the connection has ended
 		}
 		if q.grantEpoch != nil {
 			q.grantEpoch.release()
