@@ -141,7 +141,11 @@
 // QP's receive buffers), a region of another PD, or a key of another
 // connection. A bound memory window is a grant too: its key, range and
 // rights, written into the tables of its PD's QPs (type 1) or of its QP
-// (type 2) and taken out when it is unbound (mw.go). A key the peer's
+// (type 2) and taken out when it is unbound (mw.go). After every write
+// of a grant table the QP moves on its connection's grant epoch, a word
+// in a page this context hands the peer process read-only, shared by all
+// its connections to it (epoch.go): a requester checks that one word per
+// WR, not the key's slot. A key the peer's
 // table lacks is asked for over the control socket; a refused one counts against the peer's
 // user in the listener's guard (peerguard, ListenConfig.Strikes and
 // Backoff), which ends the connection and rejects that user's Dials for
