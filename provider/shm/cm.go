@@ -11,9 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -113,24 +111,10 @@ func makeHello(typ uint8, q *qp, p driver.ConnParam, epoch *epochSlot) (hello, [
 		binary.LittleEndian.PutUint32(h[28:], uint32(q.srq.n))
 		binary.LittleEndian.PutUint32(h[32:], q.srq.maxSGE)
 	}
-	fds, err := q.helloFDs()
+	fds, err := q.helloFDs(epoch)
 	if err != nil {
 		return nil, nil, err
 	}
-	// The page of epoch words, read-only, after the grant table; held
-	// meanwhile, so that a Destroy or Reset that ends the connection
-	// does not free the page (and close its descriptor) under this.
-	if !epoch.hold() {
-		closeFDs(fds)
-		return nil, nil, driver.ErrClosed
-	}
-	ro, err := epoch.page.seg.readOnlyFD()
-	epoch.release()
-	if err != nil {
-		closeFDs(fds)
-		return nil, nil, err
-	}
-	fds = append(fds[:3], append([]int{ro}, fds[3:]...)...)
 	peer, err := q.recvCQ.event.peerSocket()
 	if err != nil {
 		closeFDs(fds)
@@ -141,29 +125,47 @@ func makeHello(typ uint8, q *qp, p driver.ConnParam, epoch *epochSlot) (hello, [
 
 // helloFDs returns duplicates of the descriptors a handshake hands the
 // peer: the QP's block, its receive CQ's segment, its grant table
-// (read-only) and its SRQ's segment, if it has one. The block and the
-// grant table are read under q.mu, as a Reset swaps them, so that they
-// belong together; duplicated, none of them is closed by a Reset before
-// it is sent. A QP destroyed (under q.mu, before any of them is closed)
-// has none to send: ErrClosed. The caller closes them.
-func (q *qp) helloFDs() ([]int, error) {
+// (read-only), the page of epoch words (read-only) and its SRQ's segment, if
+// it has one. The block and the grant table are read under q.mu, as a
+// Reset swaps them, so that they belong together; duplicated, none of
+// them is closed by a Reset before it is sent. A QP destroyed (under
+// q.mu, before any of them is closed) has none to send, nor has a
+// connection that ended, freeing its epoch page: ErrClosed. The caller
+// closes them.
+func (q *qp) helloFDs(epoch *epochSlot) ([]int, error) {
+	// Held meanwhile, so that a Destroy or Reset that ends the
+	// connection does not free the page (and close its descriptor).
+	if !epoch.hold() {
+		return nil, driver.ErrClosed
+	}
+	defer epoch.release()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed {
 		return nil, driver.ErrClosed
 	}
-	own := []int{q.block.fd, q.recvCQ.seg.fd, q.grantsRO}
-	if q.srq != nil {
-		own = append(own, q.srq.seg.fd)
-	}
-	fds := make([]int, 0, len(own)+1)
-	for _, fd := range own {
-		d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-		if err != nil {
-			closeFDs(fds)
-			return nil, fmt.Errorf("shm: duplicate a descriptor for the handshake: %w", err)
+	fds := make([]int, 0, 6)
+	var err error
+	take := func(d int, e error) {
+		if err = e; e == nil {
+			fds = append(fds, d)
 		}
-		fds = append(fds, d)
+	}
+	dup := func(fd int) (int, error) { return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0) }
+	for _, fd := range []int{q.block.fd, q.recvCQ.seg.fd, q.grantsRO} {
+		if take(dup(fd)); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		take(epoch.page.seg.readOnlyFD())
+	}
+	if err == nil && q.srq != nil {
+		take(dup(q.srq.seg.fd))
+	}
+	if err != nil {
+		closeFDs(fds)
+		return nil, fmt.Errorf("shm: duplicate a descriptor for the handshake: %w", err)
 	}
 	return fds, nil
 }
@@ -299,7 +301,7 @@ func attach(q *qp, sock *net.UnixConn, h hello, fds []int) (*conn, error) {
 		closeFDs(fds[4:])
 		return fail(err)
 	}
-	c.hot.epoch = (*atomic.Uint64)(unsafe.Pointer(&c.epochSeg.mem[idx*8]))
+	c.hot.epoch = epochWord(c.epochSeg.mem, idx)
 	if h.srq() {
 		srqN, srqSGE := int(h.srqEntries()), int(h.srqSGEs())
 		if srqN <= 0 || srqN > deviceAttr.MaxSRQWR*2 || srqSGE > maxSGE {

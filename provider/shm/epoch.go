@@ -12,10 +12,10 @@ import (
 
 // Grant epochs: one word per connection that the owner of a grant table
 // moves on after every write of the table (a key granted, rewritten or
-// revoked, or every slot's version moved because the QP's header
-// changed: keyTable.touch). The peer's requester keeps the word's value
-// with each fastPath and compares it before each WR, so that it reads
-// one word of the peer's memory per WR, not the key's slot.
+// revoked) and of its QP's header (keyTable.touch). The peer's requester
+// keeps the word's value with each fastPath and compares it before each
+// WR, so that it reads one word of the peer's memory per WR, neither the
+// key's slot nor the QP's header.
 //
 // The words of the connections to one peer process lie together, in
 // pages of their own that the owner hands that peer alone, read-only
@@ -33,9 +33,9 @@ const epochWords = epochPageSize / 8
 // epochPages are the pages of epoch words of a context, by the peer
 // process they are handed to.
 type epochPages struct {
-	mu    sync.Mutex
-	byPID map[peerProcess][]*epochPage
-	anon  int // the keys given to peers of no PID, each its own (alloc)
+	mu     sync.Mutex
+	byPeer map[peerProcess][]*epochPage
+	anon   int // the keys given to peers of no PID, each its own (alloc)
 }
 
 // peerProcess names a process: its PID and the time it started, so that
@@ -82,7 +82,7 @@ func (e *epochPages) alloc(pid int) (*epochSlot, error) {
 		e.anon--
 		peer = peerProcess{pid: e.anon}
 	}
-	for _, p := range e.byPID[peer] {
+	for _, p := range e.byPeer[peer] {
 		if p.n < epochWords {
 			for i := range p.used {
 				if !p.used[i] {
@@ -99,16 +99,20 @@ func (e *epochPages) alloc(pid int) (*epochSlot, error) {
 	}
 	p := &epochPage{seg: seg, peer: peer, n: 1}
 	p.used[0] = true
-	if e.byPID == nil {
-		e.byPID = map[peerProcess][]*epochPage{}
+	if e.byPeer == nil {
+		e.byPeer = map[peerProcess][]*epochPage{}
 	}
-	e.byPID[peer] = append(e.byPID[peer], p)
+	e.byPeer[peer] = append(e.byPeer[peer], p)
 	return &epochSlot{pages: e, page: p, idx: 0, refs: 1}, nil
 }
 
 // word is the slot's word in this process's mapping.
-func (s *epochSlot) word() *atomic.Uint64 {
-	return (*atomic.Uint64)(unsafe.Pointer(&s.page.seg.mem[s.idx*8]))
+func (s *epochSlot) word() *atomic.Uint64 { return epochWord(s.page.seg.mem, s.idx) }
+
+// epochWord is word idx of a page of epoch words mapped at mem (idx <
+// epochWords, mem at least epochPageSize bytes).
+func epochWord(mem []byte, idx int) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Pointer(&mem[idx*8]))
 }
 
 // hold adds a reference to a slot still referenced, and reports
@@ -137,7 +141,7 @@ func (s *epochSlot) release() {
 	if p.n--; p.n > 0 {
 		return
 	}
-	pages := e.byPID[p.peer]
+	pages := e.byPeer[p.peer]
 	for i, q := range pages {
 		if q == p {
 			pages = append(pages[:i], pages[i+1:]...)
@@ -145,9 +149,9 @@ func (s *epochSlot) release() {
 		}
 	}
 	if len(pages) == 0 {
-		delete(e.byPID, p.peer)
+		delete(e.byPeer, p.peer)
 	} else {
-		e.byPID[p.peer] = pages
+		e.byPeer[p.peer] = pages
 	}
 	p.seg.close()
 }

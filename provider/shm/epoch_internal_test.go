@@ -101,8 +101,8 @@ func TestEpochPagesByPeer(t *testing.T) {
 	}
 	e.mu.Lock()
 	reused := peerProcess{pid: self, start: one.page.peer.start + 1}
-	e.byPID[reused] = e.byPID[peerProcess{pid: self, start: one.page.peer.start}]
-	delete(e.byPID, peerProcess{pid: self, start: one.page.peer.start})
+	e.byPeer[reused] = e.byPeer[peerProcess{pid: self, start: one.page.peer.start}]
+	delete(e.byPeer, peerProcess{pid: self, start: one.page.peer.start})
 	e.mu.Unlock()
 	other, err := e.alloc(self) // this process, as if its PID had been another's before
 	if err != nil {
@@ -113,8 +113,8 @@ func TestEpochPagesByPeer(t *testing.T) {
 	}
 	other.release()
 	e.mu.Lock()
-	e.byPID[peerProcess{pid: self, start: one.page.peer.start}] = e.byPID[reused]
-	delete(e.byPID, reused)
+	e.byPeer[peerProcess{pid: self, start: one.page.peer.start}] = e.byPeer[reused]
+	delete(e.byPeer, reused)
 	e.mu.Unlock()
 	slots := []*epochSlot{one}
 	for range epochWords {
@@ -125,7 +125,7 @@ func TestEpochPagesByPeer(t *testing.T) {
 		slots = append(slots, s)
 	}
 	mine := peerProcess{pid: self, start: one.page.peer.start}
-	if n := len(e.byPID[mine]); n != 2 {
+	if n := len(e.byPeer[mine]); n != 2 {
 		t.Fatalf("%d words for one peer in %d pages, want 2", len(slots), n)
 	}
 	last := slots[len(slots)-1]
@@ -138,11 +138,11 @@ func TestEpochPagesByPeer(t *testing.T) {
 		t.Fatal("a word referenced could not be held")
 	}
 	last.release()
-	if last.page.n != 1 || len(e.byPID[mine]) != 2 {
+	if last.page.n != 1 || len(e.byPeer[mine]) != 2 {
 		t.Fatal("a word still held was freed")
 	}
 	last.release()
-	if len(e.byPID[mine]) != 1 {
+	if len(e.byPeer[mine]) != 1 {
 		t.Fatal("the page of a peer's last word released is still there")
 	}
 	if last.hold() {
@@ -161,8 +161,8 @@ func TestEpochPagesByPeer(t *testing.T) {
 	for _, s := range append(slots[:len(slots)-1], two) {
 		s.release()
 	}
-	if len(e.byPID) != 0 {
-		t.Fatalf("pages left after every word was released: %v", e.byPID)
+	if len(e.byPeer) != 0 {
+		t.Fatalf("pages left after every word was released: %v", e.byPeer)
 	}
 }
 

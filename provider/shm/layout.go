@@ -870,17 +870,11 @@ func (t *keyTable) publish(idx uint32, k keyInfo) {
 // revoke invalidates slot idx.
 func (t *keyTable) revoke(idx uint32) { t.publish(idx, keyInfo{}) }
 
-// touch moves on the version of every slot that holds a key, its
-// contents unchanged: a requester that kept a slot's version (its
-// fastPath) finds it changed, and checks the owner's QP again. The owner
-// touches its grant table whenever its QP's header changes (qp.publish).
-// Owner only, serialised by the owner.
+// touch moves the table's epoch on, its slots unchanged: a requester
+// that kept the epoch (its fastPath) finds it changed, and checks the
+// owner's QP again. The owner touches its grant table whenever its QP's
+// header changes (qp.publish). Owner only, serialised by the owner.
 func (t *keyTable) touch() {
-	for i := range t.slots {
-		if s := &t.slots[i]; s.kind.Load() != kindNone {
-			s.ver.Add(2) // even before and after: readers never wait
-		}
-	}
 	if t.epoch != nil {
 		t.epoch.Add(1)
 	}

@@ -155,7 +155,7 @@ func (p *pd) CreateQP(a driver.QPInitAttr) (driver.QP, error) {
 }
 
 // publish writes the responder's view of the QP into its shared block,
-// and moves on the versions of its grants (keyTable.touch).
+// and moves its grant table's epoch on (keyTable.touch).
 func (q *qp) publish() {
 	if q.destroyed {
 		q.postState.Store(stateDestroyed)
@@ -166,8 +166,8 @@ func (q *qp) publish() {
 	q.hdr.attrs.Store(uint32(q.attr.MinRNRTimer) | uint32(q.attr.MaxDestRdAtomic)<<8)
 	q.hdr.pd.Store(q.pd.id)
 	q.hdr.state.Store(uint32(q.attr.State))
-	// The peer's fastPaths read the grants' versions, not the header:
-	// the header changed, so do the versions.
+	// The peer's fastPaths read the grant epoch, not the header: the
+	// header changed, so does the epoch.
 	q.grantMu.Lock()
 	q.grants.touch()
 	q.grantMu.Unlock()

@@ -155,10 +155,9 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 // at the value it had when the fastPath was filled, and the WR's spans in
 // the two regions. Neither the key's slot nor the peer QP's header (its
 // state, rights, responder depth, PD and gen) is read again: the peer
-// moves the epoch on after every write of its grant table, and touches
-// the table whenever it changes its header (qp.publish, keyTable.touch),
-// so that a WR after either change takes the long road, which checks
-// them again. The epoch words of a peer process's connections share a
+// moves the epoch on after every write of its grant table and of its
+// header (keyTable.publish, qp.publish), so that a WR after either
+// change takes the long road, which checks them again. The epoch words of a peer process's connections share a
 // page: a requester going round many QPs misses the TLB on no page of
 // the peer's of a connection's own. (A peer that changes its grants or
 // header and not the epoch lets WRs into no memory but what its grants
@@ -308,9 +307,9 @@ func (q *qp) fillFast(wr *driver.SendWR) bool {
 		return false
 	}
 	// The epoch first, then the slot's version (cachedFast), then the
-	// header: the peer writes its header before it moves the versions
-	// on (qp.publish), and a slot before it moves the epoch on, so what
-	// is read here is at least as new as the epoch kept.
+	// header: the peer writes a slot or its header before it moves the
+	// epoch on, so what is read here is at least as new as the epoch
+	// kept.
 	epoch := c.hot.epoch.Load()
 	e := c.cachedFast(wr.RKey, f.rneed != driver.AccessRemoteRead)
 	if e == nil || len(e.fastWin) == 0 {
