@@ -147,8 +147,9 @@ func (c *cq) startReceiver() error {
 	}
 	r.rcv = rcv
 	r.stop, r.rcvDone, r.resume = make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
-	go c.receiveReady()
+	// Before it starts: a receiver that stops at once clears it (letGo).
 	r.receiving.Store(true)
+	go c.receiveReady()
 	return nil
 }
 
@@ -443,10 +444,12 @@ func (r *readySet) handBack() {
 		return
 	}
 	r.timerSet = false
-	if r.receiving.Load() && !r.aside.Load() {
+	if r.receiving.Load() {
 		// The CQ's receiver reads for them, and they stay parked: back
 		// on their sockets, each would wake for every FPDU as the
-		// receiver does. It lets them go when it stops (letGo).
+		// receiver does. It lets them go when it stops (letGo). One
+		// that stands aside for an application's polls reads again a
+		// pollGrace after their last, as they would.
 		return
 	}
 	if r.parked != nil {

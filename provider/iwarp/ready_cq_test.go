@@ -322,6 +322,47 @@ func TestSharedCQReceiverServesConnectionsWithoutWakingEach(t *testing.T) {
 	}
 }
 
+// An application that polls a CQ of many QPs in bursts, with pauses
+// longer than a pollGrace between them, keeps the connections' receive
+// goroutines parked: while it polls, the CQ's receiver stands aside, and
+// when the polls pause it reads for them. Handing every parked goroutine
+// its socket back at each pause would wake each at its connection's next
+// FPDU, a thousand goroutines for a thousand QPs.
+func TestPollPausesLeaveReceiveGoroutinesParked(t *testing.T) {
+	const grace = 2 * time.Millisecond
+	t.Cleanup(iwarp.SetPollGrace(grace))
+	p := newSharedPair(t, iwarp.ManyQPs+4, 0)
+	p.pass(t, 1)
+	p.pass(t, 2) // every receive goroutine has run its round and parked
+	bq := p.bqps[0].Driver()
+	wc := make([]verbs.WorkCompletion, 4)
+	before := p.goroutineRounds()
+	const bursts = 12
+	for burst := range uint64(bursts) {
+		// b's application polls while a writes through its QPs in turn,
+		// until the CQ's receiver stands aside ...
+		aside := false
+		for i, deadline := 0, time.Now().Add(20*time.Second); !aside; i = (i + 1) % len(p.aqps) {
+			if time.Now().After(deadline) {
+				t.Fatal("the CQ's receiver never stood aside for the application polling its CQ")
+			}
+			p.write(t, i, 100+burst)
+			for range 64 {
+				p.b.cq.Poll(wc) // RDMA Writes complete nothing at b
+				aside = aside || iwarp.CQReceiverAside(bq)
+			}
+			p.complete(t, i, 100+burst)
+		}
+		// ... then pauses while the receiver still stands aside, and a
+		// writes through every QP once more, which the receiver reads.
+		time.Sleep(4 * grace)
+		p.pass(t, 200+burst)
+	}
+	if woke := p.goroutineRounds() - before; woke > uint64(len(p.aqps)) {
+		t.Fatalf("the receive goroutines ran %d rounds over %d pauses of the polls of a CQ of %d QPs: want them parked while the CQ's receiver reads", woke, bursts, len(p.aqps))
+	}
+}
+
 // What arrives while someone holds a connection's receiving without
 // reading (a Dereg cutting a Read Response, revokeRead), and the CQ's
 // receiver finds it held, is read once the holder lets go, though the
