@@ -247,6 +247,19 @@ func ReceiveMissed(d driver.QP) bool { return d.(*qp).live.Load().rxMissed.Load(
 // stands aside for an application's polls.
 func CQReceiverAside(d driver.QP) bool { return d.(*qp).recvCQ.ready.aside.Load() }
 
+// HoldReadySet takes the ready-set lock of QP d's receive CQ, as a poller
+// reading the set holds it, and returns its release.
+func HoldReadySet(d driver.QP) (release func()) {
+	r := &d.(*qp).recvCQ.ready
+	r.pollMu.Lock()
+	return r.pollMu.Unlock
+}
+
+// CQAppPollsSeen is how many of an application's polls of QP d's receive
+// CQ's ready set its receiver counts (appPolls), those that found the
+// set held among them.
+func CQAppPollsSeen(d driver.QP) uint64 { return d.(*qp).recvCQ.ready.appPolls() }
+
 // CQAppPolls is how many polls of QP d's receive CQ's ready set were an
 // application's.
 func CQAppPolls(d driver.QP) uint64 {

@@ -81,8 +81,12 @@ type readySet struct {
 	// and the application's; the receive goroutines park while it
 	// moves (park), and handBack lets them go once it has not moved for
 	// a pollGrace.
-	polls   atomic.Uint64
-	mine    atomic.Uint64
+	polls atomic.Uint64
+	mine  atomic.Uint64
+	// missed counts the application's polls that found another poller
+	// reading the set (the receiver, say): they are polls all the same,
+	// which the receiver stands aside for (appPolls).
+	missed  atomic.Uint64
 	rcv     *sock         // the receiver's wait for ep
 	stop    chan struct{} // closed when the CQ is destroyed
 	rcvDone chan struct{} // closed when the receiver has stopped
@@ -273,6 +277,9 @@ func (c *cq) pollReady() {
 func (c *cq) readyRound(mine bool) int {
 	r := &c.ready
 	if !r.pollMu.TryLock() {
+		if !mine {
+			r.missed.Add(1)
+		}
 		return -1 // another poller is at it
 	}
 	if mine {
@@ -310,6 +317,12 @@ func (c *cq) readyRound(mine bool) int {
 	return n
 }
 
+// appPolls counts the application's polls of the set, those that read
+// it and those that found another poller at it.
+func (r *readySet) appPolls() uint64 {
+	return r.polls.Load() - r.mine.Load() + r.missed.Load()
+}
+
 // receiveReady is a CQ's receiver: it reads the ready set whenever it
 // reports connections and no application polls it, until the CQ is
 // destroyed.
@@ -320,10 +333,10 @@ func (c *cq) receiveReady() {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	defer t.Stop()
-	seenApp := r.polls.Load() - r.mine.Load()
+	seenApp := r.appPolls()
 	var sp spin
 	for {
-		if app := r.polls.Load() - r.mine.Load(); app != seenApp && !r.appAsleep() {
+		if app := r.appPolls(); app != seenApp && !r.appAsleep() {
 			// An application polls the set: it reads what arrives, and
 			// the receiver would only race it for the sockets and take
 			// a processor from it. It looks again after a pollGrace.
@@ -336,14 +349,14 @@ func (c *cq) receiveReady() {
 			case <-t.C:
 			case <-r.resume:
 				t.Stop()
-				seenApp = r.polls.Load() - r.mine.Load()
+				seenApp = r.appPolls()
 			case <-r.stop:
 				return
 			}
 			r.aside.Store(false)
 			continue
 		}
-		seenApp = r.polls.Load() - r.mine.Load()
+		seenApp = r.appPolls()
 		n := c.readyRound(true)
 		switch {
 		case n < 0:

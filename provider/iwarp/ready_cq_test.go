@@ -58,12 +58,16 @@ func TestSharedCQReadsReadyConnectionsOnly(t *testing.T) {
 	}
 	ready := func() int { return iwarp.ReadyConns(a.qp.Driver()) }
 
-	// The first poll of the CQ registers every live connection.
-	if n := a.cq.Poll(wc); n != 0 {
-		t.Fatalf("a completion from nowhere: %+v", wc[0])
-	}
-	if got := ready(); got != nQPs {
-		t.Fatalf("%d connections in the ready set, want %d", got, nQPs)
+	// The first poll of the CQ registers every live connection, and a
+	// connection that goes live later registers itself.
+	for ready() != nQPs {
+		if n := a.cq.Poll(wc); n != 0 {
+			t.Fatalf("a completion from nowhere: %+v", wc[0])
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections in the ready set, want %d", ready(), nQPs)
+		}
+		runtime.Gosched()
 	}
 	idle := []int{0, 1, 2, 4}
 	rounds := make([]uint64, len(idle))
@@ -411,6 +415,14 @@ func TestSharedCQReceiverStandsAsideWhenFewerQPsArePolled(t *testing.T) {
 		<-done
 	}()
 	p.pass(t, 1)
+	// Once the receiver, woken by a Write, has seen the application
+	// polling and stood aside, it stays aside while the polls go on.
+	for v, deadline := uint64(2), time.Now().Add(20*time.Second); !iwarp.CQReceiverAside(p.bqps[0].Driver()); v++ {
+		if time.Now().After(deadline) {
+			t.Fatal("the CQ's receiver never stood aside for the application polling its CQ")
+		}
+		p.pass(t, v)
+	}
 	before := iwarp.CQReceiverRounds(p.bqps[0].Driver())
 	const passes = 20
 	for v := range uint64(passes) {
@@ -418,6 +430,29 @@ func TestSharedCQReceiverStandsAsideWhenFewerQPsArePolled(t *testing.T) {
 	}
 	if rounds, writes := iwarp.CQReceiverRounds(p.bqps[0].Driver())-before, uint64(passes*len(p.aqps)); rounds > writes/8 {
 		t.Fatalf("the CQ's receiver ran %d rounds for %d Writes while the application polled the CQ", rounds, writes)
+	}
+}
+
+// An application's poll that finds the CQ's ready set held by another
+// poller (its receiver, reading) counts as a poll all the same: a
+// receiver that kept reading could otherwise keep the application's
+// polls from ever counting, and never stand aside for them.
+func TestPollThatFindsTheReadySetHeldCounts(t *testing.T) {
+	t.Cleanup(iwarp.SetPollGrace(time.Second))
+	p := newSharedPair(t, iwarp.ManyQPs+1, 0)
+	p.pass(t, 1)
+	bq := p.bqps[0].Driver()
+	wc := make([]verbs.WorkCompletion, 4)
+	release := iwarp.HoldReadySet(bq)
+	before := iwarp.CQAppPollsSeen(bq)
+	n := p.b.cq.Poll(wc)
+	after := iwarp.CQAppPollsSeen(bq)
+	release()
+	if n != 0 {
+		t.Fatalf("a completion from nowhere: %+v", wc[0])
+	}
+	if after == before {
+		t.Fatal("an application's poll of a ready set another poller held was not counted")
 	}
 }
 
