@@ -188,7 +188,8 @@ type conn struct {
 	confirmDue   atomic.Bool
 	confirmSince atomic.Int64
 	rxWake       chan struct{}
-	rx           rxState // guarded by rxMu
+	onSocket     atomic.Bool // the receive goroutine waits for its socket (waitIn)
+	rx           rxState     // guarded by rxMu
 
 	// readyNum is the socket's registration number in the ready set of
 	// the QP's send CQ ([0]) and receive CQ ([1]) (ready.go), plus one;

@@ -1,9 +1,8 @@
 package iwarp
 
 import (
-	"errors"
+	"encoding/binary"
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -45,18 +44,26 @@ import (
 //
 // The receive CQ of more than manyQPs QPs also has a receiver of its
 // own (receiveReady): a goroutine that reads the ready set as a poller
-// does while no application polls it, and waits for it in the runtime's
-// poller when it has nothing. Its connections' receive goroutines stay
-// parked meanwhile (handBack keeps them), and read only what it leaves
-// them (a round's budget used up, the end of a stream: kickRx): FPDUs
-// that come in turn on a thousand connections, each of which receives
-// seldom, then cost one goroutine's wake-up for all that arrive
-// together rather than one each, and the answers they ask for go out at
-// once (scripts/tcprrfloor measures both shapes on bare sockets). It
-// stands aside while an application polls the set, and spins after
-// FPDUs as a receive goroutine does (rxSpin). A send CQ has none, even
-// of many QPs: a QP with a CQ of each kind (a server's many clients on
-// one send CQ and one receive CQ, say) would wake two for each arrival.
+// does while no application polls it, and, when it has nothing, sleeps
+// in ppoll(2) on the set's epoll instance itself (sleep), a thread of
+// its own blocked in the kernel until a connection receives. Waiting in
+// the runtime's poller instead would add the set to an epoll instance
+// at each wait, and the kernel checks an epoll instance added to
+// another for loops by walking every socket it holds, a thousand each
+// time. The price is an OS thread per such CQ, blocked in the kernel
+// while its receiver sleeps (debug.SetMaxThreads counts them). Its
+// connections' receive goroutines stay parked meanwhile, whether it
+// reads or stands aside (handBack keeps them), and read only what it
+// leaves them (a round's budget used up, the end of a stream: kickRx):
+// FPDUs that come in turn on a thousand connections, each of which
+// receives seldom, then cost one goroutine's wake-up for all that
+// arrive together rather than one each, and the answers they ask for go
+// out at once (scripts/tcprrfloor measures both shapes on bare
+// sockets). It stands aside while an application polls the set, and
+// spins after FPDUs as a receive goroutine does (rxSpin). A send CQ has
+// none, even of many QPs: a QP with a CQ of each kind (a server's many
+// clients on one send CQ and one receive CQ, say) would wake two for
+// each arrival.
 
 // manyQPs: a CQ of more QPs than this reads only its ready connections.
 const manyQPs = 4
@@ -86,11 +93,18 @@ type readySet struct {
 	// missed counts the application's polls that found another poller
 	// reading the set (the receiver, say): they are polls all the same,
 	// which the receiver stands aside for (appPolls).
-	missed  atomic.Uint64
-	rcv     *sock         // the receiver's wait for ep
-	stop    chan struct{} // closed when the CQ is destroyed
-	rcvDone chan struct{} // closed when the receiver has stopped
-	resume  chan struct{} // ends the receiver's standing aside (wakeReceiver)
+	missed atomic.Uint64
+	// The receiver's wake-up: an eventfd, open once the receiver has
+	// started (stop is not nil), written once, when the CQ is destroyed.
+	// While the receiver runs (rcvLive, under mu) it is the one that
+	// closes ep and stopFD, as it ends, since it may be asleep in ppoll
+	// on them.
+	stopFD  int
+	rcvLive bool
+	pfds    [2]unix.PollFd // the receiver's ppoll: ep and stopFD
+	stop    chan struct{}  // closed when the CQ is destroyed
+	rcvDone chan struct{}  // closed when the receiver has stopped
+	resume  chan struct{}  // ends the receiver's standing aside (wakeReceiver)
 	// receiving: the CQ has a receiver (set after the above, cleared
 	// when it stops); aside: it stands aside for an application's polls.
 	receiving atomic.Bool
@@ -142,14 +156,15 @@ func (c *cq) startReceiver() error {
 	r := &c.ready
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.rcv != nil || r.closed {
+	if r.stop != nil || r.closed {
 		return nil
 	}
-	rcv, err := newInputSock(r.ep)
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		return fmt.Errorf("iwarp: a receiver for a CQ: %w", err)
 	}
-	r.rcv = rcv
+	r.stopFD, r.rcvLive = fd, true
+	r.pfds = [2]unix.PollFd{{Fd: int32(r.ep), Events: unix.POLLIN}, {Fd: int32(fd), Events: unix.POLLIN}}
 	r.stop, r.rcvDone, r.resume = make(chan struct{}), make(chan struct{}), make(chan struct{}, 1)
 	// Before it starts: a receiver that stops at once clears it (letGo).
 	r.receiving.Store(true)
@@ -330,6 +345,7 @@ func (c *cq) receiveReady() {
 	r := &c.ready
 	defer close(r.rcvDone)
 	defer r.letGo()
+	defer r.receiverEnds()
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	defer t.Stop()
@@ -342,7 +358,6 @@ func (c *cq) receiveReady() {
 			// a processor from it. It looks again after a pollGrace.
 			seenApp = app
 			sp.stop()
-			r.rcv.unwatchIn()
 			r.aside.Store(true)
 			t.Reset(pollGrace())
 			select {
@@ -370,16 +385,43 @@ func (c *cq) receiveReady() {
 			continue // more may have come meanwhile: the set reports each arrival once
 		}
 		if sp.on() {
-			r.rcv.unwatchIn()
 			runtime.Gosched()
 			continue
 		}
-		if err := r.rcv.waitIn(); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-			if !r.rcv.closed.Load() {
+		if stopped, err := r.sleep(); stopped || err != nil {
+			if err != nil {
 				debugf("a CQ's receiver stops, its connections' receive goroutines read for it: %v", err)
 			}
 			return
 		}
+	}
+}
+
+// sleep waits until a connection of the ready set has received
+// something, or the CQ is destroyed (stopped), in ppoll(2), which
+// leaves the set's reports for readyRound to take. A signal (the
+// runtime's preemption, say) ends it early: the receiver looks again.
+func (r *readySet) sleep() (stopped bool, err error) {
+	n, err := unix.Ppoll(r.pfds[:], nil, nil)
+	switch {
+	case err == unix.EINTR:
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("iwarp: a CQ's receiver waits: %w", err)
+	}
+	return n > 0 && r.pfds[1].Revents != 0, nil
+}
+
+// receiverEnds is the receiver's last act: the descriptors its sleep
+// used are closed by it, if the CQ is destroyed, or else by the CQ's
+// destruction (closeReady).
+func (r *readySet) receiverEnds() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rcvLive = false
+	if r.closed {
+		unix.Close(r.ep)
+		unix.Close(r.stopFD)
 	}
 }
 
@@ -478,13 +520,21 @@ func (c *cq) closeReady() {
 	r.mu.Lock()
 	if !r.closed {
 		r.closed = true
-		if r.rcv != nil {
-			// The receiver's wait uses ep: it ends before ep closes.
-			r.rcv.shutdown()
+		if r.stop != nil {
 			close(r.stop)
 		}
-		if r.watching.Load() {
+		switch {
+		case r.rcvLive:
+			// The receiver may be asleep on ep and stopFD: the write
+			// wakes it, and it closes them (receiverEnds).
+			var one [8]byte
+			binary.NativeEndian.PutUint64(one[:], 1)
+			unix.Write(r.stopFD, one[:])
+		case r.watching.Load():
 			unix.Close(r.ep)
+			if r.stop != nil {
+				unix.Close(r.stopFD) // the receiver ended before: receiverEnds left it
+			}
 		}
 		for _, cn := range r.conns {
 			if cn != nil {

@@ -196,9 +196,13 @@ func (c *conn) rxRun() error {
 			runtime.Gosched()
 			continue
 		}
-		if err := c.sk.waitIn(); err != nil {
+		c.onSocket.Store(true)
+		err = c.sk.waitIn()
+		c.onSocket.Store(false)
+		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
-				// A poller kicked the goroutine (kickRx).
+				// A poller kicked the goroutine (kickRx), or the CQ's
+				// receiver did (receiveFor).
 				c.sk.unkick()
 				continue
 			}
@@ -425,7 +429,20 @@ func (c *conn) pollRx() { c.pollRound(byPoller) }
 // receiveFor is pollRx for the QP's receive CQ's receiver, whose round
 // sends the answers to zero-length Reads at once, as the receive
 // goroutine's does (rxTry).
-func (c *conn) receiveFor() { c.pollRound(byCQ) }
+//
+// The receiver, asleep in ppoll, is woken as soon as a connection
+// receives, and often reads it before the runtime's poller gets to the
+// receive goroutine that waits for the same socket (waitIn), which then
+// finds nothing to report and leaves the goroutine waiting, registered,
+// where every FPDU the socket receives runs the kernel's callbacks of
+// two more epoll instances. The receiver kicks such a goroutine, which
+// runs a round and parks on the CQ (park), once.
+func (c *conn) receiveFor() {
+	c.pollRound(byCQ)
+	if c.onSocket.Load() {
+		c.sk.kick()
+	}
+}
 
 // pollRound is a round of receiving by a poller or a CQ's receiver.
 func (c *conn) pollRound(by receiver) {

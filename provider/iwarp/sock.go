@@ -108,19 +108,6 @@ func newSock(nc *net.TCPConn) (*sock, error) {
 	return s, nil
 }
 
-// newInputSock makes a sock whose waitIn waits for fd, a descriptor
-// that stays the caller's (it closes fd after shutdown, and release
-// closes nothing): a CQ's ready set's epoll instance, for the CQ's
-// receiver (ready.go), which waits for it as a receive goroutine waits
-// for its socket.
-func newInputSock(fd int) (*sock, error) {
-	s := &sock{fd: fd, release: func() {}}
-	if err := s.in.open(s, unix.EPOLLIN); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
 // open makes w's epoll instance, which watches s's socket for events
 // while a goroutine waits (wait).
 func (w *watch) open(s *sock, events uint32) error {
