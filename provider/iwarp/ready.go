@@ -106,7 +106,9 @@ type readySet struct {
 	rcvDone chan struct{}  // closed when the receiver has stopped
 	resume  chan struct{}  // ends the receiver's standing aside (wakeReceiver)
 	// receiving: the CQ has a receiver (set after the above, cleared
-	// when it stops); aside: it stands aside for an application's polls.
+	// when it stops); aside: it stands aside for an application's polls
+	// (what the tests look at: handBack keeps the goroutines parked
+	// either way).
 	receiving atomic.Bool
 	aside     atomic.Bool
 	// armedAt is when an application last armed a CQ of the QPs the

@@ -48,8 +48,11 @@ type sock struct {
 	in, out watch // input; room to write
 	busy    atomic.Int32
 	closed  atomic.Bool
-	release func() // closes the descriptors, once
+	once    sync.Once // of release
 }
+
+// release closes the socket's descriptors (closeAll), once.
+func (s *sock) release() { s.once.Do(s.closeAll) }
 
 // watch is an epoll instance that watches the socket for one kind of
 // event, as a file the runtime's poller watches. One goroutine at a time
@@ -80,7 +83,6 @@ func newSock(nc *net.TCPConn) (*sock, error) {
 		return nil, err
 	}
 	s := &sock{fd: -1}
-	s.release = sync.OnceFunc(s.closeAll)
 	var derr error
 	if err := rc.Control(func(fd uintptr) {
 		s.fd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0)
@@ -172,9 +174,7 @@ func (s *sock) shutdown() {
 	}
 	if first {
 		s.in.f.Close()
-		if s.out.f != nil {
-			s.out.f.Close()
-		}
+		s.out.f.Close()
 	}
 }
 
