@@ -288,7 +288,7 @@ func (c *conn) creditOrderlyEnd() {
 	q := c.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.c != c || len(c.tb.bufs) > 0 || q.req.cur.active {
+	if q.c != c || c.txLeft() || q.req.cur.active {
 		return
 	}
 	if n, ok := c.sk.unacked(); !ok || n != 0 {

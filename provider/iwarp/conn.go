@@ -141,7 +141,9 @@ type conn struct {
 	// responses already queued, then half-closes the stream.
 	closing bool
 
-	tb txBatch // the transmitter's
+	// tb is the transmitter's batch, lent (borrowBatch) while it builds
+	// and writes one, nil otherwise (batch, lendBack).
+	tb *txBatch
 	// pinMu guards pins: the regions whose memory the batch in tb sends
 	// straight from (Read Responses without CRC), until the batch is
 	// written or dropped; Dereg waits for its region to leave them

@@ -138,7 +138,19 @@ func AbortWithSocketCallHeld(q driver.QP) (fd int, aborted <-chan struct{}, end 
 func HoldTx(q driver.QP) (round func() (more, stop bool), release func()) {
 	c := q.(*qp).live.Load()
 	c.txMu.Lock()
-	return func() (bool, bool) { return c.txRound(true) }, func() { c.txMu.Unlock(); c.wakeTx() }
+	return func() (bool, bool) { return c.txRound(true) }, func() { c.lendBack(); c.txMu.Unlock(); c.wakeTx() }
+}
+
+// HoldsBatch reports whether q's connection holds a transmit batch
+// between its transmitter's rounds; ok false: q has no live connection.
+func HoldsBatch(q driver.QP) (holds, ok bool) {
+	c := q.(*qp).live.Load()
+	if c == nil {
+		return false, false
+	}
+	c.txMu.Lock()
+	defer c.txMu.Unlock()
+	return c.tb != nil, true
 }
 
 // CachesMR reports whether q's cache of local key lookups (mrCache)

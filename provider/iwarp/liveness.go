@@ -121,7 +121,7 @@ func (c *conn) settled(now int64) (quiet bool, lastAck int64) {
 	if !c.txMu.TryLock() {
 		return false, 0 // the transmitter is at work
 	}
-	pending := len(c.tb.bufs) > 0
+	pending := c.txLeft()
 	c.txMu.Unlock()
 	if pending {
 		return false, 0 // some of a batch is left for the socket to take

@@ -299,7 +299,7 @@ func (q *qp) PostSend(wrs []driver.SendWR) (int, error) {
 	}
 	if tx != nil && tx == q.c && q.postNow(&wrs[0]) {
 		q.mu.Unlock()
-		tx.endTransmit(tx.sendBatch(&tx.tb, true))
+		tx.endTransmit(tx.sendBatch(tx.tb, true))
 		return 1, nil
 	}
 	n, err := len(wrs), error(nil)

@@ -242,7 +242,7 @@ func (q *qp) Execute(s *swq.Slot) (driver.WCStatus, uint32) {
 	if length > deviceAttr.MaxMsgSize {
 		return q.failWR(s, driver.WCLocLenErr)
 	}
-	b := &c.tb
+	b := c.tb // lent by txRound, the only caller of Progress in these states
 	if !r.cur.active {
 		r.cur = txCursor{active: true}
 		t := r.slot(r.execSeq)
@@ -309,7 +309,7 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 		!q.sq.Idle() || !q.sq.Room() || q.sq.Check(wr) != nil {
 		return false
 	}
-	if c.txStopped || len(c.tb.bufs) > 0 || c.pinned || c.finishPending || c.aborted.Load() || !c.gate.Load() ||
+	if c.txStopped || c.txLeft() || c.pinned || c.finishPending || c.aborted.Load() || !c.gate.Load() ||
 		c.term || c.closing || c.rtrOut != 0 || c.kickNow || c.irqHead != c.irqTail || c.lazyAt.Load() != 0 {
 		return false
 	}
@@ -327,7 +327,7 @@ func (q *qp) postNow(wr *driver.SendWR) bool {
 		return false
 	}
 	seq, signaled := q.sq.Commit(wr)
-	b := &c.tb
+	b := c.batch()
 	b.reset()
 	r.cur = txCursor{active: true}
 	t := r.slot(seq)

@@ -29,6 +29,7 @@ func (c *conn) txLoop() {
 			if stop {
 				c.txStopped = true
 				c.unpin()
+				c.lendBack()
 				c.txMu.Unlock()
 				return
 			}
@@ -36,6 +37,7 @@ func (c *conn) txLoop() {
 				break
 			}
 		}
+		c.lendBack()
 		c.txMu.Unlock()
 	}
 }
@@ -64,6 +66,29 @@ func (c *conn) transmitHeld() {
 	c.endTransmit(more, stop)
 }
 
+// batch returns the batch c's transmitter builds into, borrowing one if
+// c holds none. c.txMu is held.
+func (c *conn) batch() *txBatch {
+	if c.tb == nil {
+		c.tb = borrowBatch()
+	}
+	return c.tb
+}
+
+// txLeft reports whether some of c's batch is left for the socket to
+// take. c.txMu is held.
+func (c *conn) txLeft() bool { return c.tb != nil && len(c.tb.bufs) > 0 }
+
+// lendBack returns c's batch once nothing of it is left to write and no
+// region is pinned for it, or once the transmitter has stopped. c.txMu
+// is held.
+func (c *conn) lendBack() {
+	if b := c.tb; b != nil && (c.txStopped || len(b.bufs) == 0 && !c.pinned) {
+		c.tb = nil
+		returnBatch(b)
+	}
+}
+
 // endTransmit ends a non-blocking round: the transmitter is done (stop)
 // or has more to do (more), which the transmit goroutine takes up.
 // c.txMu is held, and released.
@@ -72,6 +97,7 @@ func (c *conn) endTransmit(more, stop bool) {
 		c.txStopped = true
 		c.unpin()
 	}
+	c.lendBack()
 	c.txMu.Unlock()
 	if more || stop {
 		c.wakeTx()
@@ -89,8 +115,8 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 		return false, true
 	}
 	q := c.q
-	b := &c.tb
-	if len(b.bufs) > 0 {
+	if c.txLeft() {
+		b := c.tb
 		left, err := c.writeBatch(b, nb)
 		if err != nil {
 			c.streamBroken(err)
@@ -107,6 +133,7 @@ func (c *conn) txRound(nb bool) (more, stop bool) {
 	if c.pinned {
 		c.unpin() // the batch is written
 	}
+	b := c.batch()
 	b.reset()
 	q.mu.Lock()
 	if c.aborted.Load() || q.c != c {
@@ -246,7 +273,7 @@ func (c *conn) writeOnce(b *txBatch) (left bool, err error) {
 	if !c.sk.enter() {
 		return false, net.ErrClosed
 	}
-	n, e := c.nbWrite(uintptr(c.sk.fd))
+	n, e := nbWrite(b, uintptr(c.sk.fd))
 	c.sk.exit()
 	switch e {
 	case 0, unix.EAGAIN, unix.EINTR:
@@ -258,9 +285,8 @@ func (c *conn) writeOnce(b *txBatch) (left bool, err error) {
 	return len(b.bufs) > 0, nil
 }
 
-// nbWrite is one writev of the batch that does not wait for the socket.
-func (c *conn) nbWrite(fd uintptr) (int, unix.Errno) {
-	b := &c.tb
+// nbWrite is one writev of b.bufs that does not wait for the socket.
+func nbWrite(b *txBatch, fd uintptr) (int, unix.Errno) {
 	n := min(len(b.bufs), len(b.wiov))
 	k := 0
 	for _, s := range b.bufs[:n] {
