@@ -96,6 +96,50 @@ func connectQPs(tb testing.TB, l *cm.Listener, dialAddr string, a, b *verbs.QP, 
 	return ca, cb
 }
 
+// connectMany connects n QPs of a to n of b: a's and b's own QPs and n-1
+// more on each side, all of a side on its end's CQ, with qpCap; the QPs
+// are destroyed and the connections closed when the test ends. Destroyed
+// more QPs are made on each side with them and destroyed before
+// connecting, so that the CQs have had more QPs than they keep. It
+// returns both sides' QPs, in pairs, and a's connections.
+func connectMany(tb testing.TB, a, b *pairEnd, n, destroyed int, qpCap verbs.QPCap) (aqps, bqps []*verbs.QP, aconns []*cm.Conn) {
+	tb.Helper()
+	l, err := cm.Listen("tcp://127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	aqps, bqps = []*verbs.QP{a.qp}, []*verbs.QP{b.qp}
+	var gone []*verbs.QP
+	for i := range n - 1 + destroyed {
+		for _, e := range []struct {
+			end *pairEnd
+			qps *[]*verbs.QP
+		}{{a, &aqps}, {b, &bqps}} {
+			qp, err := e.end.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.end.cq, RecvCQ: e.end.cq, Cap: qpCap})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			if i >= n-1 {
+				gone = append(gone, qp)
+				continue
+			}
+			tb.Cleanup(func() { qp.Destroy() })
+			*e.qps = append(*e.qps, qp)
+		}
+	}
+	for _, qp := range gone {
+		if err := qp.Destroy(); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	aconns = make([]*cm.Conn, n)
+	for i := range n {
+		aconns[i], _ = connectQPs(tb, l, l.Addr(), aqps[i], bqps[i], nil, nil)
+	}
+	return aqps, bqps, aconns
+}
+
 // connectPair connects two QPs with the parameters given (nil for the
 // defaults) and returns the dialling and the accepting side.
 func connectPair(t *testing.T, size int, dial, accept *cm.Param) (a, b *pairEnd, ca, cb *cm.Conn) {

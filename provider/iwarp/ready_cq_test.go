@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -21,29 +20,7 @@ func TestSharedCQReadsReadyConnectionsOnly(t *testing.T) {
 	const nQPs = iwarp.ManyQPs + 4
 	qpCap := verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}
 	a, b := openEnd(t, 256, false, qpCap, 4096), openEnd(t, 256, false, qpCap, 4096)
-	l, err := cm.Listen("tcp://127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	aqps, bqps := []*verbs.QP{a.qp}, []*verbs.QP{b.qp}
-	for range nQPs - 1 {
-		for _, e := range []struct {
-			end *pairEnd
-			qps *[]*verbs.QP
-		}{{a, &aqps}, {b, &bqps}} {
-			qp, err := e.end.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.end.cq, RecvCQ: e.end.cq, Cap: qpCap})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { qp.Destroy() })
-			*e.qps = append(*e.qps, qp)
-		}
-	}
-	aconns := make([]*cm.Conn, nQPs)
-	for i := range nQPs {
-		aconns[i], _ = connectQPs(t, l, l.Addr(), aqps[i], bqps[i], nil, nil)
-	}
+	aqps, bqps, aconns := connectMany(t, a, b, nQPs, 0, qpCap)
 	wc := make([]verbs.WorkCompletion, 4)
 	deadline := time.Now().Add(30 * time.Second)
 	// waitOne polls a's CQ until it yields one completion.
@@ -206,38 +183,8 @@ func newSharedPair(t *testing.T, n, destroyed int) *sharedPair {
 	t.Helper()
 	qpCap := verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}
 	a, b := openEnd(t, 256, false, qpCap, 4096), openEnd(t, 256, false, qpCap, 8*n)
-	l, err := cm.Listen("tcp://127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	p := &sharedPair{a: a, b: b, aqps: []*verbs.QP{a.qp}, bqps: []*verbs.QP{b.qp}}
-	var gone []*verbs.QP
-	for i := range n - 1 + destroyed {
-		for _, e := range []struct {
-			end *pairEnd
-			qps *[]*verbs.QP
-		}{{a, &p.aqps}, {b, &p.bqps}} {
-			qp, err := e.end.pd.CreateQP(verbs.QPInitAttr{SendCQ: e.end.cq, RecvCQ: e.end.cq, Cap: qpCap})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if i >= n-1 {
-				gone = append(gone, qp)
-				continue
-			}
-			t.Cleanup(func() { qp.Destroy() })
-			*e.qps = append(*e.qps, qp)
-		}
-	}
-	for _, qp := range gone {
-		if err := qp.Destroy(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range n {
-		connectQPs(t, l, l.Addr(), p.aqps[i], p.bqps[i], nil, nil)
-	}
+	p := &sharedPair{a: a, b: b}
+	p.aqps, p.bqps, _ = connectMany(t, a, b, n, destroyed, qpCap)
 	return p
 }
 

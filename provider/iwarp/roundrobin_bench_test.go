@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/verbs"
 )
 
@@ -26,27 +25,7 @@ func writeRoundRobin(b *testing.B, nQPs int) {
 	const window = 8
 	qpCap := verbs.QPCap{MaxSendWR: window, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
 	a, t := openEnd(b, 256, false, qpCap, 4096), openEnd(b, 256, false, qpCap, 4096)
-	l, err := cm.Listen("tcp://127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	qps := []*verbs.QP{a.qp}
-	connectQPs(b, l, l.Addr(), a.qp, t.qp, nil, nil)
-	for range nQPs - 1 {
-		aq, err := a.pd.CreateQP(verbs.QPInitAttr{SendCQ: a.cq, RecvCQ: a.cq, Cap: qpCap})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { aq.Destroy() })
-		tq, err := t.pd.CreateQP(verbs.QPInitAttr{SendCQ: t.cq, RecvCQ: t.cq, Cap: qpCap})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { tq.Destroy() })
-		connectQPs(b, l, l.Addr(), aq, tq, nil, nil)
-		qps = append(qps, aq)
-	}
+	qps, _, _ := connectMany(b, a, t, nQPs, 0, qpCap)
 	wr := []verbs.SendWR{{Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
 		SGList: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: t.mr.Addr(), RKey: t.mr.RKey()}}
 	wc := make([]verbs.WorkCompletion, 16)

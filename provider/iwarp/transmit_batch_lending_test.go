@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goverbs/goverbs/cm"
 	"github.com/goverbs/goverbs/provider/iwarp"
 	"github.com/goverbs/goverbs/verbs"
 )
@@ -20,27 +19,7 @@ func TestConnectionsBetweenTransmitsHoldNoBatch(t *testing.T) {
 	const nQPs = 16
 	qpCap := verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
 	a, b := openEnd(t, 4*nQPs, false, qpCap, 4096), openEnd(t, 4*nQPs, false, qpCap, 4096)
-	l, err := cm.Listen("tcp://127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	aqs, bqs := []*verbs.QP{a.qp}, []*verbs.QP{b.qp}
-	connectQPs(t, l, l.Addr(), a.qp, b.qp, nil, nil)
-	for range nQPs - 1 {
-		aq, err := a.pd.CreateQP(verbs.QPInitAttr{SendCQ: a.cq, RecvCQ: a.cq, Cap: qpCap})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { aq.Destroy() })
-		bq, err := b.pd.CreateQP(verbs.QPInitAttr{SendCQ: b.cq, RecvCQ: b.cq, Cap: qpCap})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { bq.Destroy() })
-		connectQPs(t, l, l.Addr(), aq, bq, nil, nil)
-		aqs, bqs = append(aqs, aq), append(bqs, bq)
-	}
+	aqs, bqs, _ := connectMany(t, a, b, nQPs, 0, qpCap)
 	copy(b.mr.Bytes()[64:], "read me")
 	for i, q := range aqs {
 		wrs := []verbs.SendWR{
