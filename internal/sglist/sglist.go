@@ -9,8 +9,8 @@ const Max = 32
 
 // List is a resolved scatter/gather list.
 type List struct {
+	n   int // first, in the line of the first segments
 	seg [Max][]byte
-	n   int
 }
 
 // Reset empties the list.

@@ -56,6 +56,10 @@ type txBatch struct {
 	// snap[:nsnap]: copies of memory sent under CRC (snapshot).
 	snap  []byte
 	nsnap int
+	// src is the source of the Read Response being built
+	// (addResponses), a list of the batch's rather than a new one per
+	// response, whose every segment would be zeroed first.
+	src sglist.List
 }
 
 // Transmit batches are lent to connections while they transmit: a
@@ -163,6 +167,7 @@ func (b *txBatch) reset() {
 	b.bufs = nil
 	b.na, b.niov, b.nframes, b.bytes, b.full, b.nsnap = 0, 0, 0, 0, false, 0
 	b.arenaIov = -1
+	b.src.One(nil) // the last source stays unreachable from here
 }
 
 // room reports whether a frame with hlen bytes of headers and n bytes of

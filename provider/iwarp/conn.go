@@ -52,14 +52,13 @@ func debugf(format string, args ...any) {
 	}
 }
 
-// conn is a connection and the state its goroutines keep.
+// conn is a connection and the state its goroutines keep. What setup,
+// timers and teardown use comes first; what every FPDU sent or received
+// touches comes last, in a few cache lines next to the receiver's own
+// (rx), so that a connection that has not run for a while (round-robin
+// over many) costs few cache misses.
 type conn struct {
-	q      *qp
 	nc     *net.TCPConn
-	crc    bool // MPA CRC32c in use
-	ext    bool // RFC 7306 extensions negotiated
-	ird    int  // Reads and atomics this side serves at once
-	ord    int  // Reads and atomics this side may have outstanding
 	remote driver.ConnParam
 	// guard, of the listener that accepted the connection (nil for a
 	// dialled one), counts the peer's failed remote accesses against
@@ -73,13 +72,11 @@ type conn struct {
 	// whose arrival rtrSeen signals.
 	initiator bool
 	wantRTR   wire.RTR
-	rtrOut    wire.RTR
-	gate      atomic.Bool
 	rtrSeen   chan struct{}
 	remoteQPN atomic.Uint32
+	started   bool // start has run (set and read by setup's goroutine)
 
-	// Startup kick (initiator): see kickCheck.
-	heard     atomic.Bool // an FPDU came from the peer
+	// Startup kick (initiator): see kickCheck; heard and kickNow, below.
 	kickMu    sync.Mutex  // guards the timers and the delay
 	rtrTimer  *time.Timer // ends a connection whose RTR is overdue (watchRTR)
 	gateTimer *time.Timer // opens the gate of a responder that speaks first (speakFirst)
@@ -89,71 +86,118 @@ type conn struct {
 	kickRTR   bool
 	kickTimer *time.Timer
 	kickDelay time.Duration
-	kickNow   bool // guarded by q.mu: send a zero-length Write
 
-	// txMu makes one goroutine at a time the transmitter: the transmit
-	// goroutine, or a posting goroutine in transmit. It guards tb and
-	// txStopped.
-	txMu      sync.Mutex
-	txStopped bool
-
-	wake   chan struct{} // wakes the transmitter
 	txDone chan struct{} // closed when the transmitter has stopped
 	done   chan struct{} // closed when the connection has ended
 	wg     sync.WaitGroup
 	// running counts the connection's goroutines not yet done (see
 	// exited): 2 from the start, 0 once both have run and are done with
 	// the QP.
-	running atomic.Int32
-
+	running   atomic.Int32
 	closeOnce sync.Once
-	aborted   atomic.Bool
 	// timedOut: the stream failed with ETIMEDOUT (setUserTimeout), seen
 	// by the transmitter or the receiver, whichever fails the QP, or a
 	// request went unanswered for ackTimeout (checkResponses).
 	timedOut atomic.Bool
-	// Guarded by q.mu: the QP's timeout (setUserTimeout), and the timer
-	// that checks, while requests are outstanding, that the peer
-	// answers; respFrames and respAnswers are rxFrames and rxAnswers at
-	// the last check, respStalls counts the checks since the last answer
-	// that found none though the peer could have given one, and
-	// stallBytes is rxBytes at the first of them; reachedAt is when the
-	// oldest outstanding request reached the peer (checkResponses;
-	// monotime, older than its sending while no check has found it).
-	ackTimeout  time.Duration
+
+	// Guarded by q.mu: the timer that checks, while requests are
+	// outstanding, that the peer answers (ackTimeout, respArmed and
+	// reachedAt below); respFrames and respAnswers are rxFrames and
+	// rxAnswers at the last check, respStalls counts the checks since
+	// the last answer that found none though the peer could have given
+	// one, and stallBytes is rxBytes at the first of them.
 	respTimer   *time.Timer
-	respArmed   bool
 	respFrames  uint64
 	respAnswers uint64
 	respStalls  int
 	stallBytes  uint64
-	reachedAt   int64
 
-	// Guarded by q.mu: the responses the receiver queued for the
-	// transmitter, and the Terminate that ends the stream.
-	irq     []irqEntry
-	irqHead uint64
-	irqTail uint64
-	term    bool
+	// Guarded by q.mu: the Terminate that ends the stream (term, below).
 	termBuf [wire.TerminateMaxLen]byte
 	termLen int
-	// closing: the application disconnects; the transmitter sends the
-	// responses already queued, then half-closes the stream.
-	closing bool
 
-	// tb is the transmitter's batch, lent (borrowBatch) while it builds
-	// and writes one, nil otherwise (batch, lendBack).
-	tb *txBatch
 	// pinMu guards pins: the regions whose memory the batch in tb sends
 	// straight from (Read Responses without CRC), until the batch is
 	// written or dropped; Dereg waits for its region to leave them
 	// (revokeRead). pinned (guarded by txMu) says pins is not empty.
-	pinMu  sync.Mutex
-	pins   []*mr
-	pinned bool
+	pinMu     sync.Mutex
+	pins      []*mr
+	wdeadline time.Time // the transmitter's writes fail after it (a Terminate's)
+
+	lazyTimer    *time.Timer // sends the responses left (lazyAt), and the WRs left (postsLeft), if nothing else has
+	confirmTimer *time.Timer // asks for a confirmation of the WRs left unconfirmed (confirmSince)
+	rxWake       chan struct{}
+
+	// What every FPDU touches.
+
+	q *qp
+	// sk is the socket, out of the runtime's poller (see sock); nc, the
+	// net package's descriptor of it, is closed once the connection
+	// starts.
+	sk  *sock
+	crc bool // MPA CRC32c in use
+	ext bool // RFC 7306 extensions negotiated
+	ird int  // Reads and atomics this side serves at once
+	ord int  // Reads and atomics this side may have outstanding
+
+	rtrOut  wire.RTR    // the RTR to send first (initiator)
+	gate    atomic.Bool // the responder may send: the peer's first FPDU came
+	heard   atomic.Bool // an FPDU came from the peer (the startup kick)
+	kickNow bool        // guarded by q.mu: send a zero-length Write (the startup kick)
+	aborted atomic.Bool
+
+	// Guarded by q.mu: the QP's timeout (setUserTimeout), whether the
+	// response check is armed (respTimer), and when the oldest
+	// outstanding request reached the peer (checkResponses; monotime,
+	// older than its sending while no check has found it).
+	ackTimeout time.Duration
+	respArmed  bool
+	reachedAt  int64
+
+	// Guarded by q.mu: the responses the receiver queued for the
+	// transmitter; term: a Terminate (termBuf) ends the stream.
+	irq     []irqEntry
+	irqHead uint64
+	irqTail uint64
+	term    bool
+	// closing: the application disconnects; the transmitter sends the
+	// responses already queued, then half-closes the stream.
+	closing bool
+
+	// txMu makes one goroutine at a time the transmitter: the transmit
+	// goroutine, or a posting goroutine in transmit. It guards tb,
+	// txStopped, pinned and finishPending.
+	txMu      sync.Mutex
+	txStopped bool
+	pinned    bool
 	// finishPending: the batch left in tb ends the stream.
 	finishPending bool
-	wdeadline     time.Time // the transmitter's writes fail after it (a Terminate's)
+	wake          chan struct{} // wakes the transmitter
+	// tb is the transmitter's batch, lent (borrowBatch) while it builds
+	// and writes one, nil otherwise (batch, lendBack).
+	tb *txBatch
+
+	// lazyAt: when responses were left for the next post (rxTry), or 0;
+	// lazyTimer sends them if nothing else has.
+	lazyAt atomic.Int64
+	// postsLeft: WRs posted were left in the send queue for a later
+	// writev (coalesce.go); set under q.mu, cleared under q.mu by the
+	// transmit round that takes them.
+	postsLeft atomic.Bool
+	// Unsignaled Sends and Writes left unconfirmed (needConfirm): a
+	// poller (pollRx), or else confirmTimer, makes the transmitter ask
+	// for a confirmation. confirmSince is when they were first left so
+	// (monotime), or 0.
+	confirmArmed atomic.Bool
+	confirmDue   atomic.Bool
+	confirmSince atomic.Int64
+
+	// readyNum is the socket's registration number in the ready set of
+	// the QP's send CQ ([0]) and receive CQ ([1]) (ready.go), plus one;
+	// 0 when it is not in that set. Set under the CQ's ready.mu.
+	readyNum  [2]atomic.Uint32
+	readyLeft atomic.Bool // the socket has left the ready sets for good
+	onSocket  atomic.Bool // the receive goroutine waits for its socket (waitIn)
 
 	// Receiving: rxMu makes one goroutine at a time the receiver;
 	// rxMissed tells the holder that another wanted to receive; rxBusy
@@ -167,43 +211,15 @@ type conn struct {
 	rxBusy    atomic.Int32
 	rxEnded   atomic.Bool
 	rxStopped atomic.Bool
+	peerMid   atomic.Bool   // the peer's Send or Write being received is not whole yet (checkResponses)
 	polls     atomic.Uint64 // rounds of pollers: see pollGrace
 	polledAt  atomic.Uint64 // monotime of a recent poll (pollRx)
 	rxRounds  atomic.Uint64 // rounds of receiving the receive goroutine ran (rxTry)
 	rxFrames  atomic.Uint64 // FPDUs received: see rxSpin
 	rxAnswers atomic.Uint64 // of those, Read and Atomic Responses
-	peerMid   atomic.Bool   // the peer's Send or Write being received is not whole yet (checkResponses)
 	rxBytes   atomic.Uint64 // their payload bytes
 	arms      atomic.Uint64 // ReqNotify calls on the QP's CQs
-	lazyAt    atomic.Int64  // when responses were left for the next post (rxTry), or 0
-	lazyTimer *time.Timer   // sends them, and the WRs left (postsLeft), if nothing else has
-	// postsLeft: WRs posted were left in the send queue for a later
-	// writev (coalesce.go); set under q.mu, cleared under q.mu by the
-	// transmit round that takes them.
-	postsLeft atomic.Bool
-	// Unsignaled Sends and Writes left unconfirmed (needConfirm): a
-	// poller (pollRx), or else the timer, makes the transmitter ask for
-	// a confirmation. confirmSince is when they were first left so
-	// (monotime), or 0.
-	confirmTimer *time.Timer
-	confirmArmed atomic.Bool
-	confirmDue   atomic.Bool
-	confirmSince atomic.Int64
-	rxWake       chan struct{}
-	onSocket     atomic.Bool // the receive goroutine waits for its socket (waitIn)
-	rx           rxState     // guarded by rxMu
-
-	// readyNum is the socket's registration number in the ready set of
-	// the QP's send CQ ([0]) and receive CQ ([1]) (ready.go), plus one;
-	// 0 when it is not in that set. Set under the CQ's ready.mu.
-	readyNum  [2]atomic.Uint32
-	readyLeft atomic.Bool // the socket has left the ready sets for good
-
-	// sk is the socket, out of the runtime's poller (see sock); nc, the
-	// net package's descriptor of it, is closed once the connection
-	// starts.
-	sk      *sock
-	started bool // start has run (set and read by setup's goroutine)
+	rx        rxState       // guarded by rxMu
 }
 
 // newConn makes the connection of q over nc with what MPA negotiated.

@@ -47,9 +47,8 @@ type qp struct {
 
 	c        *conn   // the connection, attached by cm before the move to RTR
 	old      []*conn // connections detached by a reset, still winding down
-	req      requester
-	rxActive bool   // a receive is consumed by a Send being placed
-	rxWRID   uint64 // its WRID
+	rxActive bool    // a receive is consumed by a Send being placed
+	rxWRID   uint64  // its WRID
 	// A receive completion held back while the receiver answers the
 	// Read Request right behind its Send (see conn.completeSendWC).
 	rxHeld   bool
@@ -74,6 +73,9 @@ type qp struct {
 	// lastPostAt is when the last post that could be left was made
 	// (mayLeave); guarded by mu.
 	lastPostAt int64
+	// req is last: its scalars come first, its arrays (some 10 KiB)
+	// after them, away from the QP's other fields.
+	req requester
 }
 
 // localSpan is ctx.span for q's own WRs (the local keys of its send and

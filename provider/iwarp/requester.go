@@ -52,19 +52,23 @@ const (
 
 // orqEntry is an outstanding Read or atomic: what its response confirms
 // and where its data goes.
+// Its scalars come first, in one cache line, the sink's arrays last:
+// pushORQ writes the scalars, and the arrays only as far as the last
+// occupant of the entry filled them, so that a zero-length Read (a
+// confirmation, the commonest request) writes one line of the entry.
 type orqEntry struct {
 	kind     orqKind
+	sinkSTag uint32
 	seq      uint64 // the WR's slot (orqRead, orqAtomic)
 	cover    uint64 // the response confirms the slots before cover
-	sinkSTag uint32
 	sinkTO   uint64
 	size     uint32
 	id       uint32 // atomic request identifier
-	segs     [maxSGE][]byte
+	sent     int64  // when it was built into a batch (monotime)
 	nseg     int
-	mrs      [maxSGE]*mr // the regions of segs: placement stops once one is revoked
 	nmr      int
-	sent     int64 // when it was built into a batch (monotime)
+	segs     [maxSGE][]byte
+	mrs      [maxSGE]*mr // the regions of segs: placement stops once one is revoked
 }
 
 // setSink makes r's resolved local SG list (resolveLocal) the entry's
@@ -109,16 +113,19 @@ type requester struct {
 	msn          [wire.NumQN]uint32 // MSNs sent, per queue
 	atomicID     uint32
 	ord          int // the Reads and atomics the QP may have outstanding
-	orq          [maxRdAtomic]orqEntry
-	orqHead      uint64
-	orqTail      uint64
-	uncovBytes   uint64 // bytes sent since coverSeq
+	// orq[orqHead%maxRdAtomic:orqTail%maxRdAtomic]: the Reads and
+	// atomics outstanding, and the zero-length Reads that confirm.
+	orqHead    uint64
+	orqTail    uint64
+	uncovBytes uint64 // bytes sent since coverSeq
 	// uncovSignaled: a signaled Send or Write is among them.
 	uncovSignaled bool
-	local         sglist.List
-	localMR       [maxSGE]*mr // the regions of local's SGEs (resolveLocal)
 	nlocalMR      int
 	result        [8]byte
+	// The arrays last, after the scalars every WR touches.
+	local   sglist.List
+	localMR [maxSGE]*mr // the regions of local's SGEs (resolveLocal)
+	orq     [maxRdAtomic]orqEntry
 }
 
 func (r *requester) init(depth int) { r.track = make([]wrTrack, depth) }
@@ -523,7 +530,9 @@ func (q *qp) writeMessage(b *txBatch, wr *driver.SendWR, t *wrTrack, length uint
 func (r *requester) pushORQ(k orqKind) *orqEntry {
 	e := &r.orq[r.orqTail%maxRdAtomic]
 	r.orqTail++
-	*e = orqEntry{kind: k, sent: monotime()}
+	clear(e.segs[:e.nseg]) // nothing of the last occupant's sink stays reachable
+	clear(e.mrs[:e.nmr])
+	e.kind, e.sinkSTag, e.seq, e.cover, e.sinkTO, e.size, e.id, e.sent, e.nseg, e.nmr = k, 0, 0, 0, 0, 0, 0, monotime(), 0, 0
 	return e
 }
 

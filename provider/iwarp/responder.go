@@ -455,7 +455,7 @@ func (c *conn) rxAtomicRequest(h wire.Hdr) error {
 // addResponses builds the queued Read and Atomic Responses into b, in
 // order, as far as the batch takes them. q.mu is held.
 func (c *conn) addResponses(b *txBatch) {
-	var src sglist.List
+	src := &b.src
 	for c.irqHead != c.irqTail {
 		e := &c.irq[c.irqHead%uint64(len(c.irq))]
 		switch e.kind {
@@ -497,7 +497,7 @@ func (c *conn) addResponses(b *txBatch) {
 					snap.One(b.snapshot(e.src[e.off : e.off+n]))
 					b.endFrame(&snap, 0, n)
 				} else {
-					b.endFrame(&src, uint64(e.off), n)
+					b.endFrame(src, uint64(e.off), n)
 				}
 				e.off += n
 			}

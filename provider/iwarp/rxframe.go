@@ -37,85 +37,47 @@ import (
 const stageLen = 512
 
 // rxState is the receiver's state; only the holder of rxMu touches it.
+// Its scalars come first, and each array's after them, so that the
+// lines an FPDU touches in the state of a connection that has not run
+// for a while (round-robin over many) are few.
 type rxState struct {
 	// settled: the QP can raise no communication established event for
 	// a request of this connection any more (requestArrived).
 	settled bool
-	// dstMR[:ndstMR]: the regions rx.dst lies in, whose revocation
-	// (Dereg, invalidation) stops placement (dstRevoked).
-	dstMR  [maxSGE]*mr
-	ndstMR int
-	// hdr holds the headers of the FPDU being handled (and a
-	// Terminate's copy of the terminated headers).
-	hdr [wire.MaxHeaderLen + wire.TerminateMaxLen]byte
-	// The stage: stage[sOff:sEnd] is read and not yet taken; drained:
-	// a read in this round found the socket empty (it read less than it
-	// could), so the round ends instead of reading again.
-	stage      [stageLen]byte
-	stageIov   [1]unix.Iovec // need's read into the stage (not on need's stack, which sockIO, a variable, would move to the heap)
-	sOff, sEnd int
+	// The stage (below): stage[sOff:sEnd] is read and not yet taken;
+	// drained: a read in this round found the socket empty (it read
+	// less than it could), so the round ends instead of reading again.
 	drained    bool
+	sOff, sEnd int
 	// The FPDU whose headers were taken: its header, payload and
 	// trailer lengths, and, while planned, the rest of it to read
 	// straight: iovecs for one readv (want bytes in all, got of them
-	// read), mirrored as slices.
-	hlen, plen, tlen int
+	// read), mirrored as slices (iov and segs, below).
 	planned          bool
-	iov              [maxSGE + 3]unix.Iovec // and the stage, to read ahead
-	segs             [maxSGE + 2][]byte
+	hlen, plen, tlen int
 	nseg             int
 	at               int // the segment the next read starts in
 	atOff            int // bytes of it already read
 	want             int
 	got              int
 	trailer          [3 + wire.CRCLen]byte
-	// Where its payload goes (rxBegin): dst from offset skip; discard:
-	// it is siw's answer to a zero-length Read, dropped (into drainBuf)
-	// with its CRC unchecked (see oversizedAnswerMax).
-	dst      [maxSGE + 1][]byte
-	ndst     int
-	skip     uint64
-	discard  bool
-	drainBuf []byte // lazily: payload that is read and dropped
-
-	msn [wire.NumQN]uint32 // the next MSN expected, per queue
-
-	// The Send message being placed.
-	send struct {
-		active bool
-		recv   rwqe
-		segs   [maxSGE][]byte
-		mrs    [maxSGE]*mr // the regions of segs
-		nseg   int
-		room   uint64
-		placed uint64
-	}
+	// Where its payload goes (rxBegin): dst (below) from offset skip;
+	// discard: it is siw's answer to a zero-length Read, dropped (into
+	// drainBuf) with its CRC unchecked (see oversizedAnswerMax).
+	discard bool
+	ndst    int
+	skip    uint64
+	// dstMR[:ndstMR] (below): the regions rx.dst lies in, whose
+	// revocation (Dereg, invalidation) stops placement (dstRevoked).
+	ndstMR int
+	msn    [wire.NumQN]uint32 // the next MSN expected, per queue
 	// The immediate lent to the next Send (a Send with immediate).
 	immNext    bool
 	immNextVal uint32
-	// immRecv: the receive a Write with immediate consumes, kept here so
-	// that its SGE list's capacity is reused and taking it allocates
-	// nothing.
-	immRecv rwqe
 	// Writes: the length of the Write message in progress, and of the
 	// last one completed (the length a Write with immediate reports).
 	writeLen     uint64
 	lastWriteLen uint64
-	// The Read Response being placed.
-	resp struct {
-		active   bool
-		segs     [maxSGE][]byte
-		nseg     int
-		mrs      [maxSGE]*mr // the regions of segs
-		nmr      int
-		size     uint32
-		placed   uint32
-		sinkSTag uint32
-		sinkTO   uint64
-		// dropped: bytes of an answer to a zero-length Read dropped so
-		// far (see oversizedAnswerMax).
-		dropped uint64
-	}
 	// held: a receive completion waits in q.rxHeld for the next FPDU.
 	held bool
 	// nextRead: the next FPDU, already staged, is a Read Request.
@@ -125,7 +87,47 @@ type rxState struct {
 	// Reads, which may wait a little (see rxTry).
 	owe, lazy bool
 	// err ends receiving: every round returns it at once.
-	err error
+	err      error
+	drainBuf []byte        // lazily: payload that is read and dropped
+	stageIov [1]unix.Iovec // need's read into the stage (not on need's stack, which sockIO, a variable, would move to the heap)
+
+	// The Read Response being placed.
+	resp struct {
+		active   bool
+		size     uint32
+		placed   uint32
+		sinkSTag uint32
+		sinkTO   uint64
+		// dropped: bytes of an answer to a zero-length Read dropped so
+		// far (see oversizedAnswerMax).
+		dropped uint64
+		nseg    int
+		nmr     int
+		segs    [maxSGE][]byte
+		mrs     [maxSGE]*mr // the regions of segs
+	}
+	// hdr holds the headers of the FPDU being handled (and a
+	// Terminate's copy of the terminated headers).
+	hdr   [wire.MaxHeaderLen + wire.TerminateMaxLen]byte
+	stage [stageLen]byte
+	iov   [maxSGE + 3]unix.Iovec // and the stage, to read ahead
+	segs  [maxSGE + 2][]byte
+	dst   [maxSGE + 1][]byte
+	dstMR [maxSGE]*mr
+	// The Send message being placed.
+	send struct {
+		active bool
+		nseg   int
+		room   uint64
+		placed uint64
+		recv   rwqe
+		segs   [maxSGE][]byte
+		mrs    [maxSGE]*mr // the regions of segs
+	}
+	// immRecv: the receive a Write with immediate consumes, kept here so
+	// that its SGE list's capacity is reused and taking it allocates
+	// nothing.
+	immRecv rwqe
 }
 
 // sysRead is one non-blocking read system call into iov on the
