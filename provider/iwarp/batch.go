@@ -57,9 +57,10 @@ type txBatch struct {
 	snap  []byte
 	nsnap int
 	// src is the source of the Read Response being built
-	// (addResponses), a list of the batch's rather than a new one per
-	// response, whose every segment would be zeroed first.
-	src sglist.List
+	// (addResponses), and snapSrc its snapshot's under CRC: lists of the
+	// batch's rather than new ones per response, whose every segment
+	// would be zeroed first.
+	src, snapSrc sglist.List
 }
 
 // Transmit batches are lent to connections while they transmit: a
@@ -167,7 +168,8 @@ func (b *txBatch) reset() {
 	b.bufs = nil
 	b.na, b.niov, b.nframes, b.bytes, b.full, b.nsnap = 0, 0, 0, 0, false, 0
 	b.arenaIov = -1
-	b.src.One(nil) // the last source stays unreachable from here
+	b.src.One(nil) // the last sources stay unreachable from here
+	b.snapSrc.One(nil)
 }
 
 // room reports whether a frame with hlen bytes of headers and n bytes of

@@ -122,7 +122,7 @@ type conn struct {
 	// (revokeRead). pinned (guarded by txMu) says pins is not empty.
 	pinMu     sync.Mutex
 	pins      []*mr
-	wdeadline time.Time // the transmitter's writes fail after it (a Terminate's)
+	wdeadline time.Time // guarded by txMu: the transmitter's writes fail after it (a Terminate's)
 
 	lazyTimer    *time.Timer // sends the responses left (lazyAt), and the WRs left (postsLeft), if nothing else has
 	confirmTimer *time.Timer // asks for a confirmation of the WRs left unconfirmed (confirmSince)

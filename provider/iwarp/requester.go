@@ -52,10 +52,11 @@ const (
 
 // orqEntry is an outstanding Read or atomic: what its response confirms
 // and where its data goes.
-// Its scalars come first, in one cache line, the sink's arrays last:
-// pushORQ writes the scalars, and the arrays only as far as the last
-// occupant of the entry filled them, so that a zero-length Read (a
-// confirmation, the commonest request) writes one line of the entry.
+// Its scalars come first, 64 bytes (one or two cache lines, as the
+// entry falls), the sink's arrays last: pushORQ writes the scalars, and
+// the arrays only as far as the last occupant of the entry filled them,
+// so that a zero-length Read (a confirmation, the commonest request)
+// writes the scalars' lines only, not the nine lines of the entry.
 type orqEntry struct {
 	kind     orqKind
 	sinkSTag uint32

@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/goverbs/goverbs/internal/sglist"
 	"github.com/goverbs/goverbs/provider/iwarp/wire"
 	"github.com/goverbs/goverbs/verbs/driver"
 )
@@ -493,9 +492,8 @@ func (c *conn) addResponses(b *txBatch) {
 					// on any device); its CRC must cover the bytes
 					// sent, so they are copied first (an inline payload
 					// is a copy already).
-					var snap sglist.List
-					snap.One(b.snapshot(e.src[e.off : e.off+n]))
-					b.endFrame(&snap, 0, n)
+					b.snapSrc.One(b.snapshot(e.src[e.off : e.off+n]))
+					b.endFrame(&b.snapSrc, 0, n)
 				} else {
 					b.endFrame(src, uint64(e.off), n)
 				}

@@ -110,8 +110,8 @@ type rxState struct {
 	// Terminate's copy of the terminated headers).
 	hdr   [wire.MaxHeaderLen + wire.TerminateMaxLen]byte
 	stage [stageLen]byte
-	iov   [maxSGE + 3]unix.Iovec // and the stage, to read ahead
-	segs  [maxSGE + 2][]byte
+	iov   [maxSGE + 3]unix.Iovec // the planned readv: the rest of the FPDU, and the stage to read ahead into
+	segs  [maxSGE + 2][]byte     // iov's slices
 	dst   [maxSGE + 1][]byte
 	dstMR [maxSGE]*mr
 	// The Send message being placed.
