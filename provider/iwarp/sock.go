@@ -44,11 +44,13 @@ import (
 // descriptors (and a read that places bytes in the application's memory
 // is announced to abort, see rxBusy).
 type sock struct {
-	fd      int   // the socket
-	in, out watch // input; room to write
+	// What every system call on the socket reads comes first, in one
+	// cache line.
+	fd      int // the socket
 	busy    atomic.Int32
 	closed  atomic.Bool
 	once    sync.Once // of release
+	in, out watch     // input; room to write
 }
 
 // release closes the socket's descriptors (closeAll), once.
