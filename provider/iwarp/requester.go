@@ -52,6 +52,7 @@ const (
 
 // orqEntry is an outstanding Read or atomic: what its response confirms
 // and where its data goes.
+//
 // Its scalars come first, 64 bytes (one or two cache lines, as the
 // entry falls), the sink's arrays last: pushORQ writes the scalars, and
 // the arrays only as far as the last occupant of the entry filled them,
